@@ -1,0 +1,97 @@
+"""`skulk serve` (and bare `skulk`): become the node daemon."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+DAEMON_MODULE = "skulk_daemon"
+
+# Read by the daemon itself, so `skulk serve` passes only the flags a user typed.
+# Listed here so the man pages can document them.
+NODE_ENVIRONMENT: tuple[tuple[str, str], ...] = (
+    ("SKULK_API_PORT", "Port of the node's HTTP API when --api-port is not given (52415)."),
+    ("SKULK_MODELS_DIR", "Where the node keeps model files when --models-dir is not given."),
+    (
+        "SKULK_CONFIG_HOME",
+        "Directory holding skulk.yaml when --config-home is not given (~/.config/skulk).",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class NodeOptions:
+    """The daemon flags a user gave; ``None`` leaves the daemon's own default."""
+
+    host: str | None = None
+    api_port: int | None = None
+    data_dir: Path | None = None
+    models_dir: Path | None = None
+    config_home: Path | None = None
+
+
+def daemon_argv(python: str, options: NodeOptions) -> list[str]:
+    """The exact argv that `python -m skulk_daemon` is exec'd with."""
+    argv = [python, "-m", DAEMON_MODULE]
+    flags = (
+        ("--host", options.host),
+        ("--api-port", options.api_port),
+        ("--data-dir", options.data_dir),
+        ("--models-dir", options.models_dir),
+        ("--config-home", options.config_home),
+    )
+    for flag, value in flags:
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv
+
+
+def exec_daemon(options: NodeOptions) -> NoReturn:
+    """Replace this process with the daemon.
+
+    NOTE: exec, not a child process: Ctrl-C and SIGTERM from a service manager reach
+    the daemon itself, it keeps this PID, and its exit code is the command's.
+    """
+    argv = daemon_argv(sys.executable, options)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(argv[0], argv)
+    raise AssertionError("os.execv returned")  # pragma: no cover - execv never returns
+
+
+def serve(
+    host: Annotated[
+        str | None,
+        typer.Option("--host", metavar="HOST", help="Address the HTTP API listens on."),
+    ] = None,
+    api_port: Annotated[
+        int | None,
+        typer.Option("--api-port", metavar="PORT", min=1, max=65535, help="HTTP API port."),
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir", metavar="DIR", help="Node data: event log, authority store, traces."
+        ),
+    ] = None,
+    models_dir: Annotated[
+        Path | None,
+        typer.Option("--models-dir", metavar="DIR", help="Where model files are stored."),
+    ] = None,
+    config_home: Annotated[
+        Path | None,
+        typer.Option("--config-home", metavar="DIR", help="Directory holding skulk.yaml."),
+    ] = None,
+) -> None:
+    """Run this machine's Skulk node in the foreground.
+
+    The node finds its peers, joins the cluster and serves the HTTP API. Options not
+    given fall back to the node's environment variables and then its defaults.
+    Running `skulk` with no command does the same.
+    """
+    exec_daemon(NodeOptions(host, api_port, data_dir, models_dir, config_home))

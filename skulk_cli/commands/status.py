@@ -1,0 +1,25 @@
+"""`skulk status`: the node, the cluster's memory and health, instances, runners."""
+
+from __future__ import annotations
+
+import typer
+
+from skulk_cli import console, render, views
+from skulk_cli.context import CliContext, JsonFlag, node_client
+
+
+def status(ctx: typer.Context, json_output: JsonFlag = False) -> None:
+    """Show this node and the cluster it sees: memory, health, instances, runners."""
+    cli = CliContext.of(ctx)
+    with node_client(cli) as client:
+        identity = client.node_identity()
+        state = client.state()
+        if cli.wants_json(json_output):
+            console.emit_json({"identity": identity, "state": state})
+            return
+        console.show(
+            render.status(
+                views.parse(identity, views.NodeIdentity, "/node/identity"),
+                views.parse(state, views.ClusterState, "/state"),
+            )
+        )

@@ -1,0 +1,73 @@
+"""The `skulk` command: the Typer app, its global options and the entry point."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from urllib.parse import urlsplit
+
+import typer
+from typer._completion_classes import completion_init
+
+from skulk_cli.client import DEFAULT_API_URL
+from skulk_cli.commands import config, models, serve, status
+from skulk_cli.context import CliContext
+
+PROG_NAME = "skulk"
+
+# NOTE: Typer registers its shell-completion classes only when it adds its
+# --install-completion options, which this app leaves out. Without them a request
+# from the committed completion scripts (completions/, which Typer's classes
+# generate) would reach click's stock classes, which speak another protocol.
+completion_init()
+
+app = typer.Typer(
+    name=PROG_NAME,
+    # Completions are generated into completions/ (scripts/gen_cli_docs.py) and
+    # packaged; an installer that edits shell rc files is not wanted.
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    # Help paragraphs reflow to the terminal; `code` spans render as code.
+    rich_markup_mode="markdown",
+)
+app.command("serve")(serve.serve)
+app.command("status")(status.status)
+app.add_typer(models.app, name="models")
+app.add_typer(config.app, name="config")
+
+
+def _check_api_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise typer.BadParameter(f"'{value}' is not an http(s) URL like {DEFAULT_API_URL}")
+    return value.rstrip("/")
+
+
+@app.callback(invoke_without_command=True)
+def root(
+    ctx: typer.Context,
+    api_url: Annotated[
+        str,
+        typer.Option(
+            "--api-url",
+            envvar="SKULK_API_URL",
+            metavar="URL",
+            callback=_check_api_url,
+            help="API of the Skulk node to talk to.",
+        ),
+    ] = DEFAULT_API_URL,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print raw JSON responses (for scripts).")
+    ] = False,
+) -> None:
+    """Skulk joins your machines into one LLM inference cluster.
+
+    With no command, `skulk` runs this machine's node, exactly like `skulk serve`.
+    """
+    ctx.obj = CliContext(api_url=api_url, json_output=json_output)
+    if ctx.invoked_subcommand is None:
+        serve.exec_daemon(serve.NodeOptions())
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name=PROG_NAME)

@@ -1,0 +1,57 @@
+"""Commands: imperatives sent to the master, which alone turns them into events."""
+
+from __future__ import annotations
+
+import msgspec
+
+from skulk_core.cards import ModelCard
+from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId
+from skulk_core.shards import Instance, RunnerStatus
+from skulk_core.state import DownloadProgress
+
+
+class _Command(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag=True):
+    command_id: CommandId
+
+
+class RegisterNode(_Command, frozen=True, kw_only=True):
+    node_id: NodeId
+
+
+class CreateInstance(_Command, frozen=True, kw_only=True):
+    """Commit an already-planned instance (the API dry-runs placement first)."""
+
+    instance: Instance
+
+
+class DeleteInstance(_Command, frozen=True, kw_only=True):
+    instance_id: InstanceId
+
+
+class ReportRunnerStatus(_Command, frozen=True, kw_only=True):
+    runner_id: RunnerId
+    status: RunnerStatus
+
+
+class ReportDownloadProgress(_Command, frozen=True, kw_only=True):
+    node_id: NodeId
+    progress: DownloadProgress
+
+
+class AddCustomCard(_Command, frozen=True, kw_only=True):
+    card: ModelCard
+
+
+class RemoveCustomCard(_Command, frozen=True, kw_only=True):
+    model_id: ModelId
+
+
+Command = (
+    RegisterNode
+    | CreateInstance
+    | DeleteInstance
+    | ReportRunnerStatus
+    | ReportDownloadProgress
+    | AddCustomCard
+    | RemoveCustomCard
+)

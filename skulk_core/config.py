@@ -1,0 +1,165 @@
+"""The ``skulk.yaml`` schema, parsed strictly.
+
+Unknown keys and bad values are refused with a message naming the key. Secrets
+(``hf_token``, ``cluster.key``) are stripped by :func:`public_view` before anything
+leaves the node's own files.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+import msgspec
+
+from skulk_core.telemetry import Participation
+
+SECRET_PLACEHOLDER_KEYS = ("hf_token",)
+
+
+class KvCacheBackend(StrEnum):
+    DEFAULT = "default"
+    F16 = "f16"
+    Q8_0 = "q8_0"
+    Q4_0 = "q4_0"
+
+
+class LogLevel(StrEnum):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class LoggingConfig(_Section, frozen=True, kw_only=True):
+    level: LogLevel = LogLevel.INFO
+    # When off, the API keeps no event export: GET /events answers [].
+    event_log: bool = True
+
+
+class ExperimentsConfig(_Section, frozen=True, kw_only=True):
+    """Deprecated, accepted and ignored (see the spec's Configuration Endpoints)."""
+
+    tts_streaming: bool | None = None
+    stt_realtime: bool | None = None
+    speech_translation: bool | None = None
+
+
+class ModelTrustConfig(_Section, frozen=True, kw_only=True):
+    """Deprecated compatibility state, preserved verbatim and never consulted."""
+
+    approved_remote_code_identities: tuple[str, ...] = ()
+
+
+class InferenceConfig(_Section, frozen=True, kw_only=True):
+    kv_cache_backend: KvCacheBackend = KvCacheBackend.DEFAULT
+    max_output_tokens: int | None = None
+
+
+class StagingConfig(_Section, frozen=True, kw_only=True):
+    staging_keep_recent_gb: float = 40.0
+    cleanup_on_deactivate: bool = True
+
+
+class ModelStoreConfig(_Section, frozen=True, kw_only=True):
+    models_dir: str | None = None
+    staging: StagingConfig = StagingConfig()
+
+
+class NodeConfig(_Section, frozen=True, kw_only=True):
+    friendly_name: str | None = None
+    participation: Participation = Participation.FULL
+
+
+class ClusterConfig(_Section, frozen=True, kw_only=True):
+    key: str | None = None
+    peers: tuple[str, ...] = ()
+    fabric_port: int = 52416
+
+
+class TelemetryConfig(_Section, frozen=True, kw_only=True):
+    enabled: bool = False
+
+
+class SkulkConfig(_Section, frozen=True, kw_only=True):
+    hf_token: str | None = None
+    logging: LoggingConfig = LoggingConfig()
+    experiments: ExperimentsConfig = ExperimentsConfig()
+    model_trust: ModelTrustConfig = ModelTrustConfig()
+    inference: InferenceConfig = InferenceConfig()
+    model_store: ModelStoreConfig = ModelStoreConfig()
+    node: NodeConfig = NodeConfig()
+    cluster: ClusterConfig = ClusterConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
+
+
+class ConfigError(ValueError):
+    """A configuration document was refused. The message names the offending key."""
+
+
+def parse_config(document: object) -> SkulkConfig:
+    """Validate an already-parsed YAML/JSON document (``None`` means empty)."""
+    if document is None:
+        return SkulkConfig()
+    if not isinstance(document, dict):
+        raise ConfigError("the configuration must be a mapping of keys to values")
+    try:
+        return msgspec.convert(document, SkulkConfig, strict=True)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def _describe(exc: msgspec.ValidationError) -> str:
+    # msgspec says "Object contains unknown field `x` - at `$.logging`"; name the key
+    # the way an operator writes it in skulk.yaml.
+    text = str(exc)
+    message, _, where = text.partition(" - at `")
+    path = where.rstrip("`").removeprefix("$").lstrip(".")
+    if "unknown field `" in message:
+        field = message.split("`")[1]
+        key = f"{path}.{field}" if path else field
+        return f"unknown configuration key '{key}'"
+    if path:
+        return f"invalid value for '{path}': {message}"
+    return message
+
+
+def to_document(config: SkulkConfig) -> dict[str, Any]:
+    """The config as plain builtins, defaults included, in file (snake_case) form."""
+    result: dict[str, Any] = msgspec.to_builtins(config)
+    return result
+
+
+def public_view(config: SkulkConfig) -> dict[str, Any]:
+    """What ``GET /config`` may show: secrets removed."""
+    document = to_document(config)
+    document.pop("hf_token", None)
+    cluster = document.get("cluster")
+    if isinstance(cluster, dict):
+        cluster.pop("key", None)
+    return document
+
+
+def merge_update(current: SkulkConfig, incoming: SkulkConfig, present: set[str]) -> SkulkConfig:
+    """Apply ``PUT /config``'s preservation rules.
+
+    The update replaces the whole config, except that ``hf_token``, ``logging``,
+    ``experiments`` and ``model_trust`` keep their current values when the request
+    omits them (``present`` holds the top-level keys the request carried), and a
+    blank ``hf_token`` never erases a stored one. ``cluster.key`` is a secret that
+    GET never shows, so an update cannot be expected to carry it: it is kept too.
+    """
+    replace = msgspec.structs.replace
+    merged = incoming
+    if "hf_token" not in present or not (incoming.hf_token or "").strip():
+        merged = replace(merged, hf_token=current.hf_token)
+    for key in ("logging", "experiments", "model_trust"):
+        if key not in present:
+            merged = replace(merged, **{key: getattr(current, key)})
+    if merged.cluster.key is None and current.cluster.key is not None:
+        merged = replace(merged, cluster=replace(merged.cluster, key=current.cluster.key))
+    return merged

@@ -1,0 +1,81 @@
+"""The master's pure half: what events a command produces against the current State.
+
+The master agent (daemon) orders commands one at a time, calls :func:`decide`, and
+indexes the result. A refusal is a value, not an exception, so the caller can answer
+the client that sent the command.
+"""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+import msgspec
+
+from skulk_core.commands import (
+    AddCustomCard,
+    Command,
+    CreateInstance,
+    DeleteInstance,
+    RegisterNode,
+    RemoveCustomCard,
+    ReportDownloadProgress,
+    ReportRunnerStatus,
+)
+from skulk_core.events import (
+    CustomModelCardAdded,
+    CustomModelCardRemoved,
+    DownloadProgressUpdated,
+    Event,
+    InstanceCreated,
+    InstanceDeleted,
+    NodeJoined,
+    RunnerStatusUpdated,
+)
+from skulk_core.shards import RunnerIdle
+from skulk_core.state import State
+
+
+class Refused(msgspec.Struct, frozen=True, kw_only=True):
+    """The master will not order this command. ``code`` is stable, ``message`` is for people."""
+
+    code: str
+    message: str
+
+
+def decide(state: State, command: Command) -> list[Event] | Refused:
+    match command:
+        case RegisterNode(node_id=node_id):
+            return [NodeJoined(node_id=node_id)]
+        case CreateInstance(instance=instance):
+            if instance.instance_id in state.instances:
+                return Refused(
+                    code="instance_exists",
+                    message=f"instance {instance.instance_id} already exists",
+                )
+            runners: list[Event] = [
+                RunnerStatusUpdated(runner_id=runner_id, status=RunnerIdle())
+                for runner_id in instance.shard_assignments.runner_to_shard
+            ]
+            return [InstanceCreated(instance=instance), *runners]
+        case DeleteInstance(instance_id=instance_id):
+            if instance_id not in state.instances:
+                return Refused(code="not_found", message=f"instance {instance_id} not found")
+            return [InstanceDeleted(instance_id=instance_id)]
+        case ReportRunnerStatus(runner_id=runner_id, status=status):
+            owned = any(
+                runner_id in i.shard_assignments.runner_to_shard for i in state.instances.values()
+            )
+            if not owned:
+                # A runner whose instance is gone reports late; its status has no home.
+                return []
+            return [RunnerStatusUpdated(runner_id=runner_id, status=status)]
+        case ReportDownloadProgress(node_id=node_id, progress=progress):
+            return [DownloadProgressUpdated(node_id=node_id, progress=progress)]
+        case AddCustomCard(card=card):
+            return [CustomModelCardAdded(card=card)]
+        case RemoveCustomCard(model_id=model_id):
+            if model_id not in state.custom_model_cards:
+                return Refused(code="not_found", message=f"no custom card for {model_id}")
+            return [CustomModelCardRemoved(model_id=model_id)]
+        case _:
+            assert_never(command)

@@ -1,0 +1,95 @@
+"""Events: facts in the past tense, ordered and indexed by the master only."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+
+from skulk_core.cards import ModelCard
+from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId, TaskId
+from skulk_core.shards import Instance, RunnerStatus
+from skulk_core.state import DownloadProgress, InstanceFailure, Task, TaskStatus
+
+
+class _Event(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag=True):
+    pass
+
+
+class NodeJoined(_Event, frozen=True, kw_only=True):
+    node_id: NodeId
+
+
+class NodeLeft(_Event, frozen=True, kw_only=True):
+    node_id: NodeId
+
+
+class InstanceCreated(_Event, frozen=True, kw_only=True):
+    instance: Instance
+
+
+class InstanceDeleted(_Event, frozen=True, kw_only=True):
+    instance_id: InstanceId
+
+
+class InstanceFailed(_Event, frozen=True, kw_only=True):
+    """Recorded before the instance is removed, so operators see why it vanished."""
+
+    failure: InstanceFailure
+
+
+class RunnerStatusUpdated(_Event, frozen=True, kw_only=True):
+    runner_id: RunnerId
+    status: RunnerStatus
+
+
+class TaskCreated(_Event, frozen=True, kw_only=True):
+    task: Task
+
+
+class TaskStatusUpdated(_Event, frozen=True, kw_only=True):
+    task_id: TaskId
+    task_status: TaskStatus
+
+
+class TaskDeleted(_Event, frozen=True, kw_only=True):
+    task_id: TaskId
+
+
+class DownloadProgressUpdated(_Event, frozen=True, kw_only=True):
+    node_id: NodeId
+    progress: DownloadProgress
+
+
+class CustomModelCardAdded(_Event, frozen=True, kw_only=True):
+    card: ModelCard
+
+
+class CustomModelCardRemoved(_Event, frozen=True, kw_only=True):
+    model_id: ModelId
+
+
+Event = (
+    NodeJoined
+    | NodeLeft
+    | InstanceCreated
+    | InstanceDeleted
+    | InstanceFailed
+    | RunnerStatusUpdated
+    | TaskCreated
+    | TaskStatusUpdated
+    | TaskDeleted
+    | DownloadProgressUpdated
+    | CustomModelCardAdded
+    | CustomModelCardRemoved
+)
+
+
+class IndexedEvent(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """An event with its place in the cluster's one total order."""
+
+    idx: int
+    event: Event
+    origin: NodeId
+    recorded_at: datetime
+    command_id: CommandId | None = None

@@ -1,0 +1,5 @@
+import sys
+
+from skulk_daemon.serve import main
+
+sys.exit(main())

@@ -1,0 +1,64 @@
+"""``GET /config`` and ``PUT /config`` with the spec's preservation rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Controller, Request, get, put
+
+from skulk_core.config import ConfigError, merge_update, parse_config, public_view
+from skulk_daemon.api.errors import ApiError
+from skulk_daemon.config_store import EffectiveConfig
+from skulk_daemon.node import Node
+
+
+class ConfigResponse(msgspec.Struct, frozen=True, kw_only=True):
+    config: dict[str, Any]
+    path: str
+    effective: EffectiveConfig
+
+
+def _response(node: Node) -> ConfigResponse:
+    store = node.config_store
+    return ConfigResponse(
+        config=public_view(store.config),
+        path=str(store.path),
+        effective=store.effective(node.models_dir, node.settings.data_dir),
+    )
+
+
+class ConfigController(Controller):
+    tags = ["Config"]
+
+    @get("/config", summary="The node's configuration (secrets stripped) and effective values")
+    async def show(self, node: Node) -> ConfigResponse:
+        return _response(node)
+
+    @put("/config", summary="Replace the configuration (see the preservation rules)")
+    async def update(self, node: Node, request: Request[Any, Any, Any]) -> ConfigResponse:
+        try:
+            document = msgspec.json.decode(await request.body())
+        except msgspec.DecodeError as exc:
+            raise ApiError(400, f"the body is not JSON: {exc}", code="invalid_json") from None
+        if isinstance(document, dict) and set(document) == {"config"}:
+            document = document["config"]
+        if not isinstance(document, dict):
+            raise ApiError(422, "the configuration must be a JSON object", code="invalid_config")
+        try:
+            incoming = parse_config(document)
+        except ConfigError as exc:
+            raise ApiError(422, str(exc), code="invalid_config") from None
+        # NOTE: read, merge and save without an await in between, so two concurrent
+        # PUTs cannot both merge against the same old config and lose a preserved key.
+        current = node.config_store.config
+        if "model_trust" in document and incoming.model_trust != current.model_trust:
+            raise ApiError(
+                409,
+                "model_trust cannot be replaced through PUT /config: repository code is "
+                "authorized by signed publication or explicit model addition",
+                code="model_trust_immutable",
+            )
+        merged = merge_update(current, incoming, set(document))
+        node.config_store.save(merged)
+        return _response(node)

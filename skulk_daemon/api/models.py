@@ -1,0 +1,97 @@
+"""Model discovery: ``/v1/models``, requirements, and operator custom cards."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+from litestar import Controller, delete, get, post
+from litestar.params import Parameter
+
+from skulk_core.cards import ModelCard
+from skulk_core.catalog import CatalogEntry
+from skulk_core.commands import AddCustomCard, RemoveCustomCard
+from skulk_core.custom_cards import CardRejected, normalize_custom_card
+from skulk_core.ids import ModelId, new_command_id
+from skulk_core.model_listing import ModelList, ModelListItem, model_list_item
+from skulk_core.model_requirements import (
+    DEFAULT_CONTEXT_TOKENS,
+    MAX_CONTEXT_TOKENS,
+    MAX_MODEL_ID_CHARS,
+    ContextOutOfRange,
+    ModelRequirements,
+    model_requirements,
+)
+from skulk_daemon.api.errors import ApiError
+from skulk_daemon.node import Node
+
+
+class AddCardRequest(msgspec.Struct, frozen=True, kw_only=True):
+    model_card: ModelCard
+
+
+class CustomCardDeleted(msgspec.Struct, frozen=True, kw_only=True):
+    model_id: str
+    deleted: bool = True
+
+
+def _known(node: Node, model_id: str) -> CatalogEntry:
+    entry = node.catalog().get(model_id)
+    if entry is None:
+        raise ApiError(404, f"model {model_id!r} is not in the catalog", code="model_not_found")
+    return entry
+
+
+class ModelsController(Controller):
+    tags = ["Models"]
+
+    @get(["/v1/models", "/models"], summary="Every model in this node's catalog")
+    async def list_models(self, node: Node) -> ModelList:
+        return ModelList(data=tuple(model_list_item(entry) for entry in node.catalog().entries()))
+
+    @get("/models/requirements", summary="Storage and memory one card needs at a context size")
+    async def requirements(
+        self,
+        node: Node,
+        model_id: str,
+        # NOTE: the range is checked by model_requirements rather than by Parameter
+        # bounds, so an out-of-range value gets the same 422 as one above the card's
+        # limit (Litestar's own validation would answer 400).
+        context_tokens: Annotated[
+            int, Parameter(description=f"1 to {MAX_CONTEXT_TOKENS}, per sequence")
+        ] = DEFAULT_CONTEXT_TOKENS,
+    ) -> ModelRequirements:
+        if not 1 <= len(model_id) <= MAX_MODEL_ID_CHARS:
+            raise ApiError(
+                422, f"model_id must be 1 to {MAX_MODEL_ID_CHARS} characters", code="invalid_model_id"
+            )
+        entry = _known(node, model_id)
+        try:
+            return model_requirements(entry.card, context_tokens)
+        except ContextOutOfRange as exc:
+            raise ApiError(422, str(exc), code="context_tokens_out_of_range") from None
+
+    @post("/models/add-card", status_code=200, summary="Add an exact unsigned custom card")
+    async def add_card(self, node: Node, data: AddCardRequest) -> ModelListItem:
+        try:
+            card = normalize_custom_card(data.model_card)
+        except CardRejected as exc:
+            raise ApiError(400, str(exc), code="invalid_model_card") from None
+        # submit returns once the resulting event is applied here, so the catalog
+        # read below sees the card this request added.
+        await node.submit(AddCustomCard(command_id=new_command_id(), card=card))
+        entry = node.catalog().get(card.model_id)
+        if entry is None or entry.card != card:
+            raise ApiError(504, "the card was not visible in the catalog", code="not_converged")
+        return model_list_item(entry)
+
+    @delete(
+        "/models/custom/{model_id:path}", status_code=200, summary="Remove an operator custom card"
+    )
+    async def remove_custom_card(self, node: Node, model_id: str) -> CustomCardDeleted:
+        # A ``:path`` parameter keeps its leading slash; model ids contain slashes.
+        alias = ModelId(model_id.removeprefix("/"))
+        if alias not in node.state.custom_model_cards:
+            raise ApiError(404, f"no custom card for {alias!r}", code="not_found")
+        await node.submit(RemoveCustomCard(command_id=new_command_id(), model_id=alias))
+        return CustomCardDeleted(model_id=alias)

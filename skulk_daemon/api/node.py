@@ -1,0 +1,46 @@
+"""Node identity and the node-local onboarding marker."""
+
+from __future__ import annotations
+
+import socket
+
+import msgspec
+from litestar import Controller, MediaType, Response, get, post
+
+from skulk_daemon.fsutil import atomic_write
+from skulk_daemon.netinfo import preferred_ipv4
+from skulk_daemon.node import Node
+
+
+class NodeIdentityResponse(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    node_id: str
+    hostname: str
+    ip_address: str
+
+
+class OnboardingStatus(msgspec.Struct, frozen=True, kw_only=True):
+    completed: bool
+
+
+class NodeController(Controller):
+    tags = ["Node"]
+
+    @get("/node_id", summary="This node's id, as a JSON string", media_type=MediaType.JSON)
+    async def node_id(self, node: Node) -> Response[bytes]:
+        # Litestar sends a bare str as is; clients parse this route as a JSON string.
+        return Response(content=msgspec.json.encode(node.node_id), media_type=MediaType.JSON)
+
+    @get("/node/identity", summary="This node's id, hostname and preferred address")
+    async def identity(self, node: Node) -> NodeIdentityResponse:
+        return NodeIdentityResponse(
+            node_id=node.node_id, hostname=socket.gethostname(), ip_address=preferred_ipv4()
+        )
+
+    @get("/onboarding", summary="Whether the dashboard onboarding flow was completed here")
+    async def onboarding(self, node: Node) -> OnboardingStatus:
+        return OnboardingStatus(completed=node.settings.onboarding_marker_path.exists())
+
+    @post("/onboarding", status_code=200, summary="Mark onboarding complete on this node")
+    async def complete_onboarding(self, node: Node) -> OnboardingStatus:
+        atomic_write(node.settings.onboarding_marker_path, b"completed\n")
+        return OnboardingStatus(completed=True)

@@ -1,0 +1,69 @@
+"""The master: the only writer of the event log.
+
+It takes commands one at a time, asks the pure :func:`skulk_core.decide.decide`
+what they mean against its State, gives each resulting event the next index,
+makes the events durable, and only then publishes them. On a single node it lives
+in-process; with the fabric, commands arrive over the control plane and the same
+object orders them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from skulk_core.apply import apply
+from skulk_core.commands import Command
+from skulk_core.decide import Refused, decide
+from skulk_core.events import IndexedEvent
+from skulk_core.ids import NodeId
+from skulk_core.state import State
+from skulk_daemon.eventlog import EventLog
+
+log = logging.getLogger(__name__)
+
+Publish = Callable[[list[IndexedEvent]], None]
+
+
+class Master:
+    def __init__(self, node_id: NodeId, state: State, event_log: EventLog, publish: Publish) -> None:
+        self._node_id = node_id
+        self._state = state
+        self._log = event_log
+        self._publish = publish
+        # NOTE: one lock orders every command. decide() must see the State produced by
+        # every earlier command, and indices must reach the log in order.
+        self._lock = asyncio.Lock()
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    async def order(self, command: Command, origin: NodeId) -> list[IndexedEvent] | Refused:
+        async with self._lock:
+            decided = decide(self._state, command)
+            if isinstance(decided, Refused):
+                return decided
+            now = datetime.now(UTC)
+            indexed: list[IndexedEvent] = []
+            state = self._state
+            for event in decided:
+                item = IndexedEvent(
+                    idx=state.last_event_applied_idx + 1,
+                    event=event,
+                    origin=origin,
+                    recorded_at=now,
+                    command_id=command.command_id,
+                )
+                state = apply(state, item)
+                indexed.append(item)
+            # Durable before visible: a crash after this line replays the events, a
+            # crash before it loses a command nobody was told had succeeded.
+            await asyncio.to_thread(self._log.append, indexed)
+            self._state = state
+            # NOTE: publish under the lock so subscribers see batches in index order.
+            if indexed:
+                self._publish(indexed)
+        return indexed

@@ -1,0 +1,193 @@
+"""``python -m skulk_daemon``: start a node, serve until SIGINT/SIGTERM, exit 0.
+
+Start-up failures an operator can fix (a port in use, an unwritable data dir, a bad
+``skulk.yaml``, a corrupt event log) print one clear line and exit 1; nothing that
+was already on disk is changed by a failed start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import errno
+import logging
+import signal
+import socket
+import sys
+from collections.abc import Generator, Sequence
+from pathlib import Path
+
+import uvicorn
+
+from skulk_core.config import ConfigError
+from skulk_core.telemetry import TELEMETRY_INTERVAL_SECONDS, NodeIdentityInfo
+from skulk_core.version import SKULK_VERSION
+from skulk_daemon.api.app import create_app
+from skulk_daemon.buildinfo import source_commit
+from skulk_daemon.config_store import ConfigStore
+from skulk_daemon.eventlog import EventLog, EventLogCorrupt
+from skulk_daemon.fsutil import ensure_private_dir
+from skulk_daemon.identity import IdentityError, load_identity
+from skulk_daemon.models.installed import load_installed_models
+from skulk_daemon.node import Node
+from skulk_daemon.settings import Settings, resolve_settings
+from skulk_daemon.telemetry.publisher import TelemetrySource, run_publisher
+
+log = logging.getLogger("skulk")
+
+
+class StartupError(Exception):
+    """A start-up problem the operator can fix; the message says how."""
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="skulk serve", description="Run a Skulk node.")
+    parser.add_argument("--host", help="address to listen on (default 0.0.0.0, env SKULK_HOST)")
+    parser.add_argument("--api-port", type=int, help="HTTP port (default 52415, env SKULK_API_PORT)")
+    parser.add_argument("--data-dir", help="node data dir (env SKULK_DATA_DIR)")
+    parser.add_argument("--models-dir", help="models dir (env SKULK_MODELS_DIR)")
+    parser.add_argument("--config-home", help="dir holding skulk.yaml (env SKULK_CONFIG_HOME)")
+    return parser.parse_args(list(argv))
+
+
+def bind_api_socket(host: str, port: int) -> socket.socket:
+    """Bind the API port ourselves so a port in use is one clear message, not a traceback."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise StartupError(
+                f"port {port} on {host} is already in use (another Skulk node?); "
+                "stop it or pass --api-port"
+            ) from None
+        raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def build_node(settings: Settings) -> Node:
+    try:
+        config_store = ConfigStore.load(settings.config_path)
+    except ConfigError as exc:
+        raise StartupError(str(exc)) from None
+    models_dir = settings.models_dir(config_store.config.model_store.models_dir)
+    for directory in (settings.data_dir, models_dir):
+        try:
+            ensure_private_dir(directory)
+        except OSError as exc:
+            raise StartupError(f"data directory {directory} is unusable: {exc}") from None
+    try:
+        identity = load_identity(settings.identity_key_path, settings.install_id_path)
+    except (IdentityError, OSError) as exc:
+        raise StartupError(str(exc)) from None
+    try:
+        event_log, replayed, torn = EventLog.open(settings.event_log_path)
+    except EventLogCorrupt as exc:
+        raise StartupError(str(exc)) from None
+    if torn is not None:
+        log.warning("%s", torn.describe(settings.event_log_path))
+    return Node(
+        settings=settings,
+        identity=identity,
+        config_store=config_store,
+        event_log=event_log,
+        replayed=replayed,
+        installed_models=load_installed_models(models_dir),
+        models_dir=models_dir,
+    )
+
+
+class _Server(uvicorn.Server):
+    # NOTE: uvicorn re-raises the signal it caught once serving stops, which turns a
+    # clean Ctrl-C into exit 130 / -15. We own the signals instead and exit 0.
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+async def _serve(settings: Settings) -> None:
+    sock = bind_api_socket(settings.host, settings.api_port)
+    node = await asyncio.to_thread(build_node, settings)
+    config = node.config
+    stop = asyncio.Event()
+    source = TelemetrySource(
+        node_id=node.node_id,
+        identity=NodeIdentityInfo(
+            friendly_name=config.node.friendly_name or socket.gethostname(),
+            node_install_id=node.identity.install_id,
+            skulk_version=SKULK_VERSION,
+            skulk_commit=source_commit(),
+        ),
+        models_dir=node.models_dir,
+        participation=config.node.participation,
+    )
+    node.record_telemetry(await asyncio.to_thread(source.read))
+    background: list[asyncio.Task[None]] = []
+
+    async def started() -> None:
+        await node.start()
+        background.append(
+            asyncio.create_task(
+                run_publisher(source, node.record_telemetry, TELEMETRY_INTERVAL_SECONDS, stop)
+            )
+        )
+        log.info(
+            "skulk node %s serving on http://%s:%d", node.node_id, settings.host, settings.api_port
+        )
+
+    async def stopping() -> None:
+        stop.set()
+        for task in background:
+            await task
+
+    app = create_app(node, on_startup=[started], on_shutdown=[stopping])
+    server = _Server(
+        uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=10)
+    )
+    loop = asyncio.get_running_loop()
+
+    def request_stop(signame: str) -> None:
+        log.info("received %s, stopping", signame)
+        server.should_exit = True
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, request_stop, sig.name)
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        stop.set()
+        node.close()
+        sock.close()
+    if not server.started:
+        raise StartupError("the HTTP server failed to start; see the log above")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        settings = resolve_settings(
+            host=args.host,
+            api_port=args.api_port,
+            config_home=args.config_home,
+            data_dir=args.data_dir,
+            models_dir=args.models_dir,
+        )
+        asyncio.run(_serve(settings))
+    except (StartupError, ValueError) as exc:
+        print(f"skulk: {exc}", file=sys.stderr)
+        return 1
+    log.info("stopped cleanly")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

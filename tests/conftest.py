@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.daemon_process import DaemonFactory, DaemonProcess
+
+
+@pytest.fixture(scope="session")
+def shared_models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One models dir for the session: the demo model is assembled into it once."""
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture
+def make_daemon(tmp_path: Path, shared_models_dir: Path) -> Iterator[DaemonFactory]:
+    made: list[DaemonProcess] = []
+
+    def factory(name: str = "node", **extra_env: str) -> DaemonProcess:
+        daemon = DaemonProcess(
+            root=tmp_path / name, models_dir=shared_models_dir, extra_env=dict(extra_env)
+        )
+        made.append(daemon)
+        return daemon
+
+    yield factory
+    for daemon in made:
+        daemon.kill()
+
+
+@pytest.fixture
+def daemon(make_daemon: DaemonFactory) -> DaemonProcess:
+    return make_daemon().start()

@@ -1,0 +1,76 @@
+import pytest
+
+from skulk_core.config import (
+    ConfigError,
+    KvCacheBackend,
+    LogLevel,
+    SkulkConfig,
+    merge_update,
+    parse_config,
+    public_view,
+)
+
+
+def test_empty_document_is_the_default_config() -> None:
+    assert parse_config(None) == SkulkConfig()
+    assert parse_config({}) == SkulkConfig()
+
+
+def test_unknown_key_is_refused_naming_the_key() -> None:
+    with pytest.raises(ConfigError, match="'logging.colour'"):
+        parse_config({"logging": {"colour": "red"}})
+    with pytest.raises(ConfigError, match="'nonsense'"):
+        parse_config({"nonsense": 1})
+
+
+def test_bad_value_is_refused_naming_the_key() -> None:
+    with pytest.raises(ConfigError, match="'inference.kv_cache_backend'"):
+        parse_config({"inference": {"kv_cache_backend": "q3_lol"}})
+    with pytest.raises(ConfigError, match="'cluster.fabric_port'"):
+        parse_config({"cluster": {"fabric_port": "many"}})
+
+
+def test_non_mapping_is_refused() -> None:
+    with pytest.raises(ConfigError):
+        parse_config(["a"])
+
+
+def test_public_view_strips_secrets() -> None:
+    config = parse_config({"hf_token": "hf_secret", "cluster": {"key": "psk-secret"}})
+    view = public_view(config)
+    assert "hf_token" not in view
+    assert "key" not in view["cluster"]
+    assert "secret" not in repr(view)
+
+
+def test_put_preserves_omitted_sections_and_tokens() -> None:
+    current = parse_config(
+        {
+            "hf_token": "hf_keep",
+            "logging": {"level": "debug"},
+            "model_trust": {"approved_remote_code_identities": ["x"]},
+            "cluster": {"key": "psk"},
+            "inference": {"kv_cache_backend": "q8_0"},
+        }
+    )
+    incoming_doc = {"inference": {"kv_cache_backend": "f16"}}
+    merged = merge_update(current, parse_config(incoming_doc), set(incoming_doc))
+    assert merged.hf_token == "hf_keep"
+    assert merged.logging.level is LogLevel.DEBUG
+    assert merged.model_trust.approved_remote_code_identities == ("x",)
+    assert merged.cluster.key == "psk"
+    assert merged.inference.kv_cache_backend is KvCacheBackend.F16
+
+
+def test_put_blank_token_never_erases_and_new_token_replaces() -> None:
+    current = parse_config({"hf_token": "hf_keep"})
+    blank = {"hf_token": "  "}
+    assert merge_update(current, parse_config(blank), set(blank)).hf_token == "hf_keep"
+    new = {"hf_token": "hf_new"}
+    assert merge_update(current, parse_config(new), set(new)).hf_token == "hf_new"
+
+
+def test_put_replaces_sections_it_does_not_preserve() -> None:
+    current = parse_config({"inference": {"kv_cache_backend": "q8_0"}})
+    merged = merge_update(current, parse_config({}), set())
+    assert merged.inference.kv_cache_backend is KvCacheBackend.DEFAULT

@@ -1,0 +1,170 @@
+"""The real daemon as a subprocess: what a newcomer sees with curl."""
+
+from __future__ import annotations
+
+import signal
+import socket
+
+import httpx
+import pytest
+
+from tests.daemon_process import DaemonFactory, DaemonProcess
+
+DEMO_MODEL = "local/gemma-3-270m-q4_k_m"
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+
+pytestmark = pytest.mark.slow
+
+
+def test_node_answers_id_identity_state_models_and_docs(daemon: DaemonProcess) -> None:
+    node_id = daemon.get("/node_id").json()
+    assert isinstance(node_id, str) and node_id.startswith("12D3KooW")
+
+    identity = daemon.get("/node/identity").json()
+    assert identity["nodeId"] == node_id
+    assert identity["hostname"] == socket.gethostname()
+    assert identity["ipAddress"]
+
+    state = daemon.get("/state").json()
+    assert node_id in state["topology"]["nodes"]
+    memory = state["nodeMemory"][node_id]
+    assert 0 < memory["ramAvailable"]["inBytes"] <= memory["ramTotal"]["inBytes"]
+    assert state["nodeIdentities"][node_id]["nodeInstallId"]
+    assert state["nodeHealth"][node_id]["level"] in {"ok", "warn", "error"}
+    assert "llama_cpp" in state["nodeResources"][node_id]["backends"]
+    assert state["lastEventAppliedIdx"] >= 0
+    assert node_id in state["lastSeen"]
+
+    models = daemon.get("/v1/models").json()
+    demo = next(m for m in models["data"] if m["id"] == DEMO_MODEL)
+    assert demo["installed"] is True
+    assert demo["catalog_source"] == "installed"
+    assert daemon.get("/models").json() == models
+
+    schema = daemon.get("/api/openapi.json").json()
+    for path in ("/node_id", "/state", "/v1/models", "/config"):
+        assert path in schema["paths"]
+    assert "swagger" in daemon.get("/api/docs").text.lower()
+    assert "redoc" in daemon.get("/api/redoc").text.lower()
+
+
+def test_errors_use_the_openai_envelope(daemon: DaemonProcess) -> None:
+    response = daemon.get("/no/such/route")
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "code"}
+
+
+def test_restart_keeps_node_id_and_replays_state(make_daemon: DaemonFactory) -> None:
+    daemon = make_daemon().start()
+    node_id = daemon.get("/node_id").json()
+    install_id = daemon.get("/state").json()["nodeIdentities"][node_id]["nodeInstallId"]
+    card = {
+        "modelId": "org/restart-proof",
+        "sourceRepository": "org/restart-proof",
+        "sourceRevision": REVISION,
+        "storageSize": {"inBytes": 1234},
+        "nLayers": 4,
+        "hiddenSize": 64,
+        "supportsTensor": False,
+        "tasks": ["TextGeneration"],
+        "ggufFile": "model-Q4_K_M.gguf",
+    }
+    added = httpx.post(f"{daemon.url}/models/add-card", json={"model_card": card}, timeout=30)
+    assert added.status_code in (200, 201), added.text
+    before = daemon.get("/state").json()
+    events_before = daemon.get("/events").json()
+
+    code, err = daemon.stop(signal.SIGINT)
+    assert code == 0, err
+    assert key_file_mode(daemon) == 0o600
+
+    daemon.start()
+    assert daemon.get("/node_id").json() == node_id
+    after = daemon.get("/state").json()
+    assert after["nodeIdentities"][node_id]["nodeInstallId"] == install_id
+    ids = [m["id"] for m in daemon.get("/v1/models").json()["data"]]
+    assert "org/restart-proof" in ids
+    # the restart registered the node again: the log grew, history was kept
+    assert after["lastEventAppliedIdx"] > before["lastEventAppliedIdx"]
+    events_after = daemon.get("/events").json()
+    assert events_after[: len(events_before)] == events_before
+    assert [e["idx"] for e in events_after] == list(range(len(events_after)))
+
+
+def key_file_mode(daemon: DaemonProcess) -> int:
+    return (daemon.data_dir / "node_key.pem").stat().st_mode & 0o777
+
+
+def test_sigterm_stops_cleanly(daemon: DaemonProcess) -> None:
+    code, err = daemon.stop(signal.SIGTERM)
+    assert code == 0, err
+    assert "stopped cleanly" in err
+
+
+def test_port_in_use_is_a_clear_error(daemon: DaemonProcess, make_daemon: DaemonFactory) -> None:
+    second = make_daemon("second")
+    second.port = daemon.port
+    code, err = second.run_to_exit()
+    assert code == 1
+    assert f"port {daemon.port}" in err and "already in use" in err
+    assert "Traceback" not in err
+    # the first node is untouched
+    assert daemon.get("/node_id").status_code == 200
+
+
+def test_unknown_config_key_refuses_to_start(make_daemon: DaemonFactory) -> None:
+    daemon = make_daemon()
+    daemon.config_home.mkdir(parents=True)
+    (daemon.config_home / "skulk.yaml").write_text("logging:\n  colour: red\n")
+    code, err = daemon.run_to_exit()
+    assert code == 1
+    assert "'logging.colour'" in err
+    assert "Traceback" not in err
+
+
+def test_unusable_data_dir_is_a_clear_error(make_daemon: DaemonFactory) -> None:
+    daemon = make_daemon()
+    daemon.root.mkdir(parents=True)
+    (daemon.root / "data").write_text("a file where the data dir should be")
+    code, err = daemon.run_to_exit()
+    assert code == 1
+    assert "data directory" in err
+    assert (daemon.root / "data").read_text() == "a file where the data dir should be"
+
+
+def test_torn_event_log_tail_recovers_and_says_so(make_daemon: DaemonFactory) -> None:
+    daemon = make_daemon().start()
+    events = daemon.get("/events").json()
+    daemon.stop()
+    log_path = daemon.data_dir / "events.log"
+    with log_path.open("ab") as handle:
+        handle.write(b"\x00\x00\x01\x00torn")
+    daemon.start()
+    code, err = daemon.stop()
+    assert code == 0
+    assert "dropped a torn record" in err
+    assert daemon.start().get("/events").json()[: len(events)] == events
+
+
+def test_corrupt_event_log_refuses_to_start_and_keeps_the_file(make_daemon: DaemonFactory) -> None:
+    daemon = make_daemon().start()
+    daemon.stop()
+    daemon.start()
+    daemon.stop()
+    log_path = daemon.data_dir / "events.log"
+    data = bytearray(log_path.read_bytes())
+    data[20] ^= 0xFF  # inside the first record's payload, with records after it
+    log_path.write_bytes(bytes(data))
+    code, err = daemon.run_to_exit()
+    assert code == 1
+    assert "corrupt at byte offset 8" in err
+    assert log_path.read_bytes() == bytes(data)
+
+
+def test_events_export_is_empty_when_event_logging_is_off(make_daemon: DaemonFactory) -> None:
+    daemon = make_daemon()
+    daemon.config_home.mkdir(parents=True)
+    (daemon.config_home / "skulk.yaml").write_text("logging:\n  event_log: false\n")
+    daemon.start()
+    assert daemon.get("/events").json() == []
