@@ -19,7 +19,7 @@ from skulk_core.cards import ModelCard
 
 DIGEST_EXCLUDED_FIELDS: Final = frozenset({"registry_snapshot_id"})
 
-_Json: TypeAlias = "None | bool | int | float | str | list[_Json] | dict[str, _Json]"
+_Json: TypeAlias = "bool | int | float | str | list[_Json] | dict[str, _Json] | None"
 
 
 def card_digest(card: ModelCard) -> str:

@@ -123,12 +123,13 @@ def _with_registry_card(prior: CatalogEntry | None, card: ModelCard) -> CatalogE
 
 def _with_custom_card(prior: CatalogEntry | None, card: ModelCard) -> CatalogEntry:
     registry_card = prior.registry_card if prior is not None else None
-    if prior is not None and prior.installed_card is not None:
-        if same_artifact(prior.installed_card, card):
-            # The override describes the bytes already here: still installed.
-            return msgspec.structs.replace(
-                prior, card=card, catalog_source=CatalogSource.CUSTOM
-            )
+    if (
+        prior is not None
+        and prior.installed_card is not None
+        and same_artifact(prior.installed_card, card)
+    ):
+        # The override describes the bytes already here: still installed.
+        return msgspec.structs.replace(prior, card=card, catalog_source=CatalogSource.CUSTOM)
     # Different (or no) bytes: the override names an artifact this node lacks.
     return CatalogEntry(
         card=card,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import msgspec
 
 from skulk_core.cards import ModelCard
-from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId
+from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId, TaskId
 from skulk_core.shards import Instance, RunnerStatus
-from skulk_core.state import DownloadProgress
+from skulk_core.state import DownloadProgress, Task, TaskStatus
 
 
 class _Command(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag=True):
@@ -38,6 +40,27 @@ class ReportDownloadProgress(_Command, frozen=True, kw_only=True):
     progress: DownloadProgress
 
 
+class ReportInstanceFailure(_Command, frozen=True, kw_only=True):
+    """A runner of the instance failed for good: record why, then remove the instance."""
+
+    instance_id: InstanceId
+    error_code: str
+    error_message: str
+    node_id: NodeId
+    observed_at: datetime
+
+
+class StartTask(_Command, frozen=True, kw_only=True):
+    task: Task
+
+
+class FinishTask(_Command, frozen=True, kw_only=True):
+    """A task ended (any way). Finished tasks leave State; their outcome went to the client."""
+
+    task_id: TaskId
+    task_status: TaskStatus
+
+
 class AddCustomCard(_Command, frozen=True, kw_only=True):
     card: ModelCard
 
@@ -52,6 +75,9 @@ Command = (
     | DeleteInstance
     | ReportRunnerStatus
     | ReportDownloadProgress
+    | ReportInstanceFailure
+    | StartTask
+    | FinishTask
     | AddCustomCard
     | RemoveCustomCard
 )

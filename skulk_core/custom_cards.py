@@ -18,7 +18,7 @@ from skulk_core.model_requirements import MAX_MODEL_ID_CHARS
 SOURCE_REVISION_PATTERN: Final = re.compile(r"[0-9a-f]{40}")
 
 
-class CardRejected(ValueError):
+class CardRejectedError(ValueError):
     """The card cannot be accepted as a custom card; the message says why."""
 
 
@@ -29,21 +29,21 @@ def normalize_custom_card(card: ModelCard, *, qualification_only: bool = False) 
     ``qualification_only`` is set only for service-bearer installs.
     """
     if not 1 <= len(card.model_id) <= MAX_MODEL_ID_CHARS:
-        raise CardRejected(f"modelId must be 1 to {MAX_MODEL_ID_CHARS} characters")
+        raise CardRejectedError(f"modelId must be 1 to {MAX_MODEL_ID_CHARS} characters")
     revision = card.source_revision
     if revision is None or SOURCE_REVISION_PATTERN.fullmatch(revision) is None:
-        raise CardRejected(
+        raise CardRejectedError(
             "sourceRevision must be a full 40-character lowercase hexadecimal commit id"
         )
     if card.storage_size.in_bytes < 0:
-        raise CardRejected("storageSize.inBytes must not be negative")
+        raise CardRejectedError("storageSize.inBytes must not be negative")
     if card.n_layers < 1:
-        raise CardRejected("nLayers must be at least 1")
+        raise CardRejectedError("nLayers must be at least 1")
     for name, value in _optional_geometry(card):
         if value is not None and value < 1:
-            raise CardRejected(f"{name} must be at least 1 when given")
+            raise CardRejectedError(f"{name} must be at least 1 when given")
     if not card.tasks:
-        raise CardRejected("tasks must name at least one task")
+        raise CardRejectedError("tasks must name at least one task")
     return msgspec.structs.replace(
         card,
         is_custom=True,

@@ -16,10 +16,13 @@ from skulk_core.commands import (
     Command,
     CreateInstance,
     DeleteInstance,
+    FinishTask,
     RegisterNode,
     RemoveCustomCard,
     ReportDownloadProgress,
+    ReportInstanceFailure,
     ReportRunnerStatus,
+    StartTask,
 )
 from skulk_core.events import (
     CustomModelCardAdded,
@@ -28,11 +31,22 @@ from skulk_core.events import (
     Event,
     InstanceCreated,
     InstanceDeleted,
+    InstanceFailed,
     NodeJoined,
     RunnerStatusUpdated,
+    TaskCreated,
+    TaskDeleted,
 )
+from skulk_core.ids import InstanceId, ModelId, NodeId, stable_reference
 from skulk_core.shards import RunnerIdle
-from skulk_core.state import State
+from skulk_core.state import (
+    MAX_FAILURE_AFFECTED_NODES,
+    InstanceFailure,
+    State,
+)
+
+# Failure messages are operator-facing and replicated: keep them bounded.
+MAX_FAILURE_MESSAGE_CHARS = 1000
 
 
 class Refused(msgspec.Struct, frozen=True, kw_only=True):
@@ -71,6 +85,33 @@ def decide(state: State, command: Command) -> list[Event] | Refused:
             return [RunnerStatusUpdated(runner_id=runner_id, status=status)]
         case ReportDownloadProgress(node_id=node_id, progress=progress):
             return [DownloadProgressUpdated(node_id=node_id, progress=progress)]
+        case ReportInstanceFailure(
+            instance_id=instance_id,
+            error_code=error_code,
+            error_message=error_message,
+            observed_at=observed_at,
+        ):
+            failed = state.instances.get(instance_id)
+            if failed is None:
+                return []
+            nodes = tuple(failed.shard_assignments.node_to_runner)[:MAX_FAILURE_AFFECTED_NODES]
+            failure = InstanceFailure(
+                instance_id=InstanceId(stable_reference(instance_id)),
+                model_id=ModelId(stable_reference(failed.shard_assignments.model_id)),
+                error_code=error_code,
+                error_message=error_message[:MAX_FAILURE_MESSAGE_CHARS],
+                affected_node_ids=tuple(NodeId(stable_reference(n)) for n in nodes),
+                recorded_at=observed_at,
+            )
+            return [InstanceFailed(failure=failure)]
+        case StartTask(task=task):
+            if task.instance_id not in state.instances:
+                return Refused(code="not_found", message=f"instance {task.instance_id} not found")
+            return [TaskCreated(task=task)]
+        case FinishTask(task_id=task_id):
+            if task_id not in state.tasks:
+                return []
+            return [TaskDeleted(task_id=task_id)]
         case AddCustomCard(card=card):
             return [CustomModelCardAdded(card=card)]
         case RemoveCustomCard(model_id=model_id):

@@ -53,14 +53,18 @@ def kv_geometry(card: ModelCard) -> KvGeometry | None:
     when both are declared and divide evenly; it is never assumed.
     """
     head_dim = card.head_dim
-    hidden, heads = card.hidden_size, card.num_attention_heads
-    if head_dim is None and hidden is not None and heads is not None and heads > 0:
-        if hidden > 0 and hidden % heads == 0:
-            head_dim = hidden // heads
+    if head_dim is None:
+        head_dim = _derived_head_dim(card.hidden_size, card.num_attention_heads)
     kv_heads = card.num_key_value_heads
     if head_dim is None or kv_heads is None or min(head_dim, kv_heads, card.n_layers) < 1:
         return None
     return KvGeometry(n_layers=card.n_layers, kv_heads=kv_heads, head_dim=head_dim)
+
+
+def _derived_head_dim(hidden: int | None, heads: int | None) -> int | None:
+    if hidden is None or heads is None or hidden < 1 or heads < 1 or hidden % heads:
+        return None
+    return hidden // heads
 
 
 def card_kv_bytes_per_token(card: ModelCard) -> int | None:

@@ -133,7 +133,7 @@ def card_capabilities(card: ModelCard) -> tuple[str, ...]:
 
 def card_tags(card: ModelCard) -> tuple[str, ...]:
     capabilities = card_capabilities(card)
-    tags = [tag for tag in TAG_CAPABILITIES if tag in capabilities]
+    tags: list[str] = [tag for tag in TAG_CAPABILITIES if tag in capabilities]
     if card.supports_tensor:
         tags.append("tensor")
     return tuple(tags)

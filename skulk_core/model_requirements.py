@@ -24,7 +24,7 @@ MAX_CONTEXT_TOKENS: Final = 1_048_576
 DEFAULT_CONTEXT_TOKENS: Final = 8192
 
 
-class ContextOutOfRange(ValueError):
+class ContextOutOfRangeError(ValueError):
     """The requested context is outside 1..1,048,576 or above the card's limit."""
 
     def __init__(self, message: str, *, context_limit: int | None) -> None:
@@ -57,17 +57,17 @@ def context_limit(card: ModelCard) -> int | None:
 def model_requirements(card: ModelCard, context_tokens: int) -> ModelRequirements:
     """Capacity requirements of ``card`` at ``context_tokens`` tokens per sequence.
 
-    Raises :class:`ContextOutOfRange` outside the spec's bounds or above the card's
+    Raises :class:`ContextOutOfRangeError` outside the spec's bounds or above the card's
     advertised limit; the budget is never silently reduced.
     """
     limit = context_limit(card)
     if not MIN_CONTEXT_TOKENS <= context_tokens <= MAX_CONTEXT_TOKENS:
-        raise ContextOutOfRange(
+        raise ContextOutOfRangeError(
             f"context_tokens must be between {MIN_CONTEXT_TOKENS} and {MAX_CONTEXT_TOKENS}",
             context_limit=limit,
         )
     if limit is not None and context_tokens > limit:
-        raise ContextOutOfRange(
+        raise ContextOutOfRangeError(
             f"context_tokens {context_tokens} exceeds {card.model_id}'s context limit of {limit}",
             context_limit=limit,
         )

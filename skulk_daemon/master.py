@@ -28,7 +28,9 @@ Publish = Callable[[list[IndexedEvent]], None]
 
 
 class Master:
-    def __init__(self, node_id: NodeId, state: State, event_log: EventLog, publish: Publish) -> None:
+    def __init__(
+        self, node_id: NodeId, state: State, event_log: EventLog, publish: Publish
+    ) -> None:
         self._node_id = node_id
         self._state = state
         self._log = event_log

@@ -16,7 +16,6 @@ import signal
 import socket
 import sys
 from collections.abc import Generator, Sequence
-from pathlib import Path
 
 import uvicorn
 
@@ -44,7 +43,9 @@ class StartupError(Exception):
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="skulk serve", description="Run a Skulk node.")
     parser.add_argument("--host", help="address to listen on (default 0.0.0.0, env SKULK_HOST)")
-    parser.add_argument("--api-port", type=int, help="HTTP port (default 52415, env SKULK_API_PORT)")
+    parser.add_argument(
+        "--api-port", type=int, help="HTTP port (default 52415, env SKULK_API_PORT)"
+    )
     parser.add_argument("--data-dir", help="node data dir (env SKULK_DATA_DIR)")
     parser.add_argument("--models-dir", help="models dir (env SKULK_MODELS_DIR)")
     parser.add_argument("--config-home", help="dir holding skulk.yaml (env SKULK_CONFIG_HOME)")

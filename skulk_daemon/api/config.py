@@ -29,7 +29,7 @@ def _response(node: Node) -> ConfigResponse:
 
 
 class ConfigController(Controller):
-    tags = ["Config"]
+    tags = ("Config",)
 
     @get("/config", summary="The node's configuration (secrets stripped) and effective values")
     async def show(self, node: Node) -> ConfigResponse:

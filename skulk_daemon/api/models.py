@@ -11,14 +11,14 @@ from litestar.params import Parameter
 from skulk_core.cards import ModelCard
 from skulk_core.catalog import CatalogEntry
 from skulk_core.commands import AddCustomCard, RemoveCustomCard
-from skulk_core.custom_cards import CardRejected, normalize_custom_card
+from skulk_core.custom_cards import CardRejectedError, normalize_custom_card
 from skulk_core.ids import ModelId, new_command_id
 from skulk_core.model_listing import ModelList, ModelListItem, model_list_item
 from skulk_core.model_requirements import (
     DEFAULT_CONTEXT_TOKENS,
     MAX_CONTEXT_TOKENS,
     MAX_MODEL_ID_CHARS,
-    ContextOutOfRange,
+    ContextOutOfRangeError,
     ModelRequirements,
     model_requirements,
 )
@@ -43,7 +43,7 @@ def _known(node: Node, model_id: str) -> CatalogEntry:
 
 
 class ModelsController(Controller):
-    tags = ["Models"]
+    tags = ("Models",)
 
     @get(["/v1/models", "/models"], summary="Every model in this node's catalog")
     async def list_models(self, node: Node) -> ModelList:
@@ -63,19 +63,21 @@ class ModelsController(Controller):
     ) -> ModelRequirements:
         if not 1 <= len(model_id) <= MAX_MODEL_ID_CHARS:
             raise ApiError(
-                422, f"model_id must be 1 to {MAX_MODEL_ID_CHARS} characters", code="invalid_model_id"
+                422,
+                f"model_id must be 1 to {MAX_MODEL_ID_CHARS} characters",
+                code="invalid_model_id",
             )
         entry = _known(node, model_id)
         try:
             return model_requirements(entry.card, context_tokens)
-        except ContextOutOfRange as exc:
+        except ContextOutOfRangeError as exc:
             raise ApiError(422, str(exc), code="context_tokens_out_of_range") from None
 
     @post("/models/add-card", status_code=200, summary="Add an exact unsigned custom card")
     async def add_card(self, node: Node, data: AddCardRequest) -> ModelListItem:
         try:
             card = normalize_custom_card(data.model_card)
-        except CardRejected as exc:
+        except CardRejectedError as exc:
             raise ApiError(400, str(exc), code="invalid_model_card") from None
         # submit returns once the resulting event is applied here, so the catalog
         # read below sees the card this request added.

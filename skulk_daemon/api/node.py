@@ -23,7 +23,7 @@ class OnboardingStatus(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class NodeController(Controller):
-    tags = ["Node"]
+    tags = ("Node",)
 
     @get("/node_id", summary="This node's id, as a JSON string", media_type=MediaType.JSON)
     async def node_id(self, node: Node) -> Response[bytes]:

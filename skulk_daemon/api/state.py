@@ -21,7 +21,7 @@ _EXPORT_BATCH = 256
 
 
 class StateController(Controller):
-    tags = ["State"]
+    tags = ("State",)
 
     @get("/state", summary="The cluster state as this node sees it")
     async def state(self, node: Node) -> dict[str, JsonValue]:

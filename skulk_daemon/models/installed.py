@@ -40,7 +40,9 @@ def scan_installed_models(models_dir: Path) -> list[InstalledModel]:
         card = record.card
         if card.gguf_file is not None and not _inside_file(model_dir, card.gguf_file):
             log.warning(
-                "skipping %s in %s: its file %s is missing", card.model_id, model_dir,
+                "skipping %s in %s: its file %s is missing",
+                card.model_id,
+                model_dir,
                 card.gguf_file,
             )
             continue

@@ -75,9 +75,13 @@ def _run(state: State, *events: Event) -> State:
 def test_apply_refuses_gaps_and_repeats() -> None:
     state = _run(State(), NodeJoined(node_id=NODE))
     with pytest.raises(OutOfOrderEvent):
-        apply(state, IndexedEvent(idx=2, event=NodeLeft(node_id=NODE), origin=NODE, recorded_at=NOW))
+        apply(
+            state, IndexedEvent(idx=2, event=NodeLeft(node_id=NODE), origin=NODE, recorded_at=NOW)
+        )
     with pytest.raises(OutOfOrderEvent):
-        apply(state, IndexedEvent(idx=0, event=NodeLeft(node_id=NODE), origin=NODE, recorded_at=NOW))
+        apply(
+            state, IndexedEvent(idx=0, event=NodeLeft(node_id=NODE), origin=NODE, recorded_at=NOW)
+        )
 
 
 def test_apply_records_last_seen_and_index() -> None:
@@ -141,7 +145,9 @@ def test_create_instance_starts_runners_idle() -> None:
 
 def test_late_runner_report_for_a_deleted_instance_is_dropped() -> None:
     report = ReportRunnerStatus(
-        command_id=CommandId("c"), runner_id=RunnerId("gone"), status=RunnerFailed(error_message="x")
+        command_id=CommandId("c"),
+        runner_id=RunnerId("gone"),
+        status=RunnerFailed(error_message="x"),
     )
     assert decide(State(), report) == []
 

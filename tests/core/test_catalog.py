@@ -10,13 +10,13 @@ from hypothesis import strategies as st
 from skulk_core.card_digest import card_digest
 from skulk_core.cards import Memory, ModelCard, ModelLicense, ModelTask
 from skulk_core.catalog import CatalogSource, InstalledModel, build_catalog
-from skulk_core.custom_cards import CardRejected, normalize_custom_card
+from skulk_core.custom_cards import CardRejectedError, normalize_custom_card
 from skulk_core.ids import ModelId
 from skulk_core.memory_estimate import KvGeometry, estimate_memory_bytes, kv_bytes_per_token
 from skulk_core.model_listing import ModelList, model_list_item
 from skulk_core.model_requirements import (
     MAX_CONTEXT_TOKENS,
-    ContextOutOfRange,
+    ContextOutOfRangeError,
     model_requirements,
 )
 
@@ -111,6 +111,16 @@ def test_the_same_signed_generation_refreshes_metadata_without_reinstalling() ->
     assert entry.installed_card == retained
 
 
+def test_a_retained_qualification_record_does_not_claim_the_signed_generation() -> None:
+    record = gemma_card(qualification_only=True, is_custom=True)
+    signed = gemma_card(registry_card_id="card-2")
+    entry = build_catalog([installed(record)], {}, registry=[signed]).get(GEMMA)
+    assert entry is not None
+    assert entry.card == signed
+    assert entry.catalog_source is CatalogSource.REGISTRY
+    assert not entry.installed
+
+
 def test_entries_are_sorted_by_id() -> None:
     cards = {ModelId(name): gemma_card(model_id=ModelId(name)) for name in ["b/x", "a/y", "c/z"]}
     catalog = build_catalog([installed(gemma_card())], cards)
@@ -129,13 +139,17 @@ def test_digest_is_sha256_of_canonical_snake_case_json() -> None:
         display_name="M",
         registry_snapshot_id="snap",
     )
-    canonical = '{"display_name":"M","model_id":"org/m\\u00e9","n_layers":2,"storage_size":{"in_bytes":10}}'
+    canonical = (
+        '{"display_name":"M","model_id":"org/m\\u00e9","n_layers":2,"storage_size":{"in_bytes":10}}'
+    )
     assert card_digest(card) == hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def test_digest_ignores_only_the_snapshot_id() -> None:
     base = gemma_card(registry_card_id="card-1", registry_snapshot_id="snap-1")
-    assert card_digest(base) == card_digest(msgspec.structs.replace(base, registry_snapshot_id="s2"))
+    assert card_digest(base) == card_digest(
+        msgspec.structs.replace(base, registry_snapshot_id="s2")
+    )
     assert card_digest(base) != card_digest(msgspec.structs.replace(base, registry_card_id="c2"))
     assert card_digest(base) != card_digest(msgspec.structs.replace(base, chat_template="{{x}}"))
     assert card_digest(base) != card_digest(
@@ -171,7 +185,7 @@ def test_an_installed_item_carries_every_spec_field() -> None:
     entry = build_catalog([installed(gemma_card())], {}).get(GEMMA)
     assert entry is not None
     item = msgspec.json.decode(msgspec.json.encode(model_list_item(entry)))
-    assert SPEC_FIELDS <= set(item)
+    assert set(item) >= SPEC_FIELDS
     assert item["id"] == GEMMA
     assert item["object"] == "model"
     assert item["created"] == 1_700_000_000
@@ -307,13 +321,13 @@ def test_context_bounds() -> None:
     card = gemma_card()
     assert model_requirements(card, 1).context_tokens == 1
     assert model_requirements(card, 32768).context_tokens == 32768
-    with pytest.raises(ContextOutOfRange, match="context limit of 32768"):
+    with pytest.raises(ContextOutOfRangeError, match="context limit of 32768"):
         model_requirements(card, 32769)
-    with pytest.raises(ContextOutOfRange):
+    with pytest.raises(ContextOutOfRangeError):
         model_requirements(card, 0)
     unbounded = gemma_card(context_length=None)
     assert model_requirements(unbounded, MAX_CONTEXT_TOKENS).context_limit is None
-    with pytest.raises(ContextOutOfRange):
+    with pytest.raises(ContextOutOfRangeError):
         model_requirements(unbounded, MAX_CONTEXT_TOKENS + 1)
 
 
@@ -341,7 +355,7 @@ def test_added_cards_become_unsigned_custom_cards() -> None:
     "revision", [None, "main", REVISION[:-1], REVISION + "0", REVISION.upper(), "g" * 40]
 )
 def test_added_cards_need_a_full_commit_revision(revision: str | None) -> None:
-    with pytest.raises(CardRejected, match="sourceRevision"):
+    with pytest.raises(CardRejectedError, match="sourceRevision"):
         normalize_custom_card(gemma_card(source_revision=revision))
 
 
@@ -357,7 +371,7 @@ def test_added_cards_need_a_full_commit_revision(revision: str | None) -> None:
     ],
 )
 def test_added_cards_with_impossible_values_are_refused(changes: dict[str, object]) -> None:
-    with pytest.raises(CardRejected):
+    with pytest.raises(CardRejectedError):
         normalize_custom_card(gemma_card(source_revision=REVISION, **changes))
 
 

@@ -17,16 +17,16 @@ def test_empty_document_is_the_default_config() -> None:
 
 
 def test_unknown_key_is_refused_naming_the_key() -> None:
-    with pytest.raises(ConfigError, match="'logging.colour'"):
+    with pytest.raises(ConfigError, match=r"'logging.colour'"):
         parse_config({"logging": {"colour": "red"}})
-    with pytest.raises(ConfigError, match="'nonsense'"):
+    with pytest.raises(ConfigError, match=r"'nonsense'"):
         parse_config({"nonsense": 1})
 
 
 def test_bad_value_is_refused_naming_the_key() -> None:
-    with pytest.raises(ConfigError, match="'inference.kv_cache_backend'"):
+    with pytest.raises(ConfigError, match=r"'inference.kv_cache_backend'"):
         parse_config({"inference": {"kv_cache_backend": "q3_lol"}})
-    with pytest.raises(ConfigError, match="'cluster.fabric_port'"):
+    with pytest.raises(ConfigError, match=r"'cluster.fabric_port'"):
         parse_config({"cluster": {"fabric_port": "many"}})
 
 

@@ -1,7 +1,7 @@
 from datetime import UTC, datetime
 
-from skulk_core.ids import InstanceId, ModelId, NodeId, NodeInstallId, RunnerId
 from skulk_core.cards import Memory
+from skulk_core.ids import InstanceId, ModelId, NodeId, NodeInstallId, RunnerId
 from skulk_core.shards import (
     MlxRingInstance,
     PipelineShardMetadata,
@@ -108,7 +108,12 @@ def test_render_state_puts_telemetry_beside_state() -> None:
     )
     doc = render_state(_state(), {NODE: reading}, {NODE: NodeHealth(level=HealthLevel.OK)})
     assert doc["nodeMemory"] == {
-        NODE: {"ramTotal": {"inBytes": 100}, "ramAvailable": {"inBytes": 40}, "swapTotal": None, "swapAvailable": None}
+        NODE: {
+            "ramTotal": {"inBytes": 100},
+            "ramAvailable": {"inBytes": 40},
+            "swapTotal": None,
+            "swapAvailable": None,
+        }
     }
     assert doc["nodeIdentities"][NODE]["nodeInstallId"] == "0b7e3c58-5a3c-4c5e-8f4f-3a2f6e1d9c10"  # type: ignore[index,call-overload]
     assert doc["nodeResources"][NODE]["participation"] == "full"  # type: ignore[index,call-overload]
