@@ -44,7 +44,7 @@ class ApiError(Exception):
         message: str,
         *,
         code: str,
-        type: str | None = None,  # noqa: A002 - mirrors the envelope field
+        type: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
@@ -90,9 +90,7 @@ def handle_http_exception(
             message = f"{exc.detail}: {details}"
     status = exc.status_code
     code = "validation_error" if isinstance(exc, ValidationException) else f"http_{status}"
-    return _respond(
-        ApiError(status, message, code=code, headers=dict(exc.headers or {}))
-    )
+    return _respond(ApiError(status, message, code=code, headers=dict(exc.headers or {})))
 
 
 def handle_unexpected(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
