@@ -263,8 +263,7 @@ def command_page(node: Node) -> str:
     ]
     global_note = [
         ".PP",
-        f"The global options of \\fB{PROG_NAME}\\fR(1) (\\fB\\-\\-api\\-url\\fR, "
-        f"\\fB\\-\\-json\\fR) go before the command name.",
+        f"Global options, described in \\fB{PROG_NAME}\\fR(1), go before the command name.",
     ]
     body = [
         *_section("SYNOPSIS", _synopsis(node)),

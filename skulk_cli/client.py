@@ -8,9 +8,10 @@ commands never see an httpx error.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
 
 DEFAULT_API_URL = "http://localhost:52415"
 # Control-plane reads answer from memory; a node that takes longer is wedged or gone.
@@ -29,7 +30,7 @@ class SkulkApiError(Exception):
         self.code = code
 
 
-class SkulkUnreachable(Exception):  # noqa: N818 - the name reads as the condition
+class SkulkUnreachable(Exception):
     """Nothing answered at the API URL (refused, unresolvable, timed out, reset)."""
 
     def __init__(self, base_url: str, reason: str) -> None:
@@ -46,6 +47,10 @@ class SkulkClient:
     """A typed client for the routes the CLI uses. Use it as a context manager."""
 
     def __init__(self, base_url: str, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
+        # NOTE: httpx is imported on first use, not with the CLI: it costs about half
+        # a second, which every shell completion and `--help` would otherwise pay.
+        import httpx  # noqa: PLC0415
+
         self.base_url = base_url.rstrip("/")
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout)
 
@@ -84,6 +89,8 @@ class SkulkClient:
         return self._request("PUT", "/config", body={"config": document})
 
     def _request(self, method: str, path: str, body: JsonObject | None = None) -> JsonObject:
+        import httpx  # noqa: PLC0415 - loaded by __init__ already
+
         try:
             response = self._http.request(method, path, json=body)
         except httpx.TransportError as exc:
@@ -105,6 +112,8 @@ class SkulkClient:
 
 
 def _describe_transport(exc: httpx.TransportError) -> str:
+    import httpx  # noqa: PLC0415 - loaded by SkulkClient already
+
     if isinstance(exc, httpx.TimeoutException):
         return "timed out"
     return str(exc) or type(exc).__name__

@@ -7,6 +7,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+# Never echoed back: the node keeps them and GET /config never shows them either.
+SECRET_KEYS = frozenset({"hf_token", "cluster.key"})
+
 
 class ConfigKeyError(ValueError):
     """The key cannot name a setting in this document."""

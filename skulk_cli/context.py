@@ -6,11 +6,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated
+from urllib.parse import urlsplit
 
 import typer
 
 from skulk_cli import console
-from skulk_cli.client import SkulkApiError, SkulkClient, SkulkUnreachable, UnexpectedResponseError
+from skulk_cli.client import (
+    DEFAULT_API_URL,
+    SkulkApiError,
+    SkulkClient,
+    SkulkUnreachable,
+    UnexpectedResponseError,
+)
 
 EXIT_REFUSED = 1
 
@@ -42,6 +49,14 @@ class CliContext:
 @contextmanager
 def node_client(cli: CliContext) -> Iterator[SkulkClient]:
     """A client for the node at ``--api-url``; refusals become a message and exit 1."""
+    # Checked here rather than as the option is parsed, so that a stray
+    # SKULK_API_URL cannot stop `skulk serve`, which never uses it.
+    parts = urlsplit(cli.api_url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise typer.BadParameter(
+            f"'{cli.api_url}' is not an http(s) URL like {DEFAULT_API_URL}",
+            param_hint="'--api-url' / SKULK_API_URL",
+        )
     try:
         with SkulkClient(cli.api_url) as client:
             yield client

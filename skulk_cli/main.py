@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from typing import Annotated
-from urllib.parse import urlsplit
 
 import typer
 from typer._completion_classes import completion_init
@@ -35,13 +34,6 @@ app.add_typer(models.app, name="models")
 app.add_typer(config.app, name="config")
 
 
-def _check_api_url(value: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise typer.BadParameter(f"'{value}' is not an http(s) URL like {DEFAULT_API_URL}")
-    return value.rstrip("/")
-
-
 @app.callback(invoke_without_command=True)
 def root(
     ctx: typer.Context,
@@ -51,7 +43,6 @@ def root(
             "--api-url",
             envvar="SKULK_API_URL",
             metavar="URL",
-            callback=_check_api_url,
             help="API of the Skulk node to talk to.",
         ),
     ] = DEFAULT_API_URL,
@@ -63,7 +54,7 @@ def root(
 
     With no command, `skulk` runs this machine's node, exactly like `skulk serve`.
     """
-    ctx.obj = CliContext(api_url=api_url, json_output=json_output)
+    ctx.obj = CliContext(api_url=api_url.rstrip("/"), json_output=json_output)
     if ctx.invoked_subcommand is None:
         serve.exec_daemon(serve.NodeOptions())
 

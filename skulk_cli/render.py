@@ -9,11 +9,15 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from skulk_cli.config_edit import SECRET_KEYS
 from skulk_cli.views import ClusterState, ConfigResponse, ModelList, NodeIdentity
 
 _BYTE_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
 _HEALTH_STYLE = {"ok": "green", "warn": "yellow", "error": "red"}
 _RUNNER_STYLE = {"ready": "green", "running": "green", "failed": "red"}
+# Node ids are 52-character peer ids; tables show them shortened (the full id of
+# this node is in the heading, and every id is in --json).
+_SHORT_ID_MAX = 20
 
 
 def humanize_bytes(count: int) -> str:
@@ -26,6 +30,11 @@ def humanize_bytes(count: int) -> str:
         if value < 1024 or unit == _BYTE_UNITS[-1]:
             return f"{value:.1f} {unit}"
     raise AssertionError("unreachable")
+
+
+def short_id(node_id: str) -> str:
+    """A peer id short enough for a table column: ``12D3KooW…LEDWCmor``."""
+    return node_id if len(node_id) <= _SHORT_ID_MAX else f"{node_id[:8]}…{node_id[-8:]}"
 
 
 def format_value(value: object) -> str:
@@ -50,7 +59,7 @@ def status(identity: NodeIdentity, state: ClusterState) -> RenderableType:
 
 def _node_name(state: ClusterState, node_id: str) -> str:
     info = state.node_identities.get(node_id)
-    return (info.friendly_name if info else None) or node_id
+    return (info.friendly_name if info else None) or short_id(node_id)
 
 
 def _nodes_table(this_node: str, state: ClusterState) -> Table:
@@ -69,7 +78,7 @@ def _nodes_table(this_node: str, state: ClusterState) -> Table:
         name = (info.friendly_name if info else None) or "-"
         table.add_row(
             f"{name} *" if node_id == this_node else name,
-            node_id,
+            short_id(node_id),
             (
                 f"{humanize_bytes(memory.ram_available.in_bytes)}"
                 f" / {humanize_bytes(memory.ram_total.in_bytes)}"
@@ -195,7 +204,9 @@ def flatten(document: Mapping[str, object], prefix: str = "") -> Iterator[tuple[
 
 
 def config_change(key: str, old: object, new: object, *, existed: bool) -> Text:
-    """What `skulk config set` changed."""
+    """What `skulk config set` changed; secrets are named, never shown."""
+    if key in SECRET_KEYS:
+        return Text.assemble("Set ", (key, "bold"), " (value hidden).")
     text = Text.assemble("Set ", (key, "bold"), " to ", (format_value(new), "bold green"))
     if existed:
         text.append(f" (was {format_value(old)})")

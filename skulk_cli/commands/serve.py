@@ -15,11 +15,20 @@ DAEMON_MODULE = "skulk_daemon"
 # Read by the daemon itself, so `skulk serve` passes only the flags a user typed.
 # Listed here so the man pages can document them.
 NODE_ENVIRONMENT: tuple[tuple[str, str], ...] = (
-    ("SKULK_API_PORT", "Port of the node's HTTP API when --api-port is not given (52415)."),
-    ("SKULK_MODELS_DIR", "Where the node keeps model files when --models-dir is not given."),
+    ("SKULK_HOST", "Address the HTTP API listens on, when --host is not given (0.0.0.0)."),
+    ("SKULK_API_PORT", "HTTP API port, when --api-port is not given (52415)."),
+    (
+        "SKULK_DATA_DIR",
+        "Node data, when --data-dir is not given (~/.local/share/skulk).",
+    ),
+    (
+        "SKULK_MODELS_DIR",
+        "Model files, when --models-dir is not given (else model_store.models_dir in "
+        "skulk.yaml, else models/ in the data directory).",
+    ),
     (
         "SKULK_CONFIG_HOME",
-        "Directory holding skulk.yaml when --config-home is not given (~/.config/skulk).",
+        "Directory holding skulk.yaml, when --config-home is not given (~/.config/skulk).",
     ),
 )
 
@@ -67,7 +76,9 @@ def exec_daemon(options: NodeOptions) -> NoReturn:
 def serve(
     host: Annotated[
         str | None,
-        typer.Option("--host", metavar="HOST", help="Address the HTTP API listens on."),
+        typer.Option(
+            "--host", metavar="HOST", help="Address the HTTP API listens on (0.0.0.0: all)."
+        ),
     ] = None,
     api_port: Annotated[
         int | None,

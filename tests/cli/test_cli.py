@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import subprocess
 import sys
@@ -14,18 +15,27 @@ from typer.testing import CliRunner, Result
 
 from skulk_cli.commands import serve
 from skulk_cli.main import app
-from tests.cli.conftest import CONFIG, IDENTITY, MODELS, PEER_NODE, STATE, THIS_NODE, FakeNode
+
+from .fake_node import CONFIG, IDENTITY, MODELS, PEER_NODE, STATE, THIS_NODE, FakeNode
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+BOX = re.compile(r"[│╭╮╰╯─]")
+# A fixed, ordinary terminal width, whatever terminal pytest itself runs in.
+TERMINAL = {"COLUMNS": "100", "LINES": "40"}
 runner = CliRunner()
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> Result:
-    return runner.invoke(app, list(args), env=env, prog_name="skulk")
+    return runner.invoke(app, list(args), env={**TERMINAL, **(env or {})}, prog_name="skulk")
 
 
 def plain(text: str) -> str:
     return ANSI.sub("", text)
+
+
+def flat(text: str) -> str:
+    """Messages with wrapping and panel borders removed, for sentence matching."""
+    return " ".join(BOX.sub(" ", plain(text)).split())
 
 
 def line_with(text: str, needle: str) -> str:
@@ -61,6 +71,19 @@ def test_status_shows_this_node_memory_instances_runners_and_health(node: FakeNo
         ("GET", "/node/identity"),
         ("GET", "/state"),
     ]
+
+
+def test_status_shortens_long_peer_ids_in_tables_but_not_in_the_heading(node: FakeNode) -> None:
+    peer_id = "12D3KooWFeANbFnCMpddndbHLbBti6Afsx6q3y3nwKnrLEDWCmor"
+    node.routes[("GET", "/node/identity")] = (200, {**IDENTITY, "nodeId": peer_id})
+    memory = {"ramTotal": {"inBytes": 8 << 30}, "ramAvailable": {"inBytes": 2 << 30}}
+    node.routes[("GET", "/state")] = (200, {"nodeMemory": {peer_id: memory}})
+
+    result = run("--api-url", node.url, "status")
+
+    assert result.exit_code == 0, result.output
+    assert peer_id in plain(result.stdout).splitlines()[0]
+    assert "2.0 GiB / 8.0 GiB" in line_with(result.stdout, "12D3KooW…LEDWCmor")
 
 
 def test_status_of_an_empty_cluster_says_so(node: FakeNode) -> None:
@@ -129,25 +152,25 @@ def test_config_show_json_is_the_raw_response(node: FakeNode) -> None:
 
 
 @pytest.mark.parametrize(
-    ("key", "value", "section", "leaf", "expected"),
+    ("key", "value", "expected"),
     [
-        ("logging.level", "debug", "logging", "level", "debug"),
-        ("inference.max_output_tokens", "4096", "inference", "max_output_tokens", 4096),
-        ("telemetry.enabled", "true", "telemetry", "enabled", True),
-        ("node.friendly_name", "null", "node", "friendly_name", None),
-        ("cluster.peers", '["10.0.0.2:52416"]', "cluster", "peers", ["10.0.0.2:52416"]),
+        ("logging.level", "debug", "debug"),
+        ("inference.max_output_tokens", "4096", 4096),
+        ("telemetry.enabled", "true", True),
+        ("node.friendly_name", "null", None),
+        ("cluster.peers", '["10.0.0.2:52416"]', ["10.0.0.2:52416"]),
     ],
 )
 def test_config_set_sends_the_full_document_with_one_value_changed(
-    node: FakeNode, key: str, value: str, section: str, leaf: str, expected: object
+    node: FakeNode, key: str, value: str, expected: object
 ) -> None:
+    section, leaf = key.split(".")
     result = run("--api-url", node.url, "config", "set", key, value)
 
     assert result.exit_code == 0, result.output
     puts = [r for r in node.requests if r.method == "PUT"]
     assert len(puts) == 1 and puts[0].path == "/config"
     wanted = copy.deepcopy(CONFIG["config"])
-    assert isinstance(wanted, dict)
     wanted[section][leaf] = expected
     assert puts[0].body == {"config": wanted}
     assert f"Set {key} to" in plain(result.stdout)
@@ -157,6 +180,15 @@ def test_config_set_reports_the_old_value(node: FakeNode) -> None:
     result = run("--api-url", node.url, "config", "set", "logging.level", "debug")
 
     assert "Set logging.level to debug (was info)" in plain(result.stdout)
+
+
+def test_config_set_never_echoes_a_secret(node: FakeNode) -> None:
+    result = run("--api-url", node.url, "config", "set", "hf_token", "hf_s3cr3t")
+
+    assert result.exit_code == 0, result.output
+    assert "hf_s3cr3t" not in result.output
+    assert "Set hf_token (value hidden)." in plain(result.stdout)
+    assert node.requests[-1].body == {"config": {**CONFIG["config"], "hf_token": "hf_s3cr3t"}}
 
 
 def test_config_set_shows_the_nodes_refusal_and_exits_1(node: FakeNode) -> None:
@@ -169,7 +201,7 @@ def test_config_set_shows_the_nodes_refusal_and_exits_1(node: FakeNode) -> None:
     result = run("--api-url", node.url, "config", "set", "logging.level", "loud")
 
     assert result.exit_code == 1
-    assert message in plain(result.stderr)
+    assert message in flat(result.stderr)
     assert result.stdout == ""
 
 
@@ -177,7 +209,7 @@ def test_config_set_refuses_a_key_inside_a_setting_as_usage_error(node: FakeNode
     result = run("--api-url", node.url, "config", "set", "logging.level.colour", "red")
 
     assert result.exit_code == 2
-    assert "'logging.level' is a setting" in plain(result.output)
+    assert "'logging.level' is a setting" in flat(result.output)
     assert not [r for r in node.requests if r.method == "PUT"], "nothing was saved"
 
 
@@ -189,7 +221,7 @@ def test_no_node_answering_is_a_clear_error(closed_url: str, command: tuple[str,
     result = run("--api-url", closed_url, *command)
 
     assert result.exit_code == 1
-    err = " ".join(plain(result.stderr).split())
+    err = flat(result.stderr)
     assert f"No Skulk node answering at {closed_url}" in err
     assert "skulk serve" in err
     assert "Traceback" not in result.output
@@ -204,7 +236,7 @@ def test_error_envelope_message_is_shown(node: FakeNode) -> None:
     result = run("--api-url", node.url, "models", "list")
 
     assert result.exit_code == 1
-    assert "the model store is starting" in plain(result.stderr)
+    assert "the model store is starting" in flat(result.stderr)
 
 
 def test_a_non_skulk_server_is_reported_not_crashed_on(node: FakeNode) -> None:
@@ -213,7 +245,7 @@ def test_a_non_skulk_server_is_reported_not_crashed_on(node: FakeNode) -> None:
     result = run("--api-url", node.url, "models", "list")
 
     assert result.exit_code == 1
-    assert "did not answer with a JSON object" in plain(result.stderr)
+    assert "did not answer with a JSON object" in flat(result.stderr)
 
 
 def test_api_url_comes_from_the_environment(node: FakeNode) -> None:
@@ -227,7 +259,7 @@ def test_a_malformed_api_url_is_a_usage_error() -> None:
     result = run("--api-url", "localhost:52415", "status")
 
     assert result.exit_code == 2
-    assert "not an http(s) URL" in plain(result.output)
+    assert "not an http(s) URL" in flat(result.output)
 
 
 def test_an_unknown_command_is_a_usage_error() -> None:
@@ -270,7 +302,7 @@ def test_daemon_argv_passes_only_the_flags_given() -> None:
     ]
 
 
-class Exec(Exception):  # noqa: N818 - stands in for the process image being replaced
+class Exec(Exception):
     pass
 
 
@@ -283,7 +315,7 @@ def execs(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
         calls.append([path, *argv[1:]])
         raise Exec
 
-    monkeypatch.setattr(serve.os, "execv", fake_execv)
+    monkeypatch.setattr(os, "execv", fake_execv)
     return calls
 
 
@@ -292,7 +324,10 @@ def execs(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     [
         (("serve",), []),
         ((), []),
-        (("serve", "--api-port", "52500", "--host", "::1"), ["--host", "::1", "--api-port", "52500"]),
+        (
+            ("serve", "--api-port", "52500", "--host", "::1"),
+            ["--host", "::1", "--api-port", "52500"],
+        ),
         (("serve", "--models-dir", "/srv/models"), ["--models-dir", "/srv/models"]),
     ],
     ids=["serve", "bare-skulk", "port-and-host", "models-dir"],
@@ -304,6 +339,13 @@ def test_serve_execs_the_daemon_with_the_given_flags(
 
     assert isinstance(result.exception, Exec), result.output
     assert execs == [[sys.executable, "-m", "skulk_daemon", *flags]]
+
+
+def test_serve_ignores_the_api_url_it_does_not_use(execs: list[list[str]]) -> None:
+    result = run("serve", env={"SKULK_API_URL": "not a url"})
+
+    assert isinstance(result.exception, Exec), result.output
+    assert execs == [[sys.executable, "-m", "skulk_daemon"]]
 
 
 def test_serve_refuses_a_bad_port_before_exec(execs: list[list[str]]) -> None:
