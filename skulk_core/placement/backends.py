@@ -1,0 +1,44 @@
+"""Which engine serves a card on a node, and what that engine implies for memory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+from skulk_core.cards import ModelCard
+
+BACKEND_LLAMA_CPP: Final = "llama_cpp"
+BACKEND_MLX: Final = "mlx"
+
+# Engines that allocate the whole KV window when they load the model. For them the
+# window is a commitment; MLX grows its cache per request instead.
+RESERVING_BACKENDS: Final = frozenset({BACKEND_LLAMA_CPP})
+
+
+def card_backends(card: ModelCard) -> tuple[str, ...]:
+    """The engines that can serve ``card``, most preferred first.
+
+    A card's declared ``compatible_backends`` win. A card that declares none is served
+    by llama.cpp when it names a GGUF file, else by MLX (safetensors weights).
+    """
+    if card.compatible_backends:
+        return card.compatible_backends
+    return (BACKEND_LLAMA_CPP,) if card.gguf_file else (BACKEND_MLX,)
+
+
+def usable_backends(card: ModelCard, offered: Iterable[str]) -> tuple[str, ...]:
+    """The card's backends this node offers, in the card's order of preference."""
+    available = set(offered)
+    return tuple(backend for backend in card_backends(card) if backend in available)
+
+
+def common_backend(card: ModelCard, offered_per_node: Sequence[Iterable[str]]) -> str | None:
+    """The card's most preferred backend that every node offers, if any."""
+    shared = set(card_backends(card))
+    for offered in offered_per_node:
+        shared &= set(offered)
+    return next((backend for backend in card_backends(card) if backend in shared), None)
+
+
+def reserves_context_at_load(backend: str) -> bool:
+    return backend in RESERVING_BACKENDS

@@ -1,0 +1,94 @@
+"""The facts a placement is planned against: topology, telemetry, committed memory."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import msgspec
+
+from skulk_core.cards import ModelCard
+from skulk_core.ids import ModelId, NodeId
+from skulk_core.placement.backends import card_backends, reserves_context_at_load, usable_backends
+from skulk_core.placement.context import judged_window, kv_window
+from skulk_core.placement.fit import consumption_bytes
+from skulk_core.placement.shapes import instance_shares
+from skulk_core.shards import Instance, RunnerReady, RunnerRunning
+from skulk_core.state import Connection, State
+from skulk_core.telemetry import NodeTelemetry
+
+
+class ClusterFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """A consistent read of everything placement depends on, as values.
+
+    ``committed_bytes`` is memory planned for instances whose runners have not yet
+    reached ready: telemetry does not show it used, but it soon will be.
+    """
+
+    topology_nodes: tuple[NodeId, ...]
+    connections: tuple[Connection, ...] = ()
+    telemetry: dict[NodeId, NodeTelemetry] = {}
+    committed_bytes: dict[NodeId, int] = {}
+
+    def node_label(self, node_id: NodeId) -> str:
+        reading = self.telemetry.get(node_id)
+        if reading is None or not reading.identity.friendly_name:
+            return str(node_id)
+        return f"{node_id} ({reading.identity.friendly_name})"
+
+
+def cluster_facts(
+    state: State,
+    telemetry: Mapping[NodeId, NodeTelemetry],
+    cards: Mapping[ModelId, ModelCard],
+) -> ClusterFacts:
+    """Facts for planning against ``state``; ``cards`` sizes the instances already placed."""
+    return ClusterFacts(
+        topology_nodes=state.topology.nodes,
+        connections=state.topology.connections,
+        telemetry=dict(telemetry),
+        committed_bytes=committed_bytes(state, telemetry, cards),
+    )
+
+
+def committed_bytes(
+    state: State,
+    telemetry: Mapping[NodeId, NodeTelemetry],
+    cards: Mapping[ModelId, ModelCard],
+) -> dict[NodeId, int]:
+    """Per node, the planned memory of shards whose runner is not ready or running yet.
+
+    A ready runner's memory is in use and shows in the node's own telemetry, so it is
+    not counted twice. An instance whose card is no longer in ``cards`` cannot be
+    sized and is skipped.
+    """
+    committed: dict[NodeId, int] = {}
+    for instance in state.instances.values():
+        card = cards.get(instance.shard_assignments.model_id)
+        if card is None:
+            continue
+        for node_id, planned in _planned_bytes(instance, card, telemetry).items():
+            runner = instance.shard_assignments.node_to_runner[node_id]
+            if isinstance(state.runners.get(runner), RunnerReady | RunnerRunning):
+                continue
+            committed[node_id] = committed.get(node_id, 0) + planned
+    return committed
+
+
+def _planned_bytes(
+    instance: Instance, card: ModelCard, telemetry: Mapping[NodeId, NodeTelemetry]
+) -> dict[NodeId, int]:
+    shares = instance_shares(card, instance)
+    if isinstance(shares, str):
+        return {}
+    planned: dict[NodeId, int] = {}
+    for share in shares:
+        reading = telemetry.get(share.node_id)
+        offered = usable_backends(card, reading.resources.backends) if reading else ()
+        backend = (offered or card_backends(card))[0]
+        tokens = instance.context_token_limit
+        if tokens is None:
+            # An unstamped instance is sized at the window a default launch judges.
+            tokens = judged_window(card)
+        window = kv_window(tokens, reserves=reserves_context_at_load(backend))
+        planned[share.node_id] = consumption_bytes(share, window)
+    return planned
