@@ -2,20 +2,34 @@
 
 Every method returns the node's parsed JSON object unchanged (``--json`` prints it
 as is) and turns every way a request can fail into one of three exceptions, so
-commands never see an httpx error.
+commands never see an httpx error. A streamed chat reply is read through
+:class:`ChatStream`, which yields the raw Server-Sent Events.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
+from urllib.parse import quote
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     import httpx
 
 DEFAULT_API_URL = "http://localhost:52415"
 # Control-plane reads answer from memory; a node that takes longer is wedged or gone.
 DEFAULT_TIMEOUT_SECONDS = 10.0
+# Placement (and its preview) waits up to 15 s on the node for freshly gossiped
+# cluster info before answering 503, so it gets more than that.
+PLACEMENT_TIMEOUT_SECONDS = 30.0
+# A generation may wait on a model load or a long prompt before its first byte;
+# the node sends keep-alives meanwhile, and the user can always press Ctrl-C.
+GENERATION_READ_TIMEOUT_SECONDS: float | None = None
+PLACEMENT_FAILURE_HEADER = "X-Skulk-Placement-Failure"
+COMMAND_ID_HEADER = "X-Skulk-Command-Id"
 
 JsonObject = dict[str, object]
 
@@ -23,11 +37,19 @@ JsonObject = dict[str, object]
 class SkulkApiError(Exception):
     """The node answered, and refused: an HTTP error status."""
 
-    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        placement_failure: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.code = code
+        # The stable category of a refused placement (no_valid_placement, ...).
+        self.placement_failure = placement_failure
 
 
 class SkulkUnreachable(Exception):
@@ -88,16 +110,108 @@ class SkulkClient:
         """``PUT /config`` with the full desired document; 422 when it is invalid."""
         return self._request("PUT", "/config", body={"config": document})
 
-    def _request(self, method: str, path: str, body: JsonObject | None = None) -> JsonObject:
+    def instance_previews(
+        self,
+        model_id: str,
+        *,
+        excluded_nodes: Sequence[str] = (),
+        sharding: str | None = None,
+        instance_meta: str | None = None,
+        min_nodes: int | None = None,
+        context_tokens: int | None = None,
+    ) -> JsonObject:
+        """``GET /instance/previews``: every placement shape, valid or with its refusal.
+
+        Options left ``None`` are not sent: the node previews every value.
+        """
+        params = [("model_id", model_id), *(("excluded_node_ids", n) for n in excluded_nodes)]
+        optional = (
+            ("sharding", sharding),
+            ("instance_meta", instance_meta),
+            ("min_nodes", min_nodes),
+            ("context_tokens", context_tokens),
+        )
+        params += [(name, str(value)) for name, value in optional if value is not None]
+        return self._request(
+            "GET", "/instance/previews", params=tuple(params), timeout=PLACEMENT_TIMEOUT_SECONDS
+        )
+
+    def place_instance(
+        self,
+        model_id: str,
+        *,
+        sharding: str,
+        instance_meta: str,
+        min_nodes: int,
+        excluded_nodes: Sequence[str] = (),
+        context_tokens: int | None = None,
+    ) -> JsonObject:
+        """``POST /place_instance``: ``command_id`` and ``instance_id`` once accepted.
+
+        A refusal is a :class:`SkulkApiError` whose ``placement_failure`` carries the
+        node's category (``no_valid_placement``, ``placement_info_pending``).
+        """
+        body: JsonObject = {
+            "model_id": model_id,
+            "sharding": sharding,
+            "instance_meta": instance_meta,
+            "min_nodes": min_nodes,
+            "excluded_nodes": list(excluded_nodes),
+        }
+        if context_tokens is not None:
+            body["context_tokens"] = context_tokens
+        return self._request(
+            "POST", "/place_instance", body=body, timeout=PLACEMENT_TIMEOUT_SECONDS
+        )
+
+    def instance(self, instance_id: str) -> JsonObject:
+        """``GET /instance/{id}``: ``instance`` (tagged) and its ``runners``; 404 if none."""
+        return self._request("GET", f"/instance/{quote(instance_id, safe='')}")
+
+    def delete_instance(self, instance_id: str) -> JsonObject:
+        """``DELETE /instance/{id}``: ``message``, ``command_id``, ``instance_id``."""
+        return self._request("DELETE", f"/instance/{quote(instance_id, safe='')}")
+
+    def chat_completion(self, body: JsonObject) -> JsonObject:
+        """``POST /v1/chat/completions`` without streaming: a completion or an error object.
+
+        NOTE: a failure during generation arrives as ``{"error": ...}`` with status
+        200 (the status is committed before generation runs); callers check for it.
+        """
+        return self._request(
+            "POST", "/v1/chat/completions", body={**body, "stream": False}, timeout=_generation()
+        )
+
+    def stream_chat(self, body: JsonObject) -> ChatStream:
+        """``POST /v1/chat/completions`` with ``stream: true``; use the result with ``with``."""
+        return ChatStream(
+            self.base_url,
+            self._http.stream(
+                "POST", "/v1/chat/completions", json={**body, "stream": True}, timeout=_generation()
+            ),
+        )
+
+    def cancel(self, command_id: str) -> JsonObject:
+        """``POST /v1/cancel/{command_id}``: stop an in-flight generation."""
+        return self._request("POST", f"/v1/cancel/{quote(command_id, safe='')}")
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: JsonObject | None = None,
+        *,
+        params: tuple[tuple[str, str], ...] | None = None,
+        timeout: float | httpx.Timeout | None = DEFAULT_TIMEOUT_SECONDS,
+    ) -> JsonObject:
         import httpx  # noqa: PLC0415 - loaded by __init__ already
 
         try:
-            response = self._http.request(method, path, json=body)
+            response = self._http.request(method, path, json=body, params=params, timeout=timeout)
         except httpx.TransportError as exc:
             raise SkulkUnreachable(self.base_url, _describe_transport(exc)) from exc
         if response.is_error:
-            message, code = _error_details(response)
-            raise SkulkApiError(response.status_code, message, code)
+            raise _api_error(response)
         if not response.content:
             return {}
         try:
@@ -109,6 +223,119 @@ class SkulkClient:
                 f"{self.base_url}{path} did not answer with a JSON object; is it a Skulk node?"
             )
         return parsed
+
+
+@dataclass(frozen=True)
+class SseComment:
+    """A ``: text`` line. Skulk sends ``command_id <id>``, ``generation_stats {...}``."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class SseData:
+    """One event's ``data:`` payload (a JSON document); ``[DONE]`` is not yielded."""
+
+    data: str
+
+
+class ChatStream:
+    """An open streamed chat reply. Iterate it for events; leave the ``with`` to close it.
+
+    ``command_id`` (for :meth:`SkulkClient.cancel`) is known once the stream has
+    opened. ``done`` says whether the node ended the stream with ``[DONE]``; when it
+    did not, ``interruption`` says why the stream stopped early.
+    """
+
+    def __init__(self, base_url: str, opener: AbstractContextManager[httpx.Response]) -> None:
+        self._base_url = base_url
+        self._opener = opener
+        self._response: httpx.Response | None = None
+        self.command_id: str | None = None
+        self.done = False
+        self.interruption: str | None = None
+
+    def __enter__(self) -> Self:
+        import httpx  # noqa: PLC0415 - loaded by SkulkClient already
+
+        try:
+            response = self._opener.__enter__()
+        except httpx.TransportError as exc:
+            raise SkulkUnreachable(self._base_url, _describe_transport(exc)) from exc
+        self._response = response
+        try:
+            if response.is_error:
+                response.read()
+                raise _api_error(response)
+            media_type = response.headers.get("content-type", "").partition(";")[0].strip()
+            if media_type != "text/event-stream":
+                raise UnexpectedResponseError(
+                    f"{self._base_url}/v1/chat/completions did not answer with an event "
+                    f"stream ({media_type or 'no content type'}); is it a Skulk node?"
+                )
+        except BaseException:
+            self.close()
+            raise
+        self.command_id = response.headers.get(COMMAND_ID_HEADER)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Drop the connection; the node takes that as a cancellation too."""
+        if self._response is not None:
+            self._response = None
+            self._opener.__exit__(None, None, None)
+
+    def __iter__(self) -> Iterator[SseComment | SseData]:
+        import httpx  # noqa: PLC0415 - loaded by SkulkClient already
+
+        if self._response is None:
+            raise RuntimeError("ChatStream is iterated outside its `with` block")
+        data: list[str] = []
+        try:
+            for line in self._response.iter_lines():
+                if not line:
+                    if data:
+                        payload = "\n".join(data)
+                        data = []
+                        if payload == "[DONE]":
+                            self.done = True
+                            return
+                        yield SseData(payload)
+                    continue
+                field, _, value = line.partition(":")
+                value = value.removeprefix(" ")
+                if not field:
+                    comment = SseComment(value)
+                    name, _, rest = value.partition(" ")
+                    if name == "command_id" and rest:
+                        self.command_id = rest.strip()
+                    yield comment
+                elif field == "data":
+                    data.append(value)
+        except httpx.TransportError as exc:
+            self.interruption = _describe_transport(exc)
+            return
+        self.interruption = "the node closed the stream before it finished"
+
+
+def _generation() -> httpx.Timeout:
+    import httpx  # noqa: PLC0415 - loaded by SkulkClient already
+
+    return httpx.Timeout(DEFAULT_TIMEOUT_SECONDS, read=GENERATION_READ_TIMEOUT_SECONDS)
+
+
+def _api_error(response: httpx.Response) -> SkulkApiError:
+    message, code = _error_details(response)
+    failure = response.headers.get(PLACEMENT_FAILURE_HEADER)
+    return SkulkApiError(response.status_code, message, code, failure)
 
 
 def _describe_transport(exc: httpx.TransportError) -> str:

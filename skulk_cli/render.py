@@ -10,7 +10,22 @@ from rich.table import Table
 from rich.text import Text
 
 from skulk_cli.config_edit import SECRET_KEYS
-from skulk_cli.views import ClusterState, ConfigResponse, ModelList, NodeIdentity
+from skulk_cli.views import (
+    ClusterState,
+    ConfigResponse,
+    DeleteResponse,
+    GenerationStats,
+    InstanceBody,
+    InstanceDetail,
+    ModelList,
+    NodeIdentity,
+    PlaceResponse,
+    Preview,
+    PreviewList,
+    Shard,
+    TaggedRunnerStatus,
+    untag,
+)
 
 _BYTE_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
 _HEALTH_STYLE = {"ok": "green", "warn": "yellow", "error": "red"}
@@ -149,10 +164,18 @@ def _runner_status(tag: str, body: Mapping[str, object]) -> Text:
     words = "".join(f" {c.lower()}" if c.isupper() else c for c in tag.removeprefix("Runner"))
     label = words.strip() or tag
     text = Text(label, style=_RUNNER_STYLE.get(label, "yellow"))
+    progress = body.get("progress")
+    if isinstance(progress, int | float) and not isinstance(progress, bool):
+        text.append(f" {progress:.0%}")
     error = body.get("errorMessage")
     if isinstance(error, str) and error:
         text.append(f": {error}")
     return text
+
+
+def _status_of(state: ClusterState, runner_id: str) -> Text:
+    found = untag(state.runners.get(runner_id, {}))
+    return _runner_status(*found) if found else Text("starting", style="yellow")
 
 
 def models(listing: ModelList) -> RenderableType:
@@ -211,3 +234,335 @@ def config_change(key: str, old: object, new: object, *, existed: bool) -> Text:
     if existed:
         text.append(f" (was {format_value(old)})")
     return text
+
+
+# --- placement ----------------------------------------------------------------------
+
+
+def _names(state: ClusterState | None, node_id: str) -> str:
+    return (state.node_name(node_id) if state else None) or short_id(node_id)
+
+
+def _tokens(count: int | None) -> str:
+    return f"{count:,}" if count else "-"
+
+
+def shard_layers(shard: Mapping[str, Shard]) -> str:
+    """What one runner holds: ``0-8 (9 of 18)`` for a pipeline stage."""
+    found = untag(shard)
+    if found is None:
+        return "-"
+    kind, body = found
+    if body.start_layer is None or body.end_layer is None:
+        return "memory donor" if kind.startswith("RpcDonor") else "-"
+    count = body.end_layer - body.start_layer
+    of = f" of {body.n_layers}" if body.n_layers else ""
+    if kind.startswith("Tensor"):
+        return f"{count}{of}, 1/{body.world_size} each"
+    return f"{body.start_layer}-{body.end_layer - 1} ({count}{of})"
+
+
+def _nodes_by_rank(body: InstanceBody) -> list[tuple[str, str, Mapping[str, Shard]]]:
+    """``(node, runner, shard)`` in device-rank order."""
+    assignments = body.shard_assignments
+    rows = [
+        (node_id, runner_id, assignments.runner_to_shard.get(runner_id, {}))
+        for node_id, runner_id in assignments.node_to_runner.items()
+    ]
+
+    def rank(row: tuple[str, str, Mapping[str, Shard]]) -> tuple[int, str]:
+        found = untag(row[2])
+        return (found[1].device_rank if found else 0, row[0])
+
+    return sorted(rows, key=rank)
+
+
+_RESERVED_MARK = " *"
+
+
+def _kind(preview: Preview) -> Text:
+    text = Text(f"{preview.sharding} / {preview.instance_meta}")
+    if preview.alternative:
+        text.append("\nalternative", style="dim")
+    return text
+
+
+def previews(
+    listing: PreviewList, state: ClusterState | None, context_tokens: int | None = None
+) -> RenderableType:
+    """Every placement the node would make, with layers, memory and context; then refusals.
+
+    With ``context_tokens``, a column says what that window's KV cache costs.
+    """
+    valid = [p for p in listing.previews if p.valid]
+    refused = [p for p in listing.previews if not p.valid]
+    if not listing.previews:
+        return Text("No placements previewed.", style="dim")
+    parts: list[RenderableType] = []
+    if valid:
+        model = valid[0].model_id
+        reserved = any(p.reserves_context_at_load for p in valid)
+        table = Table(
+            title=f"Placements for {model}" if model else None,
+            title_justify="left",
+            caption=f"{_RESERVED_MARK.strip()} the engine reserves this window's memory at load"
+            if reserved
+            else None,
+            caption_justify="left",
+        )
+        table.add_column("Sharding / meta", no_wrap=True)
+        table.add_column("Nodes", no_wrap=True)
+        table.add_column("Layers", no_wrap=True)
+        table.add_column("Memory", justify="right", no_wrap=True)
+        table.add_column("Max context", justify="right")
+        table.add_column("Default context", justify="right")
+        if context_tokens is not None:
+            table.add_column(f"KV for {context_tokens:,}", justify="right", no_wrap=True)
+        for preview in valid:
+            table.add_row(*_preview_cells(preview, state, context_tokens))
+        parts.append(table)
+    else:
+        parts.append(Text("No valid placement.", style="bold red"))
+    for preview in refused:
+        where = f" on {preview.nodes} nodes" if preview.nodes > 1 else ""
+        line = Text.assemble(
+            ("not possible ", "red"),
+            (f"{preview.sharding} / {preview.instance_meta}{where}: ", "bold"),
+        )
+        line.append(preview.error or "no placement")
+        if preview.error_code:
+            line.append(f" ({preview.error_code})", style="dim")
+        parts.append(line)
+    return Group(*parts)
+
+
+def _preview_cells(
+    preview: Preview, state: ClusterState | None, context_tokens: int | None
+) -> list[RenderableType]:
+    body = preview.body
+    rows = _nodes_by_rank(body) if body else []
+    cells: list[RenderableType] = [
+        _kind(preview),
+        "\n".join(_names(state, node) for node, _, _ in rows),
+        "\n".join(shard_layers(shard) for _, _, shard in rows),
+        "\n".join(
+            humanize_bytes(preview.memory_delta_by_node[node])
+            if node in preview.memory_delta_by_node
+            else "-"
+            for node, _, _ in rows
+        ),
+        _tokens(preview.max_context_tokens),
+        _tokens(preview.default_context_tokens)
+        + (_RESERVED_MARK if preview.reserves_context_at_load else ""),
+    ]
+    if context_tokens is not None:
+        cells.append(_kv_cost(preview, context_tokens))
+    return cells
+
+
+def _kv_cost(preview: Preview, context_tokens: int) -> Text:
+    if preview.max_context_tokens is not None and context_tokens > preview.max_context_tokens:
+        return Text("too large", style="red")
+    if preview.kv_bytes_per_token is None:
+        return Text("unknown", style="dim")
+    return Text(humanize_bytes(preview.kv_bytes_per_token * context_tokens))
+
+
+def chosen_preview(
+    preview: Preview, state: ClusterState | None, context_tokens: int | None = None
+) -> RenderableType:
+    """The preview `skulk place` expects the node to pick, before it asks."""
+    heading = Text.assemble(
+        "Placing ",
+        (preview.model_id, "bold"),
+        f": {preview.sharding} / {preview.instance_meta}",
+    )
+    table = Table()
+    for column in ("Node", "Layers", "Memory"):
+        table.add_column(column, no_wrap=True)
+    body = preview.body
+    for node, _, shard in _nodes_by_rank(body) if body else []:
+        delta = preview.memory_delta_by_node.get(node)
+        table.add_row(
+            _names(state, node), shard_layers(shard), humanize_bytes(delta) if delta else "-"
+        )
+    window = context_tokens or preview.default_context_tokens
+    context = Text.assemble(
+        "Context ",
+        (_tokens(window), "bold"),
+        f" tokens (up to {_tokens(preview.max_context_tokens)})",
+    )
+    return Group(heading, table, context)
+
+
+def placement_progress(
+    model_id: str, instance_id: str, body: InstanceBody | None, state: ClusterState
+) -> Text:
+    """One line: where the new instance's runners (and any model download) have got to."""
+    if body is None:
+        return Text.assemble(f"Waiting for instance {instance_id} of ", (model_id, "bold"), "…")
+    text = Text.assemble("Starting ", (model_id, "bold"), ": ")
+    rows = _nodes_by_rank(body)
+    for index, (node, runner, _) in enumerate(rows):
+        if index:
+            text.append(", ")
+        text.append(f"{_names(state, node)} ")
+        text.append_text(_status_of(state, runner))
+        download = _download(state, node, model_id)
+        if download is not None:
+            text.append(f" ({download})", style="dim")
+    return text
+
+
+def _download(state: ClusterState, node_id: str, model_id: str) -> str | None:
+    for progress in state.downloads.get(node_id, ()):
+        if progress.model_id == model_id and 0 < progress.downloaded_bytes < progress.total_bytes:
+            return (
+                f"downloading {humanize_bytes(progress.downloaded_bytes)}"
+                f" / {humanize_bytes(progress.total_bytes)}"
+            )
+    return None
+
+
+def placed(place: PlaceResponse, body: InstanceBody, state: ClusterState) -> Text:
+    """`skulk place` succeeded: the instance id, where it runs, its window."""
+    nodes = ", ".join(_names(state, node) for node, _, _ in _nodes_by_rank(body))
+    text = Text.assemble(
+        ("Ready: ", "bold green"),
+        (place.model_id or body.shard_assignments.model_id, "bold"),
+        " as instance ",
+        (place.instance_id, "bold cyan"),
+        f" on {nodes}",
+    )
+    if body.context_token_limit:
+        text.append(f" (context {body.context_token_limit:,} tokens)")
+    return text
+
+
+def place_accepted(place: PlaceResponse) -> Text:
+    """`skulk place --no-wait`: what was accepted, and how to follow it."""
+    return Text.assemble(
+        "Placing ",
+        (place.model_id, "bold"),
+        " as instance ",
+        (place.instance_id, "bold cyan"),
+        ". Follow it with `skulk instances show ",
+        place.instance_id,
+        "`.",
+    )
+
+
+# --- instances ----------------------------------------------------------------------
+
+_RECENT_FAILURES = 5
+
+
+def instances(state: ClusterState) -> RenderableType:
+    """Every placed instance with its runners' statuses; then the latest failures."""
+    parts: list[RenderableType] = []
+    if not state.instances:
+        parts.append(Text("No instances placed.", style="dim"))
+    else:
+        table = Table()
+        for column in ("Instance", "Model", "Kind", "Runners", "Context"):
+            table.add_column(column, overflow="fold")
+        for instance_id, tagged in sorted(state.instances.items()):
+            found = untag(tagged)
+            if found is None:
+                continue
+            kind, body = found
+            runners = Text()
+            for index, (node, runner, _) in enumerate(_nodes_by_rank(body)):
+                if index:
+                    runners.append("\n")
+                runners.append(f"{_names(state, node)}: ")
+                runners.append_text(_status_of(state, runner))
+            table.add_row(
+                instance_id,
+                body.shard_assignments.model_id,
+                kind.removesuffix("Instance"),
+                runners,
+                _tokens(body.context_token_limit),
+            )
+        parts.append(table)
+    failures = state.instance_failures[:_RECENT_FAILURES]
+    if failures:
+        parts.append(Text("Recent failures", style="bold"))
+    for failure in failures:
+        parts.append(
+            Text.assemble(
+                (f"{failure.instance_id} ", "red"),
+                f"{failure.model_id}: {failure.error_message or failure.error_code}",
+                (f" ({failure.error_code})" if failure.error_code else "", "dim"),
+            )
+        )
+    return Group(*parts)
+
+
+def instance(detail: InstanceDetail, state: ClusterState) -> RenderableType:
+    """One instance: model, kind, window, and each node's runner, layers and status.
+
+    Runner statuses come from the instance's own answer; ``state`` names the nodes.
+    """
+    kind, body = detail.kind, detail.body
+    header = Text.assemble(
+        ("Instance ", "bold"),
+        (body.instance_id, "bold cyan"),
+        "  ",
+        (body.shard_assignments.model_id, "bold"),
+    )
+    if kind:
+        header.append(f"  {kind.removesuffix('Instance')}")
+    header.append(f"  context {_tokens(body.context_token_limit)}")
+    table = Table()
+    for column in ("Node", "Runner", "Layers", "Status"):
+        table.add_column(column, overflow="fold")
+    for node, runner, shard in _nodes_by_rank(body):
+        found = untag(detail.runners.get(runner, {}))
+        status = _runner_status(*found) if found else Text("starting", style="yellow")
+        table.add_row(_names(state, node), runner, shard_layers(shard), status)
+    return Group(header, table)
+
+
+def instance_deleted(response: DeleteResponse) -> Text:
+    return Text.assemble(
+        "Removing instance ",
+        (response.instance_id, "bold cyan"),
+        ". Its runners stop shortly; `skulk instances list` shows when it is gone.",
+    )
+
+
+def runner_failure(tagged: TaggedRunnerStatus) -> str | None:
+    """The error of a failed runner, None for any other status."""
+    found = untag(tagged)
+    if found is None or found[0] != "RunnerFailed":
+        return None
+    message = found[1].get("errorMessage")
+    return message if isinstance(message, str) and message else "the runner failed"
+
+
+# --- chat ---------------------------------------------------------------------------
+
+
+def chat_banner(model_id: str) -> Text:
+    return Text.assemble(
+        "Chatting with ",
+        (model_id, "bold"),
+        ". Ctrl-C stops a reply; /exit or Ctrl-D leaves.",
+        style="dim",
+    )
+
+
+def generation_stats(stats: GenerationStats) -> Text:
+    """``12 tokens, 48.1 tokens/s``: the node's own measurement of the reply."""
+    parts: list[str] = []
+    if stats.generation_tokens is not None:
+        parts.append(f"{stats.generation_tokens} tokens")
+    if stats.generation_tps:
+        parts.append(f"{stats.generation_tps:.1f} tokens/s")
+    if stats.prompt_tokens is not None:
+        prompt = f"prompt {stats.prompt_tokens} tokens"
+        if stats.prompt_tps:
+            prompt += f" at {stats.prompt_tps:.1f}/s"
+        parts.append(prompt)
+    return Text(", ".join(parts), style="dim")

@@ -6,6 +6,7 @@ to say still renders; a node that answers in a different shape is reported as su
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TypeVar
 
 import msgspec
@@ -52,9 +53,21 @@ class NodeIdentityInfo(_View, frozen=True, kw_only=True):
     skulk_commit: str | None = None
 
 
+class Shard(_View, frozen=True, kw_only=True):
+    """Any shard kind's fields; an RPC memory donor has no layers."""
+
+    device_rank: int = 0
+    world_size: int = 1
+    start_layer: int | None = None
+    end_layer: int | None = None
+    n_layers: int | None = None
+
+
 class ShardAssignments(_View, frozen=True, kw_only=True):
     model_id: str = ""
     node_to_runner: dict[str, str] = {}
+    # Tagged: {"PipelineShardMetadata": {...}}.
+    runner_to_shard: dict[str, dict[str, Shard]] = {}
 
 
 class InstanceBody(_View, frozen=True, kw_only=True):
@@ -63,13 +76,137 @@ class InstanceBody(_View, frozen=True, kw_only=True):
     context_token_limit: int | None = None
 
 
+# Tagged unions arrive externally tagged: {"MlxRingInstance": {...}}.
+TaggedInstance = dict[str, InstanceBody]
+# A runner status is one tag and its fields: {"RunnerFailed": {"errorMessage": ...}}.
+TaggedRunnerStatus = dict[str, dict[str, object]]
+
+
+class InstanceFailure(_View, frozen=True, kw_only=True):
+    instance_id: str = ""
+    model_id: str = ""
+    error_code: str = ""
+    error_message: str = ""
+    recorded_at: str | None = None
+
+
+class DownloadProgress(_View, frozen=True, kw_only=True):
+    model_id: str = ""
+    status: str = ""
+    downloaded_bytes: int = 0
+    total_bytes: int = 0
+
+
 class ClusterState(_View, frozen=True, kw_only=True):
-    # Tagged unions arrive externally tagged: {"MlxRingInstance": {...}}.
-    instances: dict[str, dict[str, InstanceBody]] = {}
-    runners: dict[str, dict[str, dict[str, object]]] = {}
+    instances: dict[str, TaggedInstance] = {}
+    runners: dict[str, TaggedRunnerStatus] = {}
+    instance_failures: tuple[InstanceFailure, ...] = ()
+    downloads: dict[str, tuple[DownloadProgress, ...]] = {}
     node_memory: dict[str, NodeMemory] = {}
     node_health: dict[str, NodeHealth] = {}
     node_identities: dict[str, NodeIdentityInfo] = {}
+
+    def node_name(self, node_id: str) -> str | None:
+        info = self.node_identities.get(node_id)
+        return info.friendly_name if info else None
+
+    def failure_of(self, instance_id: str) -> InstanceFailure | None:
+        """The newest recorded failure of ``instance_id``, if it failed."""
+        return next((f for f in self.instance_failures if f.instance_id == instance_id), None)
+
+
+def untag(tagged: Mapping[str, T]) -> tuple[str, T] | None:
+    """``{"MlxRingInstance": body}`` -> ``("MlxRingInstance", body)``; None when empty."""
+    return next(iter(tagged.items()), None)
+
+
+class Preview(msgspec.Struct, frozen=True, kw_only=True):
+    """One placement shape from ``/instance/previews``: an instance, or why not."""
+
+    model_id: str = ""
+    sharding: str = ""
+    instance_meta: str = ""
+    node_count: int | None = None
+    backend: str | None = None
+    instance: TaggedInstance | None = None
+    error: str | None = None
+    error_code: str | None = None
+    memory_delta_by_node: dict[str, int] = {}
+    max_context_tokens: int | None = None
+    default_context_tokens: int | None = None
+    reserves_context_at_load: bool = False
+    kv_bytes_per_token: int | None = None
+    card_digest: str | None = None
+    alternative: bool = False
+
+    @property
+    def valid(self) -> bool:
+        return self.error is None and bool(self.instance)
+
+    @property
+    def body(self) -> InstanceBody | None:
+        found = untag(self.instance) if self.instance else None
+        return found[1] if found else None
+
+    @property
+    def nodes(self) -> int:
+        """How many nodes the placement spans (0 when the node did not say)."""
+        if self.node_count is not None:
+            return self.node_count
+        return len(self.body.shard_assignments.node_to_runner) if self.body else 0
+
+
+class PreviewList(msgspec.Struct, frozen=True, kw_only=True):
+    previews: tuple[Preview, ...] = ()
+
+
+class PlaceResponse(msgspec.Struct, frozen=True, kw_only=True):
+    instance_id: str
+    command_id: str = ""
+    model_id: str = ""
+    message: str = ""
+
+
+class DeleteResponse(msgspec.Struct, frozen=True, kw_only=True):
+    instance_id: str = ""
+    command_id: str = ""
+    message: str = ""
+
+
+class ChatDelta(msgspec.Struct, frozen=True, kw_only=True):
+    content: str | None = None
+    reasoning_content: str | None = None
+
+
+class ChatChunkChoice(msgspec.Struct, frozen=True, kw_only=True):
+    index: int = 0
+    delta: ChatDelta = ChatDelta()
+    finish_reason: str | None = None
+
+
+class ChatChunk(msgspec.Struct, frozen=True, kw_only=True):
+    """A ``chat.completion.chunk``, just the parts the CLI shows."""
+
+    choices: tuple[ChatChunkChoice, ...] = ()
+
+
+class ErrorDetail(msgspec.Struct, frozen=True, kw_only=True):
+    message: str = ""
+    type: str | None = None
+    code: str | int | None = None
+
+
+class ErrorFrame(msgspec.Struct, frozen=True, kw_only=True):
+    """``{"error": {...}}``: a failure reported in the body, after the status."""
+
+    error: ErrorDetail
+
+
+class GenerationStats(msgspec.Struct, frozen=True, kw_only=True):
+    prompt_tps: float | None = None
+    generation_tps: float | None = None
+    prompt_tokens: int | None = None
+    generation_tokens: int | None = None
 
 
 class Model(msgspec.Struct, frozen=True, kw_only=True):
@@ -89,6 +226,58 @@ class ConfigResponse(msgspec.Struct, frozen=True, kw_only=True):
     config: dict[str, object] = {}
     path: str | None = None
     effective: dict[str, object] = {}
+
+
+class InstanceDetail(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /instance/{id}``: the instance and its runners' statuses."""
+
+    kind: str
+    body: InstanceBody
+    runners: dict[str, TaggedRunnerStatus] = {}
+
+
+def parse_instance(raw: JsonObject, what: str) -> InstanceDetail:
+    """``{"instance": {"MlxRingInstance": {...}}, "runners": {...}}``.
+
+    A bare tagged instance (as in ``/state``) is accepted too.
+    """
+    tagged = raw.get("instance", raw)
+    runners = parse({"runners": raw.get("runners", {})}, _Runners, what).runners
+    if isinstance(tagged, dict) and len(tagged) == 1:
+        ((kind, body),) = tagged.items()
+        if isinstance(kind, str) and kind.endswith("Instance") and isinstance(body, dict):
+            return InstanceDetail(kind=kind, body=parse(body, InstanceBody, what), runners=runners)
+    raise UnexpectedResponseError(f"unexpected {what} response from the node: no instance")
+
+
+class _Runners(msgspec.Struct, frozen=True, kw_only=True):
+    runners: dict[str, TaggedRunnerStatus] = {}
+
+
+def parse_chat_event(data: str) -> ChatChunk | ErrorFrame:
+    """One streamed ``data:`` payload: a chunk, or the error frame that ends a reply."""
+    try:
+        raw = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        raise UnexpectedResponseError(
+            f"the chat stream sent a frame that is not JSON: {data[:80]!r}"
+        ) from None
+    if not isinstance(raw, dict):
+        raise UnexpectedResponseError(f"unexpected chat stream frame: {data[:80]!r}")
+    if "error" in raw:
+        return parse(raw, ErrorFrame, "chat stream error")
+    return parse(raw, ChatChunk, "chat stream")
+
+
+def parse_stats(text: str) -> GenerationStats | None:
+    """The ``generation_stats {...}`` comment's fields; None for anything else."""
+    name, _, rest = text.partition(" ")
+    if name != "generation_stats":
+        return None
+    try:
+        return msgspec.json.decode(rest, type=GenerationStats)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None  # statistics are a courtesy; a malformed line is not worth a failure
 
 
 def parse(raw: JsonObject, view: type[T], what: str) -> T:

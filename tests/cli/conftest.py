@@ -7,7 +7,29 @@ from collections.abc import Iterator
 
 import pytest
 
-from .fake_node import CONFIG, IDENTITY, MODELS, STATE, FakeNode, start
+from .fake_node import (
+    CHAT_COMMAND_ID,
+    COMPLETION,
+    CONFIG,
+    DELETE_RESPONSE,
+    IDENTITY,
+    INSTANCE_DETAIL,
+    MODELS,
+    PLACE_RESPONSE,
+    PREVIEWS,
+    STATE,
+    Answer,
+    FakeNode,
+    Recorded,
+    chat_stream,
+    sse_reply,
+    start,
+)
+
+
+def _chat(request: Recorded) -> Answer:
+    streaming = isinstance(request.body, dict) and request.body.get("stream")
+    return sse_reply(chat_stream()) if streaming else (200, COMPLETION)
 
 
 @pytest.fixture
@@ -18,6 +40,15 @@ def node() -> Iterator[FakeNode]:
             ("GET", "/state"): (200, STATE),
             ("GET", "/v1/models"): (200, MODELS),
             ("GET", "/config"): (200, CONFIG),
+            ("GET", "/instance/previews"): (200, PREVIEWS),
+            ("POST", "/place_instance"): (200, PLACE_RESPONSE),
+            ("GET", "/instance/inst-1"): (200, INSTANCE_DETAIL),
+            ("DELETE", "/instance/inst-1"): (200, DELETE_RESPONSE),
+            ("POST", "/v1/chat/completions"): _chat,
+            ("POST", f"/v1/cancel/{CHAT_COMMAND_ID}"): (
+                200,
+                {"message": "Command cancelled.", "command_id": CHAT_COMMAND_ID},
+            ),
         }
     )
     server, thread = start(fake)

@@ -7,11 +7,14 @@ also tested end to end against a real daemon elsewhere.)
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 GIB = 1024**3
 THIS_NODE = "node-a1"
@@ -141,29 +144,279 @@ CONFIG: dict[str, Any] = {
 }
 
 
+# --- placement ----------------------------------------------------------------------
+
+MODEL = "gemma-3-270m-q4"
+
+
+def pipeline_instance(
+    instance_id: str, nodes: tuple[str, ...] = (THIS_NODE, PEER_NODE), context: int = 32768
+) -> dict[str, Any]:
+    """A tagged MlxRing instance splitting 18 layers evenly over ``nodes``, like /state."""
+    per = 18 // len(nodes)
+    runners = {node: f"{instance_id}-runner-{rank}" for rank, node in enumerate(nodes)}
+    return {
+        "MlxRingInstance": {
+            "instanceId": instance_id,
+            "shardAssignments": {
+                "modelId": MODEL,
+                "nodeToRunner": runners,
+                "runnerToShard": {
+                    runners[node]: {
+                        "PipelineShardMetadata": {
+                            "modelId": MODEL,
+                            "deviceRank": rank,
+                            "worldSize": len(nodes),
+                            "startLayer": rank * per,
+                            "endLayer": 18 if rank == len(nodes) - 1 else (rank + 1) * per,
+                            "nLayers": 18,
+                        }
+                    }
+                    for rank, node in enumerate(nodes)
+                },
+            },
+            "contextTokenLimit": context,
+        }
+    }
+
+
+def _preview(**fields: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "model_id": MODEL,
+        "sharding": "Pipeline",
+        "instance_meta": "MlxRing",
+        "instance": None,
+        "error": None,
+        "error_code": None,
+        "memory_delta_by_node": {},
+        "max_context_tokens": None,
+        "default_context_tokens": None,
+        "reserves_context_at_load": False,
+        "kv_bytes_per_token": None,
+        "card_digest": None,
+        "alternative": False,
+        "node_count": 1,
+        "node_ids": [],
+        "backend": None,
+    }
+    return {**base, **fields}
+
+
+PREVIEWS: dict[str, Any] = {
+    "previews": [
+        _preview(
+            node_count=2,
+            node_ids=[THIS_NODE, PEER_NODE],
+            backend="mlx",
+            instance=pipeline_instance("preview-1"),
+            memory_delta_by_node={THIS_NODE: 300 * 1024**2, PEER_NODE: 280 * 1024**2},
+            max_context_tokens=32768,
+            default_context_tokens=8192,
+            reserves_context_at_load=True,
+            kv_bytes_per_token=36864,
+            card_digest="sha256:0f0f",
+        ),
+        _preview(
+            node_ids=[PEER_NODE],
+            backend="mlx",
+            instance=pipeline_instance("preview-2", nodes=(PEER_NODE,)),
+            memory_delta_by_node={PEER_NODE: 560 * 1024**2},
+            max_context_tokens=32768,
+            default_context_tokens=32768,
+            kv_bytes_per_token=36864,
+            card_digest="sha256:0f0f",
+            alternative=True,
+        ),
+        _preview(
+            sharding="Tensor",
+            node_count=2,
+            error="gemma-3-270m-q4 does not support Tensor sharding",
+            error_code="no_valid_placement",
+        ),
+    ]
+}
+
+PLACED_ID = "inst-2"
+PLACE_RESPONSE: dict[str, Any] = {
+    "message": "Command received.",
+    "command_id": PLACED_ID,
+    "instance_id": PLACED_ID,
+    "model_id": MODEL,
+}
+INSTANCE_DETAIL: dict[str, Any] = {
+    "instance": STATE["instances"]["inst-1"],
+    "runners": STATE["runners"],
+}
+DELETE_RESPONSE: dict[str, Any] = {
+    "message": "Command received.",
+    "command_id": "cmd-delete-1",
+    "instance_id": "inst-1",
+}
+
+
+def state_with(
+    instance_id: str,
+    runner_status: dict[str, Any] | None,
+    *,
+    failure: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """STATE plus ``instance_id`` (two runners, both in ``runner_status``), or its failure.
+
+    ``runner_status`` None leaves the instance out, as when it vanished.
+    """
+    state = copy.deepcopy(STATE)
+    if runner_status is not None:
+        # Stamped with the previews' default window, as the node would.
+        instance = pipeline_instance(instance_id, context=8192)
+        state["instances"][instance_id] = instance
+        for runner in instance["MlxRingInstance"]["shardAssignments"]["nodeToRunner"].values():
+            state["runners"][runner] = copy.deepcopy(runner_status)
+    if failure is not None:
+        state["instanceFailures"] = [failure]
+    return state
+
+
+# --- chat ---------------------------------------------------------------------------
+
+CHAT_COMMAND_ID = "cmd-chat-1"
+CHAT_WORDS = ("Once", " upon", " a", " time")
+
+
+def sse(data: object) -> bytes:
+    return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+
+def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+    return sse(
+        {
+            "id": CHAT_COMMAND_ID,
+            "object": "chat.completion.chunk",
+            "created": 1787328699,
+            "model": MODEL,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+            "usage": None,
+        }
+    )
+
+
+def token_frames(words: Iterable[str] = CHAT_WORDS) -> list[bytes]:
+    frames = []
+    for index, word in enumerate(words):
+        delta = {"role": "assistant", "content": word} if index == 0 else {"content": word}
+        frames.append(chunk(delta))
+    return frames
+
+
+def chat_stream(words: Iterable[str] = CHAT_WORDS) -> list[bytes]:
+    """A whole streamed reply, frame for frame as the daemon writes it."""
+    stats = {
+        "prompt_tps": 310.5,
+        "generation_tps": 48.25,
+        "prompt_tokens": 7,
+        "generation_tokens": 4,
+        "serving_batches": 1,
+        "in_flight_at_admission": 0,
+    }
+    return [
+        f": command_id {CHAT_COMMAND_ID}\n\n".encode(),
+        *token_frames(words),
+        chunk({}, finish_reason="stop"),
+        b": generation_stats " + json.dumps(stats).encode() + b"\n\n",
+        b"data: [DONE]\n\n",
+    ]
+
+
+CONTEXT_ERROR = {
+    "error": {
+        "message": "context_length_exceeded: the prompt and max_tokens need 40000 tokens",
+        "type": "invalid_request_error",
+        "code": "context_length_exceeded",
+    }
+}
+
+
+def failing_chat_stream() -> list[bytes]:
+    """A reply that starts, then fails: the error frame, then the sentinel."""
+    return [
+        f": command_id {CHAT_COMMAND_ID}\n\n".encode(),
+        *token_frames(CHAT_WORDS[:1]),
+        sse(CONTEXT_ERROR),
+        b"data: [DONE]\n\n",
+    ]
+
+
+COMPLETION: dict[str, Any] = {
+    "id": CHAT_COMMAND_ID,
+    "object": "chat.completion",
+    "created": 1787328699,
+    "model": MODEL,
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "Once upon a time"},
+            "finish_reason": "stop",
+            "logprobs": None,
+        }
+    ],
+    "usage": {"prompt_tokens": 7, "completion_tokens": 4, "total_tokens": 11},
+}
+
+
+# --- the server ---------------------------------------------------------------------
+
+
 @dataclass
 class Recorded:
     method: str
     path: str
     body: object
+    query: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class Reply:
+    """An answer: JSON (or raw bytes) in one piece, or ``stream`` frames flushed one by one."""
+
+    status: int = 200
+    body: object = None
+    headers: dict[str, str] = field(default_factory=dict)
+    stream: Iterable[bytes] | None = None
+
+
+Answer = tuple[int, object] | Reply
+Route = Answer | Callable[[Recorded], Answer]
 
 
 @dataclass
 class FakeNode:
-    """Routes are ``(method, path) -> (status, JSON body)``; tests may replace them."""
+    """Routes are ``(method, path) -> answer``, or a function of the request that gives
+    one; tests may replace them. Every request is recorded, in order."""
 
     url: str = ""
-    routes: dict[tuple[str, str], tuple[int, object]] = field(default_factory=dict)
+    routes: dict[tuple[str, str], Route] = field(default_factory=dict)
     requests: list[Recorded] = field(default_factory=list)
 
-    def answer(self, method: str, path: str, body: object) -> tuple[int, object]:
-        self.requests.append(Recorded(method, path, body))
-        if (method, path) in self.routes:
-            return self.routes[(method, path)]
-        if method == "PUT" and path == "/config" and isinstance(body, dict):
+    def answer(self, request: Recorded) -> Reply:
+        self.requests.append(request)
+        route = self.routes.get((request.method, request.path))
+        if callable(route):
+            route = route(request)
+        if isinstance(route, Reply):
+            return route
+        if route is not None:
+            return Reply(*route)
+        if request.method == "PUT" and request.path == "/config" and isinstance(request.body, dict):
             # Like the daemon: answer with the saved configuration.
-            return 200, {**CONFIG, "config": body.get("config")}
-        return 404, {"error": {"message": f"no route {path}", "type": "not_found", "code": 404}}
+            return Reply(200, {**CONFIG, "config": request.body.get("config")})
+        message = f"no route {request.path}"
+        return Reply(404, {"error": {"message": message, "type": "not_found", "code": 404}})
+
+    def sent(self, method: str, path: str) -> list[Recorded]:
+        return [r for r in self.requests if (r.method, r.path) == (method, path)]
+
+
+def sse_reply(frames: Iterable[bytes]) -> Reply:
+    return Reply(200, headers={"X-Skulk-Command-Id": CHAT_COMMAND_ID}, stream=frames)
 
 
 def _handler(node: FakeNode) -> type[BaseHTTPRequestHandler]:
@@ -171,15 +424,42 @@ def _handler(node: FakeNode) -> type[BaseHTTPRequestHandler]:
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
-            status, body = node.answer(self.command, self.path, json.loads(raw) if raw else None)
+            url = urlsplit(self.path)
+            reply = node.answer(
+                Recorded(
+                    self.command, url.path, json.loads(raw) if raw else None, parse_qs(url.query)
+                )
+            )
+            if reply.stream is not None:
+                self._stream(reply, iter(reply.stream))
+                return
+            body = reply.body
             payload = body if isinstance(body, bytes) else json.dumps(body).encode()
-            self.send_response(status)
+            self.send_response(reply.status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(payload)
 
-        do_GET = do_PUT = _serve  # noqa: N815 - http.server's naming
+        def _stream(self, reply: Reply, frames: Iterator[bytes]) -> None:
+            # HTTP/1.0 with no length: the body ends when the connection closes.
+            self.send_response(reply.status)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            try:
+                for frame in frames:
+                    self.wfile.write(frame)
+                    self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client hung up, as it may
+            self.close_connection = True
+
+        do_GET = do_PUT = do_POST = do_DELETE = _serve  # noqa: N815 - http.server's naming
 
         def log_message(self, format: str, *args: object) -> None:
             pass

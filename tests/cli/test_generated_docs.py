@@ -57,7 +57,12 @@ def test_check_reports_changed_missing_and_obsolete_files(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("words", "expected"),
     [
-        ("skulk ''", {"serve", "status", "models", "config"}),
+        (
+            "skulk ''",
+            {"serve", "status", "previews", "place", "chat", "models", "instances", "config"},
+        ),
+        ("skulk instances ''", {"list", "show", "delete"}),
+        ("skulk place gemma --sharding ''", {"Pipeline", "Tensor"}),
         ("skulk mo", {"models"}),
         ("skulk config ''", {"show", "set"}),
         ("skulk serve --api", {"--api-port"}),

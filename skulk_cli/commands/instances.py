@@ -1,0 +1,79 @@
+"""`skulk instances ...`: the placed model instances."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from skulk_cli import console, render, views
+from skulk_cli.context import CliContext, JsonFlag, node_client
+
+app = typer.Typer(help="List, inspect and remove placed model instances.", no_args_is_help=True)
+
+InstanceArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="ID", help="Instance id, as `skulk instances list` shows it.", show_default=False
+    ),
+]
+
+
+@app.command("list")
+def list_instances(ctx: typer.Context, json_output: JsonFlag = False) -> None:
+    """List placed instances: model, each node's runner status, context window.
+
+    Recent placement failures follow the table. `--json` prints the node's
+    `instances`, `runners` and `instanceFailures` from its state.
+    """
+    cli = CliContext.of(ctx)
+    with node_client(cli) as client:
+        raw = client.state()
+        if cli.wants_json(json_output):
+            console.emit_json(
+                {
+                    key: raw.get(key, default)
+                    for key, default in (
+                        ("instances", {}),
+                        ("runners", {}),
+                        ("instanceFailures", []),
+                    )
+                }
+            )
+            return
+        console.show(render.instances(views.parse(raw, views.ClusterState, "/state")))
+
+
+@app.command("show")
+def show(ctx: typer.Context, instance_id: InstanceArg, json_output: JsonFlag = False) -> None:
+    """Show one instance: its model, context window, and each node's layers and runner.
+
+    `--json` prints the node's answer: the instance and its runners' statuses.
+    """
+    cli = CliContext.of(ctx)
+    with node_client(cli) as client:
+        raw = client.instance(instance_id)
+        if cli.wants_json(json_output):
+            console.emit_json(raw)
+            return
+        detail = views.parse_instance(raw, f"/instance/{instance_id}")
+        # For node names only: the instance speaks in node ids.
+        state = views.parse(client.state(), views.ClusterState, "/state")
+    console.show(render.instance(detail, state))
+
+
+@app.command("delete")
+def delete(ctx: typer.Context, instance_id: InstanceArg, json_output: JsonFlag = False) -> None:
+    """Remove an instance: its runners stop and free their memory.
+
+    Work in flight on the instance is interrupted. The model's files stay on disk.
+    """
+    cli = CliContext.of(ctx)
+    with node_client(cli) as client:
+        raw = client.delete_instance(instance_id)
+    if cli.wants_json(json_output):
+        console.emit_json(raw)
+        return
+    console.show(
+        render.instance_deleted(views.parse(raw, views.DeleteResponse, "DELETE /instance"))
+    )
