@@ -66,6 +66,10 @@ class ModelCard(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_
     num_key_value_heads: int | None = None
     head_dim: int | None = None
     chat_template: str | None = None
+    # The strings a chat template may reference as ``bos_token``/``eos_token``. The
+    # engine adds the BOS token itself when the rendered prompt does not start with it.
+    bos_token: str | None = None
+    eos_token: str | None = None
     capabilities: tuple[str, ...] = ()
     compatible_backends: tuple[str, ...] = ()
     base_model: str | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,6 +74,11 @@ class Node:
         self._state = state
         self._telemetry: dict[NodeId, NodeTelemetry] = {}
         self._applied = asyncio.Condition()
+        self._listeners: list[Callable[[], None]] = []
+        # Reports (runner phases, task bookkeeping) are submitted in the order they
+        # were made, off the caller's path: a runner's token stream never waits on fsync.
+        self._reports: asyncio.Queue[Command] = asyncio.Queue()
+        self._reporter: asyncio.Task[None] | None = None
         self.master = Master(identity.node_id, state, event_log, self._on_events)
 
     @property
@@ -101,8 +106,34 @@ class Node:
         """Last write wins, per node."""
         self._telemetry[reading.node_id] = reading
 
+    def on_applied(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (synchronously, cheaply) after every applied batch of events."""
+        self._listeners.append(listener)
+
     async def start(self) -> None:
+        self._reporter = asyncio.create_task(self._drain_reports())
         await self.submit(RegisterNode(command_id=new_command_id(), node_id=self.node_id))
+
+    def report(self, command: Command) -> None:
+        """Submit ``command`` in the background, after every earlier report."""
+        self._reports.put_nowait(command)
+
+    async def _drain_reports(self) -> None:
+        while True:
+            command = await self._reports.get()
+            try:
+                await self.submit(command)
+            except CommandRefused as exc:
+                log.debug("report %s refused: %s", type(command).__name__, exc.message)
+            except Exception:
+                log.exception("could not submit %s", type(command).__name__)
+            finally:
+                self._reports.task_done()
+
+    async def flush_reports(self) -> None:
+        """Wait until every report made so far is applied (used at shutdown)."""
+        if self._reporter is not None and not self._reporter.done():
+            await self._reports.join()
 
     async def submit(self, command: Command) -> list[IndexedEvent]:
         """Send a command to the master; return once its events are applied here."""
@@ -120,6 +151,8 @@ class Node:
         for event in events:
             state = apply(state, event)
         self._state = state
+        for listener in self._listeners:
+            listener()
         asyncio.get_running_loop().create_task(self._notify())
 
     async def _notify(self) -> None:
@@ -127,4 +160,6 @@ class Node:
             self._applied.notify_all()
 
     def close(self) -> None:
+        if self._reporter is not None:
+            self._reporter.cancel()
         self.event_log.close()

@@ -32,6 +32,7 @@ from skulk_daemon.models.installed import load_installed_models
 from skulk_daemon.node import Node
 from skulk_daemon.settings import Settings, resolve_settings
 from skulk_daemon.telemetry.publisher import TelemetrySource, run_publisher
+from skulk_daemon.worker.supervisor import Supervisor
 
 log = logging.getLogger("skulk")
 
@@ -130,6 +131,8 @@ async def _serve(settings: Settings) -> None:
     )
     node.record_telemetry(await asyncio.to_thread(source.read))
     background: list[asyncio.Task[None]] = []
+    worker = Supervisor(node)
+    node.on_applied(worker.wake)
 
     async def started() -> None:
         await node.start()
@@ -138,6 +141,7 @@ async def _serve(settings: Settings) -> None:
                 run_publisher(source, node.record_telemetry, TELEMETRY_INTERVAL_SECONDS, stop)
             )
         )
+        background.append(asyncio.create_task(worker.run(stop)))
         log.info(
             "skulk node %s serving on http://%s:%d", node.node_id, settings.host, settings.api_port
         )
@@ -146,8 +150,10 @@ async def _serve(settings: Settings) -> None:
         stop.set()
         for task in background:
             await task
+        await worker.shutdown()
+        await node.flush_reports()
 
-    app = create_app(node, on_startup=[started], on_shutdown=[stopping])
+    app = create_app(node, worker, on_startup=[started], on_shutdown=[stopping])
     server = _Server(
         uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=10)
     )

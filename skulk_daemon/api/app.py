@@ -15,24 +15,48 @@ from skulk_daemon.api.config import ConfigController
 from skulk_daemon.api.errors import EXCEPTION_HANDLERS
 from skulk_daemon.api.models import ModelsController
 from skulk_daemon.api.node import NodeController
+from skulk_daemon.api.openai_chat import OpenAIChatController
+from skulk_daemon.api.placement import PlacementController
 from skulk_daemon.api.state import StateController
+from skulk_daemon.chat.commands import ActiveCommands
 from skulk_daemon.node import Node
+from skulk_daemon.worker.supervisor import Supervisor
 
-CONTROLLERS = [NodeController, StateController, ConfigController, ModelsController]
+CONTROLLERS = [
+    NodeController,
+    StateController,
+    ConfigController,
+    ModelsController,
+    OpenAIChatController,
+    PlacementController,
+]
 
 
 def create_app(
     node: Node,
+    worker: Supervisor,
     *,
     on_startup: Sequence[Callable[[], Any]] = (),
     on_shutdown: Sequence[Callable[[], Any]] = (),
 ) -> Litestar:
+    commands = ActiveCommands()
+
     def provide_node() -> Node:
         return node
 
+    def provide_worker() -> Supervisor:
+        return worker
+
+    def provide_commands() -> ActiveCommands:
+        return commands
+
     return Litestar(
         route_handlers=CONTROLLERS,
-        dependencies={"node": Provide(provide_node, sync_to_thread=False)},
+        dependencies={
+            "node": Provide(provide_node, sync_to_thread=False),
+            "worker": Provide(provide_worker, sync_to_thread=False),
+            "commands": Provide(provide_commands, sync_to_thread=False),
+        },
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         on_startup=list(on_startup),
         on_shutdown=list(on_shutdown),

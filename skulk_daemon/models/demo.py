@@ -163,6 +163,8 @@ def demo_card(header: GgufHeader, *, file_name: str, size_bytes: int) -> ModelCa
         num_attention_heads=header.head_count,
         # The file carries no template; Gemma's published one is what it expects.
         chat_template=header.chat_template or GEMMA3_CHAT_TEMPLATE,
+        bos_token="<bos>",
+        eos_token="<eos>",
         compatible_backends=DEMO_BACKENDS,
         base_model=DEMO_BASE_MODEL,
         quantization=header.quantization,

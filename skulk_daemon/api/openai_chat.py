@@ -1,0 +1,70 @@
+"""``POST /v1/chat/completions`` and ``POST /v1/cancel/{command_id}``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Controller, MediaType, Request, post
+from litestar.response import Stream
+
+from skulk_core.ids import CommandId
+from skulk_daemon.api.errors import ApiError
+from skulk_daemon.chat.admission import admit
+from skulk_daemon.chat.commands import ActiveCommands
+from skulk_daemon.chat.generation import generation_events
+from skulk_daemon.chat.openai_wire import json_body, sse_stream
+from skulk_daemon.chat.protocol import ChatCompletionRequest
+from skulk_daemon.node import Node
+from skulk_daemon.worker.supervisor import Supervisor
+
+_decoder = msgspec.json.Decoder(ChatCompletionRequest)
+
+# Encoded image content is bounded at 32 MiB; the rest of a chat body is small.
+MAX_CHAT_BODY_BYTES = 40 * 1024 * 1024
+
+_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def decode_chat_request(raw: bytes) -> ChatCompletionRequest:
+    try:
+        return _decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise ApiError(400, f"invalid request: {exc}", code="invalid_request") from None
+    except msgspec.DecodeError as exc:
+        raise ApiError(400, f"the body is not valid JSON: {exc}", code="invalid_json") from None
+
+
+class OpenAIChatController(Controller):
+    tags = ("OpenAI",)
+
+    @post(
+        "/v1/chat/completions",
+        status_code=200,
+        summary="OpenAI Chat Completions (streaming and not)",
+        request_max_body_size=MAX_CHAT_BODY_BYTES,
+    )
+    async def chat_completions(
+        self,
+        request: Request[Any, Any, Any],
+        node: Node,
+        worker: Supervisor,
+        commands: ActiveCommands,
+    ) -> Stream:
+        body = decode_chat_request(await request.body())
+        admitted = admit(node, body)
+        events = generation_events(worker, commands, admitted)
+        headers = {"X-Skulk-Command-Id": admitted.command_id}
+        if body.stream:
+            return Stream(
+                sse_stream(admitted, events),
+                media_type="text/event-stream",
+                headers={**_SSE_HEADERS, **headers},
+            )
+        return Stream(json_body(admitted, events), media_type=MediaType.JSON, headers=headers)
+
+    @post("/v1/cancel/{command_id:str}", status_code=200, summary="Cancel an in-flight command")
+    async def cancel(self, command_id: str, commands: ActiveCommands) -> dict[str, str]:
+        if not commands.cancel(CommandId(command_id)):
+            raise ApiError(404, "Command not found or already completed", code="command_not_found")
+        return {"message": "Command cancelled.", "command_id": command_id}

@@ -1,0 +1,1 @@
+"""Inference engines: the protocol (``base``) and one module per backend."""

@@ -1,0 +1,259 @@
+"""One loaded GGUF and its llama.cpp context: loading, tokens, the decode batch.
+
+Everything here that touches the context is called from the engine's scheduler
+thread only; tokenizing reads the vocabulary alone and is safe from any thread.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from pathlib import Path
+from typing import Final, cast
+
+import llama_cpp
+
+from skulk_daemon.engines.base import DEFAULT_SLOTS, EngineLoadError
+
+DEFAULT_N_BATCH: Final = 512
+_GGUF_MAGIC: Final = b"GGUF"
+_PIECE_BUFFER_BYTES: Final = 128
+_GGML_LOG_LEVEL_ERROR: Final = 4  # enum ggml_log_level in ggml.h
+_KEPT_ERRORS: Final = 8
+
+_Int32s = ctypes.Array[ctypes.c_int32]
+BatchArrays = tuple[
+    _Int32s, _Int32s, ctypes.Array[ctypes.c_int], ctypes.Array[_Int32s], ctypes.Array[ctypes.c_int8]
+]
+"""A batch's token, pos, n_seq_id, seq_id and logits arrays."""
+
+
+class _LlamaLog:
+    """Where llama.cpp's log goes: stderr when verbose; otherwise only its
+    errors are kept (a few), to explain a failed load in the error message."""
+
+    def __init__(self) -> None:
+        self.verbose = False
+        self.errors: list[str] = []
+        # NOTE: kept on the instance so the C callback is never garbage-collected.
+        self.callback = llama_cpp.llama_log_callback(self._on_log)
+
+    def _on_log(self, level: int, text: bytes, _user_data: object) -> None:
+        if self.verbose:
+            sys.stderr.write(text.decode("utf-8", errors="replace"))
+        elif level == _GGML_LOG_LEVEL_ERROR and len(self.errors) < _KEPT_ERRORS:
+            self.errors.append(text.decode("utf-8", errors="replace").strip())
+
+    def first_error(self) -> str:
+        """The first error since :attr:`errors` was cleared: the cause, where
+        later ones only say that loading failed."""
+        return f" (llama.cpp: {self.errors[0]})" if self.errors else ""
+
+
+_LLAMA_LOG: Final = _LlamaLog()
+
+
+def set_llama_logging(*, verbose: bool) -> None:
+    """Route llama.cpp's (process-global) log: to stderr if ``verbose``, else nowhere."""
+    _LLAMA_LOG.verbose = verbose
+    llama_cpp.llama_log_set(_LLAMA_LOG.callback, ctypes.c_void_p(0))
+
+
+class LlamaCppSettings:
+    """How to load the model. Plain values; the runner builds one from ``Load``."""
+
+    __slots__ = ("context_tokens", "flash_attention", "model_path", "n_batch", "n_threads", "slots")
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        context_tokens: int,
+        slots: int = DEFAULT_SLOTS,
+        n_threads: int | None = None,
+        n_batch: int = DEFAULT_N_BATCH,
+        flash_attention: bool | None = None,
+    ) -> None:
+        """``flash_attention=None`` lets llama.cpp decide (it enables it where
+        supported, which on CPU decodes faster; it also rounds differently from
+        llama-cpp-python's ``Llama``, which turns it off by default)."""
+        if context_tokens < 1:
+            raise ValueError(f"context_tokens must be positive, got {context_tokens}")
+        if not 1 <= slots <= n_batch:
+            raise ValueError(f"slots must be between 1 and n_batch ({n_batch}), got {slots}")
+        self.model_path = Path(model_path)
+        self.context_tokens = context_tokens
+        self.slots = slots
+        self.n_threads = n_threads if n_threads else (os.cpu_count() or 1)
+        self.n_batch = n_batch
+        self.flash_attention = flash_attention
+
+
+class LlamaModel:
+    """A model, a context of ``slots`` sequences of ``context_tokens`` each, and
+    one reusable decode batch. Build with :meth:`open`; free with :meth:`close`."""
+
+    def __init__(self, model: object, ctx: object, settings: LlamaCppSettings) -> None:
+        self._model: object | None = model
+        self.ctx: object | None = ctx
+        self.vocab: object = llama_cpp.llama_model_get_vocab(model)
+        self.memory: object = llama_cpp.llama_get_memory(ctx)
+        self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        self.bos: int = llama_cpp.llama_vocab_bos(self.vocab)
+        self._add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+        self.batch: llama_cpp.llama_batch | None = llama_cpp.llama_batch_init(
+            settings.n_batch, 0, 1
+        )
+        self.pieces: dict[int, tuple[bytes, bool]] = {}
+        self._piece_buffer = ctypes.create_string_buffer(_PIECE_BUFFER_BYTES)
+
+    @classmethod
+    def open(cls, settings: LlamaCppSettings) -> LlamaModel:
+        path = settings.model_path
+        _check_model_file(path)
+        llama_cpp.llama_backend_init()
+        _LLAMA_LOG.errors.clear()
+        model = llama_cpp.llama_model_load_from_file(
+            str(path).encode(), llama_cpp.llama_model_default_params()
+        )
+        if not model:
+            raise EngineLoadError(
+                f"llama.cpp could not load {path}: the file is damaged or its architecture "
+                f"is not supported by this llama.cpp build{_LLAMA_LOG.first_error()}"
+            )
+        trained = llama_cpp.llama_model_n_ctx_train(model)
+        if settings.context_tokens > trained > 0:
+            llama_cpp.llama_model_free(model)
+            raise EngineLoadError(
+                f"context_tokens {settings.context_tokens} exceeds the {trained} tokens "
+                f"{path.name} was trained for"
+            )
+        ctx = llama_cpp.llama_init_from_model(model, _context_params(settings))
+        if not ctx:
+            llama_cpp.llama_model_free(model)
+            raise EngineLoadError(
+                f"llama.cpp could not create a context of {settings.slots} x "
+                f"{settings.context_tokens} tokens for {path.name}{_LLAMA_LOG.first_error()}"
+            )
+        per_sequence = llama_cpp.llama_n_ctx_seq(ctx)
+        if per_sequence < settings.context_tokens:
+            llama_cpp.llama_free(ctx)
+            llama_cpp.llama_model_free(model)
+            raise EngineLoadError(
+                f"llama.cpp gave each sequence {per_sequence} tokens of context, "
+                f"fewer than the {settings.context_tokens} asked for"
+            )
+        return cls(model, ctx, settings)
+
+    def close(self) -> None:
+        if self.batch is not None:
+            llama_cpp.llama_batch_free(self.batch)
+            self.batch = None
+        if self.ctx is not None:
+            llama_cpp.llama_free(self.ctx)
+            self.ctx = None
+        if self._model is not None:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def batch_arrays(self) -> BatchArrays:
+        """The batch's arrays. llama-cpp-python annotates ``pos`` as an array of
+        arrays; it is a flat ``llama_pos *``, hence the cast."""
+        batch = self.batch
+        assert batch is not None
+        return (
+            batch.token,
+            cast(_Int32s, batch.pos),
+            batch.n_seq_id,
+            batch.seq_id,
+            batch.logits,
+        )
+
+    def decode(self, n_tokens: int) -> int:
+        """Decode the first ``n_tokens`` of the batch; llama_decode's status."""
+        batch = self.batch
+        assert batch is not None
+        batch.n_tokens = n_tokens
+        status: int = llama_cpp.llama_decode(self.ctx, batch)
+        return status
+
+    def forget(self, seq_id: int) -> None:
+        """Drop every KV cell of one sequence (always succeeds for a whole sequence)."""
+        llama_cpp.llama_memory_seq_rm(self.memory, seq_id, -1, -1)
+
+    def tokenize(self, text: str) -> list[int]:
+        """Tokens for already-rendered text: special tokens parsed, BOS added
+        only if the model wants one and the text does not start with it."""
+        data = text.encode("utf-8")
+        capacity = len(data) + 2
+        buffer = (llama_cpp.llama_token * capacity)()
+        count = llama_cpp.llama_tokenize(self.vocab, data, len(data), buffer, capacity, False, True)
+        if count < 0:
+            capacity = -count
+            buffer = (llama_cpp.llama_token * capacity)()
+            count = llama_cpp.llama_tokenize(
+                self.vocab, data, len(data), buffer, capacity, False, True
+            )
+        tokens = list(buffer[:count])
+        if self._add_bos and self.bos >= 0 and (not tokens or tokens[0] != self.bos):
+            tokens.insert(0, self.bos)
+        return tokens
+
+    def piece(self, token: int) -> tuple[bytes, bool]:
+        """A token's bytes (control tokens render as nothing) and whether it ends
+        generation; cached in :attr:`pieces`, as the same few thousand recur."""
+        cached = self.pieces.get(token)
+        if cached is not None:
+            return cached
+        buffer = self._piece_buffer
+        size = llama_cpp.llama_token_to_piece(self.vocab, token, buffer, len(buffer), 0, False)
+        if size < 0:
+            buffer = ctypes.create_string_buffer(-size)
+            size = llama_cpp.llama_token_to_piece(self.vocab, token, buffer, len(buffer), 0, False)
+        piece = (buffer.raw[:size], bool(llama_cpp.llama_vocab_is_eog(self.vocab, token)))
+        self.pieces[token] = piece
+        return piece
+
+    def piece_text(self, token: int) -> str:
+        return self.piece(token)[0].decode("utf-8", errors="replace")
+
+
+def _context_params(settings: LlamaCppSettings) -> llama_cpp.llama_context_params:
+    params: llama_cpp.llama_context_params = llama_cpp.llama_context_default_params()
+    params.n_ctx = settings.context_tokens * settings.slots
+    params.n_batch = settings.n_batch
+    params.n_ubatch = settings.n_batch
+    params.n_seq_max = settings.slots
+    # NOTE: a batch never asks for more logits rows than there are slots (one per
+    # prompt's last token, or one per generating sequence); reserving n_batch rows
+    # would cost n_batch x n_vocab floats (512 MiB for Gemma 3).
+    params.n_outputs_max = settings.slots
+    params.n_threads = settings.n_threads
+    params.n_threads_batch = settings.n_threads
+    # NOTE: non-unified KV gives each sequence its own window of exactly
+    # n_ctx / n_seq_max cells, so admission can promise a request its room up
+    # front; a unified cache would let neighbours run it out mid-answer.
+    params.kv_unified = False
+    params.no_perf = True
+    if settings.flash_attention is not None:
+        params.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+            if settings.flash_attention
+            else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+    return params
+
+
+def _check_model_file(path: Path) -> None:
+    try:
+        with path.open("rb") as handle:
+            magic = handle.read(len(_GGUF_MAGIC))
+    except FileNotFoundError:
+        raise EngineLoadError(f"model file not found: {path}") from None
+    except IsADirectoryError:
+        raise EngineLoadError(f"model path is a directory, not a GGUF file: {path}") from None
+    except OSError as exc:
+        raise EngineLoadError(f"cannot read model file {path}: {exc.strerror}") from None
+    if magic != _GGUF_MAGIC:
+        raise EngineLoadError(f"{path} is not a GGUF model file")

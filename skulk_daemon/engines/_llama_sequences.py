@@ -1,0 +1,138 @@
+"""The llama.cpp engine's bookkeeping: what its inbox holds and what a slot tracks."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from skulk_core.ids import TaskId
+from skulk_daemon.engines._llama_sampling import SamplerHandle, is_plain_greedy
+from skulk_daemon.engines._text import TextStream
+from skulk_daemon.engines.base import (
+    ErrorChunk,
+    FinishChunk,
+    FinishReason,
+    GenerationRequest,
+    GenerationStats,
+)
+
+
+class Pending:
+    """A submitted request, tokenized, waiting for a slot."""
+
+    __slots__ = ("max_tokens", "request", "submitted_at", "tokens")
+
+    def __init__(
+        self, request: GenerationRequest, tokens: list[int], max_tokens: int, submitted_at: float
+    ) -> None:
+        self.request = request
+        self.tokens = tokens
+        self.max_tokens = max_tokens
+        self.submitted_at = submitted_at
+
+
+class CancelOrder:
+    __slots__ = ("task_id",)
+
+    def __init__(self, task_id: TaskId) -> None:
+        self.task_id = task_id
+
+
+class WarmUp:
+    """Asks the scheduler thread (the context's only user) for one scratch decode."""
+
+    __slots__ = ("done", "error")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: str | None = None
+
+
+InboxItem = Pending | CancelOrder | WarmUp
+
+
+class Sequence:
+    """A request holding a slot (a llama.cpp sequence id)."""
+
+    __slots__ = (
+        "chain",
+        "first_token_at",
+        "greedy",
+        "in_flight_at_admission",
+        "logprobs",
+        "max_tokens",
+        "n_generated",
+        "next_token",
+        "pending",
+        "pos",
+        "prefill_s",
+        "seq_id",
+        "serving_batches",
+        "task_id",
+        "text",
+        "top_logprobs",
+    )
+
+    def __init__(self, pending: Pending, seq_id: int, chain: SamplerHandle, in_flight: int) -> None:
+        params = pending.request.sampling
+        self.pending = pending
+        self.task_id = pending.request.task_id
+        self.seq_id = seq_id
+        self.chain = chain
+        self.greedy = is_plain_greedy(params)
+        self.max_tokens = pending.max_tokens
+        self.text = TextStream(params.stop)
+        self.logprobs = params.logprobs or params.top_logprobs > 0
+        self.top_logprobs = params.top_logprobs
+        self.in_flight_at_admission = in_flight
+        self.first_token_at = 0.0
+        self.prefill_s = 0.0
+        self.pos = 0
+        self.next_token = -1
+        self.n_generated = 0
+        self.serving_batches = 0
+
+    def finish_chunk(self, reason: FinishReason) -> FinishChunk:
+        n_prompt = len(self.pending.tokens)
+        generated = self.n_generated
+        decoding = time.perf_counter() - self.first_token_at if generated > 1 else 0.0
+        ttft = self.first_token_at - self.pending.submitted_at if generated else 0.0
+        return FinishChunk(
+            task_id=self.task_id,
+            finish_reason=reason,
+            prompt_tokens=n_prompt,
+            completion_tokens=generated,
+            stats=GenerationStats(
+                prompt_tps=n_prompt / self.prefill_s if self.prefill_s else 0.0,
+                generation_tps=(generated - 1) / decoding if decoding else 0.0,
+                prompt_tokens=n_prompt,
+                generation_tokens=generated,
+                serving_batches=self.serving_batches,
+                in_flight_at_admission=self.in_flight_at_admission,
+                time_to_first_token_ms=ttft * 1000.0,
+            ),
+        )
+
+
+def error_chunk(task_id: TaskId, code: str, message: str) -> ErrorChunk:
+    return ErrorChunk(task_id=task_id, code=code, message=message)
+
+
+def unserved_finish(pending: Pending) -> FinishChunk:
+    """A request cancelled before it got a slot: nothing decoded, nothing generated."""
+    n_prompt = len(pending.tokens)
+    return FinishChunk(
+        task_id=pending.request.task_id,
+        finish_reason="cancelled",
+        prompt_tokens=n_prompt,
+        completion_tokens=0,
+        stats=GenerationStats(
+            prompt_tps=0.0,
+            generation_tps=0.0,
+            prompt_tokens=n_prompt,
+            generation_tokens=0,
+            serving_batches=0,
+            in_flight_at_admission=0,
+            time_to_first_token_ms=0.0,
+        ),
+    )

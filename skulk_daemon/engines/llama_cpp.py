@@ -1,0 +1,474 @@
+"""Continuous batching over llama.cpp's batch API (llama-cpp-python's low-level bindings).
+
+One model, one context with ``slots`` sequences, each with its own KV window of
+``context_tokens`` (non-unified KV cache, so one long conversation cannot eat
+another's room). One scheduler thread owns the context; every iteration it
+
+1. applies submissions and cancellations in arrival order,
+2. admits waiting requests (FIFO) into free slots: each prompt is decoded into
+   its sequence in ``n_batch``-token chunks and its first token sampled,
+3. runs ONE ``llama_decode`` holding the next token of every generating
+   sequence, and samples each with its own chain.
+
+Concurrent requests therefore share decode batches, which is what makes serving
+N users cost far less than N times one user.
+
+Temperature-0 output does not depend on what else is being served as long as a
+step carries at most three sequences: llama.cpp's CPU kernels for repacked
+quantized weights switch to a 4-row GEMM (rounding differently) from four rows
+up. Prompts are decoded alone for the same reason (see ``_prefill``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Final
+
+import llama_cpp
+
+from skulk_core.ids import TaskId
+from skulk_daemon.engines import _llama_sampling as sampling
+from skulk_daemon.engines._llama_model import (
+    DEFAULT_N_BATCH,
+    LlamaCppSettings,
+    LlamaModel,
+    set_llama_logging,
+)
+from skulk_daemon.engines._llama_sequences import (
+    CancelOrder,
+    InboxItem,
+    Pending,
+    Sequence,
+    WarmUp,
+    error_chunk,
+    unserved_finish,
+)
+from skulk_daemon.engines.base import (
+    ERROR_CONTEXT_LENGTH_EXCEEDED,
+    ERROR_ENGINE_FAILED,
+    ERROR_INVALID_REQUEST,
+    ChunkSink,
+    EngineLoadError,
+    EngineStats,
+    FinishReason,
+    GenerationRequest,
+    TokenChunk,
+)
+
+__all__ = ["DEFAULT_N_BATCH", "LlamaCppEngine", "LlamaCppSettings", "set_llama_logging"]
+
+log = logging.getLogger(__name__)
+
+_REFUSED_BATCH: Final = "llama.cpp refused to decode this request's batch"
+
+
+class LlamaCppEngine:
+    """The in-process llama.cpp engine (see the module docstring).
+
+    ``sink`` receives every chunk (see :data:`ChunkSink`). ``on_fatal`` is
+    called once, from the scheduler thread, if the engine breaks beyond one
+    request (every request in flight has then had an ``engine_failed`` error).
+    """
+
+    def __init__(
+        self,
+        settings: LlamaCppSettings,
+        sink: ChunkSink,
+        on_fatal: Callable[[str], None] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._sink = sink
+        self._on_fatal = on_fatal
+        self._llama: LlamaModel | None = None
+        self._inbox: deque[InboxItem] = deque()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._fatal: str | None = None
+        self._thread: threading.Thread | None = None
+        # Owned by the scheduler thread:
+        self._waiting: deque[Pending] = deque()
+        self._active: dict[TaskId, Sequence] = {}
+        self._generating: list[Sequence] = []
+        self._free_slots: list[int] = []
+        self._decode_batches = 0
+        self._prompt_tokens = 0
+        self._generated_tokens = 0
+        self._completed = 0
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def load(self) -> None:
+        settings = self._settings
+        self._llama = LlamaModel.open(settings)
+        self._free_slots = list(reversed(range(settings.slots)))
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="llama-cpp-scheduler", daemon=True)
+        self._thread.start()
+        log.info(
+            "loaded %s: %d slots x %d tokens, %d threads",
+            settings.model_path.name,
+            settings.slots,
+            settings.context_tokens,
+            settings.n_threads,
+        )
+
+    def warm_up(self) -> None:
+        """Decode one token in a free slot, then forget it; blocks until done."""
+        if self._thread is None:
+            raise RuntimeError("warm_up() before load()")
+        order = WarmUp()
+        self._inbox.append(order)
+        self._wake.set()
+        order.done.wait()
+        if order.error is not None:
+            raise EngineLoadError(order.error)
+
+    def unload(self) -> None:
+        thread = self._thread
+        if thread is not None:
+            self._stopping = True
+            self._wake.set()
+            thread.join()
+            self._thread = None
+        if self._llama is not None:
+            self._llama.close()
+            self._llama = None
+
+    def stats(self) -> EngineStats:
+        queued = sum(isinstance(item, Pending) for item in list(self._inbox))
+        return EngineStats(
+            loaded=self._llama is not None,
+            slots=self._settings.slots,
+            context_tokens=self._settings.context_tokens,
+            active=len(self._active),
+            waiting=len(self._waiting) + queued,
+            decode_batches=self._decode_batches,
+            prompt_tokens=self._prompt_tokens,
+            generated_tokens=self._generated_tokens,
+            completed=self._completed,
+        )
+
+    # -- requests (any thread) -----------------------------------------------
+
+    def submit(self, request: GenerationRequest) -> None:
+        llama = self._llama
+        if llama is None or self._thread is None:
+            raise RuntimeError("submit() before load()")
+        task_id = request.task_id
+        if self._fatal is not None:
+            self._sink(error_chunk(task_id, ERROR_ENGINE_FAILED, self._fatal))
+            return
+        params = request.sampling
+        refusal = _invalid(params.max_tokens, params.top_logprobs)
+        if refusal is not None:
+            self._sink(error_chunk(task_id, ERROR_INVALID_REQUEST, refusal))
+            return
+        # NOTE: tokenizing here, on the caller's thread, keeps long prompts off the
+        # decode loop and refuses oversized ones without queueing them; the
+        # vocabulary is read-only, so this is safe beside a running decode.
+        tokens = llama.tokenize(request.prompt)
+        if not tokens:
+            self._sink(error_chunk(task_id, ERROR_INVALID_REQUEST, "the prompt is empty"))
+            return
+        window = self._settings.context_tokens
+        room = window - len(tokens)
+        if room < 1 or (params.strict_max_tokens and params.max_tokens > room):
+            self._sink(
+                error_chunk(
+                    task_id,
+                    ERROR_CONTEXT_LENGTH_EXCEEDED,
+                    _context_exceeded(len(tokens), params.max_tokens, window, room < 1),
+                )
+            )
+            return
+        pending = Pending(request, tokens, min(params.max_tokens, room), time.perf_counter())
+        self._inbox.append(pending)
+        self._wake.set()
+
+    def cancel(self, task_id: TaskId) -> None:
+        self._inbox.append(CancelOrder(task_id))
+        self._wake.set()
+
+    # -- scheduler thread ------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while True:
+                self._wake.clear()
+                if self._inbox:
+                    self._drain_inbox()
+                if self._stopping:
+                    break
+                if self._waiting and self._free_slots:
+                    self._admit()
+                if self._generating:
+                    self._step()
+                elif not self._inbox and not (self._waiting and self._free_slots):
+                    self._wake.wait()
+        except Exception as exc:
+            log.exception("the llama.cpp scheduler failed")
+            self._fatal = f"the llama.cpp engine failed: {exc}"
+            self._fail_everything(self._fatal)
+            if self._on_fatal is not None:
+                self._on_fatal(self._fatal)
+            return
+        self._cancel_everything()
+
+    def _drain_inbox(self) -> None:
+        inbox = self._inbox
+        while inbox:
+            item = inbox.popleft()
+            if isinstance(item, CancelOrder):
+                self._cancel_now(item.task_id)
+            elif isinstance(item, WarmUp):
+                self._warm_up(item)
+            elif item.request.task_id in self._active or any(
+                p.request.task_id == item.request.task_id for p in self._waiting
+            ):
+                task_id = item.request.task_id
+                self._sink(
+                    error_chunk(
+                        task_id, ERROR_INVALID_REQUEST, f"task {task_id} is already running"
+                    )
+                )
+            else:
+                self._waiting.append(item)
+
+    def _warm_up(self, order: WarmUp) -> None:
+        llama = self._llama
+        assert llama is not None
+        try:
+            if not self._free_slots:
+                return  # already serving: nothing left to warm
+            slot = self._free_slots[-1]
+            token, pos, n_seq_id, seq_id, logits = llama.batch_arrays()
+            token[0] = max(llama.bos, 0)
+            pos[0] = 0
+            n_seq_id[0] = 1
+            seq_id[0][0] = slot
+            logits[0] = 1
+            status = llama.decode(1)
+            llama.forget(slot)
+            if status != 0:
+                order.error = f"the warm-up decode failed (llama_decode returned {status})"
+        finally:
+            order.done.set()
+
+    def _cancel_now(self, task_id: TaskId) -> None:
+        sequence = self._active.get(task_id)
+        if sequence is not None:
+            self._generating = [s for s in self._generating if s is not sequence]
+            self._finish(sequence, "cancelled")
+            return
+        for pending in self._waiting:
+            if pending.request.task_id == task_id:
+                self._waiting.remove(pending)
+                self._sink(unserved_finish(pending))
+                return
+
+    def _admit(self) -> None:
+        """Give waiting requests free slots (FIFO) and decode their prompts."""
+        llama = self._llama
+        assert llama is not None
+        while self._waiting and self._free_slots:
+            pending = self._waiting.popleft()
+            chain = sampling.build_chain(llama.n_vocab, pending.request.sampling, pending.tokens)
+            sequence = Sequence(pending, self._free_slots.pop(), chain, len(self._active))
+            self._active[sequence.task_id] = sequence
+            self._prefill(sequence)
+
+    def _prefill(self, sequence: Sequence) -> None:
+        """Decode one prompt into its sequence, ``n_batch`` tokens at a time,
+        then sample the first token from its last logit.
+
+        NOTE: prompts are never packed together, nor with other sequences'
+        generation steps. llama.cpp's CPU kernels round differently depending on
+        how a prompt is split into batches (Gemma 3 270M moves logits by ~1.0),
+        so decoding each prompt the same way it would be decoded alone keeps
+        temperature-0 output independent of what else is being served.
+        """
+        llama = self._llama
+        assert llama is not None
+        tokens = sequence.pending.tokens
+        total = len(tokens)
+        capacity = self._settings.n_batch
+        token, pos, n_seq_id, seq_id, logits = llama.batch_arrays()
+        slot = sequence.seq_id
+        started = time.perf_counter()
+        n = 0
+        for start in range(0, total, capacity):
+            n = min(capacity, total - start)
+            for i in range(n):
+                token[i] = tokens[start + i]
+                pos[i] = start + i
+                n_seq_id[i] = 1
+                seq_id[i][0] = slot
+                logits[i] = 0
+            logits[n - 1] = start + n == total
+            if not self._decode(n):
+                self._release(sequence)
+                self._sink(error_chunk(sequence.task_id, ERROR_ENGINE_FAILED, _REFUSED_BATCH))
+                return
+            sequence.serving_batches += 1
+            self._prompt_tokens += n
+        sequence.prefill_s = time.perf_counter() - started
+        sequence.pos = total
+        if not self._accept(sequence, self._sample(sequence, n - 1), n - 1):
+            self._generating.append(sequence)
+
+    def _step(self) -> None:
+        """One decode carrying the next token of every generating sequence."""
+        llama = self._llama
+        assert llama is not None
+        generating = self._generating
+        token, pos, n_seq_id, seq_id, logits = llama.batch_arrays()
+        for i, sequence in enumerate(generating):
+            token[i] = sequence.next_token
+            pos[i] = sequence.pos
+            n_seq_id[i] = 1
+            seq_id[i][0] = sequence.seq_id
+            logits[i] = 1
+        if not self._decode(len(generating)):
+            self._generating = []
+            for sequence in generating:
+                self._release(sequence)
+                self._sink(error_chunk(sequence.task_id, ERROR_ENGINE_FAILED, _REFUSED_BATCH))
+            return
+        sample = self._sample
+        done = False
+        for i, sequence in enumerate(generating):
+            sequence.pos += 1
+            sequence.serving_batches += 1
+            if self._accept(sequence, sample(sequence, i), i):
+                done = True
+        if done:
+            self._generating = [s for s in generating if s.task_id in self._active]
+
+    def _decode(self, n_tokens: int) -> bool:
+        """Run the batch. A positive status (no KV room, aborted) refuses only
+        this batch; a negative one means the context is unusable."""
+        assert self._llama is not None
+        status = self._llama.decode(n_tokens)
+        self._decode_batches += 1
+        if status < 0:
+            raise RuntimeError(f"llama_decode returned {status}")
+        if status > 0:
+            log.warning("llama_decode refused a batch of %d (status %d)", n_tokens, status)
+        return status == 0
+
+    def _sample(self, sequence: Sequence, index: int) -> int:
+        llama = self._llama
+        assert llama is not None
+        if sequence.greedy:
+            return sampling.argmax(llama_cpp.llama_get_logits_ith(llama.ctx, index), llama.n_vocab)
+        token: int = llama_cpp.llama_sampler_sample(sequence.chain, llama.ctx, index)
+        return token
+
+    def _accept(self, sequence: Sequence, token: int, index: int) -> bool:
+        """Emit one sampled token; finish the sequence if it ends here."""
+        llama = self._llama
+        assert llama is not None
+        sequence.n_generated += 1
+        if sequence.n_generated == 1:
+            sequence.first_token_at = time.perf_counter()
+        data, end_of_generation = llama.pieces.get(token) or llama.piece(token)
+        reason: FinishReason | None = None
+        if end_of_generation:
+            text = sequence.text.flush()
+            reason = "stop"
+        else:
+            text, stopped = sequence.text.push(data)
+            if stopped:
+                reason = "stop"
+            elif sequence.n_generated >= sequence.max_tokens:
+                text += sequence.text.flush()
+                reason = "length"
+        if sequence.logprobs:
+            logprob, top = sampling.logprobs(
+                llama_cpp.llama_get_logits_ith(llama.ctx, index),
+                llama.n_vocab,
+                token,
+                sequence.top_logprobs,
+                llama.piece_text,
+            )
+            chunk = TokenChunk(
+                task_id=sequence.task_id,
+                text=text,
+                token_id=token,
+                logprob=logprob,
+                top_logprobs=top,
+            )
+        else:
+            chunk = TokenChunk(task_id=sequence.task_id, text=text, token_id=token)
+        self._sink(chunk)
+        if reason is not None:
+            self._finish(sequence, reason)
+            return True
+        sequence.next_token = token
+        return False
+
+    def _finish(self, sequence: Sequence, reason: FinishReason) -> None:
+        self._release(sequence)
+        self._completed += 1
+        self._generated_tokens += sequence.n_generated
+        self._sink(sequence.finish_chunk(reason))
+
+    def _release(self, sequence: Sequence) -> None:
+        """Free the slot: forget its KV cells and its sampler."""
+        assert self._llama is not None
+        del self._active[sequence.task_id]
+        self._llama.forget(sequence.seq_id)
+        sampling.free_chain(sequence.chain)
+        self._free_slots.append(sequence.seq_id)
+
+    def _cancel_everything(self) -> None:
+        for sequence in list(self._active.values()):
+            self._finish(sequence, "cancelled")
+        self._generating = []
+        self._drain_submissions(lambda pending: self._sink(unserved_finish(pending)))
+
+    def _fail_everything(self, message: str) -> None:
+        for sequence in list(self._active.values()):
+            try:
+                self._release(sequence)
+            finally:
+                self._sink(error_chunk(sequence.task_id, ERROR_ENGINE_FAILED, message))
+        self._generating = []
+        self._drain_submissions(
+            lambda pending: self._sink(
+                error_chunk(pending.request.task_id, ERROR_ENGINE_FAILED, message)
+            )
+        )
+
+    def _drain_submissions(self, answer: Callable[[Pending], None]) -> None:
+        while self._waiting:
+            answer(self._waiting.popleft())
+        while self._inbox:
+            item = self._inbox.popleft()
+            if isinstance(item, Pending):
+                answer(item)
+            elif isinstance(item, WarmUp):
+                item.error = "the engine stopped before warming up"
+                item.done.set()
+
+
+def _invalid(max_tokens: int, top_logprobs: int) -> str | None:
+    if max_tokens < 1:
+        return "max_tokens must be positive"
+    if not 0 <= top_logprobs <= sampling.MAX_TOP_LOGPROBS:
+        return f"top_logprobs must be between 0 and {sampling.MAX_TOP_LOGPROBS}"
+    return None
+
+
+def _context_exceeded(prompt: int, max_tokens: int, window: int, prompt_alone: bool) -> str:
+    if prompt_alone:
+        detail = f"the prompt is {prompt} tokens, which leaves no room to generate"
+    else:
+        detail = f"the prompt is {prompt} tokens and max_tokens is {max_tokens}, more than fit"
+    return (
+        f"{ERROR_CONTEXT_LENGTH_EXCEEDED}: {detail} in this model's {window}-token context window"
+    )

@@ -1,0 +1,5 @@
+import sys
+
+from skulk_daemon.runner.host import main
+
+sys.exit(main())

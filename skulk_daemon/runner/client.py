@@ -1,0 +1,422 @@
+"""The daemon's handle on one runner subprocess.
+
+:meth:`RunnerProcess.start` spawns ``python -m skulk_daemon.runner``, sends
+:class:`~skulk_daemon.runner.protocol.Load` and returns once the runner is
+``ready`` (reporting each phase on the way). After that, one reader task routes
+every frame to the generation it belongs to. When the process dies, for any
+reason, every open :meth:`~RunnerProcess.generate` receives a ``runner_failed``
+error at once and ``on_exit`` fires: nothing waits on a dead runner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Final
+
+import msgspec
+
+from skulk_core.ids import TaskId
+from skulk_daemon.engines.base import (
+    EngineChunk,
+    ErrorChunk,
+    FinishChunk,
+    GenerationRequest,
+    TokenChunk,
+)
+from skulk_daemon.runner.protocol import (
+    PARENT_PID_ENV,
+    Cancel,
+    Failed,
+    Generate,
+    Load,
+    ParentMessage,
+    Phase,
+    ProtocolError,
+    RunnerPhase,
+    Shutdown,
+    decode_runner_message,
+    encode_frame,
+    read_frame_async,
+)
+
+log = logging.getLogger(__name__)
+
+FLIGHT_RECORDER_LENGTH: Final = 64
+"""Phase transitions and lifecycle events kept per runner for post-mortems."""
+TASK_QUEUE_CHUNKS: Final = 4096
+"""Chunks buffered per generation for a consumer that reads slower than the
+runner writes; past this the generation is cancelled rather than letting one
+slow reader stall every other generation on the runner."""
+STDERR_TAIL_LINES: Final = 20
+"""Runner stderr lines kept to explain an unexpected exit."""
+DEFAULT_SHUTDOWN_GRACE_S: Final = 10.0
+FAILED_EXIT_GRACE_S: Final = 5.0
+"""How long a runner that reported ``Failed`` gets to exit before SIGKILL."""
+
+ERROR_RUNNER_FAILED: Final = "runner_failed"
+ERROR_CONSUMER_TOO_SLOW: Final = "consumer_too_slow"
+
+
+class RunnerFailed(RuntimeError):
+    """The runner could not start; the message is for an operator."""
+
+
+class RunnerExit(msgspec.Struct, frozen=True, kw_only=True):
+    """How a runner ended. ``expected`` is true only after :meth:`RunnerProcess.shutdown`."""
+
+    pid: int
+    returncode: int
+    expected: bool
+    message: str
+
+
+class _TaskStream:
+    """One generation's chunks, bounded; the terminal chunk always fits."""
+
+    __slots__ = ("_chunks", "_limit", "_ready", "closed")
+
+    def __init__(self, limit: int) -> None:
+        self._chunks: deque[EngineChunk] = deque()
+        self._ready = asyncio.Event()
+        self._limit = limit
+        self.closed = False
+
+    def push(self, chunk: TokenChunk) -> bool:
+        """Queue a token; ``False`` (and nothing queued) if the consumer is too far behind."""
+        if len(self._chunks) >= self._limit:
+            return False
+        self._chunks.append(chunk)
+        self._ready.set()
+        return True
+
+    def close(self, chunk: FinishChunk | ErrorChunk) -> None:
+        if not self.closed:
+            self.closed = True
+            self._chunks.append(chunk)
+            self._ready.set()
+
+    async def get(self) -> EngineChunk:
+        while not self._chunks:
+            self._ready.clear()
+            await self._ready.wait()
+        return self._chunks.popleft()
+
+
+class RunnerProcess:
+    """A started runner. Build it with :meth:`start`; end it with :meth:`shutdown`."""
+
+    def __init__(
+        self,
+        process: asyncio.subprocess.Process,
+        on_phase: Callable[[RunnerPhase], None],
+        on_exit: Callable[[RunnerExit], None] | None,
+        queue_chunks: int,
+    ) -> None:
+        self._process = process
+        self._on_phase = on_phase
+        self._on_exit = on_exit
+        self._queue_chunks = queue_chunks
+        self._streams: dict[TaskId, _TaskStream] = {}
+        # Generations we stopped listening to; their chunks are dropped until
+        # the runner's terminal chunk for them arrives (see _dispatch).
+        self._abandoned: set[TaskId] = set()
+        self._flight: deque[tuple[float, str]] = deque(maxlen=FLIGHT_RECORDER_LENGTH)
+        self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+        self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._failure: str | None = None
+        self._shutdown_requested = False
+        self._started = False
+        self._exit: RunnerExit | None = None
+        self._exited = asyncio.Event()
+        self._record(f"spawned pid {process.pid}")
+        self._stderr_task = asyncio.create_task(self._pump_stderr())
+        self._reader_task = asyncio.create_task(self._read())
+
+    @classmethod
+    async def start(
+        cls,
+        load: Load,
+        on_phase: Callable[[RunnerPhase], None],
+        *,
+        on_exit: Callable[[RunnerExit], None] | None = None,
+        env: Mapping[str, str] | None = None,
+        queue_chunks: int = TASK_QUEUE_CHUNKS,
+    ) -> RunnerProcess:
+        """Spawn a runner, load ``load.model_path`` and wait until it is ready.
+
+        ``on_phase`` sees every phase (``loading`` … ``ready``, later
+        ``shutting_down``, ``shutdown``). ``on_exit`` fires once if the runner
+        ends after ``start`` returned, with a message an operator can act on.
+        Raises :class:`RunnerFailed` if the runner reports ``Failed`` or dies
+        first; cancelling ``start`` kills the runner.
+        """
+        child_env = {**os.environ, **(env or {}), PARENT_PID_ENV: str(os.getpid())}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "skulk_daemon.runner",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=child_env,
+        )
+        runner = cls(process, on_phase, on_exit, queue_chunks)
+        try:
+            runner._send(load)
+            await runner._ready
+        except BaseException:
+            runner._ready.cancel()  # nobody will await it now
+            await runner._kill()
+            raise
+        runner._started = True
+        return runner
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once the runner has ended (negative: killed by that signal)."""
+        return self._exit.returncode if self._exit is not None else None
+
+    @property
+    def exit(self) -> RunnerExit | None:
+        return self._exit
+
+    async def wait(self) -> RunnerExit:
+        """Wait for the runner to end, however it ends."""
+        await self._exited.wait()
+        assert self._exit is not None
+        return self._exit
+
+    def flight_record(self) -> list[tuple[float, str]]:
+        """The last :data:`FLIGHT_RECORDER_LENGTH` events as (monotonic time, what)."""
+        return list(self._flight)
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineChunk]:
+        """Run one generation and stream its chunks; the last is a
+        :class:`FinishChunk` or :class:`ErrorChunk`.
+
+        Leaving early (``break``, cancellation, ``aclose()``) cancels the
+        generation on the runner: iterate inside ``contextlib.aclosing`` so
+        that happens promptly.
+        """
+        task_id = request.task_id
+        if task_id in self._streams:
+            raise ValueError(f"task {task_id} is already generating on this runner")
+        if self._exit is not None:
+            yield _runner_failed(task_id, self._exit.message)
+            return
+        stream = _TaskStream(self._queue_chunks)
+        self._streams[task_id] = stream
+        finished = False
+        try:
+            self._send(Generate(request=request))
+            with contextlib.suppress(ConnectionError):
+                await self._drain()
+            while True:
+                chunk = await stream.get()
+                if not isinstance(chunk, TokenChunk):
+                    finished = True
+                yield chunk
+                if finished:
+                    return
+        finally:
+            if self._streams.get(task_id) is stream:
+                del self._streams[task_id]
+            if not finished:
+                self._abandon(task_id)
+
+    def cancel(self, task_id: TaskId) -> None:
+        """Ask the runner to stop a generation; its stream ends with ``"cancelled"``."""
+        self._send(Cancel(task_id=task_id))
+
+    def _abandon(self, task_id: TaskId) -> None:
+        """Cancel a generation nobody reads any more.
+
+        NOTE: the runner answers every submission with exactly one terminal
+        chunk, and handles Cancel before any later Generate, so dropping this
+        task's chunks up to that terminal can never swallow a reused id's output.
+        """
+        if self._exit is None:
+            self._abandoned.add(task_id)
+            self.cancel(task_id)
+
+    async def shutdown(self, grace_s: float = DEFAULT_SHUTDOWN_GRACE_S) -> int:
+        """Stop the runner: ``Shutdown``, then SIGTERM, then SIGKILL, each step
+        given ``grace_s`` seconds. Returns the exit status.
+
+        (A grace per escalation step rather than an overall deadline, so it is
+        not spelled ``timeout``.)"""
+        if self._exit is None:
+            self._shutdown_requested = True
+            self._record("shutdown requested")
+            self._send(Shutdown())
+            if not await self._exited_within(grace_s):
+                self._record("no exit after Shutdown: SIGTERM")
+                self._signal(signal.SIGTERM)
+                if not await self._exited_within(grace_s):
+                    self._record("no exit after SIGTERM: SIGKILL")
+                    self._signal(signal.SIGKILL)
+        await self._exited.wait()
+        assert self._exit is not None
+        return self._exit.returncode
+
+    # -- internals -----------------------------------------------------------
+
+    def _record(self, what: str) -> None:
+        self._flight.append((time.monotonic(), what))
+
+    def _send(self, message: ParentMessage) -> None:
+        stdin = self._process.stdin
+        if self._exit is not None or stdin is None or stdin.is_closing():
+            return
+        stdin.write(encode_frame(message))
+
+    async def _drain(self) -> None:
+        stdin = self._process.stdin
+        if stdin is not None and not stdin.is_closing():
+            await stdin.drain()
+
+    def _signal(self, signum: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self._process.send_signal(signum)
+
+    async def _exited_within(self, grace_s: float) -> bool:
+        try:
+            await asyncio.wait_for(self._exited.wait(), grace_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _kill(self) -> None:
+        # A runner that reported Failed exits by itself; let it, so its exit
+        # status (not our SIGKILL) is what the flight record shows.
+        if self._failure is None or not await self._exited_within(FAILED_EXIT_GRACE_S):
+            self._signal(signal.SIGKILL)
+        await self._exited.wait()
+
+    async def _read(self) -> None:
+        stdout = self._process.stdout
+        assert stdout is not None
+        try:
+            while (body := await read_frame_async(stdout)) is not None:
+                self._dispatch(decode_runner_message(body))
+        except ProtocolError as exc:
+            # A runner that garbles its stdout cannot be trusted with more work.
+            self._failure = self._failure or str(exc)
+            self._record(f"protocol error: {exc}")
+            self._signal(signal.SIGKILL)
+        except Exception as exc:
+            # Nobody would read this runner's output any more: end it.
+            log.exception("reading runner %d failed", self._process.pid)
+            self._failure = self._failure or f"the daemon stopped reading the runner: {exc}"
+            self._signal(signal.SIGKILL)
+        returncode = await self._process.wait()
+        await self._stderr_task
+        self._finish(returncode)
+
+    def _dispatch(self, message: Phase | Failed | EngineChunk) -> None:
+        match message:
+            case TokenChunk(task_id=task_id) if task_id in self._abandoned:
+                pass
+            case FinishChunk(task_id=task_id) | ErrorChunk(task_id=task_id) if (
+                task_id in self._abandoned
+            ):
+                self._abandoned.discard(task_id)
+            case TokenChunk(task_id=task_id):
+                stream = self._streams.get(task_id)
+                if stream is not None and not stream.push(message):
+                    stream.close(
+                        ErrorChunk(
+                            task_id=task_id,
+                            code=ERROR_CONSUMER_TOO_SLOW,
+                            message=f"the reader fell {self._queue_chunks} chunks behind "
+                            "the runner; the generation was cancelled",
+                        )
+                    )
+                    self._abandon(task_id)
+            case FinishChunk(task_id=task_id) | ErrorChunk(task_id=task_id):
+                stream = self._streams.get(task_id)
+                if stream is not None:
+                    stream.close(message)
+            case Phase(phase=phase, detail=detail):
+                self._record(f"phase {phase}" + (f": {detail}" if detail else ""))
+                try:
+                    self._on_phase(phase)
+                except Exception:
+                    log.exception("on_phase callback failed")
+                if phase == "ready" and not self._ready.done():
+                    self._ready.set_result(None)
+            case Failed(message=failure):
+                self._record(f"failed: {failure}")
+                self._failure = failure
+                if not self._ready.done():
+                    self._ready.set_exception(RunnerFailed(failure))
+
+    async def _pump_stderr(self) -> None:
+        stderr = self._process.stderr
+        assert stderr is not None
+        while True:
+            try:
+                line = await stderr.readline()
+            except ValueError:
+                continue  # a line past the stream limit; asyncio has dropped it
+            if not line:
+                return
+            text = line.decode("utf-8", errors="replace").rstrip()
+            self._stderr_tail.append(text)
+            log.info("runner %d: %s", self._process.pid, text)
+
+    def _finish(self, returncode: int) -> None:
+        message = self._exit_message(returncode)
+        self._exit = RunnerExit(
+            pid=self._process.pid,
+            returncode=returncode,
+            expected=self._shutdown_requested,
+            message=message,
+        )
+        self._record(f"exited: {message}")
+        if not self._ready.done():
+            self._ready.set_exception(RunnerFailed(message))
+        for task_id, stream in list(self._streams.items()):
+            stream.close(_runner_failed(task_id, message))
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+        self._exited.set()
+        if self._started and self._on_exit is not None:
+            try:
+                self._on_exit(self._exit)
+            except Exception:
+                log.exception("on_exit callback failed")
+
+    def _exit_message(self, returncode: int) -> str:
+        who = f"runner (pid {self._process.pid})"
+        if returncode < 0:
+            try:
+                name = signal.Signals(-returncode).name
+            except ValueError:
+                name = f"signal {-returncode}"
+            message = f"{who} was killed by {name}"
+        elif returncode == 0:
+            message = f"{who} shut down" if self._shutdown_requested else f"{who} exited"
+        else:
+            message = f"{who} exited with status {returncode}"
+        if self._failure:
+            return f"{message}: {self._failure}"
+        if returncode != 0 and self._stderr_tail:
+            return f"{message}; last log line: {self._stderr_tail[-1]}"
+        return message
+
+
+def _runner_failed(task_id: TaskId, message: str) -> ErrorChunk:
+    return ErrorChunk(task_id=task_id, code=ERROR_RUNNER_FAILED, message=message)

@@ -1,0 +1,175 @@
+"""The runner process: one engine, driven over stdin/stdout (``python -m skulk_daemon.runner``).
+
+It never outlives its parent: ``PR_SET_PDEATHSIG`` has the kernel kill it when
+the parent dies, and end-of-file on stdin (the parent closed the pipe or died)
+makes it exit on its own on platforms without that.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import BinaryIO, Final
+
+from skulk_daemon.engines.base import Engine, EngineLoadError
+from skulk_daemon.runner.protocol import (
+    PARENT_PID_ENV,
+    VERBOSE_ENV,
+    Cancel,
+    Failed,
+    Generate,
+    Load,
+    Phase,
+    ProtocolError,
+    RunnerMessage,
+    RunnerPhase,
+    Shutdown,
+    decode_parent_message,
+    encode_frame,
+    read_frame,
+)
+
+log = logging.getLogger("skulk.runner")
+
+_PR_SET_PDEATHSIG: Final = 1
+EXIT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+
+
+class _Outbox:
+    """Frames to the parent, from the main thread and the engine's thread."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()
+
+    def send(self, message: RunnerMessage) -> None:
+        frame = encode_frame(message)
+        # NOTE: the lock keeps frames whole when the engine thread's tokens and
+        # the main thread's phases are written at the same moment.
+        with self._lock:
+            try:
+                self._stream.write(frame)
+                self._stream.flush()
+            except (BrokenPipeError, ValueError):
+                # The parent is gone (or closed its end); nobody is listening.
+                log.warning("the parent stopped reading; exiting")
+                os._exit(EXIT_FAILED)
+
+    def phase(self, phase: RunnerPhase, detail: str = "") -> None:
+        log.info("phase %s%s", phase, f" {detail}" if detail else "")
+        self.send(Phase(phase=phase, detail=detail))
+
+
+def main() -> int:
+    _die_with_parent()
+    # NOTE: Ctrl-C in the daemon's terminal reaches the whole process group;
+    # the daemon decides when its runners stop (Shutdown, or by dying).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    protocol_out = _claim_stdout()
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format="%(asctime)s runner[%(process)d] %(levelname)s %(message)s",
+    )
+    outbox = _Outbox(protocol_out)
+    stdin = sys.stdin.buffer
+    try:
+        return _serve(stdin, outbox)
+    except ProtocolError as exc:
+        log.error("%s", exc)
+        outbox.send(Failed(message=f"runner protocol error: {exc}"))
+        return EXIT_USAGE
+
+
+def _serve(stdin: BinaryIO, outbox: _Outbox) -> int:
+    body = read_frame(stdin)
+    if body is None:
+        return 0
+    first = decode_parent_message(body)
+    if not isinstance(first, Load):
+        outbox.send(Failed(message=f"the runner expects Load first, got {type(first).__name__}"))
+        return EXIT_USAGE
+    outbox.phase("loading", first.model_path)
+    try:
+        # NOTE: imported only now, so the parent hears "loading" before the
+        # native library is mapped, and a broken install is reported as Failed.
+        from skulk_daemon.engines.llama_cpp import (  # noqa: PLC0415
+            LlamaCppEngine,
+            LlamaCppSettings,
+            set_llama_logging,
+        )
+    except (ImportError, OSError) as exc:
+        outbox.send(Failed(message=f"cannot load the llama.cpp bindings: {exc}"))
+        return EXIT_FAILED
+    set_llama_logging(verbose=os.environ.get(VERBOSE_ENV) == "1")
+
+    def on_fatal(message: str) -> None:
+        outbox.send(Failed(message=message))
+        os._exit(EXIT_FAILED)
+
+    try:
+        settings = LlamaCppSettings(
+            first.model_path,
+            context_tokens=first.context_tokens,
+            slots=first.slots,
+            n_threads=first.n_threads,
+        )
+        engine: Engine = LlamaCppEngine(settings, outbox.send, on_fatal=on_fatal)
+        engine.load()
+        outbox.phase("loaded")
+        outbox.phase("warming_up")
+        engine.warm_up()
+    except (EngineLoadError, ValueError) as exc:
+        log.error("cannot load: %s", exc)
+        outbox.send(Failed(message=str(exc)))
+        return EXIT_FAILED
+    outbox.phase("ready")
+    while True:
+        body = read_frame(stdin)
+        if body is None:
+            log.info("stdin closed: the parent is gone; exiting")
+            break
+        match decode_parent_message(body):
+            case Generate(request=request):
+                engine.submit(request)
+            case Cancel(task_id=task_id):
+                engine.cancel(task_id)
+            case Shutdown():
+                break
+            case Load():
+                log.warning("ignoring a second Load: this runner already holds a model")
+    outbox.phase("shutting_down")
+    engine.unload()
+    outbox.phase("shutdown")
+    return 0
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel to SIGKILL us when the parent dies (Linux only).
+
+    NOTE: the signal fires when the *thread* that spawned us exits, so the
+    parent must spawn runners from a long-lived thread (its event loop's)."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        log.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
+    expected = os.environ.get(PARENT_PID_ENV)
+    # The parent may have died before prctl took effect; then nobody will kill us.
+    if expected and expected.isdigit() and os.getppid() != int(expected):
+        os._exit(EXIT_FAILED)
+
+
+def _claim_stdout() -> BinaryIO:
+    """Keep the real stdout for frames and point fd 1 at stderr, so a stray
+    ``printf`` in native code can never corrupt the protocol."""
+    sys.stdout.flush()
+    protocol_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return os.fdopen(protocol_fd, "wb")

@@ -1,0 +1,141 @@
+"""The runner's wire: length-prefixed msgpack frames over the runner's stdin/stdout.
+
+A frame is a 4-byte big-endian body length, then one msgpack-encoded message
+(a tagged union, so either side dispatches with ``match``). stdout carries only
+frames; the runner logs to stderr.
+
+Parent → runner: :class:`Load` (first, once), then :class:`Generate`,
+:class:`Cancel` and finally :class:`Shutdown` (or just closing stdin).
+Runner → parent: :class:`Phase` transitions, :class:`Failed` when it cannot go
+on, and the engine's chunks for every task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import BinaryIO, Final, Literal
+
+import msgspec
+
+from skulk_core.ids import TaskId
+from skulk_daemon.engines.base import (
+    DEFAULT_SLOTS,
+    ErrorChunk,
+    FinishChunk,
+    GenerationRequest,
+    TokenChunk,
+)
+
+MAX_FRAME_BYTES: Final = 64 * 1024 * 1024
+"""Largest frame either side accepts: far above any prompt, small enough that a
+corrupt length cannot make the reader allocate gigabytes."""
+
+_HEADER: Final = struct.Struct(">I")
+
+PARENT_PID_ENV: Final = "SKULK_RUNNER_PARENT_PID"
+"""Set by the parent so the runner can tell it was orphaned before it could
+arrange to die with its parent."""
+VERBOSE_ENV: Final = "SKULK_RUNNER_VERBOSE"
+"""``1`` lets llama.cpp's own log through to the runner's stderr."""
+
+RunnerPhase = Literal["loading", "loaded", "warming_up", "ready", "shutting_down", "shutdown"]
+
+
+class Load(msgspec.Struct, frozen=True, kw_only=True, tag="load"):
+    model_path: str
+    context_tokens: int
+    slots: int = DEFAULT_SLOTS
+    n_threads: int | None = None
+
+
+class Generate(msgspec.Struct, frozen=True, kw_only=True, tag="generate"):
+    request: GenerationRequest
+
+
+class Cancel(msgspec.Struct, frozen=True, kw_only=True, tag="cancel"):
+    task_id: TaskId
+
+
+class Shutdown(msgspec.Struct, frozen=True, kw_only=True, tag="shutdown"):
+    pass
+
+
+class Phase(msgspec.Struct, frozen=True, kw_only=True, tag="phase"):
+    phase: RunnerPhase
+    detail: str = ""
+
+
+class Failed(msgspec.Struct, frozen=True, kw_only=True, tag="failed"):
+    """The runner cannot serve; ``message`` is for an operator. It exits next."""
+
+    message: str
+
+
+ParentMessage = Load | Generate | Cancel | Shutdown
+RunnerMessage = Phase | Failed | TokenChunk | FinishChunk | ErrorChunk
+
+
+class ProtocolError(ValueError):
+    """A frame that cannot be read: oversized, truncated or undecodable."""
+
+
+_ENCODER: Final = msgspec.msgpack.Encoder()
+_PARENT_DECODER: Final = msgspec.msgpack.Decoder(ParentMessage)
+_RUNNER_DECODER: Final = msgspec.msgpack.Decoder(RunnerMessage)
+
+
+def encode_frame(message: ParentMessage | RunnerMessage) -> bytes:
+    body = _ENCODER.encode(message)
+    if len(body) > MAX_FRAME_BYTES:
+        raise ProtocolError(f"a {len(body)}-byte frame exceeds {MAX_FRAME_BYTES} bytes")
+    return _HEADER.pack(len(body)) + body
+
+
+def _body_length(header: bytes) -> int:
+    (length,) = _HEADER.unpack(header)
+    if length > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {length} bytes exceeds {MAX_FRAME_BYTES} bytes")
+    return int(length)
+
+
+def decode_parent_message(body: bytes) -> ParentMessage:
+    try:
+        return _PARENT_DECODER.decode(body)
+    except msgspec.DecodeError as exc:
+        raise ProtocolError(f"bad frame from the parent: {exc}") from None
+
+
+def decode_runner_message(body: bytes) -> RunnerMessage:
+    try:
+        return _RUNNER_DECODER.decode(body)
+    except msgspec.DecodeError as exc:
+        raise ProtocolError(f"bad frame from the runner: {exc}") from None
+
+
+def read_frame(stream: BinaryIO) -> bytes | None:
+    """Blocking read of one frame body; ``None`` at a clean end of stream."""
+    header = stream.read(_HEADER.size)
+    if not header:
+        return None
+    if len(header) < _HEADER.size:
+        raise ProtocolError("the stream ended inside a frame header")
+    length = _body_length(header)
+    body = stream.read(length)
+    if len(body) < length:
+        raise ProtocolError("the stream ended inside a frame")
+    return body
+
+
+async def read_frame_async(reader: asyncio.StreamReader) -> bytes | None:
+    """One frame body from an asyncio stream; ``None`` at a clean end of stream."""
+    try:
+        header = await reader.readexactly(_HEADER.size)
+    except asyncio.IncompleteReadError as exc:
+        if not exc.partial:
+            return None
+        raise ProtocolError("the stream ended inside a frame header") from None
+    try:
+        return await reader.readexactly(_body_length(header))
+    except asyncio.IncompleteReadError:
+        raise ProtocolError("the stream ended inside a frame") from None

@@ -1,0 +1,1 @@
+"""The worker: reconcile State with the runners this node actually runs."""

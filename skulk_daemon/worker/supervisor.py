@@ -1,0 +1,324 @@
+"""The supervisor: the effectful half of the worker.
+
+It runs :func:`skulk_core.worker_plan.plan` whenever State changes and performs the
+actions: starting runner subprocesses for shards assigned here, stopping those no
+longer assigned, and reporting every phase through the event log. It also hands
+generation requests to the right local runner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import assert_never
+
+from skulk_core.commands import (
+    FinishTask,
+    ReportInstanceFailure,
+    ReportRunnerStatus,
+    StartTask,
+)
+from skulk_core.ids import InstanceId, ModelId, RunnerId, TaskId, new_command_id
+from skulk_core.shards import (
+    Instance,
+    RunnerFailed,
+    RunnerLoaded,
+    RunnerLoading,
+    RunnerReady,
+    RunnerRunning,
+    RunnerStatus,
+    RunnerWarmingUp,
+    ShardMetadata,
+)
+from skulk_core.state import Task, TaskStatus
+from skulk_core.worker_plan import (
+    LocalRunnerPhase,
+    StartRunner,
+    StopRunner,
+    assigned_runners,
+    plan,
+)
+from skulk_daemon.engines.base import EngineChunk as Chunk
+from skulk_daemon.engines.base import ErrorChunk, FinishChunk, GenerationRequest
+from skulk_daemon.node import Node
+from skulk_daemon.runner.client import RunnerProcess
+from skulk_daemon.runner.protocol import Load
+
+log = logging.getLogger(__name__)
+
+# Concurrent sequences one llama.cpp runner decodes together (continuous batching).
+DEFAULT_SLOTS = 4
+# How long a request admitted to a still-loading instance waits for it to be ready.
+READY_WAIT_SECONDS = 300.0
+STOP_TIMEOUT_SECONDS = 10.0
+DEFAULT_CONTEXT_TOKENS = 8192
+
+_PHASE_STATUS: dict[str, RunnerStatus] = {
+    "loading": RunnerLoading(),
+    "loaded": RunnerLoaded(),
+    "warming_up": RunnerWarmingUp(),
+    "ready": RunnerReady(),
+}
+
+
+class RunnerUnavailable(Exception):
+    """The instance has no serving runner on this node."""
+
+
+@dataclass
+class ManagedRunner:
+    runner_id: RunnerId
+    instance_id: InstanceId
+    model_id: ModelId
+    phase: LocalRunnerPhase = LocalRunnerPhase.STARTING
+    process: RunnerProcess | None = None
+    active_tasks: int = 0
+    failure: str | None = None
+    # Resolved once: True when the runner serves, False when it failed to.
+    settled: asyncio.Future[bool] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+class Supervisor:
+    def __init__(self, node: Node, *, slots: int = DEFAULT_SLOTS) -> None:
+        self._node = node
+        self._slots = slots
+        self._runners: dict[RunnerId, ManagedRunner] = {}
+        self._wakeup = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- reconciliation -------------------------------------------------------------
+
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self._wakeup.set()
+        stopping = asyncio.create_task(stop.wait())
+        try:
+            while not stop.is_set():
+                waking = asyncio.create_task(self._wakeup.wait())
+                await asyncio.wait({waking, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                waking.cancel()
+                if stop.is_set():
+                    break
+                self._wakeup.clear()
+                self._reconcile()
+        finally:
+            stopping.cancel()
+
+    def _reconcile(self) -> None:
+        assigned = assigned_runners(self._node.state, self._node.node_id)
+        for runner_id, runner in list(self._runners.items()):
+            # A failed runner is kept until State stops assigning it, so the plan
+            # cannot restart it before its failure is recorded.
+            if runner.phase is LocalRunnerPhase.EXITED and runner_id not in assigned:
+                del self._runners[runner_id]
+        local = {rid: r.phase for rid, r in self._runners.items()}
+        for action in plan(self._node.state, self._node.node_id, local):
+            match action:
+                case StartRunner(runner_id=runner_id, instance=instance, shard=shard):
+                    runner = ManagedRunner(
+                        runner_id=runner_id,
+                        instance_id=instance.instance_id,
+                        model_id=instance.shard_assignments.model_id,
+                    )
+                    self._runners[runner_id] = runner
+                    self._spawn_task(self._start(runner, instance, shard))
+                case StopRunner(runner_id=runner_id):
+                    self._runners[runner_id].phase = LocalRunnerPhase.STOPPING
+                    self._spawn_task(self._stop(runner_id))
+                case _:
+                    assert_never(action)
+
+    def _spawn_task(self, coro: object) -> None:
+        task: asyncio.Task[None] = asyncio.create_task(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- runner lifecycle -----------------------------------------------------------
+
+    def _report(self, runner_id: RunnerId, status: RunnerStatus) -> None:
+        self._node.report(
+            ReportRunnerStatus(command_id=new_command_id(), runner_id=runner_id, status=status)
+        )
+
+    def _model_path(self, model_id: ModelId) -> Path | None:
+        entry = self._node.catalog().get(model_id)
+        if entry is None or entry.location is None or entry.card.gguf_file is None:
+            return None
+        path = Path(entry.location) / entry.card.gguf_file
+        return path if path.is_file() else None
+
+    async def _start(self, runner: ManagedRunner, instance: Instance, shard: ShardMetadata) -> None:
+        del shard  # one shard covers every layer on a single node
+        self._report(runner.runner_id, RunnerLoading())
+        path = self._model_path(runner.model_id)
+        if path is None:
+            self._fail(
+                runner,
+                "model_not_installed",
+                f"model {runner.model_id} has no GGUF file on node {self._node.node_id}",
+            )
+            return
+        load = Load(
+            model_path=str(path),
+            context_tokens=instance.context_token_limit or DEFAULT_CONTEXT_TOKENS,
+            slots=self._slots,
+            n_threads=None,
+        )
+        try:
+            process = await RunnerProcess.start(
+                load,
+                on_phase=lambda phase: self._on_phase(runner, phase),
+                on_exit=lambda ended: self._on_exit(runner, ended.message),
+            )
+        except Exception as exc:
+            if runner.phase is LocalRunnerPhase.STOPPING:
+                self._runners.pop(runner.runner_id, None)
+                return
+            self._fail(runner, "runner_load_failed", f"runner failed to load {path.name}: {exc}")
+            return
+        runner.process = process
+        if runner.phase is LocalRunnerPhase.STOPPING:
+            # Deleted while loading: _stop found no process to stop, so stop it here.
+            await self._shut_down(runner)
+            return
+        runner.phase = LocalRunnerPhase.SERVING
+        if not runner.settled.done():
+            runner.settled.set_result(True)
+
+    def _on_phase(self, runner: ManagedRunner, phase: str) -> None:
+        status = _PHASE_STATUS.get(phase)
+        if status is not None and runner.phase is not LocalRunnerPhase.STOPPING:
+            self._report(runner.runner_id, status)
+
+    def _on_exit(self, runner: ManagedRunner, message: str) -> None:
+        if runner.phase in (LocalRunnerPhase.STOPPING, LocalRunnerPhase.EXITED):
+            return
+        self._fail(runner, "runner_crashed", message)
+
+    def _fail(self, runner: ManagedRunner, code: str, message: str) -> None:
+        log.error("runner %s failed: %s", runner.runner_id, message)
+        runner.failure = message
+        runner.phase = LocalRunnerPhase.EXITED
+        if not runner.settled.done():
+            runner.settled.set_result(False)
+        self._report(runner.runner_id, RunnerFailed(error_message=message))
+        self._node.report(
+            ReportInstanceFailure(
+                command_id=new_command_id(),
+                instance_id=runner.instance_id,
+                error_code=code,
+                error_message=message,
+                node_id=self._node.node_id,
+                observed_at=datetime.now(UTC),
+            )
+        )
+
+    async def _stop(self, runner_id: RunnerId) -> None:
+        runner = self._runners[runner_id]
+        runner.phase = LocalRunnerPhase.STOPPING
+        if not runner.settled.done():
+            runner.settled.set_result(False)
+        if runner.process is None and runner.failure is None:
+            # Still starting: _start sees STOPPING once the process exists and stops it.
+            return
+        await self._shut_down(runner)
+
+    async def _shut_down(self, runner: ManagedRunner) -> None:
+        if runner.process is not None:
+            await runner.process.shutdown(STOP_TIMEOUT_SECONDS)
+        runner.phase = LocalRunnerPhase.EXITED
+        self._runners.pop(runner.runner_id, None)
+
+    async def shutdown(self) -> None:
+        """Stop every runner (daemon shutdown)."""
+        for runner in self._runners.values():
+            runner.phase = LocalRunnerPhase.STOPPING
+        await asyncio.gather(
+            *(self._stop(rid) for rid in list(self._runners)), return_exceptions=True
+        )
+        for task in list(self._tasks):
+            task.cancel()
+
+    # -- serving --------------------------------------------------------------------
+
+    def _runner_for(self, instance_id: InstanceId) -> ManagedRunner | None:
+        for runner in self._runners.values():
+            if runner.instance_id == instance_id and runner.phase in (
+                LocalRunnerPhase.STARTING,
+                LocalRunnerPhase.SERVING,
+            ):
+                return runner
+        return None
+
+    async def generate(
+        self, instance_id: InstanceId, request: GenerationRequest
+    ) -> AsyncGenerator[Chunk, None]:
+        task_id = TaskId(request.task_id)
+        runner = self._runner_for(instance_id)
+        if runner is None:
+            # The reconcile loop may not have seen the instance yet.
+            self._reconcile()
+            runner = self._runner_for(instance_id)
+        if runner is None:
+            yield ErrorChunk(
+                task_id=task_id, code="instance_unavailable", message="the instance is not running"
+            )
+            return
+        try:
+            serving = await asyncio.wait_for(asyncio.shield(runner.settled), READY_WAIT_SECONDS)
+        except TimeoutError:
+            serving = False
+        if not serving or runner.process is None:
+            message = runner.failure or "the instance stopped before it was ready"
+            yield ErrorChunk(task_id=task_id, code="instance_unavailable", message=message)
+            return
+        self._node.report(
+            StartTask(
+                command_id=new_command_id(),
+                task=Task(
+                    task_id=task_id,
+                    command_id=new_command_id(),
+                    instance_id=instance_id,
+                    kind="TextGeneration",
+                    task_status=TaskStatus.RUNNING,
+                ),
+            )
+        )
+        runner.active_tasks += 1
+        if runner.active_tasks == 1:
+            self._report(runner.runner_id, RunnerRunning(active_tasks=1))
+        outcome = TaskStatus.FAILED
+        try:
+            async for chunk in runner.process.generate(request):
+                if isinstance(chunk, FinishChunk):
+                    outcome = (
+                        TaskStatus.CANCELLED
+                        if chunk.finish_reason == "cancelled"
+                        else TaskStatus.COMPLETE
+                    )
+                yield chunk
+        except (GeneratorExit, asyncio.CancelledError):
+            outcome = TaskStatus.CANCELLED
+            raise
+        finally:
+            runner.active_tasks -= 1
+            if runner.active_tasks == 0 and runner.phase is LocalRunnerPhase.SERVING:
+                self._report(runner.runner_id, RunnerReady())
+            self._node.report(
+                FinishTask(command_id=new_command_id(), task_id=task_id, task_status=outcome)
+            )
+
+    def cancel(self, instance_id: InstanceId, task_id: TaskId) -> None:
+        runner = self._runner_for(instance_id)
+        if runner is not None and runner.process is not None:
+            with contextlib.suppress(Exception):
+                runner.process.cancel(task_id)

@@ -1,0 +1,80 @@
+"""The CLI against a real daemon: what an operator sees in a terminal."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.daemon_process import DaemonProcess
+
+pytestmark = pytest.mark.slow
+
+DEMO = "local/gemma-3-270m-q4_k_m"
+
+
+def skulk(
+    daemon: DaemonProcess, *args: str, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    # The real console script entry point, as a user runs it.
+    return subprocess.run(
+        [sys.executable, "-m", "skulk_cli", "--api-url", daemon.url, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_status_models_and_config(daemon: DaemonProcess) -> None:
+    node_id = daemon.get("/node_id").json()
+    status = skulk(daemon, "status")
+    assert status.returncode == 0, status.stderr
+    assert node_id[:8] in status.stdout
+
+    as_json = json.loads(skulk(daemon, "--json", "status").stdout)
+    assert as_json["identity"]["nodeId"] == node_id
+
+    models = skulk(daemon, "models", "list")
+    assert models.returncode == 0
+    assert DEMO in models.stdout
+
+    refused = skulk(daemon, "config", "set", "logging.level", "loud")
+    assert refused.returncode == 1
+    assert "logging.level" in refused.stderr
+    accepted = skulk(daemon, "config", "set", "logging.level", "debug")
+    assert accepted.returncode == 0, accepted.stderr
+    assert daemon.get("/config").json()["config"]["logging"]["level"] == "debug"
+
+
+def test_place_chat_and_delete(daemon: DaemonProcess) -> None:
+    placed = skulk(daemon, "--json", "place", DEMO, "--context-tokens", "512")
+    assert placed.returncode == 0, placed.stderr
+    instance_id = json.loads(placed.stdout)["place"]["instance_id"]
+
+    listed = skulk(daemon, "instances", "list")
+    assert instance_id[:8] in listed.stdout
+
+    chat = skulk(daemon, "chat", DEMO, "Count: one, two, three,", "--max-tokens", "8")
+    assert chat.returncode == 0, chat.stderr
+    assert chat.stdout.strip()
+
+    deleted = skulk(daemon, "instances", "delete", instance_id)
+    assert deleted.returncode == 0, deleted.stderr
+    assert instance_id not in daemon.get("/state").json()["instances"]
+    missing = skulk(daemon, "instances", "show", instance_id)
+    assert missing.returncode == 1
+
+
+def test_unreachable_node_is_a_clear_error() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "skulk_cli", "--api-url", "http://127.0.0.1:9", "status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "skulk serve" in result.stderr

@@ -1,0 +1,345 @@
+"""The First Success Flow against a real daemon serving the demo model with llama.cpp.
+
+The demo model is a base model: prompts are completion-style and assertions are
+about structure, token counts, stop sequences and determinism, not answers.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import psutil
+import pytest
+
+from tests.daemon_process import DaemonProcess
+
+pytestmark = pytest.mark.slow
+
+DEMO = "local/gemma-3-270m-q4_k_m"
+CONTEXT = 1024
+PROMPT = [{"role": "user", "content": "Count: one, two, three,"}]
+
+
+def _wait_for(predicate: Any, what: str, timeout: float = 180.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _runner_status(daemon: DaemonProcess, instance_id: str) -> str | None:
+    state = daemon.get("/state").json()
+    instance = state["instances"].get(instance_id)
+    if instance is None:
+        return None
+    body = next(iter(instance.values()))
+    runner_id = next(iter(body["shardAssignments"]["runnerToShard"]))
+    status = state["runners"].get(runner_id)
+    return next(iter(status)) if status else None
+
+
+def place(daemon: DaemonProcess, context: int = CONTEXT) -> str:
+    previews = daemon.get("/instance/previews", params={"model_id": DEMO}).json()["previews"]
+    assert any("error" not in p or p["error"] is None for p in previews), previews
+    placed = httpx.post(
+        f"{daemon.url}/place_instance",
+        json={
+            "model_id": DEMO,
+            "sharding": "Pipeline",
+            "instance_meta": "MlxRing",
+            "min_nodes": 1,
+            "context_tokens": context,
+        },
+        timeout=30,
+    )
+    assert placed.status_code == 200, placed.text
+    instance_id: str = placed.json()["instance_id"]
+    _wait_for(lambda: _runner_status(daemon, instance_id) == "RunnerReady", "RunnerReady")
+    return instance_id
+
+
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
+) -> Iterator[tuple[DaemonProcess, str]]:
+    root = tmp_path_factory.mktemp("served")
+    daemon = DaemonProcess(root=root, models_dir=shared_models_dir).start()
+    try:
+        yield daemon, place(daemon)
+    finally:
+        daemon.kill()
+
+
+def chat(daemon: DaemonProcess, **fields: Any) -> httpx.Response:
+    body = {"model": DEMO, "messages": PROMPT, "temperature": 0, **fields}
+    return httpx.post(f"{daemon.url}/v1/chat/completions", json=body, timeout=120)
+
+
+def sse_lines(response: httpx.Response) -> Iterator[str]:
+    for line in response.iter_lines():
+        if line:
+            yield line
+
+
+def test_non_streaming_completion_is_complete_and_deterministic(
+    served: tuple[DaemonProcess, str],
+) -> None:
+    daemon, _ = served
+    first = chat(daemon, max_tokens=8)
+    assert first.status_code == 200
+    body = first.json()
+    assert body["object"] == "chat.completion"
+    assert body["id"] == first.headers["x-skulk-command-id"]
+    choice = body["choices"][0]
+    assert choice["message"]["role"] == "assistant"
+    assert choice["message"]["content"]
+    assert choice["finish_reason"] in {"stop", "length"}
+    usage = body["usage"]
+    assert usage["prompt_tokens"] > 0
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    if choice["finish_reason"] == "length":
+        assert usage["completion_tokens"] == 8
+    assert chat(daemon, max_tokens=8).json()["choices"][0]["message"] == choice["message"]
+
+
+def test_streaming_shape_command_id_stats_and_done(served: tuple[DaemonProcess, str]) -> None:
+    daemon, _ = served
+    body = {"model": DEMO, "messages": PROMPT, "temperature": 0, "max_tokens": 6, "stream": True}
+    body["stream_options"] = {"include_usage": True}
+    with httpx.stream("POST", f"{daemon.url}/v1/chat/completions", json=body, timeout=120) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        lines = list(sse_lines(r))
+    assert lines[0].startswith(": command_id ")
+    command_id = lines[0].removeprefix(": command_id ")
+    assert lines[-1] == "data: [DONE]"
+    stats = [ln for ln in lines if ln.startswith(": generation_stats ")]
+    assert len(stats) == 1
+    fields = json.loads(stats[0].removeprefix(": generation_stats "))
+    for key in ("prompt_tps", "generation_tps", "prompt_tokens", "generation_tokens"):
+        assert key in fields
+    assert "serving_batches" in fields and "in_flight_at_admission" in fields
+    chunks = [json.loads(ln[6:]) for ln in lines if ln.startswith("data: {")]
+    assert all(c["object"] == "chat.completion.chunk" and c["id"] == command_id for c in chunks)
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+    assert finishes[-1] in {"stop", "length"}
+    usage = next(c["usage"] for c in chunks if c.get("usage"))
+    assert usage["completion_tokens"] == fields["generation_tokens"]
+    non_streamed = chat(daemon, max_tokens=6).json()["choices"][0]["message"]["content"]
+    assert text == non_streamed
+
+
+def test_stop_sequence_ends_the_turn_and_is_not_emitted(served: tuple[DaemonProcess, str]) -> None:
+    daemon, _ = served
+    full = chat(daemon, max_tokens=24).json()["choices"][0]["message"]["content"]
+    words = full.split()
+    assert len(words) >= 3, full
+    stop = words[2]
+    stopped = chat(daemon, max_tokens=24, stop=[stop]).json()["choices"][0]
+    assert stopped["finish_reason"] == "stop"
+    assert stop not in stopped["message"]["content"]
+    assert full.startswith(stopped["message"]["content"])
+
+
+def test_refusals_before_dispatch(served: tuple[DaemonProcess, str]) -> None:
+    daemon, _ = served
+    unplaced = httpx.post(
+        f"{daemon.url}/v1/chat/completions",
+        json={"model": "org/not-placed", "messages": PROMPT},
+        timeout=30,
+    )
+    assert unplaced.status_code == 404
+    assert "No instance found" in unplaced.json()["error"]["message"]
+    assert chat(daemon, messages=[]).status_code == 400
+    assert chat(daemon, max_tokens=0).status_code == 400
+    assert chat(daemon, max_tokens=-3).status_code == 400
+    too_big = chat(daemon, max_tokens=CONTEXT)
+    assert too_big.status_code == 400
+    assert too_big.json()["error"]["message"].startswith("context_length_exceeded:")
+    malformed = httpx.post(f"{daemon.url}/v1/chat/completions", content=b"{not json", timeout=30)
+    assert malformed.status_code == 400
+    wrong_type = chat(daemon, messages="hello")
+    assert wrong_type.status_code == 400
+
+
+def test_prompt_that_fills_the_window_is_refused_in_the_body(
+    served: tuple[DaemonProcess, str],
+) -> None:
+    daemon, _ = served
+    long_prompt = [{"role": "user", "content": "one two three four " * 400}]
+    response = chat(daemon, messages=long_prompt)
+    assert response.status_code == 200
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["message"].startswith("context_length_exceeded:")
+    body = {"model": DEMO, "messages": long_prompt, "stream": True}
+    with httpx.stream("POST", f"{daemon.url}/v1/chat/completions", json=body, timeout=120) as r:
+        lines = list(sse_lines(r))
+    data = [ln for ln in lines if ln.startswith("data: ")]
+    assert json.loads(data[0][6:])["error"]["message"].startswith("context_length_exceeded:")
+    assert data[-1] == "data: [DONE]"
+
+
+def test_default_budget_is_clamped_to_the_window(served: tuple[DaemonProcess, str]) -> None:
+    daemon, _ = served
+    # No max_tokens: the 4096 default cannot fit beside a prompt that nearly fills the
+    # 1024-token window, so it is clamped and the turn ends with "length" at the edge.
+    prompt = [{"role": "user", "content": "a " * 990}]
+    body = chat(daemon, messages=prompt).json()
+    assert "error" not in body, body
+    assert body["usage"]["prompt_tokens"] > 900
+    assert body["choices"][0]["finish_reason"] in {"stop", "length"}
+    if body["choices"][0]["finish_reason"] == "length":
+        assert body["usage"]["total_tokens"] == CONTEXT
+    assert body["usage"]["total_tokens"] <= CONTEXT
+
+
+def _wait_idle(daemon: DaemonProcess, instance_id: str) -> None:
+    def idle() -> bool:
+        state = daemon.get("/state").json()
+        return _runner_status(daemon, instance_id) == "RunnerReady" and not state["tasks"]
+
+    _wait_for(idle, "the runner to be idle again", timeout=30)
+
+
+def test_cancel_by_command_id(served: tuple[DaemonProcess, str]) -> None:
+    daemon, instance_id = served
+    body = {"model": DEMO, "messages": PROMPT, "max_tokens": 900, "stream": True}
+    with httpx.stream("POST", f"{daemon.url}/v1/chat/completions", json=body, timeout=120) as r:
+        lines = sse_lines(r)
+        command_id = next(lines).removeprefix(": command_id ")
+        next(ln for ln in lines if ln.startswith("data: {"))
+        cancelled = httpx.post(f"{daemon.url}/v1/cancel/{command_id}", timeout=30)
+        assert cancelled.status_code == 200
+        assert cancelled.json() == {"message": "Command cancelled.", "command_id": command_id}
+        rest = list(lines)
+    assert rest[-1] == "data: [DONE]"
+    assert any('"error"' in ln for ln in rest)
+    again = httpx.post(f"{daemon.url}/v1/cancel/{command_id}", timeout=30)
+    assert again.status_code == 404
+    assert again.json()["error"]["message"] == "Command not found or already completed"
+    _wait_idle(daemon, instance_id)
+
+
+def test_client_disconnect_frees_the_runner(served: tuple[DaemonProcess, str]) -> None:
+    daemon, instance_id = served
+    body = {"model": DEMO, "messages": PROMPT, "max_tokens": 900, "stream": True}
+    with httpx.stream("POST", f"{daemon.url}/v1/chat/completions", json=body, timeout=120) as r:
+        lines = sse_lines(r)
+        next(ln for ln in lines if ln.startswith("data: {"))
+    _wait_idle(daemon, instance_id)
+    assert chat(daemon, max_tokens=4).status_code == 200
+
+
+def test_concurrent_requests_are_batched(served: tuple[DaemonProcess, str]) -> None:
+    daemon, _ = served
+    alone = chat(daemon, max_tokens=16).json()["choices"][0]["message"]["content"]
+
+    def one(_: int) -> tuple[str, dict[str, Any]]:
+        body = {"model": DEMO, "messages": PROMPT, "temperature": 0, "max_tokens": 16}
+        body["stream"] = True
+        with httpx.stream("POST", f"{daemon.url}/v1/chat/completions", json=body, timeout=120) as r:
+            lines = list(sse_lines(r))
+        chunks = [json.loads(ln[6:]) for ln in lines if ln.startswith("data: {")]
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+        stats = next(ln for ln in lines if ln.startswith(": generation_stats "))
+        return text, json.loads(stats.removeprefix(": generation_stats "))
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(one, range(4)))
+    assert all(text == alone for text, _ in results)
+    assert max(stats["in_flight_at_admission"] for _, stats in results) >= 1
+
+
+def test_openai_sdk_non_streaming_and_streaming(served: tuple[DaemonProcess, str]) -> None:
+    daemon, _ = served
+    client = openai.OpenAI(base_url=f"{daemon.url}/v1", api_key="unused")
+    completion = client.chat.completions.create(
+        model=DEMO,
+        messages=PROMPT,
+        max_tokens=6,
+        temperature=0,  # type: ignore[arg-type]
+    )
+    assert completion.choices[0].message.content
+    assert completion.usage is not None and completion.usage.completion_tokens > 0
+    stream = client.chat.completions.create(
+        model=DEMO,
+        messages=PROMPT,  # type: ignore[arg-type]
+        max_tokens=6,
+        temperature=0,
+        stream=True,
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text == completion.choices[0].message.content
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="org/nothing", messages=PROMPT)  # type: ignore[arg-type]
+
+
+def _runner_pids(daemon: DaemonProcess) -> list[int]:
+    assert daemon.process is not None
+    parent = psutil.Process(daemon.process.pid)
+    return [
+        child.pid
+        for child in parent.children(recursive=True)
+        if "skulk_daemon.runner" in " ".join(child.cmdline())
+    ]
+
+
+def test_delete_stops_the_runner_and_leaves_nothing(served: tuple[DaemonProcess, str]) -> None:
+    daemon, _ = served
+    instance_id = place(daemon, context=512)
+    pids_before = set(_runner_pids(daemon))
+    assert len(pids_before) >= 1
+    deleted = httpx.delete(f"{daemon.url}/instance/{instance_id}", timeout=30)
+    assert deleted.status_code == 200
+    state = daemon.get("/state").json()
+    assert instance_id not in state["instances"]
+    known = {
+        rid
+        for inst in state["instances"].values()
+        for rid in next(iter(inst.values()))["shardAssignments"]["runnerToShard"]
+    }
+    assert set(state["runners"]) == known
+    _wait_for(lambda: len(_runner_pids(daemon)) == len(pids_before) - 1, "runner exit", 30)
+
+
+def test_runner_killed_mid_stream_fails_loudly(tmp_path: Path, shared_models_dir: Path) -> None:
+    daemon = DaemonProcess(root=tmp_path, models_dir=shared_models_dir).start()
+    try:
+        instance_id = place(daemon, context=512)
+        body = {"model": DEMO, "messages": PROMPT, "max_tokens": 400, "stream": True}
+        with httpx.stream("POST", f"{daemon.url}/v1/chat/completions", json=body, timeout=120) as r:
+            lines = sse_lines(r)
+            next(ln for ln in lines if ln.startswith("data: {"))
+            for pid in _runner_pids(daemon):
+                os.kill(pid, signal.SIGKILL)
+            rest = list(lines)
+        assert rest[-1] == "data: [DONE]"
+        assert any('"error"' in ln for ln in rest)
+
+        def failure_recorded() -> dict[str, Any] | None:
+            state = daemon.get("/state").json()
+            if instance_id in state["instances"]:
+                return None
+            return next(
+                (f for f in state["instanceFailures"] if f["instanceId"] == instance_id), None
+            )
+
+        failure = _wait_for(failure_recorded, "the failure to be recorded", timeout=30)
+        assert failure["errorCode"] == "runner_crashed"
+        assert failure["errorMessage"]
+    finally:
+        daemon.kill()

@@ -1,0 +1,84 @@
+"""The runner wire format: frames, their bound, and the tagged unions."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import struct
+
+import pytest
+
+from skulk_core.ids import TaskId
+from skulk_daemon.engines.base import GenerationRequest, SamplingParams, TokenChunk
+from skulk_daemon.runner.protocol import (
+    MAX_FRAME_BYTES,
+    Cancel,
+    Generate,
+    Load,
+    Phase,
+    ProtocolError,
+    Shutdown,
+    decode_parent_message,
+    decode_runner_message,
+    encode_frame,
+    read_frame,
+    read_frame_async,
+)
+
+
+def test_messages_round_trip_through_frames() -> None:
+    request = GenerationRequest(
+        task_id=TaskId("t"),
+        prompt="<bos>héllo",
+        sampling=SamplingParams(max_tokens=3, stop=("\n",), seed=1),
+    )
+    parent = [
+        Load(model_path="/m.gguf", context_tokens=512, slots=2),
+        Generate(request=request),
+        Cancel(task_id=TaskId("t")),
+        Shutdown(),
+    ]
+    stream = io.BytesIO(b"".join(encode_frame(m) for m in parent))
+    decoded = []
+    while (body := read_frame(stream)) is not None:
+        decoded.append(decode_parent_message(body))
+    assert decoded == parent
+
+    token = TokenChunk(
+        task_id=TaskId("t"), text="é", token_id=5, logprob=-0.5, top_logprobs=[("é", -0.5)]
+    )
+    for message in (Phase(phase="ready"), token):
+        body = read_frame(io.BytesIO(encode_frame(message)))
+        assert body is not None
+        assert decode_runner_message(body) == message
+
+
+def test_a_frame_at_the_bound_is_accepted_and_one_past_it_refused() -> None:
+    at_bound = struct.pack(">I", MAX_FRAME_BYTES)
+    # Accepted: the reader goes on to read the body (and finds it cut short).
+    with pytest.raises(ProtocolError, match="ended inside a frame"):
+        read_frame(io.BytesIO(at_bound + b"x"))
+    with pytest.raises(ProtocolError, match="exceeds"):
+        read_frame(io.BytesIO(struct.pack(">I", MAX_FRAME_BYTES + 1)))
+
+
+def test_garbage_and_truncation_are_protocol_errors() -> None:
+    with pytest.raises(ProtocolError):
+        decode_parent_message(b"\x93\x01\x02\x03")
+    with pytest.raises(ProtocolError, match="header"):
+        read_frame(io.BytesIO(b"\x00\x00"))
+    assert read_frame(io.BytesIO(b"")) is None
+
+
+def test_the_async_reader_agrees_with_the_blocking_one() -> None:
+    async def main() -> None:
+        reader = asyncio.StreamReader()
+        reader.feed_data(encode_frame(Shutdown()) + b"\x00")
+        reader.feed_eof()
+        body = await read_frame_async(reader)
+        assert body is not None
+        assert decode_parent_message(body) == Shutdown()
+        with pytest.raises(ProtocolError, match="header"):
+            await read_frame_async(reader)
+
+    asyncio.run(main())
