@@ -16,6 +16,7 @@ from typing import Final, TypeAlias
 import msgspec
 
 from skulk_core.cards import ModelCard
+from skulk_core.wire import is_default_field
 
 DIGEST_EXCLUDED_FIELDS: Final = frozenset({"registry_snapshot_id"})
 
@@ -43,7 +44,7 @@ def _snake_builtins(value: object, *, exclude: frozenset[str] = frozenset()) -> 
             if field.name in exclude:
                 continue
             item = getattr(value, field.name)
-            if omit_defaults and _is_default(item, field):
+            if omit_defaults and is_default_field(item, field):
                 continue
             out[field.name] = _snake_builtins(item)
         return out
@@ -53,11 +54,3 @@ def _snake_builtins(value: object, *, exclude: frozenset[str] = frozenset()) -> 
         return {str(key): _snake_builtins(item) for key, item in value.items()}
     builtin: _Json = msgspec.to_builtins(value)
     return builtin
-
-
-def _is_default(item: object, field: msgspec.structs.FieldInfo) -> bool:
-    if field.default is not msgspec.NODEFAULT:
-        return bool(item == field.default)
-    if field.default_factory is not msgspec.NODEFAULT:
-        return bool(item == field.default_factory())
-    return False

@@ -24,7 +24,7 @@ def to_wire(value: object) -> JsonValue:
         body: dict[str, JsonValue] = {}
         for field in msgspec.structs.fields(value):
             item = getattr(value, field.name)
-            if config.omit_defaults and _is_default(item, field):
+            if config.omit_defaults and is_default_field(item, field):
                 continue
             body[field.encode_name] = to_wire(item)
         tag = config.tag
@@ -45,7 +45,8 @@ def to_wire(value: object) -> JsonValue:
     return result
 
 
-def _is_default(item: object, field: msgspec.structs.FieldInfo) -> bool:
+def is_default_field(item: object, field: msgspec.structs.FieldInfo) -> bool:
+    """Whether ``item`` equals the field's declared default (what ``omit_defaults`` drops)."""
     if field.default is not msgspec.NODEFAULT:
         return bool(item == field.default)
     if field.default_factory is not msgspec.NODEFAULT:
