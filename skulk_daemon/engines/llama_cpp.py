@@ -21,6 +21,8 @@ up. Prompts are decoded alone for the same reason (see ``_prefill``).
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import logging
 import threading
 import time
@@ -104,7 +106,8 @@ class LlamaCppEngine:
     def load(self) -> None:
         settings = self._settings
         self._llama = LlamaModel.open(settings)
-        self._free_slots = list(reversed(range(settings.slots)))
+        # NOTE: a min-heap, so new sequences take the lowest free slot (see _step).
+        self._free_slots = list(range(settings.slots))
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="llama-cpp-scheduler", daemon=True)
         self._thread.start()
@@ -244,7 +247,7 @@ class LlamaCppEngine:
         try:
             if not self._free_slots:
                 return  # already serving: nothing left to warm
-            slot = self._free_slots[-1]
+            slot = self._free_slots[0]
             token, pos, n_seq_id, seq_id, logits = llama.batch_arrays()
             token[0] = max(llama.bos, 0)
             pos[0] = 0
@@ -277,7 +280,7 @@ class LlamaCppEngine:
         while self._waiting and self._free_slots:
             pending = self._waiting.popleft()
             chain = sampling.build_chain(llama.n_vocab, pending.request.sampling, pending.tokens)
-            sequence = Sequence(pending, self._free_slots.pop(), chain, len(self._active))
+            sequence = Sequence(pending, heapq.heappop(self._free_slots), chain, len(self._active))
             self._active[sequence.task_id] = sequence
             self._prefill(sequence)
 
@@ -318,7 +321,11 @@ class LlamaCppEngine:
         sequence.prefill_s = time.perf_counter() - started
         sequence.pos = total
         if not self._accept(sequence, self._sample(sequence, n - 1), n - 1):
-            self._generating.append(sequence)
+            # NOTE: kept in seq-id order. With a non-unified (and sliding-window) KV
+            # cache llama.cpp only packs sequences into one micro-batch when their ids
+            # rise in batch order; any other order splits one step into several
+            # forward passes (measured: 4 streams at 0.6x of llama-server, 1.0x sorted).
+            bisect.insort(self._generating, sequence, key=lambda s: s.seq_id)
 
     def _step(self) -> None:
         """One decode carrying the next token of every generating sequence."""
@@ -423,7 +430,7 @@ class LlamaCppEngine:
         del self._active[sequence.task_id]
         self._llama.forget(sequence.seq_id)
         sampling.free_chain(sequence.chain)
-        self._free_slots.append(sequence.seq_id)
+        heapq.heappush(self._free_slots, sequence.seq_id)
 
     def _cancel_everything(self) -> None:
         for sequence in list(self._active.values()):

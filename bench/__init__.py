@@ -1,0 +1,1 @@
+"""Benchmarks: Skulk measured against a peer in the same run (see bench/README.md)."""

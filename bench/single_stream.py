@@ -1,0 +1,266 @@
+"""One stream: Skulk's streaming HTTP API against raw llama-cpp-python in-process.
+
+Both sides run the demo model (Gemma 3 270M Q4_K_M) on the same prompt, rendered
+with the same Gemma turn format, greedy (temperature 0), ``--max-tokens`` tokens,
+all cores. They run alternately, never at once, in an ABBA order so slow drift
+(thermal, neighbours) falls on both sides evenly. After ``--warmup`` discarded
+pairs, ``--reps`` pairs are measured and their medians compared:
+
+* TTFT: raw, from just before tokenizing to the first generated token; Skulk,
+  from sending the request to the first SSE frame carrying text.
+* decode tokens/s: tokens after the first over the time from the first to the last.
+
+Targets: Skulk/raw decode ratio >= 0.97, Skulk - raw TTFT <= 10 ms.
+
+Run from the repository root::
+
+    .venv/bin/python -m bench.single_stream [--reps 7] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+
+if __package__ in (None, ""):  # `python bench/single_stream.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import (
+    DEFAULT_MODELS_DIR,
+    DEFAULT_PROMPT,
+    StreamTiming,
+    chat_body,
+    cpu_count,
+    demo_model_path,
+    machine,
+    median,
+    print_json,
+    skulk_serving,
+    stream_chat,
+    wait_for_quiet,
+)
+
+DECODE_RATIO_TARGET: Final = 0.97
+TTFT_DELTA_TARGET_MS: Final = 10.0
+# What Skulk's Gemma 3 chat template renders for one user message (BOS included).
+GEMMA_TURN: Final = "<bos><start_of_turn>user\n{prompt}<end_of_turn>\n<start_of_turn>model\n"
+
+
+@dataclass(frozen=True)
+class Sample:
+    ttft_ms: float
+    decode_tps: float
+    tokens: int
+    prompt_tokens: int
+    text: str
+    engine_tps: float | None = None  # Skulk only: the runner's own generation_tps
+
+
+class RawLlama:
+    """llama-cpp-python's high-level ``Llama``, streaming token by token."""
+
+    def __init__(self, model_path: Path, context_tokens: int) -> None:
+        import llama_cpp  # noqa: PLC0415  (heavy; only the raw side needs it)
+
+        threads = cpu_count()
+        self._llama_cpp = llama_cpp
+        self.llm = llama_cpp.Llama(
+            model_path=str(model_path),
+            n_ctx=context_tokens,
+            n_batch=512,
+            n_ubatch=512,
+            n_threads=threads,
+            n_threads_batch=threads,
+            # Skulk's engine leaves llama.cpp's flash-attention default (auto, which
+            # enables it on CPU); the high-level Llama turns it off unless asked.
+            flash_attn=True,
+            verbose=False,
+        )
+        self._vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
+
+    def run(self, prompt: str, max_tokens: int) -> Sample:
+        llm = self.llm
+        now = time.perf_counter
+        started = now()
+        tokens = llm.tokenize(
+            GEMMA_TURN.format(prompt=prompt).encode(), add_bos=False, special=True
+        )
+        # NOTE: reset() forgets the previous run's tokens, so generate() cannot reuse
+        # a cached prompt prefix: every repetition pays the full prefill, as Skulk does.
+        llm.reset()  # type: ignore[no-untyped-call]  # untyped in llama-cpp-python
+        first = last = 0.0
+        produced = 0
+        pieces: list[bytes] = []
+        for token in llm.generate(tokens, temp=0.0, repeat_penalty=1.0, reset=True):
+            if self._llama_cpp.llama_vocab_is_eog(self._vocab, token):
+                break
+            pieces.append(llm.detokenize([token]))  # what a streaming caller would emit
+            stamp = now()
+            if not produced:
+                first = stamp
+            last = stamp
+            produced += 1
+            if produced >= max_tokens:
+                break
+        span = last - first
+        return Sample(
+            ttft_ms=(first - started) * 1000.0,
+            decode_tps=(produced - 1) / span if span > 0 else float("nan"),
+            tokens=produced,
+            prompt_tokens=len(tokens),
+            text=b"".join(pieces).decode("utf-8", errors="replace"),
+        )
+
+
+def skulk_sample(timing: StreamTiming) -> Sample:
+    stats = timing.stats or {}
+    engine = stats.get("generation_tps")
+    return Sample(
+        ttft_ms=timing.ttft_s * 1000.0,
+        decode_tps=timing.decode_tps,
+        tokens=timing.tokens,
+        prompt_tokens=timing.prompt_tokens,
+        text="".join(timing.text),
+        engine_tps=float(engine) if engine is not None else None,
+    )
+
+
+def summarize(raw: list[Sample], skulk: list[Sample]) -> dict[str, Any]:
+    raw_tps = median([s.decode_tps for s in raw])
+    skulk_tps = median([s.decode_tps for s in skulk])
+    raw_ttft = median([s.ttft_ms for s in raw])
+    skulk_ttft = median([s.ttft_ms for s in skulk])
+    engine = [s.engine_tps for s in skulk if s.engine_tps is not None]
+    ratio = skulk_tps / raw_tps
+    delta = skulk_ttft - raw_ttft
+    # Each pair ran back to back, so per-pair figures cancel slow drift (a
+    # neighbour's load coming and going) that the ratio of medians still carries.
+    paired_ratio = median([k.decode_tps / r.decode_tps for r, k in zip(raw, skulk, strict=True)])
+    paired_delta = median([k.ttft_ms - r.ttft_ms for r, k in zip(raw, skulk, strict=True)])
+    return {
+        "raw_decode_tps": round(raw_tps, 2),
+        "skulk_decode_tps": round(skulk_tps, 2),
+        "skulk_engine_decode_tps": round(median(engine), 2) if engine else None,
+        "decode_ratio": round(ratio, 4),
+        "decode_ratio_target": DECODE_RATIO_TARGET,
+        "decode_ok": ratio >= DECODE_RATIO_TARGET,
+        "decode_ratio_paired": round(paired_ratio, 4),
+        "raw_ttft_ms": round(raw_ttft, 2),
+        "skulk_ttft_ms": round(skulk_ttft, 2),
+        "ttft_delta_ms": round(delta, 2),
+        "ttft_delta_target_ms": TTFT_DELTA_TARGET_MS,
+        "ttft_ok": delta <= TTFT_DELTA_TARGET_MS,
+        "ttft_delta_paired_ms": round(paired_delta, 2),
+        "raw_tokens": sorted({s.tokens for s in raw}),
+        "skulk_tokens": sorted({s.tokens for s in skulk}),
+        "raw_prompt_tokens": sorted({s.prompt_tokens for s in raw}),
+        "skulk_prompt_tokens": sorted({s.prompt_tokens for s in skulk}),
+        "same_text": {s.text for s in raw} == {s.text for s in skulk},
+        "raw_decode_tps_all": [round(s.decode_tps, 2) for s in raw],
+        "skulk_decode_tps_all": [round(s.decode_tps, 2) for s in skulk],
+        "raw_ttft_ms_all": [round(s.ttft_ms, 2) for s in raw],
+        "skulk_ttft_ms_all": [round(s.ttft_ms, 2) for s in skulk],
+    }
+
+
+def print_table(result: dict[str, Any]) -> None:
+    def mark(ok: bool) -> str:
+        return "ok" if ok else "MISS"
+
+    engine = result["skulk_engine_decode_tps"]
+    print(f"{'':24}{'raw llama-cpp-python':>22}{'Skulk HTTP':>14}{'Skulk vs raw':>16}")
+    print(
+        f"{'decode tok/s (median)':24}{result['raw_decode_tps']:>22.2f}"
+        f"{result['skulk_decode_tps']:>14.2f}"
+        f"{result['decode_ratio']:>11.3f}x {mark(result['decode_ok']):>4}"
+    )
+    print(
+        f"{'TTFT ms (median)':24}{result['raw_ttft_ms']:>22.2f}{result['skulk_ttft_ms']:>14.2f}"
+        f"{result['ttft_delta_ms']:>+10.2f}ms {mark(result['ttft_ok']):>4}"
+    )
+    print(
+        f"median of per-pair figures: decode ratio {result['decode_ratio_paired']:.3f}x, "
+        f"TTFT delta {result['ttft_delta_paired_ms']:+.2f} ms"
+    )
+    print(
+        f"targets (on the medians): decode ratio >= {DECODE_RATIO_TARGET}, TTFT delta <= "
+        f"{TTFT_DELTA_TARGET_MS:g} ms; Skulk runner's own decode tok/s: {engine}"
+    )
+    print(
+        f"tokens raw/skulk: {result['raw_tokens']}/{result['skulk_tokens']}, prompt tokens "
+        f"{result['raw_prompt_tokens']}/{result['skulk_prompt_tokens']}, "
+        f"same text: {result['same_text']}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--prompt", default=DEFAULT_PROMPT)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--context", type=int, default=1024, help="context tokens per sequence")
+    parser.add_argument("--reps", type=int, default=7, help="measured pairs")
+    parser.add_argument("--warmup", type=int, default=1, help="discarded pairs first")
+    parser.add_argument("--models-dir", type=Path, default=DEFAULT_MODELS_DIR)
+    parser.add_argument("--json", action="store_true", help="also print one JSON line")
+    parser.add_argument(
+        "--max-load",
+        type=float,
+        default=1.5,
+        help="wait (up to 15 min) for the 1-min load average to fall this low; 0: don't",
+    )
+    args = parser.parse_args(argv)
+    load_at_start = wait_for_quiet(args.max_load)
+
+    body = chat_body(args.prompt, args.max_tokens)
+    raw_samples: list[Sample] = []
+    skulk_samples: list[Sample] = []
+    with (
+        skulk_serving(args.models_dir, args.context) as daemon,
+        httpx.Client(timeout=600.0) as client,
+    ):
+        raw = RawLlama(demo_model_path(args.models_dir), args.context)
+
+        def run_raw() -> Sample:
+            return raw.run(args.prompt, args.max_tokens)
+
+        def run_skulk() -> Sample:
+            return skulk_sample(stream_chat(client, daemon.url, body))
+
+        for rep in range(args.warmup + args.reps):
+            # ABBA: alternate which side goes first.
+            order = (run_raw, run_skulk) if rep % 2 == 0 else (run_skulk, run_raw)
+            pair = {fn: fn() for fn in order}
+            if rep >= args.warmup:
+                raw_samples.append(pair[run_raw])
+                skulk_samples.append(pair[run_skulk])
+            print(
+                f"rep {rep + 1}/{args.warmup + args.reps}"
+                f"{' (warm-up)' if rep < args.warmup else ''}: raw "
+                f"{pair[run_raw].decode_tps:.1f} tok/s {pair[run_raw].ttft_ms:.1f} ms | skulk "
+                f"{pair[run_skulk].decode_tps:.1f} tok/s {pair[run_skulk].ttft_ms:.1f} ms",
+                file=sys.stderr,
+            )
+    result = summarize(raw_samples, skulk_samples)
+    result.update(
+        benchmark="single_stream",
+        max_tokens=args.max_tokens,
+        context=args.context,
+        reps=args.reps,
+        threads=cpu_count(),
+        machine=machine(),
+        load_at_start=round(load_at_start, 2),
+    )
+    print_table(result)
+    if args.json:
+        print_json(result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
