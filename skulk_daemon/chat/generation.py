@@ -50,7 +50,7 @@ async def generation_events(
             # NOTE: aclosing, so a cancelled pump closes the worker's generator at
             # once (its cleanup reports the task finished) instead of at GC time.
             async with contextlib.aclosing(
-                worker.generate(admitted.instance_id, admitted.generation)
+                worker.generate(admitted.instance_id, admitted.generation, admitted.command_id)
             ) as chunks:
                 async for chunk in chunks:
                     await queue.put(chunk)

@@ -23,7 +23,7 @@ from skulk_core.commands import (
     ReportRunnerStatus,
     StartTask,
 )
-from skulk_core.ids import InstanceId, ModelId, RunnerId, TaskId, new_command_id
+from skulk_core.ids import CommandId, InstanceId, ModelId, RunnerId, TaskId, new_command_id
 from skulk_core.shards import (
     Instance,
     RunnerFailed,
@@ -260,8 +260,10 @@ class Supervisor:
         return None
 
     async def generate(
-        self, instance_id: InstanceId, request: GenerationRequest
+        self, instance_id: InstanceId, request: GenerationRequest, command_id: CommandId
     ) -> AsyncGenerator[Chunk, None]:
+        """Run ``request`` on this node's runner for the instance; ``command_id`` is the
+        client-facing command the task serves (what ``/state`` shows on the task)."""
         task_id = TaskId(request.task_id)
         runner = self._runner_for(instance_id)
         if runner is None:
@@ -286,7 +288,7 @@ class Supervisor:
                 command_id=new_command_id(),
                 task=Task(
                     task_id=task_id,
-                    command_id=new_command_id(),
+                    command_id=command_id,
                     instance_id=instance_id,
                     kind="TextGeneration",
                     task_status=TaskStatus.RUNNING,

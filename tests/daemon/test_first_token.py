@@ -222,6 +222,15 @@ def test_cancel_by_command_id(served: tuple[DaemonProcess, str]) -> None:
         lines = sse_lines(r)
         command_id = next(lines).removeprefix(": command_id ")
         next(ln for ln in lines if ln.startswith("data: {"))
+        # While it runs, the task is visible in /state under the client's command id.
+        _wait_for(
+            lambda: any(
+                t["commandId"] == command_id and t["instanceId"] == instance_id
+                for t in daemon.get("/state").json()["tasks"].values()
+            ),
+            "the running task in /state",
+            timeout=10,
+        )
         cancelled = httpx.post(f"{daemon.url}/v1/cancel/{command_id}", timeout=30)
         assert cancelled.status_code == 200
         assert cancelled.json() == {"message": "Command cancelled.", "command_id": command_id}
