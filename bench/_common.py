@@ -220,17 +220,6 @@ class LoggedDaemon(DaemonProcess):
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def _runner_status(daemon: DaemonProcess, instance_id: str) -> str | None:
-    state = daemon.get("/state").json()
-    instance = state["instances"].get(instance_id)
-    if instance is None:
-        return None
-    body = next(iter(instance.values()))
-    runner_id = next(iter(body["shardAssignments"]["runnerToShard"]))
-    status = state["runners"].get(runner_id)
-    return next(iter(status)) if status else None
-
-
 def _wait(predicate: Callable[[], bool], what: str, daemon: LoggedDaemon) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -260,7 +249,7 @@ def skulk_serving(models_dir: Path, context_tokens: int) -> Iterator[LoggedDaemo
                 raise RuntimeError(f"place_instance: {placed.status_code} {placed.text}")
             instance_id: str = placed.json()["instance_id"]
             _wait(
-                lambda: _runner_status(daemon, instance_id) == "RunnerReady",
+                lambda: daemon.runner_status(instance_id) == "RunnerReady",
                 "the runner to be ready",
                 daemon,
             )

@@ -17,11 +17,11 @@ from skulk_core.memory_estimate import (
     UNIFIED_MEMORY_FRACTION,
     estimate_memory_bytes,
 )
+from skulk_core.placement.context import MAX_CONTEXT_TOKENS
 
 MAX_MODEL_ID_CHARS: Final = 512
+# A requirements read may ask for any budget from one token; placement's floor is higher.
 MIN_CONTEXT_TOKENS: Final = 1
-MAX_CONTEXT_TOKENS: Final = 1_048_576
-DEFAULT_CONTEXT_TOKENS: Final = 8192
 
 
 class ContextOutOfRangeError(ValueError):

@@ -110,6 +110,17 @@ class DaemonProcess:
         self.process = None
         return process.returncode, err
 
+    def runner_status(self, instance_id: str) -> str | None:
+        """The tag of the instance's first runner status (``"RunnerReady"``), if any."""
+        state = self.get("/state").json()
+        instance = state["instances"].get(instance_id)
+        if instance is None:
+            return None
+        body = next(iter(instance.values()))
+        runner_id = next(iter(body["shardAssignments"]["runnerToShard"]))
+        status = state["runners"].get(runner_id)
+        return next(iter(status)) if status else None
+
     def get(self, path: str, **kwargs: object) -> httpx.Response:
         return httpx.get(f"{self.url}{path}", timeout=30.0, **kwargs)  # type: ignore[arg-type]
 

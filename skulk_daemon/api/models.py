@@ -15,13 +15,12 @@ from skulk_core.custom_cards import CardRejectedError, normalize_custom_card
 from skulk_core.ids import ModelId, new_command_id
 from skulk_core.model_listing import ModelList, ModelListItem, model_list_item
 from skulk_core.model_requirements import (
-    DEFAULT_CONTEXT_TOKENS,
-    MAX_CONTEXT_TOKENS,
     MAX_MODEL_ID_CHARS,
     ContextOutOfRangeError,
     ModelRequirements,
     model_requirements,
 )
+from skulk_core.placement.context import DEFAULT_CONTEXT_TOKENS, MAX_CONTEXT_TOKENS
 from skulk_daemon.api.errors import ApiError
 from skulk_daemon.node import Node
 

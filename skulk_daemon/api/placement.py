@@ -248,9 +248,10 @@ class PlacementController(Controller):
         command_id = new_command_id()
         # The accepted command owns exactly the placement identity it creates.
         ids = CommandOwnedIds(InstanceId(command_id))
-        await plan_when_informed(node, lambda facts: place(card, facts, request, ids))
         async with _placement_lock(node):
-            result = place(card, _facts(node), request, ids)
+            # Planned once, under the lock: waiting for node facts happens here too, so
+            # the plan that is submitted is the plan made against the latest State.
+            result = await plan_when_informed(node, lambda facts: place(card, facts, request, ids))
             if isinstance(result, PlacementRefusal):
                 raise placement_error(result)
             await node.submit(CreateInstance(command_id=command_id, instance=result.instance))
@@ -269,11 +270,10 @@ class PlacementController(Controller):
             raise ApiError(
                 409, f"instance {instance.instance_id} already exists", code="instance_exists"
             )
-        await plan_when_informed(
-            node, lambda facts: admit_instance(instance, card, facts, node.state)
-        )
         async with _placement_lock(node):
-            admitted = admit_instance(instance, card, _facts(node), node.state)
+            admitted = await plan_when_informed(
+                node, lambda facts: admit_instance(instance, card, facts, node.state)
+            )
             if isinstance(admitted, PlacementRefusal):
                 raise placement_error(admitted)
             command_id = new_command_id()

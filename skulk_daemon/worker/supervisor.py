@@ -24,6 +24,7 @@ from skulk_core.commands import (
     StartTask,
 )
 from skulk_core.ids import CommandId, InstanceId, ModelId, RunnerId, TaskId, new_command_id
+from skulk_core.placement.context import DEFAULT_CONTEXT_TOKENS
 from skulk_core.shards import (
     Instance,
     RunnerFailed,
@@ -43,20 +44,17 @@ from skulk_core.worker_plan import (
     assigned_runners,
     plan,
 )
+from skulk_daemon.engines.base import DEFAULT_SLOTS, ErrorChunk, FinishChunk, GenerationRequest
 from skulk_daemon.engines.base import EngineChunk as Chunk
-from skulk_daemon.engines.base import ErrorChunk, FinishChunk, GenerationRequest
 from skulk_daemon.node import Node
 from skulk_daemon.runner.client import RunnerProcess
 from skulk_daemon.runner.protocol import Load
 
 log = logging.getLogger(__name__)
 
-# Concurrent sequences one llama.cpp runner decodes together (continuous batching).
-DEFAULT_SLOTS = 4
 # How long a request admitted to a still-loading instance waits for it to be ready.
 READY_WAIT_SECONDS = 300.0
 STOP_TIMEOUT_SECONDS = 10.0
-DEFAULT_CONTEXT_TOKENS = 8192
 
 _PHASE_STATUS: dict[str, RunnerStatus] = {
     "loading": RunnerLoading(),

@@ -15,10 +15,10 @@ from skulk_core.ids import ModelId
 from skulk_core.memory_estimate import KvGeometry, estimate_memory_bytes, kv_bytes_per_token
 from skulk_core.model_listing import ModelList, model_list_item
 from skulk_core.model_requirements import (
-    MAX_CONTEXT_TOKENS,
     ContextOutOfRangeError,
     model_requirements,
 )
+from skulk_core.placement.context import MAX_CONTEXT_TOKENS
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 GEMMA = ModelId("local/gemma-3-270m-q4_k_m")

@@ -39,17 +39,6 @@ def _wait_for(predicate: Any, what: str, timeout: float = 180.0) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _runner_status(daemon: DaemonProcess, instance_id: str) -> str | None:
-    state = daemon.get("/state").json()
-    instance = state["instances"].get(instance_id)
-    if instance is None:
-        return None
-    body = next(iter(instance.values()))
-    runner_id = next(iter(body["shardAssignments"]["runnerToShard"]))
-    status = state["runners"].get(runner_id)
-    return next(iter(status)) if status else None
-
-
 def place(daemon: DaemonProcess, context: int = CONTEXT) -> str:
     previews = daemon.get("/instance/previews", params={"model_id": DEMO}).json()["previews"]
     assert any("error" not in p or p["error"] is None for p in previews), previews
@@ -66,7 +55,7 @@ def place(daemon: DaemonProcess, context: int = CONTEXT) -> str:
     )
     assert placed.status_code == 200, placed.text
     instance_id: str = placed.json()["instance_id"]
-    _wait_for(lambda: _runner_status(daemon, instance_id) == "RunnerReady", "RunnerReady")
+    _wait_for(lambda: daemon.runner_status(instance_id) == "RunnerReady", "RunnerReady")
     return instance_id
 
 
@@ -210,7 +199,7 @@ def test_default_budget_is_clamped_to_the_window(served: tuple[DaemonProcess, st
 def _wait_idle(daemon: DaemonProcess, instance_id: str) -> None:
     def idle() -> bool:
         state = daemon.get("/state").json()
-        return _runner_status(daemon, instance_id) == "RunnerReady" and not state["tasks"]
+        return daemon.runner_status(instance_id) == "RunnerReady" and not state["tasks"]
 
     _wait_for(idle, "the runner to be idle again", timeout=30)
 
