@@ -11,12 +11,18 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import RedocRenderPlugin, SwaggerRenderPlugin
 
 from skulk_core.version import SKULK_VERSION
+from skulk_daemon.api.bench import BenchController
+from skulk_daemon.api.browser_tools import BrowserToolsController
+from skulk_daemon.api.claude_messages import ClaudeMessagesController
 from skulk_daemon.api.config import ConfigController
+from skulk_daemon.api.embeddings import EmbeddingsController
 from skulk_daemon.api.errors import EXCEPTION_HANDLERS
 from skulk_daemon.api.models import ModelsController
 from skulk_daemon.api.node import NodeController
+from skulk_daemon.api.ollama import OllamaController
 from skulk_daemon.api.openai_chat import OpenAIChatController
 from skulk_daemon.api.placement import PlacementController
+from skulk_daemon.api.responses import ResponsesController
 from skulk_daemon.api.state import StateController
 from skulk_daemon.chat.commands import ActiveCommands
 from skulk_daemon.node import Node
@@ -28,6 +34,12 @@ CONTROLLERS = [
     ConfigController,
     ModelsController,
     OpenAIChatController,
+    ResponsesController,
+    ClaudeMessagesController,
+    OllamaController,
+    EmbeddingsController,
+    BenchController,
+    BrowserToolsController,
     PlacementController,
 ]
 
