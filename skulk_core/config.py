@@ -1,14 +1,14 @@
 """The ``skulk.yaml`` schema, parsed strictly.
 
 Unknown keys and bad values are refused with a message naming the key. Secrets
-(``hf_token``, ``cluster.key``) are stripped by :func:`public_view` before anything
-leaves the node's own files.
+(``hf_token``, ``cluster.key``, ``browser_tools.search_api_key``) are stripped by
+:func:`public_view` before anything leaves the node's own files.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -85,6 +85,30 @@ class TelemetryConfig(_Section, frozen=True, kw_only=True):
     enabled: bool = False
 
 
+class SearchProviderName(StrEnum):
+    DUCKDUCKGO = "duckduckgo"
+    SEARXNG = "searxng"
+
+
+# The whole of one browser-tool call (every redirect hop and the body) must fit in this.
+MAX_BROWSER_TIMEOUT_SECONDS = 120.0
+
+
+class BrowserToolsConfig(_Section, frozen=True, kw_only=True):
+    """``/v1/tools/web_search``, ``open_url`` and ``extract_page``."""
+
+    # Off: URLs that resolve to loopback, private, link-local or reserved addresses are
+    # refused (SSRF). On: LAN pages can be read; so can this node's own API and a cloud
+    # metadata endpoint, which is why it is opt-in.
+    allow_private_addresses: bool = False
+    search_provider: SearchProviderName = SearchProviderName.DUCKDUCKGO
+    # The provider's base URL: required for SearXNG; overrides DuckDuckGo's HTML endpoint.
+    search_url: str | None = None
+    # For providers that need one; a secret, never shown by GET /config or logged.
+    search_api_key: str | None = None
+    timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=MAX_BROWSER_TIMEOUT_SECONDS)] = 15.0
+
+
 class SkulkConfig(_Section, frozen=True, kw_only=True):
     hf_token: str | None = None
     logging: LoggingConfig = LoggingConfig()
@@ -95,6 +119,7 @@ class SkulkConfig(_Section, frozen=True, kw_only=True):
     node: NodeConfig = NodeConfig()
     cluster: ClusterConfig = ClusterConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
+    browser_tools: BrowserToolsConfig = BrowserToolsConfig()
 
 
 class ConfigError(ValueError):
@@ -141,6 +166,9 @@ def public_view(config: SkulkConfig) -> dict[str, Any]:
     cluster = document.get("cluster")
     if isinstance(cluster, dict):
         cluster.pop("key", None)
+    browser_tools = document.get("browser_tools")
+    if isinstance(browser_tools, dict):
+        browser_tools.pop("search_api_key", None)
     return document
 
 
@@ -151,7 +179,8 @@ def merge_update(current: SkulkConfig, incoming: SkulkConfig, present: set[str])
     ``experiments`` and ``model_trust`` keep their current values when the request
     omits them (``present`` holds the top-level keys the request carried), and a
     blank ``hf_token`` never erases a stored one. ``cluster.key`` is a secret that
-    GET never shows, so an update cannot be expected to carry it: it is kept too.
+    GET never shows, so an update cannot be expected to carry it: it is kept too, and so
+    is ``browser_tools.search_api_key`` for the same reason.
     """
     replace = msgspec.structs.replace
     merged = incoming
@@ -162,4 +191,10 @@ def merge_update(current: SkulkConfig, incoming: SkulkConfig, present: set[str])
             merged = replace(merged, **{key: getattr(current, key)})
     if merged.cluster.key is None and current.cluster.key is not None:
         merged = replace(merged, cluster=replace(merged.cluster, key=current.cluster.key))
+    current_api_key = current.browser_tools.search_api_key
+    if merged.browser_tools.search_api_key is None and current_api_key is not None:
+        merged = replace(
+            merged,
+            browser_tools=replace(merged.browser_tools, search_api_key=current_api_key),
+        )
     return merged

@@ -32,7 +32,25 @@ def _penalised(params: SamplingParams) -> bool:
 
 def is_plain_greedy(params: SamplingParams) -> bool:
     """Greedy with nothing that reshapes the logits: an argmax will do."""
-    return params.temperature <= 0.0 and not _penalised(params)
+    return params.temperature <= 0.0 and not _penalised(params) and params.grammar is None
+
+
+class GrammarError(ValueError):
+    """llama.cpp could not parse a request's grammar."""
+
+
+def grammar_sampler(vocab: object, grammar: str) -> SamplerHandle:
+    """A grammar-constraining sampler; raises :class:`GrammarError` when llama.cpp
+    refuses the grammar (it returns NULL and logs the parse error)."""
+    handle = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
+    if not handle:
+        raise GrammarError("the grammar could not be parsed")
+    return handle
+
+
+def check_grammar(vocab: object, grammar: str) -> None:
+    """Raise :class:`GrammarError` unless llama.cpp accepts ``grammar``."""
+    llama_cpp.llama_sampler_free(grammar_sampler(vocab, grammar))
 
 
 def argmax(logits_ptr: object, n_vocab: int) -> int:
@@ -45,24 +63,34 @@ def argmax(logits_ptr: object, n_vocab: int) -> int:
     return int(np.ctypeslib.as_array(logits_ptr, shape=(n_vocab,)).argmax())
 
 
-def build_chain(n_vocab: int, params: SamplingParams, prompt: Sequence[int]) -> SamplerHandle:
-    """The chain llama.cpp's own defaults would build: penalties, top-k, top-p,
-    min-p, temperature, then a seeded draw (or greedy at temperature 0)."""
+def build_chain(
+    vocab: object, n_vocab: int, params: SamplingParams, prompt: Sequence[int]
+) -> SamplerHandle:
+    """The chain llama.cpp's own defaults would build: the grammar (if any),
+    penalties, top-k, top-p, min-p, temperature, then a seeded draw (or greedy at
+    temperature 0)."""
     chain_params = llama_cpp.llama_sampler_chain_default_params()
     chain_params.no_perf = True
     chain = llama_cpp.llama_sampler_chain_init(chain_params)
-    penalised = _penalised(params)
-    if penalised:
-        llama_cpp.llama_sampler_chain_add(
-            chain,
-            llama_cpp.llama_sampler_init_penalties(
-                n_vocab,
-                params.repetition_context_size,
-                params.repetition_penalty,
-                params.frequency_penalty,
-                params.presence_penalty,
-            ),
+    if params.grammar is not None:
+        # First, so every later stage only sees tokens the grammar allows.
+        llama_cpp.llama_sampler_chain_add(chain, grammar_sampler(vocab, params.grammar))
+    if _penalised(params):
+        penalties = llama_cpp.llama_sampler_init_penalties(
+            n_vocab,
+            params.repetition_context_size,
+            params.repetition_penalty,
+            params.frequency_penalty,
+            params.presence_penalty,
         )
+        if params.repetition_context_size > 0:
+            # Repetition is judged over the recent context, prompt included (as
+            # mlx-lm's repetition_context_size does), not just what we generated.
+            # NOTE: fed to the penalties sampler alone, before it joins the chain:
+            # the grammar must only ever see generated tokens.
+            for token in prompt[-params.repetition_context_size :]:
+                llama_cpp.llama_sampler_accept(penalties, token)
+        llama_cpp.llama_sampler_chain_add(chain, penalties)
     if params.temperature <= 0.0:
         llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
     else:
@@ -83,11 +111,6 @@ def build_chain(n_vocab: int, params: SamplingParams, prompt: Sequence[int]) -> 
         )
         seed = llama_cpp.LLAMA_DEFAULT_SEED if params.seed is None else params.seed & 0xFFFFFFFF
         llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_dist(seed))
-    if penalised and params.repetition_context_size > 0:
-        # Repetition is judged over the recent context, prompt included (as
-        # mlx-lm's repetition_context_size does), not just what we generated.
-        for token in prompt[-params.repetition_context_size :]:
-            llama_cpp.llama_sampler_accept(chain, token)
     return chain
 
 

@@ -55,6 +55,9 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     logprobs: bool = False
     top_logprobs: int = 0
     strict_max_tokens: bool = False
+    grammar: str | None = None
+    """A GBNF grammar (root rule ``root``) every completion must match; llama.cpp
+    masks tokens that would leave it, so the output cannot violate it."""
 
 
 class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):

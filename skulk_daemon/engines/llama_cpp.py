@@ -167,6 +167,11 @@ class LlamaCppEngine:
             return
         params = request.sampling
         refusal = _invalid(params.max_tokens, params.top_logprobs)
+        if refusal is None and params.grammar is not None:
+            try:
+                sampling.check_grammar(llama.vocab, params.grammar)
+            except sampling.GrammarError as exc:
+                refusal = str(exc)
         if refusal is not None:
             self._sink(error_chunk(task_id, ERROR_INVALID_REQUEST, refusal))
             return
@@ -279,7 +284,9 @@ class LlamaCppEngine:
         assert llama is not None
         while self._waiting and self._free_slots:
             pending = self._waiting.popleft()
-            chain = sampling.build_chain(llama.n_vocab, pending.request.sampling, pending.tokens)
+            chain = sampling.build_chain(
+                llama.vocab, llama.n_vocab, pending.request.sampling, pending.tokens
+            )
             sequence = Sequence(pending, heapq.heappop(self._free_slots), chain, len(self._active))
             self._active[sequence.task_id] = sequence
             self._prefill(sequence)

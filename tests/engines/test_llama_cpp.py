@@ -3,11 +3,13 @@ so prompts are completions and decoding is greedy unless a test says otherwise).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from skulk_daemon.chat.grammars import json_schema_grammar
 from skulk_daemon.engines.base import (
     ERROR_CONTEXT_LENGTH_EXCEEDED,
     ERROR_INVALID_REQUEST,
@@ -261,3 +263,44 @@ def test_unload_cancels_what_is_in_flight(private_engine: Served) -> None:
         _, end = private_engine.collect(task)
         assert isinstance(end, FinishChunk)
         assert end.finish_reason == "cancelled"
+
+
+def test_a_grammar_constrains_every_sampled_token(served: Served) -> None:
+    # Unconstrained, the base model continues the count; the grammar allows only
+    # two answers, so that is all it can say, greedy or sampled.
+    grammar = 'root ::= "yes" | "no"'
+    text, end = served.run("g1", "Count: one, two, three,", max_tokens=16, grammar=grammar)
+    assert text in ("yes", "no")
+    assert end.finish_reason == "stop"
+    sampled, _ = served.run(
+        "g2", "Is the sky blue?", max_tokens=16, grammar=grammar, temperature=1.0, seed=7
+    )
+    assert sampled in ("yes", "no")
+
+
+def test_a_json_schema_grammar_yields_an_object_that_matches_it(served: Served) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
+        "required": ["city", "population"],
+        "additionalProperties": False,
+    }
+    text, end = served.run(
+        "g3",
+        "The largest city in France",
+        max_tokens=48,
+        grammar=json_schema_grammar(schema),
+    )
+    assert end.finish_reason == "stop", text
+    value = json.loads(text)
+    assert set(value) == {"city", "population"}
+    assert isinstance(value["city"], str) and isinstance(value["population"], int)
+
+
+def test_an_unparsable_grammar_is_refused_and_the_engine_serves_on(served: Served) -> None:
+    served.submit("g4", "Hello", max_tokens=4, grammar="root ::= (")
+    tokens, end = served.collect("g4")
+    assert not tokens
+    assert isinstance(end, ErrorChunk) and end.code == "invalid_request"
+    text, _ = served.run("g5", "Count: one, two, three,", max_tokens=3)
+    assert text

@@ -1,0 +1,78 @@
+"""GBNF grammars for structured output: JSON mode, JSON Schema, forced tool calls.
+
+llama.cpp's sampler enforces a GBNF grammar token by token, so an answer under a
+schema grammar cannot violate the schema. The JSON-Schema-to-GBNF converter is
+llama-cpp-python's (a port of llama.cpp's own ``json_schema_to_grammar``).
+
+NOTE: the converter module is pure Python, but importing it as
+``llama_cpp.llama_grammar`` would run the package's ``__init__`` and load
+libllama into the API process, which only runners should do. It is loaded by
+file path instead, once.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+MAX_SCHEMA_BYTES = 64 * 1024
+"""A schema larger than this is refused: its grammar would be enormous."""
+
+
+class GrammarError(ValueError):
+    """A schema that cannot become a grammar; the message is for the client."""
+
+
+@functools.cache
+def _converter() -> ModuleType:
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        raise GrammarError("structured output needs llama-cpp-python, which is not installed")
+    path = Path(next(iter(spec.submodule_search_locations))) / "llama_grammar.py"
+    module_spec = importlib.util.spec_from_file_location("_skulk_llama_grammar", path)
+    if module_spec is None or module_spec.loader is None:
+        raise GrammarError("llama-cpp-python's grammar converter could not be found")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def json_object_grammar() -> str:
+    """Any JSON object (OpenAI's ``json_object`` mode, Ollama's ``format: "json"``)."""
+    grammar: str = _converter().JSON_GBNF
+    return grammar
+
+
+def json_schema_grammar(schema: dict[str, Any]) -> str:
+    """A grammar whose every sentence is a JSON document valid under ``schema``.
+
+    Remote ``$ref``\\ s are never fetched: the converter resolves local ones only
+    and refuses the rest.
+    """
+    text = json.dumps(schema)
+    if len(text.encode()) > MAX_SCHEMA_BYTES:
+        raise GrammarError(f"the JSON schema is larger than {MAX_SCHEMA_BYTES} bytes")
+    _refuse_remote_refs(schema)
+    try:
+        grammar: str = _converter().json_schema_to_gbnf(text)
+    except (ValueError, KeyError, TypeError, AssertionError, RecursionError) as exc:
+        raise GrammarError(f"the JSON schema cannot be enforced: {exc}") from None
+    except Exception as exc:  # the converter raises bare Exceptions for unsupported forms
+        raise GrammarError(f"the JSON schema cannot be enforced: {exc}") from None
+    return grammar
+
+
+def _refuse_remote_refs(node: object) -> None:
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and not ref.startswith("#"):
+            raise GrammarError(f"remote $ref {ref!r} is not supported; inline the definition")
+        for value in node.values():
+            _refuse_remote_refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            _refuse_remote_refs(value)
