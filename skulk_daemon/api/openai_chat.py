@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
-import msgspec
 from litestar import Controller, MediaType, Request, post
 from litestar.response import Stream
 
@@ -13,26 +12,16 @@ from skulk_daemon.api.errors import ApiError
 from skulk_daemon.chat.admission import admit
 from skulk_daemon.chat.commands import ActiveCommands
 from skulk_daemon.chat.generation import generation_events
+from skulk_daemon.chat.openai_request import decode_chat_request, to_task
 from skulk_daemon.chat.openai_wire import json_body, sse_stream
-from skulk_daemon.chat.protocol import ChatCompletionRequest
+from skulk_daemon.chat.turn import turn_events
 from skulk_daemon.node import Node
 from skulk_daemon.worker.supervisor import Supervisor
 
-_decoder = msgspec.json.Decoder(ChatCompletionRequest)
+MAX_CHAT_BODY_BYTES: Final = 40 * 1024 * 1024
+"""Encoded image content is bounded at 32 MiB; the rest of a chat body is small."""
 
-# Encoded image content is bounded at 32 MiB; the rest of a chat body is small.
-MAX_CHAT_BODY_BYTES = 40 * 1024 * 1024
-
-_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-def decode_chat_request(raw: bytes) -> ChatCompletionRequest:
-    try:
-        return _decoder.decode(raw)
-    except msgspec.ValidationError as exc:
-        raise ApiError(400, f"invalid request: {exc}", code="invalid_request") from None
-    except msgspec.DecodeError as exc:
-        raise ApiError(400, f"the body is not valid JSON: {exc}", code="invalid_json") from None
+SSE_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 class OpenAIChatController(Controller):
@@ -52,14 +41,14 @@ class OpenAIChatController(Controller):
         commands: ActiveCommands,
     ) -> Stream:
         body = decode_chat_request(await request.body())
-        admitted = admit(node, body)
-        events = generation_events(worker, commands, admitted)
+        admitted = admit(node, to_task(body))
+        events = turn_events(admitted, generation_events(worker, commands, admitted))
         headers = {"X-Skulk-Command-Id": admitted.command_id}
         if body.stream:
             return Stream(
                 sse_stream(admitted, events),
                 media_type="text/event-stream",
-                headers={**_SSE_HEADERS, **headers},
+                headers={**SSE_HEADERS, **headers},
             )
         return Stream(json_body(admitted, events), media_type=MediaType.JSON, headers=headers)
 

@@ -1,7 +1,9 @@
 """Admission: everything that can be refused before a request reaches a runner.
 
-One path for every wire format (Chat Completions today; Responses, Claude and
-Ollama adapters produce the same :class:`Admitted`).
+One path for every wire format: each adapter builds a :class:`ChatTask`, and
+:func:`admit` validates it, picks the instance, renders the prompt and builds the
+engine request. A refusal is an :class:`ApiError`; each format's controller
+renders it in that format's error shape.
 """
 
 from __future__ import annotations
@@ -12,16 +14,27 @@ from dataclasses import dataclass
 
 from skulk_core.cards import ModelCard, ModelTask
 from skulk_core.ids import CommandId, InstanceId, ModelId, TaskId, new_command_id, new_task_id
+from skulk_core.model_listing import resolved_capabilities
+from skulk_core.reasoning import ThinkingControls, prompt_opens_thinking, resolve_thinking
 from skulk_core.routing import select_instance
+from skulk_core.tools import ToolChoiceError, ToolOffer, resolve_tool_choice
 from skulk_daemon.api.errors import ApiError
+from skulk_daemon.chat.grammars import (
+    GrammarError,
+    json_object_grammar,
+    json_schema_grammar,
+    tool_call_grammar,
+)
 from skulk_daemon.chat.prompt import PromptError, render_prompt
-from skulk_daemon.chat.protocol import ChatCompletionRequest
+from skulk_daemon.chat.task import ChatTask, JsonObjectFormat, JsonSchemaFormat
 from skulk_daemon.engines.base import GenerationRequest, SamplingParams
 from skulk_daemon.node import Node
 
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
 MAX_STOP_SEQUENCES = 16
 MAX_TOP_LOGPROBS = 20
+MAX_IMAGE_BYTES = 32 * 1024 * 1024
+"""Request-scoped encoded image media, summed over the request (the spec's bound)."""
 
 
 def default_max_output_tokens() -> int:
@@ -44,98 +57,143 @@ class Admitted:
     instance_id: InstanceId
     card: ModelCard
     generation: GenerationRequest
+    offer: ToolOffer
+    starts_in_reasoning: bool
     include_usage: bool
     created: int
 
 
-def _bad(message: str, code: str = "invalid_request") -> ApiError:
+def bad_request(message: str, code: str = "invalid_request") -> ApiError:
     return ApiError(400, message, code=code)
 
 
-def _stops(stop: str | list[str] | None) -> tuple[str, ...]:
-    if stop is None:
-        return ()
-    stops = (stop,) if isinstance(stop, str) else tuple(stop)
-    if len(stops) > MAX_STOP_SEQUENCES:
-        raise _bad(f"at most {MAX_STOP_SEQUENCES} stop sequences are allowed")
-    if any(not s for s in stops):
-        raise _bad("stop sequences must not be empty")
-    return stops
+def _check_ranges(task: ChatTask) -> None:
+    if task.temperature is not None and not 0 <= task.temperature <= 2:
+        raise bad_request("temperature must be between 0 and 2")
+    if task.top_p is not None and not 0 < task.top_p <= 1:
+        raise bad_request("top_p must be greater than 0 and at most 1")
+    if task.min_p is not None and not 0 <= task.min_p <= 1:
+        raise bad_request("min_p must be between 0 and 1")
+    if task.top_k is not None and task.top_k < 0:
+        raise bad_request("top_k must not be negative")
+    if task.top_logprobs is not None and not 0 <= task.top_logprobs <= MAX_TOP_LOGPROBS:
+        raise bad_request(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}")
+    if len(task.stop) > MAX_STOP_SEQUENCES:
+        raise bad_request(f"at most {MAX_STOP_SEQUENCES} stop sequences are allowed")
+    if any(not s for s in task.stop):
+        raise bad_request("stop sequences must not be empty")
 
 
-def _check_ranges(body: ChatCompletionRequest) -> None:
-    if body.temperature is not None and not 0 <= body.temperature <= 2:
-        raise _bad("temperature must be between 0 and 2")
-    if body.top_p is not None and not 0 < body.top_p <= 1:
-        raise _bad("top_p must be greater than 0 and at most 1")
-    if body.min_p is not None and not 0 <= body.min_p <= 1:
-        raise _bad("min_p must be between 0 and 1")
-    if body.top_k is not None and body.top_k < 0:
-        raise _bad("top_k must not be negative")
-    if body.top_logprobs is not None and not 0 <= body.top_logprobs <= MAX_TOP_LOGPROBS:
-        raise _bad(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}")
-    if body.n is not None and body.n != 1:
-        raise _bad("only n=1 is supported")
-
-
-def admit(node: Node, body: ChatCompletionRequest) -> Admitted:
-    if not body.messages:
-        raise _bad("messages must not be empty")
-    max_tokens = body.max_completion_tokens or body.max_tokens
-    explicit = body.max_tokens is not None or body.max_completion_tokens is not None
-    if explicit and (max_tokens is None or max_tokens <= 0):
-        raise _bad("max_tokens must be a positive integer")
-    _check_ranges(body)
-    entry = node.catalog().get(ModelId(body.model))
-    if entry is not None and ModelTask.TEXT_GENERATION not in entry.card.tasks:
-        raise _bad(f"model {body.model} does not support text generation (TextGeneration)")
-    instance = select_instance(node.state, ModelId(body.model))
-    if entry is None or instance is None:
-        raise ApiError(404, f"No instance found for model {body.model}", code="model_not_found")
-    card = entry.card
-    if (
-        any(
-            isinstance(m.content, list) and any(p.type == "image_url" for p in m.content)
-            for m in body.messages
+def _check_images(task: ChatTask, card: ModelCard) -> None:
+    images = [image for message in task.messages for image in message.images]
+    if not images:
+        return
+    if sum(len(image.data) for image in images) > MAX_IMAGE_BYTES:
+        raise ApiError(
+            413,
+            f"image input exceeds the {MAX_IMAGE_BYTES // (1024 * 1024)} MiB request bound",
+            code="image_too_large",
         )
-        and "vision" not in card.capabilities
-    ):
-        raise _bad(f"model {body.model} does not accept images", code="vision_not_supported")
+    if not resolved_capabilities(card).supports_vision:
+        raise bad_request(f"model {task.model} does not accept images", code="vision_not_supported")
+    # NOTE: the llama.cpp runner loads no multimodal projector yet, so even a card
+    # that declares vision cannot see an image here. Refuse rather than drop it.
+    raise bad_request(
+        f"model {task.model} declares vision, but this node's llama.cpp runner cannot "
+        "load its image projector yet",
+        code="vision_not_supported",
+    )
+
+
+def _grammar(task: ChatTask, offer: ToolOffer) -> str | None:
+    try:
+        if offer.mode in ("required", "named"):
+            return tool_call_grammar(offer.tools)
+        match task.response_format:
+            case None:
+                return None
+            case JsonObjectFormat():
+                return json_object_grammar()
+            case JsonSchemaFormat(schema=schema):
+                return json_schema_grammar(schema)
+    except GrammarError as exc:
+        raise bad_request(str(exc), code="invalid_response_format") from None
+
+
+def _thinking(task: ChatTask, card: ModelCard) -> ThinkingControls:
+    caps = resolved_capabilities(card)
+    return resolve_thinking(
+        supports_thinking=caps.supports_thinking,
+        supports_toggle=caps.supports_thinking_toggle,
+        enable_thinking=task.enable_thinking,
+        reasoning_effort=task.reasoning_effort,
+    )
+
+
+def admit(node: Node, task: ChatTask) -> Admitted:
+    """Validate ``task`` and build its engine request; raises :class:`ApiError`."""
+    if not task.messages:
+        raise bad_request("messages must not be empty")
+    if task.max_tokens is not None and task.max_tokens <= 0:
+        raise bad_request("max_tokens must be a positive integer")
+    _check_ranges(task)
+    try:
+        offer = resolve_tool_choice(task.tools, task.tool_choice)
+    except ToolChoiceError as exc:
+        raise bad_request(str(exc), code="invalid_tool_choice") from None
+    entry = node.catalog().get(ModelId(task.model))
+    if entry is not None and ModelTask.TEXT_GENERATION not in entry.card.tasks:
+        raise bad_request(f"model {task.model} does not support text generation (TextGeneration)")
+    instance = select_instance(node.state, ModelId(task.model))
+    if entry is None or instance is None:
+        raise ApiError(404, f"No instance found for model {task.model}", code="model_not_found")
+    card = entry.card
+    _check_images(task, card)
     limit = instance.context_token_limit
-    if explicit and max_tokens is not None and limit is not None and max_tokens >= limit:
-        raise _bad(
-            f"context_length_exceeded: max_tokens {max_tokens} cannot fit the instance's "
+    if task.max_tokens is not None and limit is not None and task.max_tokens >= limit:
+        raise bad_request(
+            f"context_length_exceeded: max_tokens {task.max_tokens} cannot fit the instance's "
             f"context limit of {limit} tokens (the prompt needs at least one)",
             code="context_length_exceeded",
         )
+    grammar = _grammar(task, offer)
     try:
-        prompt = render_prompt(card, body.messages)
+        prompt = render_prompt(
+            card,
+            task.messages,
+            offer=offer,
+            thinking=_thinking(task, card),
+            extra=task.extra_template_args,
+        )
     except PromptError as exc:
-        raise _bad(str(exc), code="invalid_messages") from None
+        raise bad_request(str(exc), code="invalid_messages") from None
     task_id = new_task_id()
     sampling = SamplingParams(
-        temperature=1.0 if body.temperature is None else body.temperature,
-        top_p=1.0 if body.top_p is None else body.top_p,
-        top_k=body.top_k or 0,
-        min_p=body.min_p or 0.0,
-        seed=body.seed,
-        stop=_stops(body.stop),
-        max_tokens=max_tokens if explicit and max_tokens else default_max_output_tokens(),
-        strict_max_tokens=explicit,
-        frequency_penalty=body.frequency_penalty or 0.0,
-        presence_penalty=body.presence_penalty or 0.0,
-        repetition_penalty=body.repetition_penalty or 1.0,
-        repetition_context_size=body.repetition_context_size or 64,
-        logprobs=bool(body.logprobs),
-        top_logprobs=body.top_logprobs or 0,
+        temperature=1.0 if task.temperature is None else task.temperature,
+        top_p=1.0 if task.top_p is None else task.top_p,
+        top_k=task.top_k or 0,
+        min_p=task.min_p or 0.0,
+        seed=task.seed,
+        stop=task.stop,
+        max_tokens=task.max_tokens or default_max_output_tokens(),
+        strict_max_tokens=task.max_tokens is not None,
+        frequency_penalty=task.frequency_penalty or 0.0,
+        presence_penalty=task.presence_penalty or 0.0,
+        repetition_penalty=task.repetition_penalty or 1.0,
+        repetition_context_size=task.repetition_context_size or 64,
+        logprobs=task.logprobs,
+        top_logprobs=task.top_logprobs or 0,
+        grammar=grammar,
     )
     return Admitted(
         command_id=new_command_id(),
         task_id=task_id,
-        model=body.model,
+        model=task.model,
         instance_id=instance.instance_id,
         card=card,
         generation=GenerationRequest(task_id=task_id, prompt=prompt, sampling=sampling),
-        include_usage=bool(body.stream_options and body.stream_options.include_usage),
+        offer=offer,
+        starts_in_reasoning=prompt_opens_thinking(prompt),
+        include_usage=task.include_usage,
         created=int(time.time()),
     )

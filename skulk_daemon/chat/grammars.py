@@ -15,9 +15,12 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from skulk_core.tools import ToolSpec
 
 MAX_SCHEMA_BYTES = 64 * 1024
 """A schema larger than this is refused: its grammar would be enormous."""
@@ -76,3 +79,26 @@ def _refuse_remote_refs(node: object) -> None:
     elif isinstance(node, list):
         for value in node:
             _refuse_remote_refs(value)
+
+
+def tool_call_grammar(tools: Sequence[ToolSpec]) -> str:
+    """A grammar for one call to one of ``tools``, written the way Skulk's tool
+    prompt asks: ``{"name": ..., "arguments": {...}}`` with arguments under the
+    tool's own schema (any object, where that schema cannot be enforced)."""
+    options = []
+    for tool in tools:
+        parameters: dict[str, Any] = tool.parameters or {"type": "object"}
+        try:
+            json_schema_grammar(parameters)
+        except GrammarError:
+            parameters = {"type": "object"}
+        options.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": tool.name}, "arguments": parameters},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
+    schema = options[0] if len(options) == 1 else {"oneOf": options}
+    return json_schema_grammar(schema)

@@ -1,8 +1,9 @@
-"""Shape engine chunks into OpenAI Chat Completions bytes (SSE and JSON)."""
+"""Shape a turn's events into OpenAI Chat Completions bytes (SSE and JSON)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import msgspec
 
@@ -17,58 +18,66 @@ from skulk_daemon.chat.protocol import (
     ChoiceLogprobs,
     ChunkChoice,
     Delta,
+    FunctionCall,
+    StreamToolCall,
     TokenLogprob,
+    ToolCallOut,
     TopLogprob,
     Usage,
 )
-from skulk_daemon.engines.base import EngineChunk as Chunk
-from skulk_daemon.engines.base import ErrorChunk, FinishChunk, GenerationStats, TokenChunk
+from skulk_daemon.chat.turn import ContentDelta, ReasoningDelta, TurnEnd, TurnError, TurnEvent
+from skulk_daemon.engines.base import GenerationStats
 
 _json = msgspec.json.Encoder()
 
 
-def _error(chunk: ErrorChunk) -> dict[str, object]:
-    return error_body(
-        chunk.message,
-        "invalid_request_error" if chunk.code == "context_length_exceeded" else "server_error",
-        chunk.code,
-    )
+def error_object(error: TurnError) -> dict[str, object]:
+    type_ = "invalid_request_error" if error.code == "context_length_exceeded" else "server_error"
+    return error_body(error.message, type_, error.code)
 
 
-def _logprobs(chunk: TokenChunk) -> ChoiceLogprobs | None:
-    if chunk.logprob is None:
-        return None
-    top = [TopLogprob(token=t, logprob=lp) for t, lp in chunk.top_logprobs or []]
-    return ChoiceLogprobs(
-        content=[TokenLogprob(token=chunk.text, logprob=chunk.logprob, top_logprobs=top)]
-    )
+def _logprobs(delta: ContentDelta) -> list[TokenLogprob]:
+    return [
+        TokenLogprob(
+            token=lp.token,
+            logprob=lp.logprob,
+            bytes=list(lp.token.encode()),
+            top_logprobs=[
+                TopLogprob(token=t, logprob=v, bytes=list(t.encode())) for t, v in lp.top
+            ],
+        )
+        for lp in delta.logprobs
+    ]
 
 
-def _usage(finish: FinishChunk) -> Usage:
+def usage(end: TurnEnd) -> Usage:
     return Usage(
-        prompt_tokens=finish.prompt_tokens,
-        completion_tokens=finish.completion_tokens,
-        total_tokens=finish.prompt_tokens + finish.completion_tokens,
+        prompt_tokens=end.prompt_tokens,
+        completion_tokens=end.completion_tokens,
+        total_tokens=end.prompt_tokens + end.completion_tokens,
     )
 
 
-def stats_comment(stats: GenerationStats) -> bytes:
-    fields = {
+def stats_fields(stats: GenerationStats) -> dict[str, float | int]:
+    return {
         "prompt_tps": stats.prompt_tps,
         "generation_tps": stats.generation_tps,
         "prompt_tokens": stats.prompt_tokens,
         "generation_tokens": stats.generation_tokens,
         "serving_batches": stats.serving_batches,
         "in_flight_at_admission": stats.in_flight_at_admission,
+        "time_to_first_token_ms": stats.time_to_first_token_ms,
     }
-    return b": generation_stats " + _json.encode(fields) + b"\n\n"
 
 
-async def sse_stream(
-    admitted: Admitted, events: AsyncIterator[Chunk | KeepAlive]
-) -> AsyncIterator[bytes]:
-    """``: command_id``, one chunk per token, the finish, stats, and always ``[DONE]``."""
+def stats_comment(stats: GenerationStats) -> bytes:
+    return b": generation_stats " + _json.encode(stats_fields(stats)) + b"\n\n"
+
+
+async def sse_stream(admitted: Admitted, events: AsyncIterator[TurnEvent]) -> AsyncIterator[bytes]:
+    """``: command_id``, one chunk per delta, the finish, stats, and always ``[DONE]``."""
     yield f": command_id {admitted.command_id}\n\n".encode()
+    want_logprobs = admitted.generation.sampling.logprobs
 
     def frame(choices: list[ChunkChoice], usage: Usage | None = None) -> bytes:
         chunk = ChatCompletionChunk(
@@ -80,74 +89,120 @@ async def sse_stream(
         )
         return b"data: " + _json.encode(chunk) + b"\n\n"
 
-    first = True
+    role_sent = False
+
+    def delta(**fields: Any) -> Delta:
+        nonlocal role_sent
+        if role_sent:
+            return Delta(**fields)
+        role_sent = True
+        return Delta(role="assistant", **fields)
+
     try:
         async for event in events:
             match event:
                 case KeepAlive():
                     yield b": keep-alive\n\n"
-                case TokenChunk():
-                    delta = (
-                        Delta(role="assistant", content=event.text)
-                        if first
-                        else Delta(content=event.text)
-                    )
-                    first = False
-                    yield frame([ChunkChoice(index=0, delta=delta, logprobs=_logprobs(event))])
-                case FinishChunk():
-                    delta = Delta(role="assistant", content="") if first else Delta()
+                case ContentDelta():
+                    if not event.text and not (want_logprobs and event.logprobs):
+                        continue
+                    logprobs = ChoiceLogprobs(content=_logprobs(event)) if want_logprobs else None
                     yield frame(
-                        [ChunkChoice(index=0, delta=delta, finish_reason=event.finish_reason)]
+                        [ChunkChoice(index=0, delta=delta(content=event.text), logprobs=logprobs)]
+                    )
+                case ReasoningDelta():
+                    yield frame([ChunkChoice(index=0, delta=delta(reasoning_content=event.text))])
+                case TurnEnd():
+                    if event.tool_calls:
+                        calls = [
+                            StreamToolCall(
+                                index=i,
+                                id=call.id,
+                                function=FunctionCall(name=call.name, arguments=call.arguments),
+                            )
+                            for i, call in enumerate(event.tool_calls)
+                        ]
+                        final = delta(tool_calls=calls)
+                    else:
+                        final = delta(content="") if not role_sent else Delta()
+                    yield frame(
+                        [ChunkChoice(index=0, delta=final, finish_reason=event.finish_reason)]
                     )
                     if admitted.include_usage:
-                        yield frame([], usage=_usage(event))
+                        yield frame([], usage=usage(event))
                     yield stats_comment(event.stats)
-                case ErrorChunk():
-                    yield b"data: " + _json.encode(_error(event)) + b"\n\n"
+                case TurnError():
+                    yield b"data: " + _json.encode(error_object(event)) + b"\n\n"
     finally:
         # NOTE: in `finally` so even a failure while shaping still ends the stream
         # the way clients expect; a closed connection simply drops these bytes.
         yield b"data: [DONE]\n\n"
 
 
+def completion(
+    admitted: Admitted,
+    end: TurnEnd,
+    content: str,
+    reasoning: str,
+    logprobs: list[TokenLogprob],
+) -> ChatCompletion:
+    calls = [
+        ToolCallOut(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
+        for c in end.tool_calls
+    ]
+    message = AssistantMessage(
+        role="assistant",
+        content=content or (None if calls else ""),
+        reasoning_content=reasoning or None,
+        tool_calls=calls or None,
+    )
+    return ChatCompletion(
+        id=admitted.command_id,
+        created=admitted.created,
+        model=admitted.model,
+        choices=[
+            Choice(
+                index=0,
+                message=message,
+                finish_reason=end.finish_reason,
+                logprobs=ChoiceLogprobs(content=logprobs)
+                if admitted.generation.sampling.logprobs
+                else None,
+            )
+        ],
+        usage=usage(end),
+    )
+
+
 async def json_body(
-    admitted: Admitted, events: AsyncIterator[Chunk | KeepAlive]
+    admitted: Admitted,
+    events: AsyncIterator[TurnEvent],
+    extend: Callable[[TurnEnd], dict[str, Any]] | None = None,
 ) -> AsyncIterator[bytes]:
     """The whole completion (or an error object) as one JSON document.
 
     Leading whitespace while waiting is valid JSON and lets the server notice a
-    client that went away.
+    client that went away. ``extend`` adds fields (the bench routes' stats).
     """
-    parts: list[str] = []
+    content: list[str] = []
+    reasoning: list[str] = []
     logprobs: list[TokenLogprob] = []
     async for event in events:
         match event:
             case KeepAlive():
                 yield b" "
-            case TokenChunk():
-                parts.append(event.text)
-                lp = _logprobs(event)
-                if lp is not None:
-                    logprobs.extend(lp.content)
-            case FinishChunk():
-                completion = ChatCompletion(
-                    id=admitted.command_id,
-                    created=admitted.created,
-                    model=admitted.model,
-                    choices=[
-                        Choice(
-                            index=0,
-                            message=AssistantMessage(content="".join(parts)),
-                            finish_reason=event.finish_reason,
-                            logprobs=ChoiceLogprobs(content=logprobs)
-                            if admitted.generation.sampling.logprobs
-                            else None,
-                        )
-                    ],
-                    usage=_usage(event),
-                )
-                yield _json.encode(completion)
+            case ContentDelta():
+                content.append(event.text)
+                logprobs.extend(_logprobs(event))
+            case ReasoningDelta():
+                reasoning.append(event.text)
+            case TurnEnd():
+                body = completion(admitted, event, "".join(content), "".join(reasoning), logprobs)
+                if extend is None:
+                    yield _json.encode(body)
+                else:
+                    yield _json.encode({**msgspec.to_builtins(body), **extend(event)})
                 return
-            case ErrorChunk():
-                yield _json.encode(_error(event))
+            case TurnError():
+                yield _json.encode(error_object(event))
                 return

@@ -3,11 +3,22 @@
 Templates are Jinja (the Hugging Face convention llama.cpp follows), rendered in a
 sandbox: a card is data, and its template must not reach the filesystem or Python
 internals. Compiled templates are cached by their source text.
+
+Tools reach the model one of two ways. A template that knows about tools (it
+reads the ``tools`` variable, as Qwen's, Llama 3's and Mistral's do) gets them,
+and the history's calls and results, in the Hugging Face shape. Any other
+template (Gemma 3's, a base model's) gets Skulk's tool prompt: the functions
+described in the system turn, calls written as a bare JSON object, and tool
+results folded into user turns, which the output parser reads back.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,7 +26,11 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from skulk_core.cards import ModelCard
-from skulk_daemon.chat.protocol import ChatMessage
+from skulk_core.reasoning import ThinkingControls
+from skulk_core.tools import NO_TOOLS, ToolCall, ToolOffer, ToolSpec
+from skulk_daemon.chat.task import TaskMessage
+
+_USES_TOOLS = re.compile(r"\btools\b")
 
 
 class PromptError(ValueError):
@@ -31,39 +46,129 @@ def _compile(source: str) -> jinja2.Template:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now(UTC).strftime(fmt)
+    env.filters["tojson"] = lambda value, indent=None: json.dumps(
+        value, ensure_ascii=False, indent=indent
+    )
     try:
         return env.from_string(source)
     except jinja2.TemplateSyntaxError as exc:
         raise PromptError(f"the model card's chat template is invalid: {exc}") from None
 
 
-def _message_dict(message: ChatMessage) -> dict[str, Any]:
-    role = "user" if message.role == "function" else message.role
-    # Models trained before the "developer" role read it as a system message.
-    if role == "developer":
-        role = "system"
-    item: dict[str, Any] = {"role": role, "content": message.text()}
-    if message.name is not None:
-        item["name"] = message.name
-    if message.tool_calls is not None:
-        item["tool_calls"] = message.tool_calls
+def template_supports_tools(card: ModelCard) -> bool:
+    return card.chat_template is not None and bool(_USES_TOOLS.search(card.chat_template))
+
+
+def _tool_json(tool: ToolSpec) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": tool.name, "parameters": tool.parameters or {}}
+    if tool.description:
+        function["description"] = tool.description
+    return {"type": "function", "function": function}
+
+
+def _call_json(call: ToolCall) -> dict[str, Any]:
+    try:
+        arguments: Any = json.loads(call.arguments) if call.arguments.strip() else {}
+    except ValueError:
+        arguments = call.arguments
+    return {"name": call.name, "arguments": arguments}
+
+
+def tool_prompt(offer: ToolOffer) -> str:
+    """Skulk's tool instructions, for templates that do not take tools themselves."""
+    lines = [
+        "You can call these functions. To call one, reply with only a JSON object of the "
+        'form {"name": "<function name>", "arguments": {<arguments>}} and nothing else; '
+        "to call several, reply with a JSON list of such objects. Otherwise reply normally.",
+    ]
+    if offer.mode == "required":
+        lines.append("You must call one of these functions.")
+    elif offer.mode == "named":
+        lines.append(f"You must call the function {offer.tools[0].name}.")
+    lines.append("Functions:")
+    lines.extend(
+        json.dumps(_tool_json(tool)["function"], ensure_ascii=False) for tool in offer.tools
+    )
+    return "\n".join(lines)
+
+
+def _native_dict(message: TaskMessage) -> dict[str, Any]:
+    item: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.images:
+        item["content"] = [{"type": "image"} for _ in message.images] + [
+            {"type": "text", "text": message.content}
+        ]
+    if message.tool_calls:
+        item["tool_calls"] = [
+            {"id": call.id, "type": "function", "function": _call_json(call)}
+            for call in message.tool_calls
+        ]
     if message.tool_call_id is not None:
         item["tool_call_id"] = message.tool_call_id
+    if message.name is not None:
+        item["name"] = message.name
     return item
 
 
-def render_prompt(card: ModelCard, messages: list[ChatMessage]) -> str:
+def _folded(messages: Sequence[TaskMessage], offer: ToolOffer) -> list[TaskMessage]:
+    """The conversation for a template without tool support: the tool prompt in the
+    system turn, calls as JSON text, results as user turns, same-role runs merged
+    (strict templates such as Gemma's require alternating turns)."""
+    names = {call.id: call.name for m in messages for call in m.tool_calls}
+    out: list[TaskMessage] = []
+    for original in messages:
+        message = original
+        if original.role == "assistant" and original.tool_calls:
+            calls = [_call_json(call) for call in original.tool_calls]
+            text = json.dumps(calls[0] if len(calls) == 1 else calls, ensure_ascii=False)
+            content = f"{original.content}\n{text}" if original.content else text
+            message = TaskMessage(role="assistant", content=content)
+        elif original.role == "tool":
+            name = original.name or names.get(original.tool_call_id or "", "the function")
+            message = TaskMessage(role="user", content=f"Result of {name}:\n{original.content}")
+        if out and out[-1].role == message.role:
+            merged = f"{out[-1].content}\n\n{message.content}"
+            out[-1] = replace(out[-1], content=merged, images=out[-1].images + message.images)
+        else:
+            out.append(message)
+    if offer.tools:
+        preamble = tool_prompt(offer)
+        if out and out[0].role == "system":
+            out[0] = replace(out[0], content=f"{out[0].content}\n\n{preamble}")
+        else:
+            out.insert(0, TaskMessage(role="system", content=preamble))
+    return out
+
+
+def render_prompt(
+    card: ModelCard,
+    messages: Sequence[TaskMessage],
+    *,
+    offer: ToolOffer = NO_TOOLS,
+    thinking: ThinkingControls | None = None,
+    extra: dict[str, Any] | None = None,
+) -> str:
     """The prompt text for ``messages``, ending with the assistant's generation prompt."""
+    native = template_supports_tools(card)
+    conversation = list(messages) if native else _folded(messages, offer)
     if card.chat_template is None:
         # A card with no template is a plain completion model: concatenate the text.
-        return "\n".join(message.text() for message in messages)
+        return "\n".join(message.content for message in conversation)
     template = _compile(card.chat_template)
+    variables: dict[str, Any] = dict(extra or {})
+    if native and offer.tools:
+        variables["tools"] = [_tool_json(tool) for tool in offer.tools]
+    if thinking is not None and thinking.enable_thinking is not None:
+        variables["enable_thinking"] = thinking.enable_thinking
+    if thinking is not None and thinking.reasoning_effort is not None:
+        variables["reasoning_effort"] = thinking.reasoning_effort
     try:
         return template.render(
-            messages=[_message_dict(m) for m in messages],
+            messages=[_native_dict(m) for m in conversation],
             add_generation_prompt=True,
             bos_token=card.bos_token or "",
             eos_token=card.eos_token or "",
+            **variables,
         )
     except PromptError:
         raise

@@ -87,9 +87,29 @@ class ChoiceLogprobs(msgspec.Struct, frozen=True, kw_only=True):
     content: list[TokenLogprob]
 
 
-class AssistantMessage(msgspec.Struct, frozen=True, kw_only=True):
-    role: Literal["assistant"] = "assistant"
-    content: str | None = None
+class FunctionCall(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    arguments: str
+
+
+class ToolCallOut(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class StreamToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    index: int
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class AssistantMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    role: Literal["assistant"]
+    content: str | None
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCallOut] | None = None
 
 
 class Choice(msgspec.Struct, frozen=True, kw_only=True):
@@ -112,6 +132,8 @@ class ChatCompletion(msgspec.Struct, frozen=True, kw_only=True):
 class Delta(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[StreamToolCall] | None = None
 
 
 class ChunkChoice(msgspec.Struct, frozen=True, kw_only=True):
