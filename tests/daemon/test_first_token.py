@@ -10,7 +10,6 @@ import concurrent.futures
 import json
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,43 +19,18 @@ import openai
 import psutil
 import pytest
 
+from tests.daemon.serving import (
+    CONTEXT,
+    DEMO,
+    PROMPT,
+    place,
+    sse_lines,
+    wait_for,
+    wait_idle,
+)
 from tests.daemon_process import DaemonProcess
 
 pytestmark = pytest.mark.slow
-
-DEMO = "local/gemma-3-270m-q4_k_m"
-CONTEXT = 1024
-PROMPT = [{"role": "user", "content": "Count: one, two, three,"}]
-
-
-def _wait_for(predicate: Any, what: str, timeout: float = 180.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def place(daemon: DaemonProcess, context: int = CONTEXT) -> str:
-    previews = daemon.get("/instance/previews", params={"model_id": DEMO}).json()["previews"]
-    assert any("error" not in p or p["error"] is None for p in previews), previews
-    placed = httpx.post(
-        f"{daemon.url}/place_instance",
-        json={
-            "model_id": DEMO,
-            "sharding": "Pipeline",
-            "instance_meta": "MlxRing",
-            "min_nodes": 1,
-            "context_tokens": context,
-        },
-        timeout=30,
-    )
-    assert placed.status_code == 200, placed.text
-    instance_id: str = placed.json()["instance_id"]
-    _wait_for(lambda: daemon.runner_status(instance_id) == "RunnerReady", "RunnerReady")
-    return instance_id
 
 
 @pytest.fixture(scope="module")
@@ -74,12 +48,6 @@ def served(
 def chat(daemon: DaemonProcess, **fields: Any) -> httpx.Response:
     body = {"model": DEMO, "messages": PROMPT, "temperature": 0, **fields}
     return httpx.post(f"{daemon.url}/v1/chat/completions", json=body, timeout=120)
-
-
-def sse_lines(response: httpx.Response) -> Iterator[str]:
-    for line in response.iter_lines():
-        if line:
-            yield line
 
 
 def test_non_streaming_completion_is_complete_and_deterministic(
@@ -196,14 +164,6 @@ def test_default_budget_is_clamped_to_the_window(served: tuple[DaemonProcess, st
     assert body["usage"]["total_tokens"] <= CONTEXT
 
 
-def _wait_idle(daemon: DaemonProcess, instance_id: str) -> None:
-    def idle() -> bool:
-        state = daemon.get("/state").json()
-        return daemon.runner_status(instance_id) == "RunnerReady" and not state["tasks"]
-
-    _wait_for(idle, "the runner to be idle again", timeout=30)
-
-
 def test_cancel_by_command_id(served: tuple[DaemonProcess, str]) -> None:
     daemon, instance_id = served
     body = {"model": DEMO, "messages": PROMPT, "max_tokens": 900, "stream": True}
@@ -212,7 +172,7 @@ def test_cancel_by_command_id(served: tuple[DaemonProcess, str]) -> None:
         command_id = next(lines).removeprefix(": command_id ")
         next(ln for ln in lines if ln.startswith("data: {"))
         # While it runs, the task is visible in /state under the client's command id.
-        _wait_for(
+        wait_for(
             lambda: any(
                 t["commandId"] == command_id and t["instanceId"] == instance_id
                 for t in daemon.get("/state").json()["tasks"].values()
@@ -229,7 +189,7 @@ def test_cancel_by_command_id(served: tuple[DaemonProcess, str]) -> None:
     again = httpx.post(f"{daemon.url}/v1/cancel/{command_id}", timeout=30)
     assert again.status_code == 404
     assert again.json()["error"]["message"] == "Command not found or already completed"
-    _wait_idle(daemon, instance_id)
+    wait_idle(daemon, instance_id)
 
 
 def test_client_disconnect_frees_the_runner(served: tuple[DaemonProcess, str]) -> None:
@@ -238,7 +198,7 @@ def test_client_disconnect_frees_the_runner(served: tuple[DaemonProcess, str]) -
     with httpx.stream("POST", f"{daemon.url}/v1/chat/completions", json=body, timeout=120) as r:
         lines = sse_lines(r)
         next(ln for ln in lines if ln.startswith("data: {"))
-    _wait_idle(daemon, instance_id)
+    wait_idle(daemon, instance_id)
     assert chat(daemon, max_tokens=4).status_code == 200
 
 
@@ -311,7 +271,7 @@ def test_delete_stops_the_runner_and_leaves_nothing(served: tuple[DaemonProcess,
         for rid in next(iter(inst.values()))["shardAssignments"]["runnerToShard"]
     }
     assert set(state["runners"]) == known
-    _wait_for(lambda: len(_runner_pids(daemon)) == len(pids_before) - 1, "runner exit", 30)
+    wait_for(lambda: len(_runner_pids(daemon)) == len(pids_before) - 1, "runner exit", 30)
 
 
 def test_runner_killed_mid_stream_fails_loudly(tmp_path: Path, shared_models_dir: Path) -> None:
@@ -336,7 +296,7 @@ def test_runner_killed_mid_stream_fails_loudly(tmp_path: Path, shared_models_dir
                 (f for f in state["instanceFailures"] if f["instanceId"] == instance_id), None
             )
 
-        failure = _wait_for(failure_recorded, "the failure to be recorded", timeout=30)
+        failure = wait_for(failure_recorded, "the failure to be recorded", timeout=30)
         assert failure["errorCode"] == "runner_crashed"
         assert failure["errorMessage"]
     finally:

@@ -1,0 +1,62 @@
+"""Helpers for tests that talk to a daemon serving the demo model."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from tests.daemon_process import DaemonProcess
+
+DEMO = "local/gemma-3-270m-q4_k_m"
+CONTEXT = 1024
+PROMPT = [{"role": "user", "content": "Count: one, two, three,"}]
+
+
+def wait_for(predicate: Any, what: str, timeout: float = 180.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def place(daemon: DaemonProcess, context: int = CONTEXT, model_id: str = DEMO) -> str:
+    """Place ``model_id`` on the daemon's node and wait until its runner is ready."""
+    previews = daemon.get("/instance/previews", params={"model_id": model_id}).json()["previews"]
+    assert any("error" not in p or p["error"] is None for p in previews), previews
+    placed = httpx.post(
+        f"{daemon.url}/place_instance",
+        json={
+            "model_id": model_id,
+            "sharding": "Pipeline",
+            "instance_meta": "MlxRing",
+            "min_nodes": 1,
+            "context_tokens": context,
+        },
+        timeout=30,
+    )
+    assert placed.status_code == 200, placed.text
+    instance_id: str = placed.json()["instance_id"]
+    wait_for(lambda: daemon.runner_status(instance_id) == "RunnerReady", "RunnerReady")
+    return instance_id
+
+
+def wait_idle(daemon: DaemonProcess, instance_id: str) -> None:
+    """Wait until the instance's runner is ready again with no task in flight."""
+
+    def idle() -> bool:
+        state = daemon.get("/state").json()
+        return daemon.runner_status(instance_id) == "RunnerReady" and not state["tasks"]
+
+    wait_for(idle, "the runner to be idle again", timeout=30)
+
+
+def sse_lines(response: httpx.Response) -> Iterator[str]:
+    for line in response.iter_lines():
+        if line:
+            yield line
