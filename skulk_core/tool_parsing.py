@@ -164,7 +164,7 @@ class ToolCallSieve:
     def __init__(self, names: frozenset[str]) -> None:
         self._names = names
         self._buf = ""
-        self._mode: Literal["start", "json", "tagged", "text"] = "start"
+        self._mode: Literal["start", "json", "fence", "tagged", "text"] = "start"
         self._calls: list[ParsedCall] = []
         self._fenced = False
 
@@ -244,16 +244,16 @@ class ToolCallSieve:
                 if calls is None:
                     return self._release(buf)
                 self._calls.extend(calls)
-                rest = buf[end:]
-                if self._fenced:
-                    stripped = rest.lstrip()
-                    if stripped.startswith(_FENCE):
-                        rest = stripped[len(_FENCE) :]
-                    elif not stripped or _could_start(stripped, _FENCE):
-                        self._buf = rest
-                        return "", False
-                    self._fenced = False
-                self._buf, self._mode = rest, "start"
+                self._buf, self._mode = buf[end:], "fence" if self._fenced else "start"
+                return "", True
+            case "fence":
+                # A fenced call is parsed; swallow the closing fence when it comes.
+                stripped = buf.lstrip()
+                if not stripped or (_could_start(stripped, _FENCE) and stripped != _FENCE):
+                    return "", False
+                if stripped.startswith(_FENCE):
+                    stripped = stripped[len(_FENCE) :]
+                self._buf, self._mode, self._fenced = stripped, "start", False
                 return "", True
             case "tagged":
                 close = buf.find(TAG_CLOSE)
