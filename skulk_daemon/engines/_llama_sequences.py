@@ -57,6 +57,7 @@ class Sequence:
     __slots__ = (
         "chain",
         "first_token_at",
+        "grammar",
         "greedy",
         "in_flight_at_admission",
         "logprobs",
@@ -73,12 +74,20 @@ class Sequence:
         "top_logprobs",
     )
 
-    def __init__(self, pending: Pending, seq_id: int, chain: SamplerHandle, in_flight: int) -> None:
+    def __init__(
+        self,
+        pending: Pending,
+        seq_id: int,
+        chain: SamplerHandle,
+        grammar: SamplerHandle | None,
+        in_flight: int,
+    ) -> None:
         params = pending.request.sampling
         self.pending = pending
         self.task_id = pending.request.task_id
         self.seq_id = seq_id
         self.chain = chain
+        self.grammar = grammar
         self.greedy = is_plain_greedy(params)
         self.max_tokens = pending.max_tokens
         self.text = TextStream(params.stop)

@@ -284,10 +284,15 @@ class LlamaCppEngine:
         assert llama is not None
         while self._waiting and self._free_slots:
             pending = self._waiting.popleft()
-            chain = sampling.build_chain(
-                llama.vocab, llama.n_vocab, pending.request.sampling, pending.tokens
+            params = pending.request.sampling
+            chain = sampling.build_chain(llama.n_vocab, params, pending.tokens)
+            grammar = (
+                sampling.grammar_sampler(llama.vocab, params.grammar)
+                if params.grammar is not None
+                else None
             )
-            sequence = Sequence(pending, heapq.heappop(self._free_slots), chain, len(self._active))
+            slot = heapq.heappop(self._free_slots)
+            sequence = Sequence(pending, slot, chain, grammar, len(self._active))
             self._active[sequence.task_id] = sequence
             self._prefill(sequence)
 
@@ -379,6 +384,15 @@ class LlamaCppEngine:
         assert llama is not None
         if sequence.greedy:
             return sampling.argmax(llama_cpp.llama_get_logits_ith(llama.ctx, index), llama.n_vocab)
+        if sequence.grammar is not None:
+            return sampling.sample_constrained(
+                sequence.chain,
+                sequence.grammar,
+                sequence.pending.request.sampling,
+                ctx=llama.ctx,
+                index=index,
+                n_vocab=llama.n_vocab,
+            )
         token: int = llama_cpp.llama_sampler_sample(sequence.chain, llama.ctx, index)
         return token
 
@@ -437,6 +451,8 @@ class LlamaCppEngine:
         del self._active[sequence.task_id]
         self._llama.forget(sequence.seq_id)
         sampling.free_chain(sequence.chain)
+        if sequence.grammar is not None:
+            sampling.free_chain(sequence.grammar)
         heapq.heappush(self._free_slots, sequence.seq_id)
 
     def _cancel_everything(self) -> None:
