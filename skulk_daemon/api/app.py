@@ -17,6 +17,7 @@ from skulk_daemon.api.claude_messages import ClaudeMessagesController
 from skulk_daemon.api.config import ConfigController
 from skulk_daemon.api.embeddings import EmbeddingsController
 from skulk_daemon.api.errors import EXCEPTION_HANDLERS
+from skulk_daemon.api.images import ImagesController
 from skulk_daemon.api.models import ModelsController
 from skulk_daemon.api.node import NodeController
 from skulk_daemon.api.ollama import OllamaController
@@ -39,6 +40,7 @@ CONTROLLERS = [
     OllamaController,
     EmbeddingsController,
     BenchController,
+    ImagesController,
     BrowserToolsController,
     PlacementController,
 ]

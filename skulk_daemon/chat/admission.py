@@ -88,7 +88,7 @@ def _check_images(task: ChatTask, card: ModelCard) -> None:
     images = [image for message in task.messages for image in message.images]
     if not images:
         return
-    if sum(len(image.data) for image in images) > MAX_IMAGE_BYTES:
+    if sum(image.encoded_bytes for image in images) > MAX_IMAGE_BYTES:
         raise ApiError(
             413,
             f"image input exceeds the {MAX_IMAGE_BYTES // (1024 * 1024)} MiB request bound",

@@ -29,7 +29,7 @@ def image_from_base64(data: str, media_type: str = "image/png") -> ImageInput:
         raise _bad("image data is not valid base64") from None
     if not raw:
         raise _bad("image data is empty")
-    return ImageInput(media_type=media_type.lower(), data=raw)
+    return ImageInput(media_type=media_type.lower(), data=raw, encoded_bytes=len(data))
 
 
 def image_from_url(url: str) -> ImageInput:

@@ -22,6 +22,8 @@ class ImageInput:
 
     media_type: str
     data: bytes
+    encoded_bytes: int
+    """Size as the client sent it (base64): what the 32 MiB request bound counts."""
 
 
 @dataclass(frozen=True, slots=True)

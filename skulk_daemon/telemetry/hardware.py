@@ -89,7 +89,7 @@ def cpu_model() -> str:
         if name:
             return name
     elif platform.system() == "Darwin":
-        name = _run_quiet(("sysctl", "-n", "machdep.cpu.brand_string"))
+        name = run_quiet(("sysctl", "-n", "machdep.cpu.brand_string"))
         if name:
             return name
     return platform.processor() or platform.machine() or "unknown"
@@ -115,7 +115,7 @@ def _cpuinfo_model(path: Path) -> str | None:
     return None
 
 
-def _run_quiet(argv: Sequence[str]) -> str | None:
+def run_quiet(argv: Sequence[str]) -> str | None:
     try:
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_SECONDS, check=False
