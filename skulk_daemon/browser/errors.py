@@ -55,3 +55,14 @@ class UnsupportedContent(BrowserToolError):
 class SearchNotConfigured(BrowserToolError):
     status = 503
     code = "search_not_configured"
+
+
+class InvalidRequest(BrowserToolError):
+    status = 400
+    code = "invalid_request"
+
+
+class UpstreamStatus(UpstreamError):
+    """extract_page got an error page (HTTP 4xx/5xx) instead of the page asked for."""
+
+    code = "upstream_status"

@@ -1,9 +1,12 @@
 import pytest
 
 from skulk_core.config import (
+    MAX_BROWSER_TIMEOUT_SECONDS,
+    BrowserToolsConfig,
     ConfigError,
     KvCacheBackend,
     LogLevel,
+    SearchProviderName,
     SkulkConfig,
     merge_update,
     parse_config,
@@ -74,3 +77,52 @@ def test_put_replaces_sections_it_does_not_preserve() -> None:
     current = parse_config({"inference": {"kv_cache_backend": "q8_0"}})
     merged = merge_update(current, parse_config({}), set())
     assert merged.inference.kv_cache_backend is KvCacheBackend.DEFAULT
+
+
+def test_browser_tools_defaults_refuse_private_addresses() -> None:
+    tools = parse_config({}).browser_tools
+    assert tools.allow_private_addresses is False
+    assert tools.search_provider is SearchProviderName.DUCKDUCKGO
+    assert tools.search_url is None
+    assert tools.timeout_seconds == 15.0
+
+
+def test_browser_tools_values_are_checked_naming_the_key() -> None:
+    config = parse_config(
+        {
+            "browser_tools": {
+                "allow_private_addresses": True,
+                "search_provider": "searxng",
+                "search_url": "http://searx.lan:8888",
+                "timeout_seconds": 5,
+            }
+        }
+    )
+    assert config.browser_tools.search_provider is SearchProviderName.SEARXNG
+    assert config.browser_tools.timeout_seconds == 5.0
+    with pytest.raises(ConfigError, match=r"'browser_tools.search_provider'"):
+        parse_config({"browser_tools": {"search_provider": "altavista"}})
+    with pytest.raises(ConfigError, match=r"'browser_tools.timeout_seconds'"):
+        parse_config({"browser_tools": {"timeout_seconds": 0}})
+    with pytest.raises(ConfigError, match=r"'browser_tools.timeout_seconds'"):
+        parse_config({"browser_tools": {"timeout_seconds": MAX_BROWSER_TIMEOUT_SECONDS + 1}})
+    assert parse_config(
+        {"browser_tools": {"timeout_seconds": MAX_BROWSER_TIMEOUT_SECONDS}}
+    ).browser_tools.timeout_seconds == (MAX_BROWSER_TIMEOUT_SECONDS)
+    with pytest.raises(ConfigError, match=r"'browser_tools.allow_lan'"):
+        parse_config({"browser_tools": {"allow_lan": True}})
+
+
+def test_search_api_key_is_secret_and_kept_across_put() -> None:
+    current = parse_config({"browser_tools": {"search_api_key": "sk-search-secret"}})
+    view = public_view(current)
+    assert "search_api_key" not in view["browser_tools"]
+    assert "sk-search-secret" not in repr(view)
+    incoming_doc = {"browser_tools": {"allow_private_addresses": True}}
+    merged = merge_update(current, parse_config(incoming_doc), set(incoming_doc))
+    assert merged.browser_tools.allow_private_addresses is True
+    assert merged.browser_tools.search_api_key == "sk-search-secret"
+    replaced = {"browser_tools": {"search_api_key": "sk-new"}}
+    assert merge_update(current, parse_config(replaced), set(replaced)).browser_tools == (
+        BrowserToolsConfig(search_api_key="sk-new")
+    )

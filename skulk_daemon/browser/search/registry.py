@@ -1,0 +1,31 @@
+"""Chooses the search provider the node's config names."""
+
+from __future__ import annotations
+
+from skulk_core.config import BrowserToolsConfig, SearchProviderName
+from skulk_daemon.browser.errors import SearchNotConfigured
+from skulk_daemon.browser.search.base import SearchProvider
+from skulk_daemon.browser.search.duckduckgo import DEFAULT_DUCKDUCKGO_URL, DuckDuckGoProvider
+from skulk_daemon.browser.search.searxng import SearxngProvider
+
+
+def search_provider(config: BrowserToolsConfig) -> SearchProvider:
+    base_url = (config.search_url or "").strip() or None
+    if base_url is not None and not base_url.lower().startswith(("http://", "https://")):
+        raise SearchNotConfigured(
+            "browser_tools.search_url must be an absolute http:// or https:// URL"
+        )
+    match config.search_provider:
+        case SearchProviderName.DUCKDUCKGO:
+            return DuckDuckGoProvider(
+                base_url or DEFAULT_DUCKDUCKGO_URL, timeout_seconds=config.timeout_seconds
+            )
+        case SearchProviderName.SEARXNG:
+            if base_url is None:
+                raise SearchNotConfigured(
+                    "web_search is set to use SearXNG but browser_tools.search_url is not "
+                    "set; point it at the instance (https://searx.example.org)"
+                )
+            return SearxngProvider(
+                base_url, timeout_seconds=config.timeout_seconds, api_key=config.search_api_key
+            )
