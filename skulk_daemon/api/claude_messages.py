@@ -1,9 +1,92 @@
-"""POST /v1/messages (Anthropic Claude Messages)."""
+"""``POST /v1/messages`` (Anthropic Claude Messages).
+
+Errors from this route leave in Anthropic's shape,
+``{"type": "error", "error": {"type", "message"}}``, with the status the shared
+admission chose, so Anthropic's SDKs raise their usual exception classes.
+"""
 
 from __future__ import annotations
 
-from litestar import Controller
+import logging
+from typing import Any
+
+from litestar import Controller, MediaType, Request, Response, post
+from litestar.exceptions import HTTPException
+from litestar.response import Stream
+from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+from litestar.types import ExceptionHandlersMap
+
+from skulk_daemon.api.errors import ApiError
+from skulk_daemon.api.openai_chat import MAX_CHAT_BODY_BYTES, SSE_HEADERS
+from skulk_daemon.chat.admission import admit
+from skulk_daemon.chat.claude_request import decode_messages_request, to_task
+from skulk_daemon.chat.claude_wire import error_document, error_type, json_body, sse_stream
+from skulk_daemon.chat.commands import ActiveCommands
+from skulk_daemon.chat.generation import generation_events
+from skulk_daemon.chat.turn import turn_events
+from skulk_daemon.node import Node
+from skulk_daemon.worker.supervisor import Supervisor
+
+log = logging.getLogger(__name__)
+
+
+def _respond(
+    status: int, message: str, headers: dict[str, str] | None = None
+) -> Response[dict[str, Any]]:
+    return Response(
+        content=error_document(error_type(status), message),
+        status_code=status,
+        media_type=MediaType.JSON,
+        headers=headers or {},
+    )
+
+
+def _api_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[dict[str, Any]]:
+    return _respond(exc.status_code, exc.message, exc.headers)
+
+
+def _http_exception(_: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
+    return _respond(exc.status_code, exc.detail, dict(exc.headers or {}))
+
+
+def _unexpected(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+    # The traceback goes to the node's log; the client gets no internals.
+    log.exception("unhandled error while serving a Claude Messages request", exc_info=exc)
+    return _respond(HTTP_500_INTERNAL_SERVER_ERROR, "internal error; see the node's log")
 
 
 class ClaudeMessagesController(Controller):
     tags = ("Claude",)
+    # NOTE: controller-level handlers take precedence over the app's OpenAI-shaped ones
+    # for everything raised while handling this route.
+    exception_handlers: ExceptionHandlersMap | None = {  # noqa: RUF012 (Litestar's setting)
+        ApiError: _api_error,
+        HTTPException: _http_exception,
+        Exception: _unexpected,
+    }
+
+    @post(
+        "/v1/messages",
+        status_code=200,
+        summary="Anthropic Claude Messages (streaming and not)",
+        request_max_body_size=MAX_CHAT_BODY_BYTES,
+    )
+    async def messages(
+        self,
+        request: Request[Any, Any, Any],
+        node: Node,
+        worker: Supervisor,
+        commands: ActiveCommands,
+    ) -> Stream:
+        body = decode_messages_request(await request.body())
+        admitted = admit(node, to_task(body))
+        events = turn_events(admitted, generation_events(worker, commands, admitted))
+        # request-id is where Anthropic's SDKs look for a request's id (`_request_id`).
+        headers = {"X-Skulk-Command-Id": admitted.command_id, "request-id": admitted.command_id}
+        if body.stream:
+            return Stream(
+                sse_stream(admitted, events),
+                media_type="text/event-stream",
+                headers={**SSE_HEADERS, **headers},
+            )
+        return Stream(json_body(admitted, events), media_type=MediaType.JSON, headers=headers)
