@@ -32,14 +32,18 @@ log = logging.getLogger(__name__)
 
 StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
 
-# NOTE: the engine reports "stop" both for the end-of-turn token and for a matched
-# stop sequence (and drops the matched text), so "stop_sequence" cannot be told
-# apart here: every "stop" reads as "end_turn", with stop_sequence null.
 _STOP_REASONS: dict[TurnFinishReason, StopReason] = {
     "stop": "end_turn",
     "length": "max_tokens",
     "tool_calls": "tool_use",
 }
+
+
+def stop_reason(end: TurnEnd) -> StopReason:
+    """Anthropic's stop reason; a matched stop sequence is told apart from end of turn."""
+    if end.finish_reason == "stop" and end.stop_sequence is not None:
+        return "stop_sequence"
+    return _STOP_REASONS[end.finish_reason]
 
 _ERROR_TYPE_BY_STATUS = {
     400: "invalid_request_error",
@@ -138,8 +142,8 @@ def message(admitted: Admitted, end: TurnEnd, content: str, reasoning: str) -> M
         id=message_id(admitted),
         model=admitted.model,
         content=blocks,
-        stop_reason=_STOP_REASONS[end.finish_reason],
-        stop_sequence=None,
+        stop_reason=stop_reason(end),
+        stop_sequence=end.stop_sequence,
         usage=Usage(input_tokens=end.prompt_tokens, output_tokens=end.completion_tokens),
     )
 
@@ -278,8 +282,8 @@ async def sse_stream(admitted: Admitted, events: AsyncIterator[TurnEvent]) -> As
                         {
                             "type": "message_delta",
                             "delta": {
-                                "stop_reason": _STOP_REASONS[event.finish_reason],
-                                "stop_sequence": None,
+                                "stop_reason": stop_reason(event),
+                                "stop_sequence": event.stop_sequence,
                             },
                             "usage": {
                                 "input_tokens": event.prompt_tokens,

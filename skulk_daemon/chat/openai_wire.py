@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -27,6 +28,8 @@ from skulk_daemon.chat.protocol import (
 )
 from skulk_daemon.chat.turn import ContentDelta, ReasoningDelta, TurnEnd, TurnError, TurnEvent
 from skulk_daemon.engines.base import GenerationStats
+
+log = logging.getLogger(__name__)
 
 _json = msgspec.json.Encoder()
 
@@ -133,10 +136,14 @@ async def sse_stream(admitted: Admitted, events: AsyncIterator[TurnEvent]) -> As
                     yield stats_comment(event.stats)
                 case TurnError():
                     yield b"data: " + _json.encode(error_object(event)) + b"\n\n"
-    finally:
-        # NOTE: in `finally` so even a failure while shaping still ends the stream
-        # the way clients expect; a closed connection simply drops these bytes.
-        yield b"data: [DONE]\n\n"
+    except Exception:
+        # A failure while shaping still ends the stream the way clients expect.
+        # NOTE: not a `finally`: a generator closed because the client went away
+        # (GeneratorExit, CancelledError) must not yield again.
+        log.exception("a chat stream failed while shaping its events")
+        failure = TurnError("internal_error", "internal error; see the node's log")
+        yield b"data: " + _json.encode(error_object(failure)) + b"\n\n"
+    yield b"data: [DONE]\n\n"
 
 
 def completion(

@@ -50,6 +50,8 @@ class TurnEnd:
     prompt_tokens: int
     completion_tokens: int
     stats: GenerationStats
+    stop_sequence: str | None = None
+    """The request's stop string that ended the turn, if one did."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,7 @@ class _Turn:
                 prompt_tokens=chunk.prompt_tokens,
                 completion_tokens=chunk.completion_tokens,
                 stats=chunk.stats,
+                stop_sequence=chunk.stop_sequence if reason == "stop" else None,
             )
         )
         return out

@@ -111,6 +111,7 @@ class Sequence:
             finish_reason=reason,
             prompt_tokens=n_prompt,
             completion_tokens=generated,
+            stop_sequence=self.text.matched if reason == "stop" else None,
             stats=GenerationStats(
                 prompt_tps=n_prompt / self.prefill_s if self.prefill_s else 0.0,
                 generation_tps=(generated - 1) / decoding if decoding else 0.0,

@@ -21,13 +21,15 @@ _UTF8_DECODER: Final = codecs.getincrementaldecoder("utf-8")
 class TextStream:
     """Per-sequence streaming decoder with exact stop-string handling."""
 
-    __slots__ = ("_decoder", "_held", "_stops")
+    __slots__ = ("_decoder", "_held", "_stops", "matched")
 
     def __init__(self, stops: tuple[str, ...] = ()) -> None:
         self._decoder = _UTF8_DECODER(errors="replace")
         # Empty stop strings would match before any text; they mean nothing.
         self._stops = tuple(stop for stop in stops if stop)
         self._held = ""
+        self.matched: str | None = None
+        """The stop string that ended generation, once one has."""
 
     def push(self, data: bytes) -> tuple[str, bool]:
         """Add one token's bytes; return the text now safe to emit and whether a
@@ -46,7 +48,7 @@ class TextStream:
                 continue
             end = found + len(stop)
             if best_end == -1 or end < best_end or (end == best_end and found < cut):
-                best_end, cut = end, found
+                best_end, cut, self.matched = end, found, stop
         if cut != -1:
             self._held = ""
             return buffer[:cut], True

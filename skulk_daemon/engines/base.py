@@ -111,6 +111,8 @@ class FinishChunk(msgspec.Struct, frozen=True, kw_only=True, tag="finish"):
     prompt_tokens: int
     completion_tokens: int
     stats: GenerationStats
+    stop_sequence: str | None = None
+    """The request's stop string that ended generation (``finish_reason`` "stop")."""
 
 
 class ErrorChunk(msgspec.Struct, frozen=True, kw_only=True, tag="error"):

@@ -127,6 +127,20 @@ def test_a_message_reports_usage_and_max_tokens(client: anthropic.Anthropic) -> 
     assert message.usage.output_tokens == 4
 
 
+def test_a_matched_stop_sequence_is_reported_as_such(client: anthropic.Anthropic) -> None:
+    # Greedy, the demo model continues this prompt with "-1\n-2\n-3\n...".
+    message = client.messages.create(
+        model=DEMO,
+        max_tokens=16,
+        stop_sequences=["-3", "never"],
+        extra_body=GREEDY,
+        messages=PROMPT,  # type: ignore[arg-type]
+    )
+    assert message.stop_reason == "stop_sequence" and message.stop_sequence == "-3"
+    (block,) = message.content
+    assert block.type == "text" and "-3" not in block.text
+
+
 def test_a_system_prompt_as_a_string_or_as_blocks_reaches_the_prompt(
     client: anthropic.Anthropic,
 ) -> None:
