@@ -1,9 +1,266 @@
-"""The Ollama-compatible group under /ollama."""
+"""The Ollama-compatible group under ``/ollama``.
+
+Clients join a configured base URL with API paths in different ways, so every
+route is also served under ``/ollama/api/api/...`` and ``/ollama/api/v1/...``.
+Errors leave this group in Ollama's shape, ``{"error": "message"}``, with the
+status the spec names.
+"""
 
 from __future__ import annotations
 
-from litestar import Controller
+import dataclasses
+import logging
+import time
+from typing import Any, Final
+
+import msgspec
+from litestar import Controller, MediaType, Request, Response, get, head, post
+from litestar.exceptions import HTTPException
+from litestar.handlers import HTTPRouteHandler
+from litestar.response import Stream
+from litestar.types import ExceptionHandlersMap, Method
+from litestar.types.internal_types import PathParameterDefinition
+
+from skulk_core.reasoning import prompt_opens_thinking
+from skulk_core.version import SKULK_VERSION
+from skulk_daemon.api.errors import ApiError
+from skulk_daemon.api.ollama_models import (
+    OllamaPs,
+    OllamaShow,
+    OllamaTags,
+    OllamaVersion,
+    find,
+    running,
+    show,
+    tags,
+)
+from skulk_daemon.chat.admission import Admitted, admit
+from skulk_daemon.chat.commands import ActiveCommands
+from skulk_daemon.chat.generation import generation_events
+from skulk_daemon.chat.ollama_request import (
+    chat_to_task,
+    decode_chat,
+    decode_generate,
+    decode_show,
+    generate_to_task,
+    is_load_probe,
+)
+from skulk_daemon.chat.ollama_wire import (
+    NDJSON,
+    Reply,
+    ReplyKind,
+    json_body,
+    line,
+    load_probe,
+    ndjson_stream,
+)
+from skulk_daemon.chat.task import ChatTask, TaskMessage
+from skulk_daemon.chat.turn import turn_events
+from skulk_daemon.node import CommandRefused, Node
+from skulk_daemon.worker.supervisor import Supervisor
+
+log = logging.getLogger(__name__)
+
+PREFIXES: Final = ("/ollama/api", "/ollama/api/api", "/ollama/api/v1")
+"""The canonical prefix, then the aliases for clients that add ``/api`` or ``/v1``."""
+MAX_OLLAMA_BODY_BYTES: Final = 48 * 1024 * 1024
+"""Images are bounded at 32 MiB decoded; Ollama sends them as base64 (4/3 larger)."""
+RUNNING_TEXT: Final = "Ollama is running"
+
+_STATUS_BY_REFUSAL: Final = {"not_found": 404, "instance_exists": 409}
+
+
+def _paths(name: str) -> list[str]:
+    return [f"{prefix}/{name}" for prefix in PREFIXES]
+
+
+def _operation_id(
+    handler: HTTPRouteHandler, method: Method, components: list[str | PathParameterDefinition]
+) -> str:
+    # NOTE: Litestar's default id skips a path component it has already seen, so
+    # /ollama/api/api/chat would collide with /ollama/api/chat; every alias needs
+    # its own id, so every component counts here.
+    words = [c if isinstance(c, str) else c.name for c in components]
+    words += [method.lower(), *handler.handler_name.split("_")]
+    return "".join(word.title() for word in words)
+
+
+def _error(
+    status: int, message: str, headers: dict[str, str] | None = None
+) -> Response[dict[str, str]]:
+    return Response(
+        {"error": message}, status_code=status, media_type=MediaType.JSON, headers=headers
+    )
+
+
+def _on_api_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[dict[str, str]]:
+    return _error(exc.status_code, exc.message, exc.headers)
+
+
+def _on_refused(_: Request[Any, Any, Any], exc: CommandRefused) -> Response[dict[str, str]]:
+    return _error(_STATUS_BY_REFUSAL.get(exc.code, 400), exc.message)
+
+
+def _on_http(_: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, str]]:
+    return _error(exc.status_code, exc.detail, dict(exc.headers or {}))
+
+
+def _on_unexpected(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, str]]:
+    log.exception("unhandled error while serving an Ollama request", exc_info=exc)
+    return _error(500, "internal error; see the node's log")
+
+
+# Litestar picks the most specific class along the exception's MRO.
+OLLAMA_EXCEPTION_HANDLERS: Final[ExceptionHandlersMap] = {
+    ApiError: _on_api_error,
+    CommandRefused: _on_refused,
+    HTTPException: _on_http,
+    Exception: _on_unexpected,
+}
+
+
+def _resolved(node: Node, name: str) -> str:
+    """The catalog id ``name`` stands for (``:latest`` dropped), else ``name``."""
+    entry = find(node.catalog(), name)
+    return entry.model_id if entry is not None else name
+
+
+def _respond(
+    *,
+    kind: ReplyKind,
+    name: str,
+    admitted: Admitted,
+    stream: bool,
+    started_ns: int,
+    worker: Supervisor,
+    commands: ActiveCommands,
+) -> Stream:
+    reply = Reply(
+        kind=kind,
+        model=name,
+        started_ns=started_ns,
+        logprobs=admitted.generation.sampling.logprobs,
+    )
+    events = turn_events(admitted, generation_events(worker, commands, admitted))
+    headers = {"X-Skulk-Command-Id": admitted.command_id}
+    if stream:
+        return Stream(ndjson_stream(reply, events), media_type=NDJSON, headers=headers)
+    return Stream(json_body(reply, events), media_type=MediaType.JSON, headers=headers)
+
+
+def _raw_prompt(admitted: Admitted, prompt: str) -> Admitted:
+    """``raw``: the prompt goes to the model as written, with no chat template."""
+    generation = msgspec.structs.replace(admitted.generation, prompt=prompt)
+    return dataclasses.replace(
+        admitted, generation=generation, starts_in_reasoning=prompt_opens_thinking(prompt)
+    )
 
 
 class OllamaController(Controller):
     tags = ("Ollama",)
+    exception_handlers = OLLAMA_EXCEPTION_HANDLERS
+
+    @post(
+        _paths("chat"),
+        operation_id=_operation_id,
+        status_code=200,
+        summary="Ollama chat (NDJSON stream by default)",
+        request_max_body_size=MAX_OLLAMA_BODY_BYTES,
+    )
+    async def chat(
+        self,
+        request: Request[Any, Any, Any],
+        node: Node,
+        worker: Supervisor,
+        commands: ActiveCommands,
+    ) -> Stream:
+        started_ns = time.monotonic_ns()
+        body = decode_chat(await request.body())
+        admitted = admit(node, chat_to_task(body, _resolved(node, body.model)))
+        return _respond(
+            kind="chat",
+            name=body.model,
+            admitted=admitted,
+            stream=body.stream,
+            started_ns=started_ns,
+            worker=worker,
+            commands=commands,
+        )
+
+    @post(
+        _paths("generate"),
+        operation_id=_operation_id,
+        status_code=200,
+        summary="Ollama generate (NDJSON stream by default)",
+        request_max_body_size=MAX_OLLAMA_BODY_BYTES,
+    )
+    async def generate(
+        self,
+        request: Request[Any, Any, Any],
+        node: Node,
+        worker: Supervisor,
+        commands: ActiveCommands,
+    ) -> Response[bytes] | Stream:
+        started_ns = time.monotonic_ns()
+        body = decode_generate(await request.body())
+        model = _resolved(node, body.model)
+        if is_load_probe(body):
+            # Admission decides whether the model is served (404 if not placed); the
+            # request is never dispatched, so nothing is generated.
+            admit(node, ChatTask(model=model, messages=(TaskMessage(role="user"),)))
+            probe = line(load_probe("generate", body.model))
+            return Response(probe, media_type=NDJSON if body.stream else MediaType.JSON)
+        admitted = admit(node, generate_to_task(body, model))
+        if body.raw:
+            admitted = _raw_prompt(admitted, body.prompt)
+        return _respond(
+            kind="generate",
+            name=body.model,
+            admitted=admitted,
+            stream=body.stream,
+            started_ns=started_ns,
+            worker=worker,
+            commands=commands,
+        )
+
+    @get(_paths("tags"), operation_id=_operation_id, summary="Models whose downloads are complete")
+    async def list_tags(self, node: Node) -> OllamaTags:
+        return tags(node.catalog(), node.state)
+
+    @post(
+        _paths("show"), operation_id=_operation_id, status_code=200, summary="One model's details"
+    )
+    async def show_model(self, request: Request[Any, Any, Any], node: Node) -> OllamaShow:
+        body = decode_show(await request.body())
+        name = body.name or body.model
+        if not name:
+            raise ApiError(400, "name or model is required", code="invalid_request")
+        entry = find(node.catalog(), name)
+        if entry is None:
+            raise ApiError(404, f"model {name!r} not found", code="model_not_found")
+        return show(entry)
+
+    @get(_paths("ps"), operation_id=_operation_id, summary="Models with a placed instance")
+    async def list_running(self, node: Node) -> OllamaPs:
+        return running(node.catalog(), node.state)
+
+    @get(
+        _paths("version"),
+        operation_id=_operation_id,
+        summary="The Skulk version (a compatibility probe)",
+    )
+    async def version(self) -> OllamaVersion:
+        return OllamaVersion(version=SKULK_VERSION)
+
+    @head(
+        [*_paths("version"), "/ollama"],
+        operation_id=_operation_id,
+        status_code=200,
+        summary="Version probe",
+    )
+    async def probe(self) -> None:
+        return None
+
+    @get("/ollama", media_type=MediaType.TEXT, summary="Ollama's liveness text")
+    async def root(self) -> str:
+        return RUNNING_TEXT

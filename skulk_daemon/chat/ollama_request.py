@@ -1,0 +1,271 @@
+"""Ollama ``/api/chat`` and ``/api/generate`` bodies → :class:`ChatTask`.
+
+Ollama's Go server ignores fields it does not know, and its clients send many
+(``num_gpu``, ``mirostat``, ``keep_alive`` ...), so unknown fields are accepted
+here too. What cannot be honoured and would silently change the output (a
+``suffix`` for fill-in-the-middle, a per-request ``template``, a prior
+``context``) is refused instead of dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, TypeVar
+
+import msgspec
+
+from skulk_core.tools import ToolCall, ToolSpec
+from skulk_daemon.api.errors import ApiError
+from skulk_daemon.chat.images import image_from_base64
+from skulk_daemon.chat.openai_request import tool_spec_from_openai
+from skulk_daemon.chat.task import (
+    ChatTask,
+    ImageInput,
+    JsonObjectFormat,
+    JsonSchemaFormat,
+    ResponseFormat,
+    TaskMessage,
+    TaskRole,
+)
+
+NUM_PREDICT_DEFAULT: Final = -1
+"""Ollama's "no limit" (here: the shared default output budget)."""
+THINK_LEVELS: Final = ("low", "medium", "high")
+
+_T = TypeVar("_T")
+
+_ROLES: Final[dict[str, TaskRole]] = {
+    "system": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+}
+
+
+class OllamaOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """The sampling options Skulk maps; the rest (``num_ctx``, ``num_gpu`` ...) are
+    runtime settings of Ollama's own loader and are ignored."""
+
+    num_predict: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    stop: list[str] | str | None = None
+    seed: int | None = None
+    repeat_penalty: float | None = None
+    repeat_last_n: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+
+
+class OllamaMessage(msgspec.Struct, frozen=True, kw_only=True):
+    role: str
+    content: str | None = None
+    images: list[str] | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+    thinking: str | None = None
+
+
+class _Common(msgspec.Struct, frozen=True, kw_only=True):
+    model: str
+    format: str | dict[str, Any] | None = None
+    options: OllamaOptions | None = None
+    think: bool | str | None = None
+    stream: bool = True
+    keep_alive: str | float | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+
+
+class OllamaChatRequest(_Common, frozen=True, kw_only=True):
+    messages: list[OllamaMessage] = []
+    tools: list[dict[str, Any]] | None = None
+
+
+class OllamaGenerateRequest(_Common, frozen=True, kw_only=True):
+    prompt: str = ""
+    system: str | None = None
+    images: list[str] | None = None
+    raw: bool = False
+    suffix: str | None = None
+    template: str | None = None
+    context: list[int] | None = None
+
+
+class OllamaShowRequest(msgspec.Struct, frozen=True, kw_only=True):
+    name: str | None = None
+    model: str | None = None
+    verbose: bool = False
+
+
+def _bad(message: str, code: str = "invalid_request") -> ApiError:
+    return ApiError(400, message, code=code)
+
+
+def _decode(raw: bytes, decoder: msgspec.json.Decoder[_T]) -> _T:
+    try:
+        return decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise _bad(f"invalid request: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise _bad(f"the body is not valid JSON: {exc}", code="invalid_json") from None
+
+
+_chat_decoder = msgspec.json.Decoder(OllamaChatRequest)
+_generate_decoder = msgspec.json.Decoder(OllamaGenerateRequest)
+_show_decoder = msgspec.json.Decoder(OllamaShowRequest)
+
+
+def decode_chat(raw: bytes) -> OllamaChatRequest:
+    return _decode(raw, _chat_decoder)
+
+
+def decode_generate(raw: bytes) -> OllamaGenerateRequest:
+    return _decode(raw, _generate_decoder)
+
+
+def decode_show(raw: bytes) -> OllamaShowRequest:
+    return _decode(raw or b"{}", _show_decoder)
+
+
+def _images(raw: list[str] | None) -> tuple[ImageInput, ...]:
+    # Ollama images are bare base64 with no media type; the bytes say what they are.
+    return tuple(image_from_base64(data) for data in raw or ())
+
+
+def _tool_call(raw: dict[str, Any], where: str) -> ToolCall:
+    function = raw.get("function")
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise _bad(f"{where}: a tool call needs function.name")
+    arguments = function.get("arguments", {})
+    if not isinstance(arguments, str):
+        if not isinstance(arguments, dict):
+            raise _bad(f"{where}: function.arguments must be an object")
+        arguments = msgspec.json.encode(arguments).decode()
+    call_id = raw.get("id")
+    return ToolCall(
+        id=call_id if isinstance(call_id, str) else "", name=function["name"], arguments=arguments
+    )
+
+
+def _message(message: OllamaMessage, index: int) -> TaskMessage:
+    role = _ROLES.get(message.role)
+    if role is None:
+        raise _bad(
+            f"messages[{index}]: role must be system, user, assistant or tool, not {message.role!r}"
+        )
+    calls = tuple(
+        _tool_call(call, f"messages[{index}].tool_calls[{n}]")
+        for n, call in enumerate(message.tool_calls or ())
+    )
+    return TaskMessage(
+        role=role,
+        content=message.content or "",
+        images=_images(message.images),
+        tool_calls=calls,
+        tool_call_id=message.tool_call_id,
+        name=message.tool_name if role == "tool" else None,
+    )
+
+
+def response_format(raw: str | dict[str, Any] | None) -> ResponseFormat | None:
+    """``"json"`` is any JSON object; an object is a JSON Schema; ``""`` is plain text."""
+    match raw:
+        case None | "":
+            return None
+        case "json":
+            return JsonObjectFormat()
+        case dict():
+            return JsonSchemaFormat(schema=raw)
+    raise _bad('format must be "json" or a JSON Schema object', code="invalid_response_format")
+
+
+def _thinking(raw: bool | str | None) -> tuple[bool | None, str | None]:
+    """``think`` → (enable_thinking, reasoning_effort)."""
+    match raw:
+        case None | bool():
+            return raw, None
+        case str() if raw.lower() in THINK_LEVELS:
+            return True, raw.lower()
+    raise _bad(f"think must be true, false or one of {', '.join(THINK_LEVELS)}")
+
+
+def _max_tokens(num_predict: int | None) -> int | None:
+    if num_predict is None or num_predict == NUM_PREDICT_DEFAULT:
+        return None
+    if num_predict <= 0:
+        raise _bad(
+            f"options.num_predict must be a positive integer or {NUM_PREDICT_DEFAULT}, "
+            f"not {num_predict}"
+        )
+    return num_predict
+
+
+def _task(
+    body: _Common,
+    messages: tuple[TaskMessage, ...],
+    *,
+    model: str,
+    tools: tuple[ToolSpec, ...] = (),
+) -> ChatTask:
+    options = body.options or OllamaOptions()
+    stop = (options.stop,) if isinstance(options.stop, str) else tuple(options.stop or ())
+    enable_thinking, effort = _thinking(body.think)
+    return ChatTask(
+        model=model,
+        messages=messages,
+        max_tokens=_max_tokens(options.num_predict),
+        temperature=options.temperature,
+        top_p=options.top_p,
+        top_k=options.top_k,
+        min_p=options.min_p,
+        # Ollama reads a negative seed as "random".
+        seed=options.seed if options.seed is not None and options.seed >= 0 else None,
+        stop=stop,
+        frequency_penalty=options.frequency_penalty,
+        presence_penalty=options.presence_penalty,
+        repetition_penalty=options.repeat_penalty,
+        # 0 disables the window in Ollama and -1 means the whole context: neither is
+        # a window size, so both keep the engine's default.
+        repetition_context_size=(
+            options.repeat_last_n if options.repeat_last_n and options.repeat_last_n > 0 else None
+        ),
+        logprobs=body.logprobs or bool(body.top_logprobs),
+        top_logprobs=body.top_logprobs,
+        tools=tools,
+        response_format=response_format(body.format),
+        enable_thinking=enable_thinking,
+        reasoning_effort=effort,
+    )
+
+
+def chat_to_task(body: OllamaChatRequest, model: str) -> ChatTask:
+    """``model`` is the catalog id ``body.model`` resolved to."""
+    messages = tuple(_message(m, i) for i, m in enumerate(body.messages))
+    tools = tuple(tool_spec_from_openai(t, i) for i, t in enumerate(body.tools or ()))
+    return _task(body, messages, model=model, tools=tools)
+
+
+def is_load_probe(body: OllamaGenerateRequest) -> bool:
+    """An empty generate: Ollama clients send it to load a model, and get no text."""
+    return not body.prompt and not body.system and not body.images
+
+
+def generate_to_task(body: OllamaGenerateRequest, model: str) -> ChatTask:
+    if body.suffix:
+        raise _bad("suffix (fill-in-the-middle) is not supported", code="unsupported_field")
+    if body.template:
+        raise _bad("per-request template overrides are not supported", code="unsupported_field")
+    if body.context:
+        raise _bad(
+            "context (a prior response's tokens) is not supported; use /api/chat with the "
+            "conversation's messages",
+            code="unsupported_field",
+        )
+    messages: list[TaskMessage] = []
+    if body.system and not body.raw:
+        messages.append(TaskMessage(role="system", content=body.system))
+    messages.append(TaskMessage(role="user", content=body.prompt, images=_images(body.images)))
+    return _task(body, tuple(messages), model=model)

@@ -1,0 +1,607 @@
+"""The Ollama-compatible API against a real daemon serving the demo model.
+
+The official ``ollama`` SDK drives the happy paths (its host is ``<daemon>/ollama``,
+to which it appends ``/api/chat`` and friends); httpx checks the raw wire, the
+aliases and the errors. The demo model is a base model: assertions are about
+structure, token counts and done reasons, not answers. The wire shaping of tool
+calls, thinking and errors, which the base model cannot be made to produce on
+demand, is checked on synthetic turn events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import ollama
+import pytest
+
+from skulk_core.tools import ToolCall
+from skulk_core.version import SKULK_VERSION
+from skulk_daemon.api.errors import ApiError
+from skulk_daemon.chat.generation import KeepAlive
+from skulk_daemon.chat.ollama_request import (
+    chat_to_task,
+    decode_chat,
+    decode_generate,
+    generate_to_task,
+)
+from skulk_daemon.chat.ollama_wire import Reply, json_body, ndjson_stream
+from skulk_daemon.chat.task import JsonObjectFormat, JsonSchemaFormat
+from skulk_daemon.chat.turn import (
+    ContentDelta,
+    ReasoningDelta,
+    TokenLogprob,
+    TurnEnd,
+    TurnError,
+    TurnEvent,
+)
+from skulk_daemon.engines.base import GenerationStats
+from tests.daemon.serving import CONTEXT, DEMO, PROMPT, wait_for, wait_idle
+from tests.daemon_process import DaemonProcess
+
+pytestmark = pytest.mark.slow
+
+Served = tuple[DaemonProcess, str]
+COUNT = "Count: one, two, three,"
+FEW = {"num_predict": 6, "temperature": 0}
+DONE_FIELDS = {
+    "total_duration",
+    "load_duration",
+    "prompt_eval_count",
+    "prompt_eval_duration",
+    "eval_count",
+    "eval_duration",
+}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+# A 1x1 transparent PNG.
+PNG = base64.b64encode(
+    bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082"
+    )
+).decode()
+
+
+@pytest.fixture(scope="module")
+def client(demo_served: Served) -> Iterator[ollama.Client]:
+    daemon, _ = demo_served
+    sdk = ollama.Client(host=f"{daemon.url}/ollama", timeout=120)
+    try:
+        yield sdk
+    finally:
+        sdk.close()
+
+
+def post(daemon: DaemonProcess, path: str, **body: Any) -> httpx.Response:
+    return httpx.post(f"{daemon.url}{path}", json=body, timeout=120)
+
+
+def chat_body(**fields: Any) -> dict[str, Any]:
+    return {"model": DEMO, "messages": PROMPT, "stream": False, "options": FEW, **fields}
+
+
+def ndjson(response: httpx.Response) -> list[dict[str, Any]]:
+    return [json.loads(text) for text in response.iter_lines() if text.strip()]
+
+
+def assert_done(body: dict[str, Any] | Any, limit: int) -> None:
+    assert body["done"] is True
+    assert body["done_reason"] in {"stop", "length"}
+    assert 0 < body["eval_count"] <= limit
+    if body["done_reason"] == "length":
+        assert body["eval_count"] == limit
+    assert body["prompt_eval_count"] > 0
+    assert body["total_duration"] >= body["prompt_eval_duration"] + body["eval_duration"]
+    assert body["load_duration"] == 0
+
+
+# --- chat ------------------------------------------------------------------------
+
+
+def test_sdk_chat_whole_and_streamed_agree(client: ollama.Client) -> None:
+    whole = client.chat(model=DEMO, messages=PROMPT, options=FEW, stream=False)
+    assert whole.model == DEMO
+    assert whole.message.role == "assistant"
+    assert whole.message.content
+    assert_done(whole, 6)
+    again = client.chat(model=DEMO, messages=PROMPT, options=FEW, stream=False, keep_alive="5m")
+    assert again.message.content == whole.message.content
+
+    parts = list(client.chat(model=DEMO, messages=PROMPT, options=FEW, stream=True))
+    assert all(not part.done for part in parts[:-1])
+    assert all(part.message.role == "assistant" for part in parts)
+    assert parts[-1].message.content == ""
+    assert_done(parts[-1], 6)
+    assert "".join(part.message.content or "" for part in parts) == whole.message.content
+    assert parts[-1].eval_count == whole.eval_count
+
+
+def test_chat_streams_ndjson_by_default(demo_served: Served) -> None:
+    daemon, _ = demo_served
+    body = {"model": DEMO, "messages": PROMPT, "options": FEW}
+    with httpx.stream("POST", f"{daemon.url}/ollama/api/chat", json=body, timeout=120) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("application/x-ndjson")
+        assert r.headers["x-skulk-command-id"]
+        lines = ndjson(r)
+    assert len(lines) >= 2
+    for item in lines:
+        assert item["model"] == DEMO
+        assert item["created_at"].endswith("Z")
+    assert set(lines[-1]) >= DONE_FIELDS | {"done_reason", "message"}
+    assert "done_reason" not in lines[0]
+
+
+def test_options_stop_and_latest_tag(client: ollama.Client) -> None:
+    answer = client.chat(
+        model=f"{DEMO}:latest",
+        messages=PROMPT,
+        options={"num_predict": 8, "temperature": 0, "stop": [","]},
+    )
+    assert answer.model == f"{DEMO}:latest"
+    assert "," not in (answer.message.content or "")
+    assert_done(answer, 8)
+
+
+def test_tool_history_is_accepted_and_answered(client: ollama.Client) -> None:
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+        },
+        {"role": "tool", "content": "18 degrees and sunny", "tool_name": "get_weather"},
+    ]
+    answer = client.chat(model=DEMO, messages=messages, tools=[WEATHER], options=FEW)
+    assert answer.message.role == "assistant"
+    assert answer.message.content or answer.message.tool_calls
+    for call in answer.message.tool_calls or ():
+        assert call.function.name == "get_weather"
+        assert isinstance(call.function.arguments, dict)
+    assert answer.done and answer.done_reason in {"stop", "length"}
+
+
+def test_format_json_answers_an_object(client: ollama.Client) -> None:
+    answer = client.chat(
+        model=DEMO,
+        messages=[{"role": "user", "content": 'Reply in JSON like {"answer": 4}. What is 2+2?'}],
+        format="json",
+        options={"num_predict": 48, "temperature": 0},
+    )
+    text = answer.message.content or ""
+    assert text.lstrip().startswith("{")
+    if answer.done_reason == "stop":
+        assert isinstance(json.loads(text), dict)
+
+
+def test_format_schema_answer_cannot_violate_it(client: ollama.Client) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 20}, "sunny": {"type": "boolean"}},
+        "required": ["city", "sunny"],
+        "additionalProperties": False,
+    }
+    ask = [{"role": "user", "content": "The weather in Paris, as JSON:"}]
+    options = {"num_predict": 40, "temperature": 0}
+    whole = client.chat(model=DEMO, messages=ask, format=schema, options=options)
+    streamed = "".join(
+        part.message.content or ""
+        for part in client.chat(
+            model=DEMO, messages=ask, format=schema, options=options, stream=True
+        )
+    )
+    for text in (whole.message.content or "", streamed):
+        value = json.loads(text)
+        assert set(value) == {"city", "sunny"}
+        assert isinstance(value["city"], str) and isinstance(value["sunny"], bool)
+
+
+def test_logprobs_per_token(demo_served: Served) -> None:
+    daemon, _ = demo_served
+    body = post(daemon, "/ollama/api/chat", **chat_body(logprobs=True, top_logprobs=2)).json()
+    entries = body["logprobs"]
+    assert 0 < len(entries) <= body["eval_count"]
+    for entry in entries:
+        assert isinstance(entry["token"], str) and entry["logprob"] <= 0
+        assert entry["bytes"] == list(entry["token"].encode())
+        assert 1 <= len(entry["top_logprobs"]) <= 2
+
+
+# --- generate ----------------------------------------------------------------------
+
+
+def test_sdk_generate_whole_streamed_and_raw(client: ollama.Client) -> None:
+    whole = client.generate(model=DEMO, prompt=COUNT, options=FEW)
+    assert whole.response
+    assert whole.context == []
+    assert_done(whole, 6)
+    parts = list(client.generate(model=DEMO, prompt=COUNT, options=FEW, stream=True))
+    assert all(not part.done for part in parts[:-1])
+    assert parts[-1].response == ""
+    assert_done(parts[-1], 6)
+    assert "".join(part.response or "" for part in parts) == whole.response
+
+    raw = client.generate(model=DEMO, prompt=COUNT, raw=True, options=FEW)
+    assert raw.response
+    assert_done(raw, 6)
+    # Without the chat template the prompt is only the text (and BOS).
+    assert raw.prompt_eval_count < whole.prompt_eval_count
+
+
+def test_generate_with_a_system_prompt(client: ollama.Client) -> None:
+    plain = client.generate(model=DEMO, prompt=COUNT, options=FEW)
+    with_system = client.generate(model=DEMO, prompt=COUNT, system="You count.", options=FEW)
+    assert_done(with_system, 6)
+    assert with_system.prompt_eval_count > plain.prompt_eval_count
+
+
+def test_an_empty_generate_is_a_load_probe(client: ollama.Client, demo_served: Served) -> None:
+    probe = client.generate(model=DEMO)
+    assert probe.done is True
+    assert probe.done_reason == "load"
+    assert probe.response == ""
+    with pytest.raises(ollama.ResponseError) as refused:
+        client.generate(model="nobody/unknown")
+    assert refused.value.status_code == 404
+    daemon, _ = demo_served
+    streamed = post(daemon, "/ollama/api/generate", model=DEMO)
+    assert streamed.headers["content-type"].startswith("application/x-ndjson")
+    assert streamed.json()["done_reason"] == "load"
+
+
+# --- models --------------------------------------------------------------------------
+
+
+def test_sdk_list_show_ps_and_version(client: ollama.Client, demo_served: Served) -> None:
+    listed = {model.model: model for model in client.list().models}
+    demo = listed[DEMO]
+    assert demo.size is not None and demo.size > 0
+    assert demo.digest and len(demo.digest) == 64
+    assert demo.details is not None
+    assert demo.details.format == "gguf"
+    assert demo.details.family == "gemma3"
+    assert demo.details.families == ["gemma3"]
+    assert demo.details.quantization_level == "Q4_K_M"
+    assert demo.details.parameter_size == "270M"
+
+    shown = client.show(DEMO)
+    assert shown.capabilities is not None and "completion" in shown.capabilities
+    assert "vision" not in shown.capabilities
+    assert shown.template and "start_of_turn" in shown.template
+    assert shown.modelinfo is not None
+    assert shown.modelinfo["general.architecture"] == "gemma3"
+    assert shown.modelinfo["gemma3.block_count"] > 0
+    assert shown.modelfile and f"FROM {DEMO}" in shown.modelfile
+    assert shown.details == demo.details
+
+    running = client.ps().models
+    assert [model.model for model in running] == [DEMO]
+    assert running[0].size == 0 and running[0].size_vram == 0
+    assert running[0].context_length == CONTEXT
+    assert running[0].expires_at is not None
+
+    daemon, _ = demo_served
+    assert daemon.get("/ollama/api/version").json() == {"version": SKULK_VERSION}
+
+
+def test_show_takes_name_over_model_and_refuses_the_rest(demo_served: Served) -> None:
+    daemon, _ = demo_served
+    both = post(daemon, "/ollama/api/show", name=DEMO, model="nobody/unknown")
+    assert both.status_code == 200
+    assert post(daemon, "/ollama/api/show", model=f"{DEMO}:latest").status_code == 200
+    neither = post(daemon, "/ollama/api/show")
+    assert neither.status_code == 400
+    assert isinstance(neither.json()["error"], str)
+    unknown = post(daemon, "/ollama/api/show", name="nobody/unknown")
+    assert unknown.status_code == 404
+    assert "nobody/unknown" in unknown.json()["error"]
+
+
+# --- aliases and probes -----------------------------------------------------------
+
+
+def test_alias_routes_map_onto_the_same_handlers(demo_served: Served) -> None:
+    daemon, _ = demo_served
+    tags = daemon.get("/ollama/api/tags").json()
+    for prefix in ("/ollama/api/api", "/ollama/api/v1"):
+        assert daemon.get(f"{prefix}/tags").json() == tags
+        assert daemon.get(f"{prefix}/version").json() == {"version": SKULK_VERSION}
+        assert daemon.get(f"{prefix}/ps").json()["models"][0]["model"] == DEMO
+        assert post(daemon, f"{prefix}/show", name=DEMO).status_code == 200
+        answer = post(daemon, f"{prefix}/chat", **chat_body(options={"num_predict": 4}))
+        assert answer.status_code == 200
+        assert answer.json()["done"] is True
+        generated = post(
+            daemon, f"{prefix}/generate", model=DEMO, prompt=COUNT, stream=False, options=FEW
+        )
+        assert generated.json()["done"] is True
+
+
+def test_head_probes_root_and_schema(demo_served: Served) -> None:
+    daemon, _ = demo_served
+    paths = daemon.get("/api/openapi.json").json()["paths"]
+    assert {"/ollama/api/chat", "/ollama/api/v1/chat", "/ollama/api/api/tags"} <= set(paths)
+    for path in ("/ollama/", "/ollama", "/ollama/api/version"):
+        assert httpx.head(f"{daemon.url}{path}", timeout=10).status_code == 200
+    root = daemon.get("/ollama/")
+    assert root.status_code == 200
+    assert root.text == "Ollama is running"
+
+
+# --- refusals -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "status"),
+    [
+        ({"model": "nobody/unknown"}, 404),
+        ({"messages": []}, 400),
+        ({"options": {"num_predict": 0}}, 400),
+        ({"options": {"num_predict": -2}}, 400),
+        ({"options": {"temperature": "hot"}}, 400),
+        ({"think": "extreme"}, 400),
+        ({"format": "yaml"}, 400),
+        ({"messages": [{"role": "wizard", "content": "hi"}]}, 400),
+        ({"messages": [{"role": "user", "content": "hi", "images": [PNG]}]}, 400),
+        ({"messages": [{"role": "user", "content": "hi", "images": ["not base64!"]}]}, 400),
+    ],
+)
+def test_chat_refusals_in_ollama_shape(
+    demo_served: Served, fields: dict[str, Any], status: int
+) -> None:
+    daemon, _ = demo_served
+    response = post(daemon, "/ollama/api/chat", **chat_body(**fields))
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert isinstance(error, str) and error
+
+
+def test_unknown_model_is_404_no_instance(client: ollama.Client) -> None:
+    with pytest.raises(ollama.ResponseError) as refused:
+        client.chat(model="nobody/unknown", messages=PROMPT)
+    assert refused.value.status_code == 404
+    assert "No instance found for model nobody/unknown" in refused.value.error
+
+
+def test_malformed_json_is_400(demo_served: Served) -> None:
+    daemon, _ = demo_served
+    for path in ("/ollama/api/chat", "/ollama/api/generate", "/ollama/api/show"):
+        response = httpx.post(
+            f"{daemon.url}{path}",
+            content=b'{"model": ',
+            headers={"Content-Type": "application/json"},
+            timeout=30,
+        )
+        assert response.status_code == 400
+        assert "not valid JSON" in response.json()["error"]
+
+
+@pytest.mark.parametrize("field", [{"suffix": " done"}, {"template": "{{ .Prompt }}"}])
+def test_generate_refuses_what_it_cannot_honour(demo_served: Served, field: dict[str, Any]) -> None:
+    daemon, _ = demo_served
+    response = post(daemon, "/ollama/api/generate", model=DEMO, prompt=COUNT, stream=False, **field)
+    assert response.status_code == 400
+    assert isinstance(response.json()["error"], str)
+
+
+CANCEL_DEADLINE_S = 10.0
+"""Far less than the ~20 s the 900 tokens would take to finish on their own."""
+
+
+def test_client_disconnect_stops_the_generation(demo_served: Served) -> None:
+    daemon, instance_id = demo_served
+    body = {"model": DEMO, "messages": PROMPT, "options": {"num_predict": 900}}
+    with httpx.stream("POST", f"{daemon.url}/ollama/api/chat", json=body, timeout=120) as r:
+        lines = (text for text in r.iter_lines() if text.strip())
+        first = json.loads(next(lines))
+        assert first["done"] is False
+    # NOTE: a deadline, not a speed claim: a generation nobody cancelled would still
+    # be running when it passes.
+    wait_for(lambda: not daemon.get("/state").json()["tasks"], "the task to end", CANCEL_DEADLINE_S)
+    wait_idle(daemon, instance_id)
+    assert post(daemon, "/ollama/api/chat", **chat_body()).status_code == 200
+
+
+# --- request mapping and wire shaping (pure) ------------------------------------------
+
+
+def test_options_map_onto_the_shared_task() -> None:
+    body = decode_chat(
+        json.dumps(
+            {
+                "model": "m",
+                "messages": [{"role": "user", "content": "hi"}],
+                "options": {
+                    "num_predict": -1,
+                    "temperature": 0.5,
+                    "top_p": 0.9,
+                    "top_k": 40,
+                    "min_p": 0.05,
+                    "stop": ["\n"],
+                    "seed": -1,
+                    "repeat_penalty": 1.1,
+                    "repeat_last_n": 0,
+                    "presence_penalty": 0.2,
+                    "frequency_penalty": 0.3,
+                    "num_ctx": 8192,
+                    "num_gpu": 99,
+                },
+                "think": "high",
+                "keep_alive": "5m",
+                "format": "json",
+            }
+        ).encode()
+    )
+    task = chat_to_task(body, "m")
+    assert task.max_tokens is None
+    assert (task.temperature, task.top_p, task.top_k, task.min_p) == (0.5, 0.9, 40, 0.05)
+    assert task.stop == ("\n",)
+    assert task.seed is None and task.repetition_context_size is None
+    assert (task.repetition_penalty, task.presence_penalty, task.frequency_penalty) == (
+        1.1,
+        0.2,
+        0.3,
+    )
+    assert (task.enable_thinking, task.reasoning_effort) == (True, "high")
+    assert task.response_format == JsonObjectFormat()
+    assert body.stream is True
+
+    schema = {"type": "object"}
+    generate = decode_generate(
+        json.dumps(
+            {"model": "m", "prompt": "p", "system": "s", "format": schema, "think": False}
+        ).encode()
+    )
+    task = generate_to_task(generate, "m")
+    assert [(m.role, m.content) for m in task.messages] == [("system", "s"), ("user", "p")]
+    assert task.response_format == JsonSchemaFormat(schema=schema)
+    assert task.enable_thinking is False
+
+
+def test_tool_history_maps_onto_the_shared_task() -> None:
+    body = decode_chat(
+        json.dumps(
+            {
+                "model": "m",
+                "tools": [WEATHER],
+                "messages": [
+                    {"role": "user", "content": "weather?"},
+                    {
+                        "role": "assistant",
+                        "tool_calls": [
+                            {"function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
+                        ],
+                    },
+                    {"role": "tool", "content": "cold", "tool_name": "get_weather"},
+                ],
+            }
+        ).encode()
+    )
+    task = chat_to_task(body, "m")
+    assert [tool.name for tool in task.tools] == ["get_weather"]
+    call = task.messages[1].tool_calls[0]
+    assert (call.name, json.loads(call.arguments)) == ("get_weather", {"city": "Oslo"})
+    assert (task.messages[2].role, task.messages[2].name) == ("tool", "get_weather")
+    with pytest.raises(ApiError):
+        chat_to_task(
+            decode_chat(b'{"model": "m", "messages": [{"role": "assistant", "tool_calls": [{}]}]}'),
+            "m",
+        )
+
+
+STATS = GenerationStats(
+    prompt_tps=100.0,
+    generation_tps=50.0,
+    prompt_tokens=10,
+    generation_tokens=5,
+    serving_batches=6,
+    in_flight_at_admission=0,
+    time_to_first_token_ms=12.0,
+)
+
+
+async def _events(items: list[TurnEvent]) -> AsyncIterator[TurnEvent]:
+    for item in items:
+        yield item
+
+
+def _collect(stream: AsyncIterator[bytes]) -> bytes:
+    async def run() -> bytes:
+        return b"".join([chunk async for chunk in stream])
+
+    return asyncio.run(run())
+
+
+def _turn(end: TurnEnd | TurnError) -> list[TurnEvent]:
+    lp = TokenLogprob("Hi", -0.5, (("Hi", -0.5), ("Yo", -1.5)))
+    return [
+        KeepAlive(),
+        ReasoningDelta("hmm"),
+        ContentDelta("Hi", (lp,)),
+        KeepAlive(),
+        end,
+    ]
+
+
+def test_wire_shapes_a_tool_call_turn_for_chat() -> None:
+    call = ToolCall(id="call_1", name="get_weather", arguments='{"city": "Paris"}')
+    end = TurnEnd(
+        finish_reason="tool_calls",
+        tool_calls=(call,),
+        prompt_tokens=10,
+        completion_tokens=5,
+        stats=STATS,
+    )
+    reply = Reply(kind="chat", model="m", started_ns=0, logprobs=True)
+    raw = _collect(ndjson_stream(reply, _events(_turn(end))))
+    # Keep-alives are single spaces: leading whitespace of the next line, never a line.
+    assert all(text.strip() for text in raw.split(b"\n")[:-1])
+    lines = [json.loads(text) for text in raw.split(b"\n") if text.strip()]
+    assert [item["done"] for item in lines] == [False, False, True]
+    assert lines[0]["message"] == {"role": "assistant", "content": "", "thinking": "hmm"}
+    assert lines[1]["message"] == {"role": "assistant", "content": "Hi"}
+    assert lines[1]["logprobs"][0]["top_logprobs"][1] == {
+        "token": "Yo",
+        "logprob": -1.5,
+        "bytes": list(b"Yo"),
+    }
+    done = lines[2]
+    assert done["done_reason"] == "stop"
+    assert done["message"]["tool_calls"] == [
+        {
+            "id": "call_1",
+            "function": {"index": 0, "name": "get_weather", "arguments": {"city": "Paris"}},
+        }
+    ]
+    assert (done["prompt_eval_count"], done["eval_count"]) == (10, 5)
+    assert (done["prompt_eval_duration"], done["eval_duration"]) == (100_000_000, 100_000_000)
+    assert done["total_duration"] >= 200_000_000
+    assert "context" not in done
+
+    whole = json.loads(_collect(json_body(reply, _events(_turn(end)))))
+    assert whole["message"]["content"] == "Hi"
+    assert whole["message"]["thinking"] == "hmm"
+    assert whole["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert len(whole["logprobs"]) == 1
+
+
+def test_wire_shapes_generate_and_errors() -> None:
+    end = TurnEnd(
+        finish_reason="length", tool_calls=(), prompt_tokens=3, completion_tokens=5, stats=STATS
+    )
+    reply = Reply(kind="generate", model="m", started_ns=0)
+    lines = [
+        json.loads(text)
+        for text in _collect(ndjson_stream(reply, _events(_turn(end)))).split(b"\n")
+        if text.strip()
+    ]
+    assert lines[0]["response"] == "" and lines[0]["thinking"] == "hmm"
+    assert lines[1]["response"] == "Hi" and "logprobs" not in lines[1]
+    assert lines[2]["done_reason"] == "length" and lines[2]["context"] == []
+    whole = json.loads(_collect(json_body(reply, _events(_turn(end)))))
+    assert (whole["response"], whole["thinking"], whole["done"]) == ("Hi", "hmm", True)
+
+    failed = _turn(TurnError("runner_failed", "the runner died"))
+    last = _collect(ndjson_stream(reply, _events(failed))).split(b"\n")[-2]
+    assert json.loads(last) == {"error": "the runner died"}
+    assert json.loads(_collect(json_body(reply, _events(failed)))) == {"error": "the runner died"}
+    # A turn that stops without an end still ends the stream with an error line.
+    cut = _collect(ndjson_stream(reply, _events([ContentDelta("x")]))).split(b"\n")[-2]
+    assert "error" in json.loads(cut)
