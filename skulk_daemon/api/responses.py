@@ -1,9 +1,72 @@
-"""POST /v1/responses."""
+"""``POST /v1/responses`` (the OpenAI Responses API).
+
+Stateless: Skulk keeps no response after sending it, so ``previous_response_id``
+and ``conversation`` are refused (400) and clients send the whole conversation in
+``input``. The response id is ``resp_<command id>``; the command id also comes in
+the ``X-Skulk-Command-Id`` header and works with ``POST /v1/cancel/{command_id}``.
+"""
 
 from __future__ import annotations
 
-from litestar import Controller
+from typing import Any, Final
+
+from litestar import Controller, MediaType, Request, post
+from litestar.response import Stream
+
+from skulk_daemon.chat.admission import admit
+from skulk_daemon.chat.commands import ActiveCommands
+from skulk_daemon.chat.generation import generation_events
+from skulk_daemon.chat.responses_request import decode_responses_request, to_task
+from skulk_daemon.chat.responses_wire import initial_response, json_body, sse_stream
+from skulk_daemon.chat.turn import turn_events
+from skulk_daemon.node import Node
+from skulk_daemon.worker.supervisor import Supervisor
+
+MAX_RESPONSES_BODY_BYTES: Final = 40 * 1024 * 1024
+"""Encoded image content is bounded at 32 MiB; the rest of a request is small."""
+
+SSE_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 class ResponsesController(Controller):
     tags = ("OpenAI",)
+
+    @post(
+        "/v1/responses",
+        status_code=200,
+        summary="OpenAI Responses (streaming and not; stateless)",
+        request_max_body_size=MAX_RESPONSES_BODY_BYTES,
+    )
+    async def create_response(
+        self,
+        request: Request[Any, Any, Any],
+        node: Node,
+        worker: Supervisor,
+        commands: ActiveCommands,
+    ) -> Stream:
+        body = decode_responses_request(await request.body())
+        admitted = admit(node, to_task(body))
+        initial = initial_response(
+            body, response_id=f"resp_{admitted.command_id}", created_at=admitted.created
+        )
+        events = turn_events(admitted, generation_events(worker, commands, admitted))
+        headers = {"X-Skulk-Command-Id": admitted.command_id}
+        want_logprobs = admitted.generation.sampling.logprobs
+        parallel = body.parallel_tool_calls is not False
+        if body.stream:
+            return Stream(
+                sse_stream(
+                    initial,
+                    events,
+                    command_id=admitted.command_id,
+                    want_logprobs=want_logprobs,
+                    parallel_tool_calls=parallel,
+                ),
+                media_type="text/event-stream",
+                headers={**SSE_HEADERS, **headers},
+            )
+        return Stream(
+            json_body(initial, events, want_logprobs=want_logprobs, parallel_tool_calls=parallel),
+            media_type=MediaType.JSON,
+            headers=headers,
+        )
