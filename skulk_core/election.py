@@ -1,0 +1,254 @@
+"""Master election: a pure, bully-style state machine with terms.
+
+Every node ranks itself by :class:`Rank`: a forced master first (``--force-master``),
+then the freshest replicated history (the term and index of the last event it
+holds, Raft's up-to-date rule, so a new master never lacks events another node
+has applied), then the node id as the tiebreak. The highest-ranked live node
+becomes master.
+
+A campaign is bounded in time. The candidate announces itself with a new term;
+any live node that outranks it answers ``Alive`` and campaigns itself; a candidate
+that hears no such answer before its deadline declares itself with ``Coordinator``.
+Each term has at most one master, and the winner's ``(master, term)`` session tags
+all later traffic, so messages from a stale session can be dropped.
+
+To keep a settled cluster settled, a follower does not depose a master it merely
+ties with on history: only strictly fresher history (or ``--force-master``) starts
+a campaign against a sitting master.
+
+The machine performs no I/O: :meth:`Election.handle` and :meth:`Election.tick` take
+the time and return :data:`Action` values for the fabric to carry out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import msgspec
+
+from skulk_core.ids import NodeId
+
+DEFAULT_CAMPAIGN_SECONDS = 1.0
+"""How long a candidate waits for a better-ranked node to answer."""
+DEFAULT_COORDINATOR_WAIT_SECONDS = 2.5
+"""How long a node that deferred to a better-ranked candidate waits for it to win."""
+DEFAULT_MASTER_TIMEOUT_SECONDS = 4.0
+"""Silence from the master after which followers elect a new one."""
+
+
+class Rank(msgspec.Struct, frozen=True, kw_only=True):
+    """How strong a node's claim to mastership is (higher wins)."""
+
+    forced: bool = False
+    last_term: int = 0
+    last_index: int = -1
+    node_id: NodeId
+
+    def key(self) -> tuple[bool, int, int, str]:
+        return (self.forced, self.last_term, self.last_index, self.node_id)
+
+    def history(self) -> tuple[bool, int, int]:
+        return (self.forced, self.last_term, self.last_index)
+
+
+class Session(msgspec.Struct, frozen=True, kw_only=True):
+    """Who is master, and since which term."""
+
+    master: NodeId
+    term: int
+
+
+class Campaign(msgspec.Struct, frozen=True, kw_only=True, tag="campaign"):
+    term: int
+    rank: Rank
+
+
+class Alive(msgspec.Struct, frozen=True, kw_only=True, tag="alive"):
+    """ "I outrank you and am campaigning myself" (the bully's answer)."""
+
+    term: int
+    rank: Rank
+
+
+class Coordinator(msgspec.Struct, frozen=True, kw_only=True, tag="coordinator"):
+    term: int
+    rank: Rank
+
+
+ElectionMessage = Campaign | Alive | Coordinator
+
+
+@dataclass(frozen=True, slots=True)
+class Broadcast:
+    message: ElectionMessage
+
+
+@dataclass(frozen=True, slots=True)
+class SendTo:
+    peer: NodeId
+    message: ElectionMessage
+
+
+@dataclass(frozen=True, slots=True)
+class SessionChanged:
+    """A new master (possibly this node) for a new term."""
+
+    session: Session
+
+
+Action = Broadcast | SendTo | SessionChanged
+
+Role = Literal["follower", "candidate", "master"]
+
+
+@dataclass(slots=True)
+class Election:
+    """One node's view of the election. Mutable on purpose: it is an agent's state,
+    driven only through :meth:`handle` and :meth:`tick`."""
+
+    rank: Rank
+    started_at: float
+    discovery_grace: float = 1.5
+    campaign_seconds: float = DEFAULT_CAMPAIGN_SECONDS
+    coordinator_wait_seconds: float = DEFAULT_COORDINATOR_WAIT_SECONDS
+    master_timeout_seconds: float = DEFAULT_MASTER_TIMEOUT_SECONDS
+    term: int = 0
+    role: Role = "follower"
+    session: Session | None = None
+    deadline: float | None = None
+    """When the current campaign (or the wait for a coordinator) ends."""
+    master_heard_at: float = 0.0
+    peers: dict[NodeId, float] = field(default_factory=dict)
+    """Live peers and when each was last heard from."""
+    peer_timeout: float = DEFAULT_MASTER_TIMEOUT_SECONDS
+
+    # -- inputs ---------------------------------------------------------------
+
+    def update_rank(self, rank: Rank) -> None:
+        """The node's history grew (or it was forced); ranks only ever compare live."""
+        self.rank = rank
+
+    def heard_from(self, peer: NodeId, now: float) -> None:
+        """Any traffic from ``peer``: it is alive (and if it is the master, so is the session)."""
+        if peer == self.rank.node_id:
+            return
+        self.peers[peer] = now
+        if self.session is not None and self.session.master == peer:
+            self.master_heard_at = now
+
+    def peer_lost(self, peer: NodeId) -> None:
+        self.peers.pop(peer, None)
+
+    def handle(self, sender: NodeId, message: ElectionMessage, now: float) -> list[Action]:
+        self.heard_from(sender, now)
+        match message:
+            case Campaign(term=term, rank=rank):
+                return self._on_campaign(sender, term, rank, now)
+            case Alive(term=term, rank=rank):
+                return self._on_alive(term, rank, now)
+            case Coordinator(term=term, rank=rank):
+                return self._on_coordinator(sender, term, rank, now)
+
+    def tick(self, now: float) -> list[Action]:
+        """Advance time: start, finish or restart campaigns as deadlines pass."""
+        for peer, seen in list(self.peers.items()):
+            if now - seen > self.peer_timeout:
+                del self.peers[peer]
+        match self.role:
+            case "master":
+                return []
+            case "candidate":
+                if self.deadline is not None and now >= self.deadline:
+                    return self._win(now)
+                return []
+            case "follower":
+                if now - self.started_at < self.discovery_grace and self.session is None:
+                    return []
+                if self.session is None:
+                    if self.deadline is None or now >= self.deadline:
+                        return self._campaign(self.term + 1, now)
+                    return []
+                if now - self.master_heard_at > self.master_timeout_seconds:
+                    return self._campaign(self.term + 1, now)
+                return []
+
+    # -- transitions ----------------------------------------------------------
+
+    def _campaign(self, term: int, now: float) -> list[Action]:
+        self.term = max(self.term, term)
+        self.role = "candidate"
+        self.session = None
+        if not self._live_peers(now):
+            # A cluster of one: nobody can outrank us, and waiting only delays serving.
+            return self._win(now)
+        self.deadline = now + self.campaign_seconds
+        return [Broadcast(Campaign(term=self.term, rank=self.rank))]
+
+    def _win(self, now: float) -> list[Action]:
+        self.role = "master"
+        self.deadline = None
+        self.session = Session(master=self.rank.node_id, term=self.term)
+        self.master_heard_at = now
+        return [
+            Broadcast(Coordinator(term=self.term, rank=self.rank)),
+            SessionChanged(self.session),
+        ]
+
+    def _defer(self, term: int, now: float) -> None:
+        """Someone better is campaigning: wait for their Coordinator, then retry."""
+        self.term = max(self.term, term)
+        self.role = "follower"
+        self.session = None
+        self.deadline = now + self.coordinator_wait_seconds
+
+    def _on_campaign(self, sender: NodeId, term: int, rank: Rank, now: float) -> list[Action]:
+        term = max(term, self.term)
+        if self.rank.key() > rank.key():
+            if self.role == "master":
+                # Re-assert, in the candidate's term so every node that heard it listens.
+                self.term = term
+                session = Session(master=self.rank.node_id, term=term)
+                changed: list[Action] = [] if session == self.session else [SessionChanged(session)]
+                self.session = session
+                return [
+                    SendTo(sender, Alive(term=term, rank=self.rank)),
+                    Broadcast(Coordinator(term=term, rank=self.rank)),
+                    *changed,
+                ]
+            answer: list[Action] = [SendTo(sender, Alive(term=term, rank=self.rank))]
+            if self.role != "candidate" or self.term < term:
+                answer += self._campaign(term, now)
+            return answer
+        self._defer(term, now)
+        return []
+
+    def _on_alive(self, term: int, rank: Rank, now: float) -> list[Action]:
+        if rank.key() > self.rank.key() and self.role == "candidate":
+            self._defer(term, now)
+        return []
+
+    def _on_coordinator(self, sender: NodeId, term: int, rank: Rank, now: float) -> list[Action]:
+        if term < self.term:
+            # A stale master announcing itself: tell it who rules now.
+            if self.role == "master":
+                return [SendTo(sender, Coordinator(term=self.term, rank=self.rank))]
+            return []
+        if term == self.term and self.role == "master" and self.rank.key() > rank.key():
+            # Two claims for one term (a race, a healed partition): the better rank keeps it.
+            return [SendTo(sender, Coordinator(term=self.term, rank=self.rank))]
+        if self.rank.history() > rank.history():
+            # Strictly fresher history (or forced): depose it with a newer term.
+            return self._campaign(term + 1, now)
+        self.term = term
+        self.role = "follower"
+        self.deadline = None
+        self.master_heard_at = now
+        session = Session(master=sender, term=term)
+        if session == self.session:
+            return []
+        self.session = session
+        return [SessionChanged(session)]
+
+    def _live_peers(self, now: float) -> list[NodeId]:
+        return [p for p, seen in self.peers.items() if now - seen <= self.peer_timeout]
