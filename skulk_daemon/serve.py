@@ -28,6 +28,7 @@ from skulk_daemon.config_store import ConfigStore
 from skulk_daemon.eventlog import EventLog, EventLogCorrupt
 from skulk_daemon.fsutil import ensure_private_dir
 from skulk_daemon.identity import IdentityError, load_identity
+from skulk_daemon.models.embedding_demo import with_embedding_demo
 from skulk_daemon.models.installed import load_installed_models
 from skulk_daemon.node import Node
 from skulk_daemon.settings import Settings, resolve_settings
@@ -100,7 +101,7 @@ def build_node(settings: Settings) -> Node:
         config_store=config_store,
         event_log=event_log,
         replayed=replayed,
-        installed_models=load_installed_models(models_dir),
+        installed_models=with_embedding_demo(load_installed_models(models_dir), models_dir),
         models_dir=models_dir,
     )
 

@@ -51,13 +51,13 @@ class _LlamaLog:
         return f" (llama.cpp: {self.errors[0]})" if self.errors else ""
 
 
-_LLAMA_LOG: Final = _LlamaLog()
+LLAMA_LOG: Final = _LlamaLog()
 
 
 def set_llama_logging(*, verbose: bool) -> None:
     """Route llama.cpp's (process-global) log: to stderr if ``verbose``, else nowhere."""
-    _LLAMA_LOG.verbose = verbose
-    llama_cpp.llama_log_set(_LLAMA_LOG.callback, ctypes.c_void_p(0))
+    LLAMA_LOG.verbose = verbose
+    llama_cpp.llama_log_set(LLAMA_LOG.callback, ctypes.c_void_p(0))
 
 
 class LlamaCppSettings:
@@ -111,16 +111,16 @@ class LlamaModel:
     @classmethod
     def open(cls, settings: LlamaCppSettings) -> LlamaModel:
         path = settings.model_path
-        _check_model_file(path)
+        check_model_file(path)
         llama_cpp.llama_backend_init()
-        _LLAMA_LOG.errors.clear()
+        LLAMA_LOG.errors.clear()
         model = llama_cpp.llama_model_load_from_file(
             str(path).encode(), llama_cpp.llama_model_default_params()
         )
         if not model:
             raise EngineLoadError(
                 f"llama.cpp could not load {path}: the file is damaged or its architecture "
-                f"is not supported by this llama.cpp build{_LLAMA_LOG.first_error()}"
+                f"is not supported by this llama.cpp build{LLAMA_LOG.first_error()}"
             )
         trained = llama_cpp.llama_model_n_ctx_train(model)
         if settings.context_tokens > trained > 0:
@@ -134,7 +134,7 @@ class LlamaModel:
             llama_cpp.llama_model_free(model)
             raise EngineLoadError(
                 f"llama.cpp could not create a context of {settings.slots} x "
-                f"{settings.context_tokens} tokens for {path.name}{_LLAMA_LOG.first_error()}"
+                f"{settings.context_tokens} tokens for {path.name}{LLAMA_LOG.first_error()}"
             )
         per_sequence = llama_cpp.llama_n_ctx_seq(ctx)
         if per_sequence < settings.context_tokens:
@@ -245,7 +245,7 @@ def _context_params(settings: LlamaCppSettings) -> llama_cpp.llama_context_param
     return params
 
 
-def _check_model_file(path: Path) -> None:
+def check_model_file(path: Path) -> None:
     try:
         with path.open("rb") as handle:
             magic = handle.read(len(_GGUF_MAGIC))

@@ -73,7 +73,7 @@ def install_demo_model(models_dir: Path) -> InstalledModel | None:
         return None
     model_dir = models_dir / model_dir_name(DEMO_MODEL_ID)
     try:
-        with _install_lock(model_dir):
+        with install_lock(model_dir):
             existing = _existing(model_dir)
             if existing is not None:
                 return existing
@@ -84,7 +84,7 @@ def install_demo_model(models_dir: Path) -> InstalledModel | None:
 
 
 @contextlib.contextmanager
-def _install_lock(model_dir: Path) -> Iterator[None]:
+def install_lock(model_dir: Path) -> Iterator[None]:
     # NOTE: several nodes on one machine may share a models dir and start together.
     # The lock makes one of them assemble while the others wait and then find its
     # record, and it keeps a starting node from deleting another's partial file.

@@ -3,9 +3,10 @@
 :meth:`RunnerProcess.start` spawns ``python -m skulk_daemon.runner``, sends
 :class:`~skulk_daemon.runner.protocol.Load` and returns once the runner is
 ``ready`` (reporting each phase on the way). After that, one reader task routes
-every frame to the generation it belongs to. When the process dies, for any
-reason, every open :meth:`~RunnerProcess.generate` receives a ``runner_failed``
-error at once and ``on_exit`` fires: nothing waits on a dead runner.
+every frame to the generation (or embedding task) it belongs to. When the
+process dies, for any reason, every open :meth:`~RunnerProcess.generate` and
+:meth:`~RunnerProcess.embed` receives a ``runner_failed`` error at once and
+``on_exit`` fires: nothing waits on a dead runner.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Final
 
 import msgspec
@@ -34,12 +35,15 @@ from skulk_daemon.engines.base import (
 from skulk_daemon.runner.protocol import (
     PARENT_PID_ENV,
     Cancel,
+    Embed,
+    Embedded,
     Failed,
     Generate,
     Load,
     ParentMessage,
     Phase,
     ProtocolError,
+    RunnerMessage,
     RunnerPhase,
     Shutdown,
     decode_runner_message,
@@ -125,6 +129,7 @@ class RunnerProcess:
         self._on_exit = on_exit
         self._queue_chunks = queue_chunks
         self._streams: dict[TaskId, _TaskStream] = {}
+        self._embeddings: dict[TaskId, asyncio.Future[Embedded | ErrorChunk]] = {}
         # Generations we stopped listening to; their chunks are dropped until
         # the runner's terminal chunk for them arrives (see _dispatch).
         self._abandoned: set[TaskId] = set()
@@ -236,8 +241,36 @@ class RunnerProcess:
             if not finished:
                 self._abandon(task_id)
 
+    async def embed(self, task_id: TaskId, inputs: Sequence[str]) -> Embedded | ErrorChunk:
+        """Embed ``inputs`` on a runner loaded in ``"embed"`` mode.
+
+        The answer is the vectors or the error the runner (or its death) gave.
+        Cancelling the caller cancels the task on the runner.
+        """
+        if task_id in self._streams or task_id in self._embeddings:
+            raise ValueError(f"task {task_id} is already running on this runner")
+        if self._exit is not None:
+            return _runner_failed(task_id, self._exit.message)
+        answer: asyncio.Future[Embedded | ErrorChunk] = asyncio.get_running_loop().create_future()
+        self._embeddings[task_id] = answer
+        try:
+            self._send(Embed(task_id=task_id, inputs=tuple(inputs)))
+            with contextlib.suppress(ConnectionError):
+                await self._drain()
+            return await answer
+        finally:
+            if self._embeddings.get(task_id) is answer:
+                del self._embeddings[task_id]
+            # NOTE: cancelling the caller also cancels ``answer`` (the future it was
+            # awaiting), so a cancelled future, like an unresolved one, means the
+            # runner has not answered and must be told to stop.
+            if answer.cancelled() or not answer.done():
+                answer.cancel()
+                self._abandon(task_id)
+
     def cancel(self, task_id: TaskId) -> None:
-        """Ask the runner to stop a generation; its stream ends with ``"cancelled"``."""
+        """Ask the runner to stop a task; a generation's stream ends with
+        ``"cancelled"``, an embedding with a ``"cancelled"`` error."""
         self._send(Cancel(task_id=task_id))
 
     def _abandon(self, task_id: TaskId) -> None:
@@ -325,14 +358,18 @@ class RunnerProcess:
         await self._stderr_task
         self._finish(returncode)
 
-    def _dispatch(self, message: Phase | Failed | EngineChunk) -> None:
+    def _dispatch(self, message: RunnerMessage) -> None:
         match message:
             case TokenChunk(task_id=task_id) if task_id in self._abandoned:
                 pass
-            case FinishChunk(task_id=task_id) | ErrorChunk(task_id=task_id) if (
-                task_id in self._abandoned
-            ):
+            case (
+                FinishChunk(task_id=task_id)
+                | ErrorChunk(task_id=task_id)
+                | Embedded(task_id=task_id)
+            ) if task_id in self._abandoned:
                 self._abandoned.discard(task_id)
+            case Embedded(task_id=task_id):
+                self._answer(task_id, message)
             case TokenChunk(task_id=task_id):
                 stream = self._streams.get(task_id)
                 if stream is not None and not stream.push(message):
@@ -349,6 +386,8 @@ class RunnerProcess:
                 stream = self._streams.get(task_id)
                 if stream is not None:
                     stream.close(message)
+                elif isinstance(message, ErrorChunk):
+                    self._answer(task_id, message)
             case Phase(phase=phase, detail=detail):
                 self._record(f"phase {phase}" + (f": {detail}" if detail else ""))
                 try:
@@ -362,6 +401,11 @@ class RunnerProcess:
                 self._failure = failure
                 if not self._ready.done():
                     self._ready.set_exception(RunnerFailed(failure))
+
+    def _answer(self, task_id: TaskId, message: Embedded | ErrorChunk) -> None:
+        answer = self._embeddings.get(task_id)
+        if answer is not None and not answer.done():
+            answer.set_result(message)
 
     async def _pump_stderr(self) -> None:
         stderr = self._process.stderr
@@ -390,6 +434,8 @@ class RunnerProcess:
             self._ready.set_exception(RunnerFailed(message))
         for task_id, stream in list(self._streams.items()):
             stream.close(_runner_failed(task_id, message))
+        for task_id in list(self._embeddings):
+            self._answer(task_id, _runner_failed(task_id, message))
         if self._process.stdin is not None:
             self._process.stdin.close()
         self._exited.set()

@@ -15,11 +15,15 @@ import sys
 import threading
 from typing import BinaryIO, Final
 
-from skulk_daemon.engines.base import Engine, EngineLoadError
+from skulk_core.ids import TaskId
+from skulk_daemon.engines.base import ERROR_INVALID_REQUEST, Engine, EngineLoadError, ErrorChunk
 from skulk_daemon.runner.protocol import (
+    ERROR_CANCELLED,
     PARENT_PID_ENV,
     VERBOSE_ENV,
     Cancel,
+    Embed,
+    Embedded,
     Failed,
     Generate,
     Load,
@@ -95,6 +99,8 @@ def _serve(stdin: BinaryIO, outbox: _Outbox) -> int:
         outbox.send(Failed(message=f"the runner expects Load first, got {type(first).__name__}"))
         return EXIT_USAGE
     outbox.phase("loading", first.model_path)
+    if first.mode == "embed":
+        return _serve_embeddings(stdin, outbox, first)
     try:
         # NOTE: imported only now, so the parent hears "loading" before the
         # native library is mapped, and a broken install is reported as Failed.
@@ -137,6 +143,87 @@ def _serve(stdin: BinaryIO, outbox: _Outbox) -> int:
         match decode_parent_message(body):
             case Generate(request=request):
                 engine.submit(request)
+            case Embed(task_id=task_id):
+                outbox.send(_wrong_mode(task_id, "generates text; it does not embed"))
+            case Cancel(task_id=task_id):
+                engine.cancel(task_id)
+            case Shutdown():
+                break
+            case Load():
+                log.warning("ignoring a second Load: this runner already holds a model")
+    outbox.phase("shutting_down")
+    engine.unload()
+    outbox.phase("shutdown")
+    return 0
+
+
+def _wrong_mode(task_id: TaskId, what: str) -> ErrorChunk:
+    return ErrorChunk(task_id=task_id, code=ERROR_INVALID_REQUEST, message=f"this runner {what}")
+
+
+def _serve_embeddings(stdin: BinaryIO, outbox: _Outbox, load: Load) -> int:
+    """The ``"embed"`` mode: one embedding engine, answering every Embed once."""
+    try:
+        from skulk_daemon.engines.llama_embed import (  # noqa: PLC0415 (see _serve)
+            EmbedCancelled,
+            Embeddings,
+            EmbedResult,
+            EmbedSettings,
+            LlamaEmbeddingEngine,
+            set_llama_logging,
+        )
+    except (ImportError, OSError) as exc:
+        outbox.send(Failed(message=f"cannot load the llama.cpp bindings: {exc}"))
+        return EXIT_FAILED
+    set_llama_logging(verbose=os.environ.get(VERBOSE_ENV) == "1")
+
+    def deliver(result: EmbedResult) -> None:
+        match result:
+            case Embeddings():
+                outbox.send(
+                    Embedded(
+                        task_id=result.task_id,
+                        vectors=result.vectors,
+                        count=result.count,
+                        dimensions=result.dimensions,
+                        prompt_tokens=result.prompt_tokens,
+                    )
+                )
+            case EmbedCancelled(task_id=task_id):
+                outbox.send(
+                    ErrorChunk(
+                        task_id=task_id,
+                        code=ERROR_CANCELLED,
+                        message="the embedding request was cancelled",
+                    )
+                )
+            case ErrorChunk():
+                outbox.send(result)
+
+    try:
+        settings = EmbedSettings(
+            load.model_path, context_tokens=load.context_tokens, n_threads=load.n_threads
+        )
+        engine = LlamaEmbeddingEngine(settings, deliver)
+        engine.load()
+        outbox.phase("loaded")
+        outbox.phase("warming_up")
+        engine.warm_up()
+    except (EngineLoadError, ValueError) as exc:
+        log.error("cannot load: %s", exc)
+        outbox.send(Failed(message=str(exc)))
+        return EXIT_FAILED
+    outbox.phase("ready")
+    while True:
+        body = read_frame(stdin)
+        if body is None:
+            log.info("stdin closed: the parent is gone; exiting")
+            break
+        match decode_parent_message(body):
+            case Embed(task_id=task_id, inputs=inputs):
+                engine.submit(task_id, inputs)
+            case Generate(request=request):
+                outbox.send(_wrong_mode(request.task_id, "serves embeddings, not generation"))
             case Cancel(task_id=task_id):
                 engine.cancel(task_id)
             case Shutdown():

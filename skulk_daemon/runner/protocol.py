@@ -4,10 +4,12 @@ A frame is a 4-byte big-endian body length, then one msgpack-encoded message
 (a tagged union, so either side dispatches with ``match``). stdout carries only
 frames; the runner logs to stderr.
 
-Parent → runner: :class:`Load` (first, once), then :class:`Generate`,
-:class:`Cancel` and finally :class:`Shutdown` (or just closing stdin).
+Parent → runner: :class:`Load` (first, once), then :class:`Generate` (or
+:class:`Embed`, for a runner loaded in ``"embed"`` mode), :class:`Cancel` and
+finally :class:`Shutdown` (or just closing stdin).
 Runner → parent: :class:`Phase` transitions, :class:`Failed` when it cannot go
-on, and the engine's chunks for every task.
+on, the engine's chunks for every generation, and one :class:`Embedded` (or an
+:class:`~skulk_daemon.engines.base.ErrorChunk`) for every embedding task.
 """
 
 from __future__ import annotations
@@ -40,17 +42,45 @@ VERBOSE_ENV: Final = "SKULK_RUNNER_VERBOSE"
 """``1`` lets llama.cpp's own log through to the runner's stderr."""
 
 RunnerPhase = Literal["loading", "loaded", "warming_up", "ready", "shutting_down", "shutdown"]
+RunnerMode = Literal["generate", "embed"]
+"""What a runner serves: text generation (``Generate``) or embeddings (``Embed``)."""
+
+ERROR_CANCELLED: Final = "cancelled"
+"""The ``ErrorChunk`` code that ends a cancelled embedding task."""
 
 
 class Load(msgspec.Struct, frozen=True, kw_only=True, tag="load"):
+    """``context_tokens`` is each sequence's window; in ``"embed"`` mode it is the
+    longest input, and ``slots`` is unused."""
+
     model_path: str
     context_tokens: int
     slots: int = DEFAULT_SLOTS
     n_threads: int | None = None
+    mode: RunnerMode = "generate"
 
 
 class Generate(msgspec.Struct, frozen=True, kw_only=True, tag="generate"):
     request: GenerationRequest
+
+
+class Embed(msgspec.Struct, frozen=True, kw_only=True, tag="embed"):
+    """Embed ``inputs``; answered by one :class:`Embedded` or ``ErrorChunk``."""
+
+    task_id: TaskId
+    inputs: tuple[str, ...]
+
+
+class Embedded(msgspec.Struct, frozen=True, kw_only=True, tag="embedded"):
+    """One vector per input, in input order: ``vectors`` holds ``count`` rows of
+    ``dimensions`` little-endian float32 (4 bytes a number where msgpack floats
+    take 9, and exactly what the model computed)."""
+
+    task_id: TaskId
+    vectors: bytes
+    count: int
+    dimensions: int
+    prompt_tokens: int
 
 
 class Cancel(msgspec.Struct, frozen=True, kw_only=True, tag="cancel"):
@@ -72,8 +102,8 @@ class Failed(msgspec.Struct, frozen=True, kw_only=True, tag="failed"):
     message: str
 
 
-ParentMessage = Load | Generate | Cancel | Shutdown
-RunnerMessage = Phase | Failed | TokenChunk | FinishChunk | ErrorChunk
+ParentMessage = Load | Generate | Embed | Cancel | Shutdown
+RunnerMessage = Phase | Failed | TokenChunk | FinishChunk | ErrorChunk | Embedded
 
 
 class ProtocolError(ValueError):

@@ -3,7 +3,7 @@
 It runs :func:`skulk_core.worker_plan.plan` whenever State changes and performs the
 actions: starting runner subprocesses for shards assigned here, stopping those no
 longer assigned, and reporting every phase through the event log. It also hands
-generation requests to the right local runner.
+generation and embedding requests to the right local runner.
 """
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import assert_never
 
+from skulk_core.cards import ModelTask
 from skulk_core.commands import (
     FinishTask,
     ReportInstanceFailure,
@@ -48,7 +49,7 @@ from skulk_daemon.engines.base import DEFAULT_SLOTS, ErrorChunk, FinishChunk, Ge
 from skulk_daemon.engines.base import EngineChunk as Chunk
 from skulk_daemon.node import Node
 from skulk_daemon.runner.client import RunnerProcess
-from skulk_daemon.runner.protocol import Load
+from skulk_daemon.runner.protocol import ERROR_CANCELLED, Embedded, Load, RunnerMode
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,14 @@ class Supervisor:
         path = Path(entry.location) / entry.card.gguf_file
         return path if path.is_file() else None
 
+    def _runner_mode(self, model_id: ModelId) -> RunnerMode:
+        """``"embed"`` for a card that embeds and does not generate text."""
+        entry = self._node.catalog().get(model_id)
+        tasks = () if entry is None else entry.card.tasks
+        if ModelTask.TEXT_EMBEDDING in tasks and ModelTask.TEXT_GENERATION not in tasks:
+            return "embed"
+        return "generate"
+
     async def _start(self, runner: ManagedRunner, instance: Instance, shard: ShardMetadata) -> None:
         del shard  # one shard covers every layer on a single node
         self._report(runner.runner_id, RunnerLoading())
@@ -170,6 +179,7 @@ class Supervisor:
             context_tokens=instance.context_token_limit or DEFAULT_CONTEXT_TOKENS,
             slots=self._slots,
             n_threads=None,
+            mode=self._runner_mode(runner.model_id),
         )
         try:
             process = await RunnerProcess.start(
@@ -322,3 +332,69 @@ class Supervisor:
         if runner is not None and runner.process is not None:
             with contextlib.suppress(Exception):
                 runner.process.cancel(task_id)
+
+    async def _serving_runner(self, instance_id: InstanceId) -> ManagedRunner | str:
+        """The instance's local runner once it serves, else why there is none."""
+        runner = self._runner_for(instance_id)
+        if runner is None:
+            # The reconcile loop may not have seen the instance yet.
+            self._reconcile()
+            runner = self._runner_for(instance_id)
+        if runner is None:
+            return "the instance is not running"
+        try:
+            serving = await asyncio.wait_for(asyncio.shield(runner.settled), READY_WAIT_SECONDS)
+        except TimeoutError:
+            serving = False
+        if not serving or runner.process is None:
+            return runner.failure or "the instance stopped before it was ready"
+        return runner
+
+    async def embed(
+        self,
+        instance_id: InstanceId,
+        task_id: TaskId,
+        inputs: Sequence[str],
+        command_id: CommandId,
+    ) -> Embedded | ErrorChunk:
+        """Embed ``inputs`` on this node's runner for the instance, as one task in
+        ``/state`` (kind ``TextEmbedding``) serving the client's ``command_id``.
+        Cancelling the caller cancels the task on the runner."""
+        runner = await self._serving_runner(instance_id)
+        if isinstance(runner, str):
+            return ErrorChunk(task_id=task_id, code="instance_unavailable", message=runner)
+        process = runner.process
+        assert process is not None
+        self._node.report(
+            StartTask(
+                command_id=new_command_id(),
+                task=Task(
+                    task_id=task_id,
+                    command_id=command_id,
+                    instance_id=instance_id,
+                    kind=ModelTask.TEXT_EMBEDDING.value,
+                    task_status=TaskStatus.RUNNING,
+                ),
+            )
+        )
+        runner.active_tasks += 1
+        if runner.active_tasks == 1:
+            self._report(runner.runner_id, RunnerRunning(active_tasks=1))
+        outcome = TaskStatus.FAILED
+        try:
+            result = await process.embed(task_id, inputs)
+            if isinstance(result, Embedded):
+                outcome = TaskStatus.COMPLETE
+            elif result.code == ERROR_CANCELLED:
+                outcome = TaskStatus.CANCELLED
+            return result
+        except asyncio.CancelledError:
+            outcome = TaskStatus.CANCELLED
+            raise
+        finally:
+            runner.active_tasks -= 1
+            if runner.active_tasks == 0 and runner.phase is LocalRunnerPhase.SERVING:
+                self._report(runner.runner_id, RunnerReady())
+            self._node.report(
+                FinishTask(command_id=new_command_id(), task_id=task_id, task_status=outcome)
+            )

@@ -82,3 +82,35 @@ def test_the_async_reader_agrees_with_the_blocking_one() -> None:
             await read_frame_async(reader)
 
     asyncio.run(main())
+
+
+def test_embedding_messages_round_trip_through_frames() -> None:
+    from skulk_daemon.engines.base import ErrorChunk  # noqa: PLC0415
+    from skulk_daemon.runner.protocol import (  # noqa: PLC0415
+        ERROR_CANCELLED,
+        Embed,
+        Embedded,
+    )
+
+    parent = [
+        Load(model_path="/m.gguf", context_tokens=512, mode="embed"),
+        Embed(task_id=TaskId("e"), inputs=("héllo", "wörld")),
+    ]
+    for message in parent:
+        body = read_frame(io.BytesIO(encode_frame(message)))
+        assert body is not None
+        assert decode_parent_message(body) == message
+    # A Load from before the mode existed still means text generation.
+    assert Load(model_path="/m.gguf", context_tokens=512).mode == "generate"
+
+    vectors = struct.pack("<4f", 0.5, -0.25, 1.0, 0.0)
+    embedded = Embedded(
+        task_id=TaskId("e"), vectors=vectors, count=2, dimensions=2, prompt_tokens=6
+    )
+    cancelled = ErrorChunk(task_id=TaskId("e"), code=ERROR_CANCELLED, message="cancelled")
+    for message in (embedded, cancelled):
+        body = read_frame(io.BytesIO(encode_frame(message)))
+        assert body is not None
+        assert decode_runner_message(body) == message
+    with pytest.raises(ProtocolError):
+        decode_parent_message(encode_frame(embedded)[4:])  # a runner message, not a parent one
