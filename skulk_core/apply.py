@@ -7,6 +7,7 @@ from typing import assert_never
 import msgspec
 
 from skulk_core.events import (
+    ConnectionsReported,
     CustomModelCardAdded,
     CustomModelCardRemoved,
     DownloadProgressUpdated,
@@ -15,6 +16,7 @@ from skulk_core.events import (
     InstanceCreated,
     InstanceDeleted,
     InstanceFailed,
+    MasterElected,
     NodeJoined,
     NodeLeft,
     RunnerStatusUpdated,
@@ -82,6 +84,13 @@ def _apply_event(state: State, event: Event) -> State:
                 last_seen={k: v for k, v in state.last_seen.items() if k != node_id},
                 downloads={k: v for k, v in state.downloads.items() if k != node_id},
             )
+        case MasterElected(master_node_id=master, term=term):
+            return replace(state, master_node_id=master, election_term=term)
+        case ConnectionsReported(node_id=node_id, connections=connections):
+            kept = tuple(c for c in state.topology.connections if c.local_node_id != node_id)
+            known = set(state.topology.nodes)
+            edges = tuple(c for c in connections if c.send_back_node_id in known)
+            return replace(state, topology=replace(state.topology, connections=kept + edges))
         case InstanceCreated(instance=instance):
             return replace(state, instances={**state.instances, instance.instance_id: instance})
         case InstanceDeleted(instance_id=instance_id):

@@ -9,7 +9,7 @@ import msgspec
 from skulk_core.cards import ModelCard
 from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId, TaskId
 from skulk_core.shards import Instance, RunnerStatus
-from skulk_core.state import DownloadProgress, Task, TaskStatus
+from skulk_core.state import Connection, DownloadProgress, Task, TaskStatus
 
 
 class _Command(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag=True):
@@ -18,6 +18,26 @@ class _Command(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag=Tr
 
 class RegisterNode(_Command, frozen=True, kw_only=True):
     node_id: NodeId
+
+
+class RecordMasterElected(_Command, frozen=True, kw_only=True):
+    """Issued by a new master to itself: the first thing it indexes."""
+
+    master_node_id: NodeId
+    term: int
+
+
+class RemoveNode(_Command, frozen=True, kw_only=True):
+    """A node unseen past the membership timeout: fail its instances, then drop it."""
+
+    node_id: NodeId
+    reason: str
+    observed_at: datetime
+
+
+class ReportConnections(_Command, frozen=True, kw_only=True):
+    node_id: NodeId
+    connections: tuple[Connection, ...]
 
 
 class CreateInstance(_Command, frozen=True, kw_only=True):
@@ -71,6 +91,9 @@ class RemoveCustomCard(_Command, frozen=True, kw_only=True):
 
 Command = (
     RegisterNode
+    | RecordMasterElected
+    | RemoveNode
+    | ReportConnections
     | CreateInstance
     | DeleteInstance
     | ReportRunnerStatus

@@ -79,6 +79,8 @@ class ClusterConfig(_Section, frozen=True, kw_only=True):
     key: str | None = None
     peers: tuple[str, ...] = ()
     fabric_port: int = 52416
+    mdns: bool = True
+    """Announce this node and find peers with mDNS on the LAN."""
 
 
 class TelemetryConfig(_Section, frozen=True, kw_only=True):

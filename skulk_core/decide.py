@@ -7,6 +7,7 @@ the client that sent the command.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import assert_never
 
 import msgspec
@@ -17,14 +18,18 @@ from skulk_core.commands import (
     CreateInstance,
     DeleteInstance,
     FinishTask,
+    RecordMasterElected,
     RegisterNode,
     RemoveCustomCard,
+    RemoveNode,
+    ReportConnections,
     ReportDownloadProgress,
     ReportInstanceFailure,
     ReportRunnerStatus,
     StartTask,
 )
 from skulk_core.events import (
+    ConnectionsReported,
     CustomModelCardAdded,
     CustomModelCardRemoved,
     DownloadProgressUpdated,
@@ -32,7 +37,9 @@ from skulk_core.events import (
     InstanceCreated,
     InstanceDeleted,
     InstanceFailed,
+    MasterElected,
     NodeJoined,
+    NodeLeft,
     RunnerStatusUpdated,
     TaskCreated,
     TaskDeleted,
@@ -60,6 +67,17 @@ def decide(state: State, command: Command) -> list[Event] | Refused:
     match command:
         case RegisterNode(node_id=node_id):
             return [NodeJoined(node_id=node_id)]
+        case RecordMasterElected(master_node_id=master, term=term):
+            return [MasterElected(master_node_id=master, term=term)]
+        case ReportConnections(node_id=node_id, connections=connections):
+            if node_id not in state.topology.nodes:
+                return []
+            current = tuple(c for c in state.topology.connections if c.local_node_id == node_id)
+            if set(current) == set(connections):
+                return []
+            return [ConnectionsReported(node_id=node_id, connections=connections)]
+        case RemoveNode(node_id=node_id, reason=reason, observed_at=observed_at):
+            return _remove_node(state, node_id, reason, observed_at)
         case CreateInstance(instance=instance):
             if instance.instance_id in state.instances:
                 return Refused(
@@ -120,3 +138,33 @@ def decide(state: State, command: Command) -> list[Event] | Refused:
             return [CustomModelCardRemoved(model_id=model_id)]
         case _:
             assert_never(command)
+
+
+def lost_node_error_code(node_id: NodeId) -> str:
+    """The ``errorCode`` of an instance lost with a node: it names the node."""
+    return f"node_lost:{node_id}"
+
+
+def _remove_node(state: State, node_id: NodeId, reason: str, observed_at: datetime) -> list[Event]:
+    if node_id not in state.topology.nodes:
+        return []
+    events: list[Event] = []
+    for instance_id, instance in state.instances.items():
+        if node_id not in instance.shard_assignments.node_to_runner:
+            continue
+        nodes = tuple(instance.shard_assignments.node_to_runner)[:MAX_FAILURE_AFFECTED_NODES]
+        message = f"node {node_id} left the cluster: {reason}"
+        events.append(
+            InstanceFailed(
+                failure=InstanceFailure(
+                    instance_id=InstanceId(stable_reference(instance_id)),
+                    model_id=ModelId(stable_reference(instance.shard_assignments.model_id)),
+                    error_code=lost_node_error_code(node_id),
+                    error_message=message[:MAX_FAILURE_MESSAGE_CHARS],
+                    affected_node_ids=tuple(NodeId(stable_reference(n)) for n in nodes),
+                    recorded_at=observed_at,
+                )
+            )
+        )
+    events.append(NodeLeft(node_id=node_id))
+    return events

@@ -9,7 +9,7 @@ import msgspec
 from skulk_core.cards import ModelCard
 from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId, TaskId
 from skulk_core.shards import Instance, RunnerStatus
-from skulk_core.state import DownloadProgress, InstanceFailure, Task, TaskStatus
+from skulk_core.state import Connection, DownloadProgress, InstanceFailure, Task, TaskStatus
 
 
 class _Event(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag=True):
@@ -22,6 +22,20 @@ class NodeJoined(_Event, frozen=True, kw_only=True):
 
 class NodeLeft(_Event, frozen=True, kw_only=True):
     node_id: NodeId
+
+
+class MasterElected(_Event, frozen=True, kw_only=True):
+    """The first event a new master indexes: who rules, since which term."""
+
+    master_node_id: NodeId
+    term: int
+
+
+class ConnectionsReported(_Event, frozen=True, kw_only=True):
+    """``node_id``'s live fabric connections, replacing what it reported before."""
+
+    node_id: NodeId
+    connections: tuple[Connection, ...]
 
 
 class InstanceCreated(_Event, frozen=True, kw_only=True):
@@ -72,6 +86,8 @@ class CustomModelCardRemoved(_Event, frozen=True, kw_only=True):
 Event = (
     NodeJoined
     | NodeLeft
+    | MasterElected
+    | ConnectionsReported
     | InstanceCreated
     | InstanceDeleted
     | InstanceFailed
@@ -93,3 +109,5 @@ class IndexedEvent(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     origin: NodeId
     recorded_at: datetime
     command_id: CommandId | None = None
+    term: int = 0
+    """The election term of the master that indexed it (log freshness, failover)."""

@@ -78,4 +78,7 @@ class State(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     topology: Topology = Topology()
     instance_failures: tuple[InstanceFailure, ...] = ()
     custom_model_cards: dict[ModelId, ModelCard] = {}
+    master_node_id: NodeId | None = None
+    """The master that indexed the latest ``MasterElected`` (``None`` before the first)."""
+    election_term: int = 0
     last_event_applied_idx: int = -1

@@ -148,6 +148,12 @@ class EventLog:
             view = view[written:]
         os.fsync(self._fd)
 
+    def reset(self) -> None:
+        """Drop every record (a snapshot now holds them): the log is MAGIC alone."""
+        os.ftruncate(self._fd, len(MAGIC))
+        os.lseek(self._fd, 0, os.SEEK_END)
+        os.fsync(self._fd)
+
     def size_bytes(self) -> int:
         return os.fstat(self._fd).st_size
 

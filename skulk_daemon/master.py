@@ -27,24 +27,36 @@ log = logging.getLogger(__name__)
 Publish = Callable[[list[IndexedEvent]], None]
 
 
+class NotMaster(RuntimeError):
+    """This master stepped down (a newer term exists); send the command again."""
+
+
 class Master:
     def __init__(
-        self, node_id: NodeId, state: State, event_log: EventLog, publish: Publish
+        self, node_id: NodeId, state: State, event_log: EventLog, publish: Publish, term: int = 0
     ) -> None:
         self._node_id = node_id
         self._state = state
         self._log = event_log
         self._publish = publish
+        self.term = term
+        self._closed = False
         # NOTE: one lock orders every command. decide() must see the State produced by
         # every earlier command, and indices must reach the log in order.
-        self._lock = asyncio.Lock()
+        self.lock = asyncio.Lock()
 
     @property
     def state(self) -> State:
         return self._state
 
+    def close(self) -> None:
+        """Step down: commands not yet ordered raise :class:`NotMaster`."""
+        self._closed = True
+
     async def order(self, command: Command, origin: NodeId) -> list[IndexedEvent] | Refused:
-        async with self._lock:
+        async with self.lock:
+            if self._closed:
+                raise NotMaster("this node is no longer the master")
             decided = decide(self._state, command)
             if isinstance(decided, Refused):
                 return decided
@@ -58,6 +70,7 @@ class Master:
                     origin=origin,
                     recorded_at=now,
                     command_id=command.command_id,
+                    term=self.term,
                 )
                 state = apply(state, item)
                 indexed.append(item)

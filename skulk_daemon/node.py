@@ -1,23 +1,30 @@
-"""The node: identity, configuration, State, telemetry and the master, wired together.
+"""The node: identity, configuration, State, telemetry and its role in the cluster.
 
 Controllers talk to the node, never to the parts behind it. ``submit`` is the one
-way to change State: the command goes to the master (in-process on a single node),
-and the call returns once the resulting events are applied here, so a handler can
-read its own write.
+way to change State: the command goes to the master (in-process when this node is
+the master, over the fabric otherwise), and the call returns once the resulting
+events are applied here, so a handler can read its own write.
+
+Every node keeps the whole State and its own durable copy of the event log. The
+master indexes events; followers append the master's events to their own log
+before applying them, so a node restarted from its data dir holds everything it
+had applied. Every ``SNAPSHOT_EVERY`` events the log is folded into a snapshot.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Final
 
 from skulk_core.apply import apply
 from skulk_core.catalog import Catalog, InstalledModel, build_catalog
-from skulk_core.commands import Command, RegisterNode
+from skulk_core.commands import Command, RecordMasterElected, RegisterNode
 from skulk_core.config import SkulkConfig
 from skulk_core.decide import Refused
 from skulk_core.events import IndexedEvent
@@ -28,10 +35,15 @@ from skulk_core.telemetry import NodeHealth, NodeTelemetry
 from skulk_daemon.config_store import ConfigStore
 from skulk_daemon.eventlog import EventLog
 from skulk_daemon.identity import NodeIdentity
-from skulk_daemon.master import Master
+from skulk_daemon.master import Master, NotMaster
 from skulk_daemon.settings import Settings
+from skulk_daemon.snapshot import SNAPSHOT_EVERY, SNAPSHOT_FILE, StoredSnapshot, save_snapshot
 
 log = logging.getLogger(__name__)
+
+NO_MASTER_WAIT_SECONDS: Final = 15.0
+"""How long a command waits for a master to be elected (or re-elected) before it
+is refused with 503."""
 
 
 class CommandRefused(Exception):
@@ -39,6 +51,18 @@ class CommandRefused(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class NoMaster(CommandRefused):
+    """No master could take the command in time (an election, a partition)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("no_master", message)
+
+
+Forward = Callable[[Command], Awaitable[int | Refused]]
+"""Send a command to the remote master; the index of its last event, or a refusal.
+Raises :class:`NoMaster` when the master cannot be reached."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +85,7 @@ class Node:
         replayed: list[IndexedEvent],
         installed_models: list[InstalledModel],
         models_dir: Path,
+        snapshot: StoredSnapshot | None = None,
     ) -> None:
         self.settings = settings
         self.identity = identity
@@ -68,18 +93,30 @@ class Node:
         self.event_log = event_log
         self.installed_models = installed_models
         self.models_dir = models_dir
-        state = State()
+        state = snapshot.state if snapshot is not None else State()
+        last_term = snapshot.last_term if snapshot is not None else 0
         for event in replayed:
+            if event.idx <= state.last_event_applied_idx:
+                continue  # already folded into the snapshot
             state = apply(state, event)
+            last_term = event.term
         self._state = state
+        self._last_term = last_term
+        self._snapshot_idx = state.last_event_applied_idx if snapshot is not None else -1
         self._telemetry: dict[NodeId, NodeTelemetry] = {}
         self._applied = asyncio.Condition()
+        self._role_changed = asyncio.Event()
         self._listeners: list[Callable[[], None]] = []
+        self._indexed_listeners: list[Callable[[list[IndexedEvent]], None]] = []
         # Reports (runner phases, task bookkeeping) are submitted in the order they
         # were made, off the caller's path: a runner's token stream never waits on fsync.
         self._reports: asyncio.Queue[Command] = asyncio.Queue()
         self._reporter: asyncio.Task[None] | None = None
-        self.master = Master(identity.node_id, state, event_log, self._on_events)
+        self.master: Master | None = None
+        self._forward: Forward | None = None
+        self._log_lock = asyncio.Lock()
+
+    # -- reads ---------------------------------------------------------------------
 
     @property
     def node_id(self) -> NodeId:
@@ -88,6 +125,15 @@ class Node:
     @property
     def state(self) -> State:
         return self._state
+
+    @property
+    def last_term(self) -> int:
+        """The term of the last event applied here (log freshness, for elections)."""
+        return self._last_term
+
+    @property
+    def is_master(self) -> bool:
+        return self.master is not None
 
     @property
     def config(self) -> SkulkConfig:
@@ -102,13 +148,60 @@ class Node:
         health = derive_node_health(state, telemetry, datetime.now(UTC))
         return ClusterView(state=state, telemetry=telemetry, health=health)
 
+    def own_telemetry(self) -> NodeTelemetry | None:
+        return self._telemetry.get(self.node_id)
+
     def record_telemetry(self, reading: NodeTelemetry) -> None:
         """Last write wins, per node."""
-        self._telemetry[reading.node_id] = reading
+        current = self._telemetry.get(reading.node_id)
+        if current is None or reading.observed_at >= current.observed_at:
+            self._telemetry[reading.node_id] = reading
+
+    def forget_telemetry(self, node_id: NodeId) -> None:
+        self._telemetry.pop(node_id, None)
 
     def on_applied(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` (synchronously, cheaply) after every applied batch of events."""
         self._listeners.append(listener)
+
+    def on_indexed(self, listener: Callable[[list[IndexedEvent]], None]) -> None:
+        """Call ``listener`` with every batch this node indexes as master (for replication)."""
+        self._indexed_listeners.append(listener)
+
+    # -- roles ---------------------------------------------------------------------
+
+    def become_master(self, term: int) -> None:
+        """Take over ordering, seeded from the State replicated here."""
+        if self.master is not None and self.master.term == term:
+            return
+        if self.master is not None:
+            self.master.close()
+        self.master = Master(self.node_id, self._state, self.event_log, self._on_indexed, term)
+        self._forward = None
+        self._role_changed.set()
+        self._role_changed = asyncio.Event()
+        log.info("this node is the master (term %d)", term)
+        self.report(
+            RecordMasterElected(command_id=new_command_id(), master_node_id=self.node_id, term=term)
+        )
+
+    def become_follower(self, forward: Forward) -> None:
+        if self.master is not None:
+            self.master.close()
+            self.master = None
+            log.info("this node stepped down; following the elected master")
+        self._forward = forward
+        self._role_changed.set()
+        self._role_changed = asyncio.Event()
+
+    def lose_master(self) -> None:
+        """An election is under way: commands wait for its outcome."""
+        if self.master is not None:
+            self.master.close()
+            self.master = None
+        self._forward = None
+
+    # -- commands ------------------------------------------------------------------
 
     async def start(self) -> None:
         self._reporter = asyncio.create_task(self._drain_reports())
@@ -135,25 +228,119 @@ class Node:
         if self._reporter is not None and not self._reporter.done():
             await self._reports.join()
 
-    async def submit(self, command: Command) -> list[IndexedEvent]:
-        """Send a command to the master; return once its events are applied here."""
-        outcome = await self.master.order(command, self.node_id)
+    async def submit(self, command: Command) -> list[IndexedEvent] | int:
+        """Send a command to the master; return once its events are applied here.
+
+        Returns the events when this node is the master, else the index of the
+        command's last event. Raises :class:`CommandRefused` (:class:`NoMaster`
+        when no master takes it in time).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + NO_MASTER_WAIT_SECONDS
+        while True:
+            outcome = await self._try_submit(command)
+            if outcome is not None:
+                break
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise NoMaster("no master is elected; the cluster is electing one, retry")
+            waiting = self._role_changed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiting.wait(), min(remaining, 0.5))
         if isinstance(outcome, Refused):
             raise CommandRefused(outcome.code, outcome.message)
-        if outcome:
-            target = outcome[-1].idx
-            async with self._applied:
-                await self._applied.wait_for(lambda: self._state.last_event_applied_idx >= target)
+        target = outcome[-1].idx if isinstance(outcome, list) and outcome else outcome
+        if isinstance(target, int) and target >= 0:
+            await self.wait_applied(target)
         return outcome
 
-    def _on_events(self, events: Iterable[IndexedEvent]) -> None:
+    async def _try_submit(self, command: Command) -> list[IndexedEvent] | int | Refused | None:
+        """One attempt; ``None`` when there is no master to take it right now."""
+        master = self.master
+        if master is not None:
+            try:
+                return await master.order(command, self.node_id)
+            except NotMaster:
+                return None
+        forward = self._forward
+        if forward is None:
+            return None
+        try:
+            return await forward(command)
+        except NoMaster:
+            return None
+
+    async def wait_applied(self, idx: int) -> None:
+        async with self._applied:
+            await self._applied.wait_for(lambda: self._state.last_event_applied_idx >= idx)
+
+    # -- events --------------------------------------------------------------------
+
+    def _on_indexed(self, events: list[IndexedEvent]) -> None:
+        """The master made ``events`` durable in this node's log: apply, then replicate."""
+        self._apply(events)
+        for listener in self._indexed_listeners:
+            listener(events)
+
+    async def apply_replicated(self, events: Sequence[IndexedEvent]) -> None:
+        """A follower's copy of the master's events: durable here first, then applied.
+
+        The events must continue this node's State exactly (the replication layer
+        orders and de-duplicates them).
+        """
+        async with self._log_lock:
+            fresh = [e for e in events if e.idx > self._state.last_event_applied_idx]
+            if not fresh:
+                return
+            await asyncio.to_thread(self.event_log.append, fresh)
+            self._apply(fresh)
+
+    async def install_snapshot(self, state: State, last_term: int) -> None:
+        """Replace State with the master's (this node was too far behind, or diverged)."""
+        async with self._log_lock:
+            path = self.settings.data_dir / SNAPSHOT_FILE
+            await asyncio.to_thread(save_snapshot, path, state, last_term)
+            await asyncio.to_thread(self.event_log.reset)
+            self._state = state
+            self._last_term = last_term
+            self._snapshot_idx = state.last_event_applied_idx
+            log.info("installed the master's snapshot at index %d", state.last_event_applied_idx)
+        self._after_apply()
+
+    def _apply(self, events: Iterable[IndexedEvent]) -> None:
         state = self._state
         for event in events:
             state = apply(state, event)
+            self._last_term = event.term
         self._state = state
+        self._after_apply()
+        if state.last_event_applied_idx - self._snapshot_idx >= SNAPSHOT_EVERY:
+            self._snapshot_idx = state.last_event_applied_idx
+            asyncio.get_running_loop().create_task(self._write_snapshot())
+
+    def _after_apply(self) -> None:
         for listener in self._listeners:
             listener()
         asyncio.get_running_loop().create_task(self._notify())
+
+    async def _write_snapshot(self) -> None:
+        async with self._log_lock:
+            # NOTE: the master appends under its own lock; taking it too means no
+            # append can land between the snapshot and the reset and be lost.
+            master = self.master
+            if master is not None:
+                async with master.lock:
+                    await self._snapshot_now()
+            else:
+                await self._snapshot_now()
+
+    async def _snapshot_now(self) -> None:
+        state, term = self._state, self._last_term
+        path = self.settings.data_dir / SNAPSHOT_FILE
+        await asyncio.to_thread(save_snapshot, path, state, term)
+        await asyncio.to_thread(self.event_log.reset)
+        self._snapshot_idx = state.last_event_applied_idx
+        log.info("snapshot at index %d; event log emptied", state.last_event_applied_idx)
 
     async def _notify(self) -> None:
         async with self._applied:
@@ -162,4 +349,6 @@ class Node:
     def close(self) -> None:
         if self._reporter is not None:
             self._reporter.cancel()
+        if self.master is not None:
+            self.master.close()
         self.event_log.close()

@@ -26,16 +26,25 @@ from skulk_daemon.api.app import create_app
 from skulk_daemon.buildinfo import source_commit
 from skulk_daemon.config_store import ConfigStore
 from skulk_daemon.eventlog import EventLog, EventLogCorrupt
+from skulk_daemon.fabric.cluster import ClusterAgent
+from skulk_daemon.fabric.discovery import DiscoveredPeer, MdnsDiscovery
+from skulk_daemon.fabric.keys import derive_curve_keys, load_cluster_key
+from skulk_daemon.fabric.peers import fabric_address
+from skulk_daemon.fabric.setup import resolve_fabric
+from skulk_daemon.fabric.transport import FabricBindError, FabricTransport, FrameHandler
 from skulk_daemon.fsutil import ensure_private_dir
 from skulk_daemon.identity import IdentityError, load_identity
 from skulk_daemon.models.embedding_demo import with_embedding_demo
 from skulk_daemon.models.installed import load_installed_models
 from skulk_daemon.node import Node
 from skulk_daemon.settings import Settings, resolve_settings
+from skulk_daemon.snapshot import SNAPSHOT_FILE, SnapshotCorrupt, load_snapshot
 from skulk_daemon.telemetry.publisher import TelemetrySource, run_publisher
 from skulk_daemon.worker.supervisor import Supervisor
 
 log = logging.getLogger("skulk")
+
+SHUTDOWN_FLUSH_SECONDS = 5.0
 
 
 class StartupError(Exception):
@@ -51,6 +60,26 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--data-dir", help="node data dir (env SKULK_DATA_DIR)")
     parser.add_argument("--models-dir", help="models dir (env SKULK_MODELS_DIR)")
     parser.add_argument("--config-home", help="dir holding skulk.yaml (env SKULK_CONFIG_HOME)")
+    parser.add_argument(
+        "--fabric-port",
+        type=int,
+        help="cluster fabric port (default 52416, env SKULK_FABRIC_PORT, cluster.fabric_port)",
+    )
+    parser.add_argument(
+        "--peer",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="a peer's fabric address; repeatable (env SKULK_PEERS, cluster.peers)",
+    )
+    parser.add_argument(
+        "--force-master",
+        action="store_true",
+        help="always win master elections (env SKULK_FORCE_MASTER=1)",
+    )
+    parser.add_argument(
+        "--no-mdns", action="store_true", help="do not use mDNS discovery (env SKULK_MDNS=0)"
+    )
     return parser.parse_args(list(argv))
 
 
@@ -90,8 +119,9 @@ def build_node(settings: Settings) -> Node:
     except (IdentityError, OSError) as exc:
         raise StartupError(str(exc)) from None
     try:
+        snapshot = load_snapshot(settings.data_dir / SNAPSHOT_FILE)
         event_log, replayed, torn = EventLog.open(settings.event_log_path)
-    except EventLogCorrupt as exc:
+    except (EventLogCorrupt, SnapshotCorrupt) as exc:
         raise StartupError(str(exc)) from None
     if torn is not None:
         log.warning("%s", torn.describe(settings.event_log_path))
@@ -103,6 +133,7 @@ def build_node(settings: Settings) -> Node:
         replayed=replayed,
         installed_models=with_embedding_demo(load_installed_models(models_dir), models_dir),
         models_dir=models_dir,
+        snapshot=snapshot,
     )
 
 
@@ -114,7 +145,51 @@ class _Server(uvicorn.Server):
         yield
 
 
-async def _serve(settings: Settings) -> None:
+async def _start_fabric(
+    node: Node, settings: Settings, args: argparse.Namespace
+) -> tuple[ClusterAgent, MdnsDiscovery | None]:
+    config = node.config
+    try:
+        fabric, mdns = resolve_fabric(
+            bind_host=settings.host,
+            config=config.cluster,
+            port=args.fabric_port,
+            peers=args.peer,
+            force_master=args.force_master,
+            no_mdns=args.no_mdns,
+        )
+        keys = derive_curve_keys(load_cluster_key(settings.data_dir, config.cluster.key))
+    except (ValueError, OSError) as exc:
+        raise StartupError(str(exc)) from None
+
+    def transport(on_frames: FrameHandler) -> FabricTransport:
+        return FabricTransport(
+            bind_host=fabric.bind_host, port=fabric.port, keys=keys, on_frames=on_frames
+        )
+
+    agent = ClusterAgent(node, fabric, transport)
+    try:
+        await agent.start()
+    except FabricBindError as exc:
+        raise StartupError(f"{exc}; stop the other node or pass --fabric-port") from None
+    discovery: MdnsDiscovery | None = None
+    if mdns:
+
+        def found(peer: DiscoveredPeer) -> None:
+            if peer.addresses:
+                agent.dial(fabric_address(peer.addresses[0], peer.port))
+
+        discovery = MdnsDiscovery(
+            node_id=node.node_id,
+            fabric_port=agent.transport.port,
+            version=SKULK_VERSION,
+            on_peer=found,
+        )
+        await discovery.start()
+    return agent, discovery
+
+
+async def _serve(settings: Settings, args: argparse.Namespace) -> None:
     sock = bind_api_socket(settings.host, settings.api_port)
     node = await asyncio.to_thread(build_node, settings)
     config = node.config
@@ -134,6 +209,12 @@ async def _serve(settings: Settings) -> None:
     background: list[asyncio.Task[None]] = []
     worker = Supervisor(node)
     node.on_applied(worker.wake)
+    try:
+        agent, discovery = await _start_fabric(node, settings, args)
+    except BaseException:
+        node.close()
+        sock.close()
+        raise
 
     async def started() -> None:
         await node.start()
@@ -152,9 +233,14 @@ async def _serve(settings: Settings) -> None:
         for task in background:
             await task
         await worker.shutdown()
-        await node.flush_reports()
+        with contextlib.suppress(TimeoutError):
+            # Reports need a master; one that has gone must not hang the shutdown.
+            await asyncio.wait_for(node.flush_reports(), SHUTDOWN_FLUSH_SECONDS)
+        if discovery is not None:
+            await discovery.close()
+        await agent.close()
 
-    app = create_app(node, worker, on_startup=[started], on_shutdown=[stopping])
+    app = create_app(node, worker, cluster=agent, on_startup=[started], on_shutdown=[stopping])
     server = _Server(
         uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=10)
     )
@@ -189,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             data_dir=args.data_dir,
             models_dir=args.models_dir,
         )
-        asyncio.run(_serve(settings))
+        asyncio.run(_serve(settings, args))
     except (StartupError, ValueError) as exc:
         print(f"skulk: {exc}", file=sys.stderr)
         return 1

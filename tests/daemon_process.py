@@ -24,6 +24,9 @@ def free_port() -> int:
         return port
 
 
+TEST_ENV = {"SKULK_MDNS": "0", "SKULK_CLUSTER_KEY": "skulk-tests-shared-cluster-key-0001"}
+
+
 @dataclass
 class DaemonProcess:
     root: Path
@@ -31,6 +34,17 @@ class DaemonProcess:
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[str] | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    fabric_port: int = field(default_factory=free_port)
+    peers: list[str] = field(default_factory=list)
+    extra_args: list[str] = field(default_factory=list)
+
+    @property
+    def fabric_address(self) -> str:
+        return f"127.0.0.1:{self.fabric_port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "daemon.log"
 
     @property
     def data_dir(self) -> Path:
@@ -59,27 +73,34 @@ class DaemonProcess:
             str(self.config_home),
             "--models-dir",
             str(self.models_dir),
+            "--fabric-port",
+            str(self.fabric_port),
+            *(arg for peer in self.peers for arg in ("--peer", peer)),
+            *self.extra_args,
         ]
 
     def spawn(self) -> subprocess.Popen[str]:
-        env = {**os.environ, **self.extra_env}
+        # Tests run without mDNS (explicit peers only) and share one cluster key.
+        env = {**os.environ, **TEST_ENV, **self.extra_env}
         env.pop("SKULK_API_URL", None)
-        self.process = subprocess.Popen(
-            self.argv(),
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        self.root.mkdir(parents=True, exist_ok=True)
+        # NOTE: the log goes to a file, not a pipe nobody reads: a chatty daemon would
+        # otherwise block once the pipe buffer filled.
+        with self.log_path.open("a") as log:
+            self.process = subprocess.Popen(
+                self.argv(), env=env, stdout=log, stderr=subprocess.STDOUT, text=True
+            )
         return self.process
+
+    def log_text(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
 
     def start(self) -> DaemonProcess:
         process = self.spawn()
         deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                _, err = process.communicate()
-                raise AssertionError(f"daemon exited with {process.returncode}:\n{err}")
+                raise AssertionError(f"daemon exited with {process.returncode}:\n{self.log_text()}")
             try:
                 if httpx.get(f"{self.url}/node_id", timeout=1.0).status_code == 200:
                     return self
@@ -92,23 +113,23 @@ class DaemonProcess:
     def stop(self, sig: signal.Signals = signal.SIGINT, timeout: float = 30.0) -> tuple[int, str]:
         assert self.process is not None
         self.process.send_signal(sig)
-        _, err = self.process.communicate(timeout=timeout)
-        code = self.process.returncode
+        code = self.process.wait(timeout=timeout)
         self.process = None
-        return code, err
+        return code, self.log_text()
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
-            self.process.communicate()
+            self.process.wait()
         self.process = None
 
     def run_to_exit(self, timeout: float = 60.0) -> tuple[int, str]:
         """Start and wait for the process to exit on its own (start-up failures)."""
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         process = self.spawn()
-        _, err = process.communicate(timeout=timeout)
+        code = process.wait(timeout=timeout)
         self.process = None
-        return process.returncode, err
+        return code, self.log_text()[offset:]
 
     def runner_status(self, instance_id: str) -> str | None:
         """The tag of the instance's first runner status (``"RunnerReady"``), if any."""

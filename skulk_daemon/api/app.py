@@ -15,6 +15,7 @@ from skulk_daemon.api.bench import BenchController
 from skulk_daemon.api.browser_tools import BrowserToolsController
 from skulk_daemon.api.claude_messages import ClaudeMessagesController
 from skulk_daemon.api.config import ConfigController
+from skulk_daemon.api.diagnostics import DiagnosticsController
 from skulk_daemon.api.embeddings import EmbeddingsController
 from skulk_daemon.api.errors import EXCEPTION_HANDLERS
 from skulk_daemon.api.images import ImagesController
@@ -26,6 +27,7 @@ from skulk_daemon.api.placement import PlacementController
 from skulk_daemon.api.responses import ResponsesController
 from skulk_daemon.api.state import StateController
 from skulk_daemon.chat.commands import ActiveCommands
+from skulk_daemon.fabric.cluster import ClusterAgent
 from skulk_daemon.node import Node
 from skulk_daemon.worker.supervisor import Supervisor
 
@@ -43,6 +45,7 @@ CONTROLLERS = [
     ImagesController,
     BrowserToolsController,
     PlacementController,
+    DiagnosticsController,
 ]
 
 
@@ -50,6 +53,7 @@ def create_app(
     node: Node,
     worker: Supervisor,
     *,
+    cluster: ClusterAgent | None = None,
     on_startup: Sequence[Callable[[], Any]] = (),
     on_shutdown: Sequence[Callable[[], Any]] = (),
 ) -> Litestar:
@@ -64,12 +68,16 @@ def create_app(
     def provide_commands() -> ActiveCommands:
         return commands
 
+    def provide_cluster() -> ClusterAgent | None:
+        return cluster
+
     return Litestar(
         route_handlers=CONTROLLERS,
         dependencies={
             "node": Provide(provide_node, sync_to_thread=False),
             "worker": Provide(provide_worker, sync_to_thread=False),
             "commands": Provide(provide_commands, sync_to_thread=False),
+            "cluster": Provide(provide_cluster, sync_to_thread=False),
         },
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         on_startup=list(on_startup),

@@ -32,7 +32,7 @@ _TYPE_BY_STATUS = {
     504: "timeout_error",
 }
 
-_STATUS_BY_REFUSAL = {"not_found": 404, "instance_exists": 409}
+_STATUS_BY_REFUSAL = {"not_found": 404, "instance_exists": 409, "no_master": 503}
 
 
 class ApiError(Exception):

@@ -1,0 +1,173 @@
+"""The fabric's wire: envelopes and messages, msgpack-encoded with msgspec.
+
+A frame on the fabric is two ZeroMQ message parts: a small :class:`Header` (protocol
+version, plane, origin node, per-origin sequence, session) and the body, one
+:data:`Body` value. The header is decoded first, so a frame from a foreign protocol
+version or a stale session is dropped without decoding its body; a body that fails
+to decode is dropped too. Nothing here performs I/O.
+
+Three planes are kept apart, each with its own handling on the receiving side:
+
+- ``control``: election, commands to the master, indexed events and state sync;
+- ``telemetry``: last-write-wins readings every ~1.5 s, which double as heartbeats;
+- ``data``: node-addressed token and media frames with per-command sequence
+  numbers, bounded per owner, never entering State or the event log.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+import msgspec
+
+from skulk_core.commands import Command
+from skulk_core.election import ElectionMessage, Rank, Session
+from skulk_core.events import IndexedEvent
+from skulk_core.ids import CommandId, NodeId
+from skulk_core.state import State
+from skulk_core.telemetry import NodeTelemetry
+
+PROTOCOL_VERSION: Final = 1
+MAX_EVENTS_PER_FRAME: Final = 512
+MAX_DATA_PAYLOAD_BYTES: Final = 8 * 1024 * 1024
+
+Plane = Literal["control", "telemetry", "data"]
+
+
+class Header(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    version: int
+    plane: Plane
+    origin: NodeId
+    seq: int
+    session: Session | None = None
+
+
+# -- telemetry plane -----------------------------------------------------------
+
+
+class PeerAddress(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    node_id: NodeId
+    address: str
+    """``host:port`` of its fabric socket, as the sender reaches it."""
+
+
+class Beat(msgspec.Struct, frozen=True, kw_only=True, tag="beat"):
+    """Liveness, identity and the latest reading; the first one is the hello.
+
+    ``fabric_port`` lets the receiver connect back; ``last_idx`` (from the master)
+    lets followers notice a gap even when every batch was lost; ``peers`` spreads
+    the mesh: a node that knows only one peer learns every other from it.
+    """
+
+    fabric_port: int
+    skulk_version: str
+    transport: str
+    rank: Rank
+    reading: NodeTelemetry | None = None
+    last_idx: int = -1
+    peers: tuple[PeerAddress, ...] = ()
+
+
+# -- control plane ---------------------------------------------------------------
+
+
+class Elect(msgspec.Struct, frozen=True, kw_only=True, tag="elect"):
+    message: ElectionMessage
+
+
+class SubmitCommand(msgspec.Struct, frozen=True, kw_only=True, tag="submit"):
+    request_id: str
+    command: Command
+
+
+class CommandOutcome(msgspec.Struct, frozen=True, kw_only=True, tag="outcome"):
+    """The master's answer: the index of the command's last event (``-1`` for none),
+    or the refusal."""
+
+    request_id: str
+    last_idx: int = -1
+    refused_code: str | None = None
+    refused_message: str | None = None
+
+
+class EventBatch(msgspec.Struct, frozen=True, kw_only=True, tag="events"):
+    events: tuple[IndexedEvent, ...]
+
+
+class SyncRequest(msgspec.Struct, frozen=True, kw_only=True, tag="sync"):
+    """ "I hold everything up to ``last_idx`` (indexed in ``last_term``); send the rest.\""""
+
+    last_idx: int
+    last_term: int
+
+
+class Snapshot(msgspec.Struct, frozen=True, kw_only=True, tag="snapshot"):
+    """The master's whole State: for a follower too far behind, or diverged."""
+
+    state: State
+    last_term: int
+
+
+# -- data plane ------------------------------------------------------------------
+
+
+class DataFrame(msgspec.Struct, frozen=True, kw_only=True, tag="data"):
+    """One frame of a command's stream, for the node that owns the command."""
+
+    command_id: CommandId
+    seq: int
+    payload: bytes
+    final: bool = False
+
+
+Body = (
+    Beat | Elect | SubmitCommand | CommandOutcome | EventBatch | SyncRequest | Snapshot | DataFrame
+)
+
+PLANE_OF: Final[dict[type, Plane]] = {
+    Beat: "telemetry",
+    Elect: "control",
+    SubmitCommand: "control",
+    CommandOutcome: "control",
+    EventBatch: "control",
+    SyncRequest: "control",
+    Snapshot: "control",
+    DataFrame: "data",
+}
+
+_encoder: Final = msgspec.msgpack.Encoder()
+_header_decoder: Final = msgspec.msgpack.Decoder(Header)
+_body_decoder: Final = msgspec.msgpack.Decoder(Body)
+
+
+class FrameError(ValueError):
+    """A frame that cannot be used; ``reason`` is the diagnostics counter it lands in."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+def encode(header: Header, body: Body) -> list[bytes]:
+    return [_encoder.encode(header), _encoder.encode(body)]
+
+
+def decode_header(frames: list[bytes]) -> Header:
+    """The header of a frame; raises :class:`FrameError` (``malformed``/``version``)."""
+    if len(frames) != 2:
+        raise FrameError("malformed", f"expected 2 parts, got {len(frames)}")
+    try:
+        header = _header_decoder.decode(frames[0])
+    except msgspec.DecodeError as exc:
+        # A frame from a future protocol version may not even have our header shape.
+        raise FrameError("malformed", str(exc)) from None
+    if header.version != PROTOCOL_VERSION:
+        raise FrameError("version", f"protocol {header.version}, expected {PROTOCOL_VERSION}")
+    return header
+
+
+def decode_body(frames: list[bytes]) -> Body:
+    try:
+        return _body_decoder.decode(frames[1])
+    except msgspec.DecodeError as exc:
+        raise FrameError("malformed", str(exc)) from None

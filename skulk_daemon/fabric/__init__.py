@@ -1,0 +1,1 @@
+"""The cluster fabric: ZeroMQ transport, discovery, election, replication."""

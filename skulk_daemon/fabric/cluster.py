@@ -1,0 +1,615 @@
+"""The cluster agent: the node's life on the fabric.
+
+It carries out what the pure parts decide. Every ~1.5 s it sends a :class:`Beat`
+(identity, rank, latest telemetry, last applied index) to every peer; beats are
+the liveness signal and how a joining node learns the sitting master. It drives
+the :class:`~skulk_core.election.Election`, turns its sessions into the node's
+role (master or follower), forwards a follower's commands to the master, keeps
+followers replicated (batches as they are indexed, sync on a gap or a new
+session, snapshots when a tail cannot serve), removes nodes unseen past the
+membership timeout (their instances recorded as failed, naming the node), and
+reports the node's live connections as topology edges.
+
+Frames are checked before use: a foreign protocol version, a malformed body, a
+frame claiming to come from this node, or a control message from a stale session
+is dropped and counted in :meth:`ClusterAgent.diagnostics`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import msgspec
+
+from skulk_core.commands import Command, RegisterNode, RemoveNode, ReportConnections
+from skulk_core.decide import Refused
+from skulk_core.election import (
+    Action,
+    Broadcast,
+    Coordinator,
+    Election,
+    Rank,
+    SendTo,
+    Session,
+    SessionChanged,
+)
+from skulk_core.events import IndexedEvent
+from skulk_core.fabric import (
+    PLANE_OF,
+    PROTOCOL_VERSION,
+    Beat,
+    Body,
+    CommandOutcome,
+    DataFrame,
+    Elect,
+    EventBatch,
+    FrameError,
+    Header,
+    PeerAddress,
+    Snapshot,
+    SubmitCommand,
+    SyncRequest,
+    decode_body,
+    decode_header,
+    encode,
+)
+from skulk_core.ids import CommandId, NodeId, new_command_id
+from skulk_core.state import Connection
+from skulk_core.version import SKULK_VERSION
+from skulk_daemon.eventlog import read_events
+from skulk_daemon.fabric.data_plane import DataPlane
+from skulk_daemon.fabric.peers import Peer, PeerBook, fabric_address, parse_peer
+from skulk_daemon.fabric.replication import CatchUp, RetainedTail
+from skulk_daemon.fabric.transport import FabricTransport
+from skulk_daemon.master import NotMaster
+from skulk_daemon.node import Node, NoMaster
+
+log = logging.getLogger(__name__)
+
+DATA_TRANSPORT: Final = "zmq"
+TICK_SECONDS: Final = 0.1
+FORWARD_TIMEOUT_SECONDS: Final = 5.0
+RECENT_OUTCOMES: Final = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class FabricSettings:
+    bind_host: str = "0.0.0.0"
+    port: int = 52416
+    peers: tuple[str, ...] = ()
+    force_master: bool = False
+    beat_seconds: float = 1.5
+    node_timeout_seconds: float = 10.0
+    """Unseen this long, a node is removed from the cluster (by the master)."""
+    settle_seconds: float = 5.0
+    """After an election, how long the new master waits before removing anyone."""
+    discovery_grace_seconds: float = 2.0
+    """How long a node listens for a sitting master before it campaigns (0 when it
+    has no way to find peers: no explicit peers and no mDNS)."""
+
+
+@dataclass(slots=True)
+class _Pending:
+    future: asyncio.Future[CommandOutcome]
+    master: NodeId
+
+
+@dataclass(slots=True)
+class _Counters:
+    dropped: Counter[str] = field(default_factory=Counter)
+    received: Counter[str] = field(default_factory=Counter)
+
+
+class ClusterAgent:
+    def __init__(
+        self,
+        node: Node,
+        settings: FabricSettings,
+        transport: Callable[[Callable[[str, list[bytes]], None]], FabricTransport],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.node = node
+        self.settings = settings
+        self._clock = clock
+        self.transport = transport(self._on_frames)
+        self.peers = PeerBook(own_id=node.node_id)
+        now = clock()
+        self.election = Election(
+            rank=self._rank(),
+            started_at=now,
+            discovery_grace=settings.discovery_grace_seconds,
+            peer_timeout=max(4.0, settings.beat_seconds * 3),
+        )
+        self.catch_up = CatchUp()
+        self.tail = RetainedTail()
+        self.data = DataPlane(node.node_id, self._send_data)
+        self.counters = _Counters()
+        self._seq = 0
+        self._pending: dict[str, _Pending] = {}
+        self._recent: OrderedDict[CommandId, CommandOutcome] = OrderedDict()
+        self._control: asyncio.Queue[tuple[NodeId, Header, Body]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._next_beat = 0.0
+        self._became_master_at = 0.0
+        self._removing: set[NodeId] = set()
+        self._reported_connections: tuple[Connection, ...] | None = None
+        self._session: Session | None = None
+        node.on_indexed(self._on_indexed)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.transport.start()
+        for address in self.settings.peers:
+            self.dial(address)
+        self._tasks = [
+            asyncio.create_task(self._tick_loop(), name="fabric-tick"),
+            asyncio.create_task(self._control_loop(), name="fabric-control"),
+        ]
+        log.info(
+            "fabric listening on port %d (%d explicit peer(s))",
+            self.transport.port,
+            len(self.settings.peers),
+        )
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for pending in self._pending.values():
+            pending.future.cancel()
+        await self.transport.close()
+
+    def dial(self, address: str) -> None:
+        """Connect to ``address`` (explicit, discovered or learned)."""
+        if self.peers.want(address):
+            self.transport.connect(address)
+
+    # -- sending ---------------------------------------------------------------------
+
+    def _frames(self, body: Body) -> list[bytes]:
+        self._seq += 1
+        header = Header(
+            version=PROTOCOL_VERSION,
+            plane=PLANE_OF[type(body)],
+            origin=self.node.node_id,
+            seq=self._seq,
+            session=self.election.session,
+        )
+        return encode(header, body)
+
+    def _send(self, node_id: NodeId, body: Body) -> bool:
+        address = self.peers.address_of(node_id)
+        if address is None:
+            return False
+        return self.transport.send(address, self._frames(body))
+
+    def _broadcast(self, body: Body) -> None:
+        frames = self._frames(body)
+        for address in sorted(self.peers.dial):
+            self.transport.send(address, frames)
+
+    def _send_data(self, owner: NodeId, frame: DataFrame) -> bool:
+        return self._send(owner, frame)
+
+    # -- the clock -------------------------------------------------------------------
+
+    def _rank(self) -> Rank:
+        return Rank(
+            forced=self.settings.force_master,
+            last_term=self.node.last_term,
+            last_index=self.node.state.last_event_applied_idx,
+            node_id=self.node.node_id,
+        )
+
+    async def _tick_loop(self) -> None:
+        while True:
+            try:
+                self._tick()
+            except Exception:
+                log.exception("fabric tick failed")
+            await asyncio.sleep(TICK_SECONDS)
+
+    def _tick(self) -> None:
+        now = self._clock()
+        self.election.update_rank(self._rank())
+        self._act(self.election.tick(now), now)
+        if self.election.session is None and self._session is not None:
+            self._session = None
+            self.node.lose_master()
+        if now >= self._next_beat:
+            self._next_beat = now + self.settings.beat_seconds
+            self._beat(now)
+        if self.node.is_master:
+            self._check_membership(now)
+        elif self.catch_up.has_gap:
+            self._request_sync(now)
+
+    def _beat(self, now: float) -> None:
+        live = tuple(
+            PeerAddress(node_id=p.node_id, address=p.address)
+            for p in sorted(
+                self.peers.live(now, self.election.peer_timeout), key=lambda p: p.node_id
+            )
+        )
+        self._broadcast(
+            Beat(
+                fabric_port=self.transport.port,
+                skulk_version=SKULK_VERSION,
+                transport=DATA_TRANSPORT,
+                rank=self.election.rank,
+                reading=self.node.own_telemetry(),
+                last_idx=self.node.state.last_event_applied_idx,
+                peers=live,
+            )
+        )
+        self._report_connections(now)
+        self._forget_departed(now)
+
+    # -- election --------------------------------------------------------------------
+
+    def _act(self, actions: list[Action], now: float) -> None:
+        for action in actions:
+            match action:
+                case Broadcast(message=message):
+                    self._broadcast(Elect(message=message))
+                case SendTo(peer=peer, message=message):
+                    self._send(peer, Elect(message=message))
+                case SessionChanged(session=session):
+                    self._on_session(session, now)
+
+    def _on_session(self, session: Session, now: float) -> None:
+        self._session = session
+        log.info("session: master %s, term %d", session.master, session.term)
+        if session.master == self.node.node_id:
+            self._seed_tail()
+            self._became_master_at = now
+            self._removing.clear()
+            self.node.become_master(session.term)
+            return
+        self.catch_up.reset()
+        self.node.become_follower(self._forward)
+        self._request_sync(now, force=True)
+        # A node the old master removed (or never saw) joins this master's topology.
+        self.node.report(RegisterNode(command_id=new_command_id(), node_id=self.node.node_id))
+
+    def _seed_tail(self) -> None:
+        """A new master serves catch-up from the events in its own log."""
+        self.tail = RetainedTail()
+        try:
+            self.tail.extend(read_events(self.node.event_log.path))
+        except Exception:  # a torn or unreadable log only costs followers a snapshot
+            log.warning("could not read the event log to seed the retained tail", exc_info=True)
+
+    # -- receiving -------------------------------------------------------------------
+
+    def _on_frames(self, peer_ip: str, frames: list[bytes]) -> None:
+        try:
+            header = decode_header(frames)
+        except FrameError as exc:
+            self.counters.dropped[exc.reason] += 1
+            return
+        if header.origin == self.node.node_id:
+            self.counters.dropped["own_origin"] += 1
+            return
+        try:
+            body = decode_body(frames)
+        except FrameError as exc:
+            self.counters.dropped[exc.reason] += 1
+            return
+        if PLANE_OF[type(body)] != header.plane:
+            self.counters.dropped["wrong_plane"] += 1
+            return
+        now = self._clock()
+        self.counters.received[header.plane] += 1
+        if header.origin in self.peers.by_node:
+            self.peers.by_node[header.origin].heard_at = now
+        self.election.heard_from(header.origin, now)
+        match body:
+            case Beat():
+                self._on_beat(peer_ip, header, body, now)
+            case DataFrame():
+                self.data.deliver(body)
+            case Elect(message=message):
+                self._act(self.election.handle(header.origin, message, now), now)
+            case CommandOutcome():
+                pending = self._pending.get(body.request_id)
+                if pending is not None and not pending.future.done():
+                    pending.future.set_result(body)
+            case SubmitCommand() | EventBatch() | SyncRequest() | Snapshot():
+                self._control.put_nowait((header.origin, header, body))
+
+    def _on_beat(self, peer_ip: str, header: Header, beat: Beat, now: float) -> None:
+        if beat.rank.node_id != header.origin or not 0 < beat.fabric_port < 65536:
+            self.counters.dropped["bad_beat"] += 1
+            return
+        address = fabric_address(peer_ip, beat.fabric_port)
+        moved = self.peers.learned(
+            Peer(
+                node_id=header.origin,
+                address=address,
+                rank=beat.rank,
+                skulk_version=beat.skulk_version,
+                transport=beat.transport,
+                last_idx=beat.last_idx,
+                heard_at=now,
+            )
+        )
+        if moved is not None:
+            self.transport.disconnect(moved)
+        self.transport.connect(address)
+        for known in beat.peers:
+            if known.node_id != self.node.node_id and known.node_id not in self.peers.by_node:
+                with contextlib.suppress(ValueError):
+                    self.dial(parse_peer(known.address))
+        if beat.reading is not None and beat.reading.node_id == header.origin:
+            self.node.record_telemetry(beat.reading)
+        session = header.session
+        if session is not None and session.master == header.origin:
+            # A master's beat is its standing claim: how joiners learn who rules.
+            claim = Coordinator(term=session.term, rank=beat.rank)
+            self._act(self.election.handle(header.origin, claim, now), now)
+        current = self.election.session
+        if (
+            current is not None
+            and current.master == header.origin
+            and beat.last_idx > self.node.state.last_event_applied_idx
+        ):
+            self._request_sync(now)
+        if self.node.is_master and header.origin not in self.node.state.topology.nodes:
+            self._removing.discard(header.origin)
+            self.node.report(RegisterNode(command_id=new_command_id(), node_id=header.origin))
+
+    async def _control_loop(self) -> None:
+        while True:
+            origin, header, body = await self._control.get()
+            try:
+                await self._control_one(origin, header, body)
+            except Exception:
+                log.exception("fabric control message %s failed", type(body).__name__)
+
+    def _from_master(self, origin: NodeId, header: Header) -> bool:
+        current = self.election.session
+        ok = (
+            current is not None
+            and current.master == origin
+            and current.master != self.node.node_id
+            and header.session == current
+        )
+        if not ok:
+            self.counters.dropped["stale_session"] += 1
+        return ok
+
+    async def _control_one(self, origin: NodeId, header: Header, body: Body) -> None:
+        match body:
+            case SubmitCommand():
+                await self._serve_submit(origin, header, body)
+            case EventBatch(events=events):
+                if not self._from_master(origin, header):
+                    return
+                ready = self.catch_up.accept(events, self.node.state.last_event_applied_idx)
+                if ready:
+                    await self.node.apply_replicated(ready)
+                if self.catch_up.has_gap:
+                    self._request_sync(self._clock())
+            case SyncRequest():
+                if not self.node.is_master:
+                    return
+                answer = self.tail.answer(body, self.node.state, self.node.last_term)
+                if isinstance(answer, list):
+                    for batch in answer:
+                        self._send(origin, batch)
+                elif answer is not None:
+                    self._send(origin, answer)
+            case Snapshot(state=state, last_term=last_term):
+                if not self._from_master(origin, header):
+                    return
+                if state.last_event_applied_idx >= self.node.state.last_event_applied_idx or (
+                    last_term != self.node.last_term
+                ):
+                    await self.node.install_snapshot(state, last_term)
+                self.catch_up.reset()
+            case _:
+                pass
+
+    # -- commands --------------------------------------------------------------------
+
+    async def _forward(self, command: Command) -> int | Refused:
+        session = self.election.session
+        if session is None or session.master == self.node.node_id:
+            raise NoMaster("no master is elected")
+        request_id = secrets.token_hex(8)
+        future: asyncio.Future[CommandOutcome] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = _Pending(future=future, master=session.master)
+        try:
+            if not self._send(
+                session.master, SubmitCommand(request_id=request_id, command=command)
+            ):
+                raise NoMaster("the master cannot be reached")
+            try:
+                outcome = await asyncio.wait_for(future, FORWARD_TIMEOUT_SECONDS)
+            except TimeoutError:
+                raise NoMaster("the master did not answer in time") from None
+        finally:
+            self._pending.pop(request_id, None)
+        if outcome.refused_code == "not_master":
+            raise NoMaster("the node asked is no longer the master")
+        if outcome.refused_code is not None:
+            return Refused(code=outcome.refused_code, message=outcome.refused_message or "")
+        return outcome.last_idx
+
+    async def _serve_submit(self, origin: NodeId, header: Header, request: SubmitCommand) -> None:
+        command_id = request.command.command_id
+        cached = self._recent.get(command_id)
+        if cached is not None:
+            # A retry of a command already ordered (its answer was lost): same answer.
+            self._send(origin, msgspec.structs.replace(cached, request_id=request.request_id))
+            return
+        master = self.node.master
+        if master is None or header.session is None or header.session.term != master.term:
+            self._send(
+                origin,
+                CommandOutcome(
+                    request_id=request.request_id,
+                    refused_code="not_master",
+                    refused_message="this node is not the master of that session",
+                ),
+            )
+            return
+        try:
+            outcome = await master.order(request.command, origin)
+        except NotMaster:
+            answer = CommandOutcome(request_id=request.request_id, refused_code="not_master")
+        else:
+            if isinstance(outcome, Refused):
+                answer = CommandOutcome(
+                    request_id=request.request_id,
+                    refused_code=outcome.code,
+                    refused_message=outcome.message,
+                )
+            else:
+                last = outcome[-1].idx if outcome else -1
+                answer = CommandOutcome(request_id=request.request_id, last_idx=last)
+                self._recent[command_id] = answer
+                while len(self._recent) > RECENT_OUTCOMES:
+                    self._recent.popitem(last=False)
+        self._send(origin, answer)
+
+    # -- replication -----------------------------------------------------------------
+
+    def _on_indexed(self, events: list[IndexedEvent]) -> None:
+        self.tail.extend(events)
+        for start in range(0, len(events), 512):
+            self._broadcast(EventBatch(events=tuple(events[start : start + 512])))
+
+    def _request_sync(self, now: float, *, force: bool = False) -> None:
+        session = self.election.session
+        if session is None or session.master == self.node.node_id:
+            return
+        if not force and not self.catch_up.should_sync(now):
+            return
+        self._send(
+            session.master,
+            SyncRequest(
+                last_idx=self.node.state.last_event_applied_idx, last_term=self.node.last_term
+            ),
+        )
+
+    # -- membership ------------------------------------------------------------------
+
+    def _check_membership(self, now: float) -> None:
+        if now - self._became_master_at < self.settings.settle_seconds:
+            return
+        for node_id in self.node.state.topology.nodes:
+            if node_id == self.node.node_id or node_id in self._removing:
+                continue
+            peer = self.peers.by_node.get(node_id)
+            heard = max(peer.heard_at if peer is not None else 0.0, self._became_master_at)
+            if now - heard > self.settings.node_timeout_seconds:
+                self._removing.add(node_id)
+                log.warning("node %s unseen for %.0f s: removing it", node_id, now - heard)
+                self.node.report(
+                    RemoveNode(
+                        command_id=new_command_id(),
+                        node_id=node_id,
+                        reason=f"unseen for {self.settings.node_timeout_seconds:g} s",
+                        observed_at=datetime.now(UTC),
+                    )
+                )
+
+    def _report_connections(self, now: float) -> None:
+        if self.election.session is None:
+            return
+        live = self.peers.live(now, self.election.peer_timeout)
+        connections = tuple(
+            sorted(
+                (
+                    Connection(
+                        local_node_id=self.node.node_id,
+                        send_back_node_id=peer.node_id,
+                        sink_multiaddr=_multiaddr(peer.address),
+                        session=True,
+                    )
+                    for peer in live
+                    if peer.node_id in self.node.state.topology.nodes
+                ),
+                key=lambda c: c.send_back_node_id,
+            )
+        )
+        if connections == self._reported_connections:
+            return
+        self._reported_connections = connections
+        self.node.report(
+            ReportConnections(
+                command_id=new_command_id(), node_id=self.node.node_id, connections=connections
+            )
+        )
+
+    def _forget_departed(self, now: float) -> None:
+        members = set(self.node.state.topology.nodes)
+        live = {p.node_id for p in self.peers.live(now, self.election.peer_timeout)}
+        for node_id in list(self.node.view().telemetry):
+            if node_id != self.node.node_id and node_id not in members and node_id not in live:
+                self.node.forget_telemetry(node_id)
+
+    # -- diagnostics -----------------------------------------------------------------
+
+    def diagnostics(self) -> dict[str, Any]:
+        now = self._clock()
+        session = self.election.session
+        stats = self.transport.stats()
+        return {
+            "nodeId": self.node.node_id,
+            "role": self.election.role,
+            "master": None if session is None else session.master,
+            "term": self.election.term,
+            "fabricPort": self.transport.port,
+            "dataTransport": DATA_TRANSPORT,
+            "peers": [
+                {
+                    "nodeId": peer.node_id,
+                    "address": peer.address,
+                    "skulkVersion": peer.skulk_version,
+                    "transport": peer.transport,
+                    "lastIdx": peer.last_idx,
+                    "heardSecondsAgo": round(now - peer.heard_at, 3),
+                }
+                for peer in sorted(self.peers.by_node.values(), key=lambda p: p.node_id)
+            ],
+            "frames": {
+                "in": stats.frames_in,
+                "out": stats.frames_out,
+                "droppedOut": stats.dropped_out,
+                "received": dict(self.counters.received),
+                "dropped": dict(self.counters.dropped),
+            },
+            "refusedPeers": [
+                {"address": r.address, "reason": r.reason, "at": r.at.isoformat()}
+                for r in stats.refused
+            ],
+            "dataPlane": {
+                "delivered": self.data.stats.delivered,
+                "unknownStream": self.data.stats.unknown_stream,
+                "gaps": self.data.stats.gaps,
+                "overflows": self.data.stats.overflows,
+            },
+        }
+
+
+def _multiaddr(address: str) -> str:
+    host, _, port = address.rpartition(":")
+    if host.startswith("["):
+        return f"/ip6/{host.strip('[]')}/tcp/{port}"
+    return f"/ip4/{host}/tcp/{port}"

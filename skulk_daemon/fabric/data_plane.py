@@ -1,0 +1,125 @@
+"""The data plane: node-addressed frames of a command's stream (tokens, media).
+
+The node that owns a command (the API node a client talks to) opens a
+:class:`DataStream` for it; other nodes send that command's frames to the owner,
+numbered from 0. Each stream's queue is bounded: a consumer that falls behind, or
+a gap in the numbering, breaks the stream loudly instead of growing memory or
+reordering silently. Frames never enter State or the event log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Final
+
+from skulk_core.fabric import MAX_DATA_PAYLOAD_BYTES, DataFrame
+from skulk_core.ids import CommandId, NodeId
+
+DEFAULT_STREAM_FRAMES: Final = 1024
+
+
+class StreamBroken(RuntimeError):
+    """The stream lost frames (a gap, an overflow); its data cannot be trusted."""
+
+
+@dataclass(slots=True)
+class DataStats:
+    delivered: int = 0
+    unknown_stream: int = 0
+    gaps: int = 0
+    overflows: int = 0
+
+
+_END: Final = object()
+
+
+class DataStream:
+    def __init__(self, command_id: CommandId, limit: int, on_close: Callable[[], None]) -> None:
+        self.command_id = command_id
+        self._queue: asyncio.Queue[object] = asyncio.Queue(maxsize=limit)
+        self._expected = 0
+        self._broken: str | None = None
+        self._on_close = on_close
+
+    def push(self, frame: DataFrame, stats: DataStats) -> None:
+        if self._broken is not None:
+            return
+        if frame.seq != self._expected:
+            stats.gaps += 1
+            self._break(f"frame {frame.seq} arrived when {self._expected} was expected")
+            return
+        self._expected += 1
+        try:
+            self._queue.put_nowait(frame.payload)
+            if frame.final:
+                self._queue.put_nowait(_END)
+        except asyncio.QueueFull:
+            stats.overflows += 1
+            self._break("the consumer fell too far behind")
+            return
+        stats.delivered += 1
+
+    def _break(self, reason: str) -> None:
+        self._broken = reason
+        # Make room for the wake-up, dropping what can no longer be used.
+        while not self._queue.empty():
+            self._queue.get_nowait()
+        self._queue.put_nowait(_END)
+
+    async def frames(self) -> AsyncIterator[bytes]:
+        """Payloads in order until the final frame; raises :class:`StreamBroken`."""
+        try:
+            while True:
+                item = await self._queue.get()
+                if item is _END:
+                    if self._broken is not None:
+                        raise StreamBroken(self._broken)
+                    return
+                assert isinstance(item, bytes)
+                yield item
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._on_close()
+
+
+Send = Callable[[NodeId, DataFrame], bool]
+
+
+class DataPlane:
+    def __init__(self, own_id: NodeId, send: Send) -> None:
+        self._own_id = own_id
+        self._send = send
+        self._streams: dict[CommandId, DataStream] = {}
+        self.stats = DataStats()
+
+    def open(self, command_id: CommandId, limit: int = DEFAULT_STREAM_FRAMES) -> DataStream:
+        """Receive ``command_id``'s frames on this (the owning) node."""
+        def forget() -> None:
+            self._streams.pop(command_id, None)
+
+        stream = DataStream(command_id, limit, forget)
+        self._streams[command_id] = stream
+        return stream
+
+    def send(
+        self, owner: NodeId, command_id: CommandId, seq: int, payload: bytes, *, final: bool = False
+    ) -> bool:
+        """Send one frame to ``owner`` (short-circuited when that is this node)."""
+        if len(payload) > MAX_DATA_PAYLOAD_BYTES:
+            raise ValueError(f"a data frame carries at most {MAX_DATA_PAYLOAD_BYTES} bytes")
+        frame = DataFrame(command_id=command_id, seq=seq, payload=payload, final=final)
+        if owner == self._own_id:
+            self.deliver(frame)
+            return True
+        return self._send(owner, frame)
+
+    def deliver(self, frame: DataFrame) -> None:
+        stream = self._streams.get(frame.command_id)
+        if stream is None:
+            self.stats.unknown_stream += 1
+            return
+        stream.push(frame, self.stats)

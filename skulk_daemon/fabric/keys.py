@@ -1,0 +1,78 @@
+"""The cluster pre-shared key, and the ZeroMQ CURVE keys derived from it.
+
+Every node that holds the key derives the same two CURVE key pairs: one every
+node's fabric socket serves with, one every node connects with. A process without
+the key knows neither secret, so it cannot complete a CURVE handshake with a node
+(it cannot join, read or inject), and the ZAP handler additionally admits only the
+derived client key.
+
+The key comes from ``SKULK_CLUSTER_KEY``, else ``cluster.key`` in ``skulk.yaml``,
+else a file in the data dir, generated (owner-only) on first start. Nodes of one
+cluster must share it: copy it from the first node to the others.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import zmq
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from zmq.utils import z85
+
+from skulk_daemon.fsutil import atomic_write
+
+CLUSTER_KEY_ENV: Final = "SKULK_CLUSTER_KEY"
+CLUSTER_KEY_FILE: Final = "cluster.key"
+_SALT: Final = b"skulk-fabric-curve-v1"
+
+
+class ClusterKeyError(ValueError):
+    """The configured cluster key cannot be used; the message says why."""
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class CurveKeys:
+    """Z85-encoded CURVE keys (``repr`` hides them: they must never reach a log)."""
+
+    server_public: bytes
+    server_secret: bytes
+    client_public: bytes
+    client_secret: bytes
+
+
+def _derive(psk: bytes, role: bytes) -> tuple[bytes, bytes]:
+    seed = HKDF(algorithm=hashes.SHA256(), length=32, salt=_SALT, info=role).derive(psk)
+    secret = z85.encode(seed)
+    return zmq.curve_public(secret), secret
+
+
+def derive_curve_keys(psk: bytes) -> CurveKeys:
+    if len(psk) < 16:
+        raise ClusterKeyError("the cluster key must be at least 16 bytes")
+    server_public, server_secret = _derive(psk, b"server")
+    client_public, client_secret = _derive(psk, b"client")
+    return CurveKeys(server_public, server_secret, client_public, client_secret)
+
+
+def load_cluster_key(data_dir: Path, configured: str | None) -> bytes:
+    """The cluster key: env, then config, then the data dir's key file (created
+    owner-only with 32 random bytes when absent)."""
+    for source in (os.environ.get(CLUSTER_KEY_ENV), configured):
+        if source:
+            if len(source.encode()) < 16:
+                raise ClusterKeyError("the cluster key must be at least 16 characters")
+            return source.encode()
+    path = data_dir / CLUSTER_KEY_FILE
+    if path.exists():
+        key = path.read_text().strip()
+        if len(key) < 16:
+            raise ClusterKeyError(f"{path} holds no usable key (at least 16 characters)")
+        return key.encode()
+    key = secrets.token_urlsafe(32)
+    atomic_write(path, key.encode() + b"\n")
+    return key.encode()

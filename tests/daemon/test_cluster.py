@@ -1,0 +1,222 @@
+"""Three real daemons on loopback form one cluster: one master, one ordered State,
+kept through the loss of any node, the master included."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.daemon.serving import DEMO, PROMPT, wait_for
+from tests.daemon_process import DaemonProcess
+
+pytestmark = pytest.mark.slow
+
+# Small enough that a test crosses them: followers catch up from snapshots.
+FAST_ENV = {"SKULK_SNAPSHOT_EVERY": "12", "SKULK_RETAINED_EVENTS": "6"}
+
+
+def diagnostics(daemon: DaemonProcess) -> dict[str, Any]:
+    cluster: dict[str, Any] = daemon.get("/v1/diagnostics/node").json()["cluster"]
+    return cluster
+
+
+def replicated(daemon: DaemonProcess) -> dict[str, Any]:
+    """The event-sourced part of /state (telemetry differs by when it was read)."""
+    state = daemon.get("/state").json()
+    keep = (
+        "instances",
+        "runners",
+        "topology",
+        "instanceFailures",
+        "customModelCards",
+        "masterNodeId",
+        "electionTerm",
+        "lastEventAppliedIdx",
+    )
+    return {key: state.get(key) for key in keep}
+
+
+def converged(daemons: list[DaemonProcess], members: int) -> dict[str, Any] | None:
+    views = [replicated(d) for d in daemons]
+    first = views[0]
+    if len(first["topology"]["nodes"]) != members or first.get("masterNodeId") is None:
+        return None
+    if any(view != first for view in views[1:]):
+        return None
+    masters = {diagnostics(d)["master"] for d in daemons}
+    return first if masters == {first["masterNodeId"]} else None
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, shared_models_dir: Path) -> Iterator[list[DaemonProcess]]:
+    first = DaemonProcess(root=tmp_path / "a", models_dir=shared_models_dir, extra_env=FAST_ENV)
+    nodes = [first]
+    for name in ("b", "c"):
+        nodes.append(
+            DaemonProcess(
+                root=tmp_path / name,
+                models_dir=shared_models_dir,
+                peers=[first.fabric_address],
+                extra_env=FAST_ENV,
+            )
+        )
+    try:
+        for node in nodes:
+            node.start()
+        yield nodes
+    finally:
+        for node in nodes:
+            node.kill()
+
+
+def node_id(daemon: DaemonProcess) -> str:
+    value: str = daemon.get("/node_id").json()
+    return value
+
+
+def add_cards(daemon: DaemonProcess, count: int, prefix: str) -> None:
+    """Change State ``count`` times through ``daemon`` (forwarded to the master)."""
+    for i in range(count):
+        card = {
+            "modelId": f"test/{prefix}-{i}",
+            "sourceRepository": f"test/{prefix}-{i}",
+            "sourceRevision": "0" * 40,
+            "storageSize": {"inBytes": 1000},
+            "nLayers": 2,
+            "hiddenSize": 8,
+            "supportsTensor": False,
+            "tasks": ["TextGeneration"],
+            "ggufFile": "model-Q4_K_M.gguf",
+        }
+        url = f"{daemon.url}/models/add-card"
+        response = httpx.post(url, json={"model_card": card}, timeout=30)
+        assert response.status_code in (200, 201), response.text
+
+
+def test_three_nodes_converge_on_one_master_and_one_state(cluster: list[DaemonProcess]) -> None:
+    view = wait_for(lambda: converged(cluster, 3), "three nodes to converge", timeout=60)
+    ids = {node_id(d) for d in cluster}
+    assert set(view["topology"]["nodes"]) == ids
+    assert view["masterNodeId"] in ids
+    # Every node reports its live fabric connections as topology edges.
+    edges = wait_for(
+        lambda: len(replicated(cluster[0])["topology"]["connections"]) >= 4 or None,
+        "topology edges",
+        timeout=30,
+    )
+    assert edges
+    # A command sent to any node reaches the master and is applied everywhere.
+    add_cards(cluster[2], 3, "via-c")
+    view = wait_for(lambda: converged(cluster, 3), "the cards to replicate", timeout=30)
+    assert {f"test/via-c-{i}" for i in range(3)} <= set(view["customModelCards"])
+
+
+def test_the_master_dies_a_new_one_is_elected_and_the_instance_keeps_serving(
+    cluster: list[DaemonProcess],
+) -> None:
+    view = wait_for(lambda: converged(cluster, 3), "three nodes to converge", timeout=60)
+    master_id = view["masterNodeId"]
+    master = next(d for d in cluster if node_id(d) == master_id)
+    survivors = [d for d in cluster if d is not master]
+    host = survivors[0]
+    placed = httpx.post(
+        f"{host.url}/place_instance",
+        json={
+            "model_id": DEMO,
+            "min_nodes": 1,
+            "context_tokens": 1024,
+            "excluded_nodes": [master_id, node_id(survivors[1])],
+        },
+        timeout=60,
+    )
+    assert placed.status_code == 200, placed.text
+    instance_id = placed.json()["instance_id"]
+    wait_for(lambda: host.runner_status(instance_id) == "RunnerReady", "the runner", timeout=120)
+
+    master.kill()
+    new_view = wait_for(
+        lambda: (
+            converged(survivors, 3)
+            if replicated(survivors[0])["masterNodeId"] != master_id
+            else None
+        ),
+        "a new master",
+        timeout=60,
+    )
+    assert new_view["masterNodeId"] in {node_id(d) for d in survivors}
+    assert instance_id in new_view["instances"]
+    body = {"model": DEMO, "messages": PROMPT, "max_tokens": 4, "temperature": 0}
+    answer = httpx.post(f"{host.url}/v1/chat/completions", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["usage"]["completion_tokens"] == 4
+    # The dead master leaves the topology; its loss failed nothing it did not host.
+    gone = wait_for(lambda: converged(survivors, 2), "the dead master's removal", timeout=60)
+    assert master_id not in gone["topology"]["nodes"]
+    assert instance_id in gone["instances"] and not gone["instanceFailures"]
+
+
+def test_a_lost_node_fails_its_instances_naming_the_node(cluster: list[DaemonProcess]) -> None:
+    view = wait_for(lambda: converged(cluster, 3), "three nodes to converge", timeout=60)
+    master_id = view["masterNodeId"]
+    follower = next(d for d in cluster if node_id(d) != master_id)
+    lost_id = node_id(follower)
+    others = [node_id(d) for d in cluster if d is not follower]
+    placed = httpx.post(
+        f"{follower.url}/place_instance",
+        json={"model_id": DEMO, "context_tokens": 1024, "excluded_nodes": others},
+        timeout=60,
+    )
+    assert placed.status_code == 200, placed.text
+    instance_id = placed.json()["instance_id"]
+    follower.kill()
+    rest = [d for d in cluster if d is not follower]
+    view = wait_for(lambda: converged(rest, 2), "the lost node's removal", timeout=60)
+    assert instance_id not in view["instances"]
+    (failure,) = view["instanceFailures"]
+    assert failure["errorCode"] == f"node_lost:{lost_id}"
+    assert lost_id in failure["affectedNodeIds"]
+
+
+def test_a_restarted_follower_catches_up_from_a_snapshot(cluster: list[DaemonProcess]) -> None:
+    view = wait_for(lambda: converged(cluster, 3), "three nodes to converge", timeout=60)
+    master_id = view["masterNodeId"]
+    follower = next(d for d in cluster if node_id(d) != master_id)
+    code, _ = follower.stop(signal.SIGTERM)
+    assert code == 0
+    writer = next(d for d in cluster if d is not follower)
+    # More changes than the master retains: only a snapshot can bring it back.
+    add_cards(writer, 15, "while-away")
+    follower.start()
+    view = wait_for(lambda: converged(cluster, 3), "the follower to catch up", timeout=60)
+    assert {f"test/while-away-{i}" for i in range(15)} <= set(view["customModelCards"])
+    assert "installed the master's snapshot" in follower.log_text()
+    # Its own data dir now holds a snapshot too: a second restart loads it from disk.
+    assert (follower.data_dir / "state.snapshot").exists()
+
+
+def test_a_process_without_the_cluster_key_is_refused(
+    cluster: list[DaemonProcess], tmp_path: Path, shared_models_dir: Path
+) -> None:
+    wait_for(lambda: converged(cluster, 3), "three nodes to converge", timeout=60)
+    intruder = DaemonProcess(
+        root=tmp_path / "intruder",
+        models_dir=shared_models_dir,
+        peers=[cluster[0].fabric_address],
+        extra_env={"SKULK_CLUSTER_KEY": "not-the-cluster-key-at-all-000000"},
+    )
+    try:
+        intruder.start()
+        refused = wait_for(
+            lambda: diagnostics(cluster[0])["refusedPeers"] or None, "a refusal", timeout=30
+        )
+        assert any("cluster key" in r["reason"] for r in refused)
+        intruder_id = node_id(intruder)
+        assert intruder_id not in replicated(cluster[0])["topology"]["nodes"]
+        assert all(p["nodeId"] != intruder_id for p in diagnostics(cluster[0])["peers"])
+    finally:
+        intruder.kill()
