@@ -45,6 +45,7 @@ def stop_reason(end: TurnEnd) -> StopReason:
         return "stop_sequence"
     return _STOP_REASONS[end.finish_reason]
 
+
 _ERROR_TYPE_BY_STATUS = {
     400: "invalid_request_error",
     401: "authentication_error",
