@@ -98,6 +98,7 @@ class DataPlane:
 
     def open(self, command_id: CommandId, limit: int = DEFAULT_STREAM_FRAMES) -> DataStream:
         """Receive ``command_id``'s frames on this (the owning) node."""
+
         def forget() -> None:
             self._streams.pop(command_id, None)
 
