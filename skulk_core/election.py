@@ -123,11 +123,17 @@ class Election:
     """Live peers and when each was last heard from."""
     peer_timeout: float = DEFAULT_MASTER_TIMEOUT_SECONDS
 
+    def __post_init__(self) -> None:
+        # A new term must be newer than any term in the node's own history, or a
+        # master elected now would write events that look older than ones it holds.
+        self.term = max(self.term, self.rank.last_term)
+
     # -- inputs ---------------------------------------------------------------
 
     def update_rank(self, rank: Rank) -> None:
         """The node's history grew (or it was forced); ranks only ever compare live."""
         self.rank = rank
+        self.term = max(self.term, rank.last_term)
 
     def heard_from(self, peer: NodeId, now: float) -> None:
         """Any traffic from ``peer``: it is alive (and if it is the master, so is the session)."""
@@ -142,6 +148,9 @@ class Election:
 
     def handle(self, sender: NodeId, message: ElectionMessage, now: float) -> list[Action]:
         self.heard_from(sender, now)
+        if self.role != "master":
+            # Terms only move forward: never campaign below a term some history holds.
+            self.term = max(self.term, message.rank.last_term)
         match message:
             case Campaign(term=term, rank=rank):
                 return self._on_campaign(sender, term, rank, now)
@@ -203,24 +212,23 @@ class Election:
         self.deadline = now + self.coordinator_wait_seconds
 
     def _on_campaign(self, sender: NodeId, term: int, rank: Rank, now: float) -> list[Action]:
-        term = max(term, self.term)
         if self.rank.key() > rank.key():
-            if self.role == "master":
-                # Re-assert, in the candidate's term so every node that heard it listens.
-                self.term = term
-                session = Session(master=self.rank.node_id, term=term)
-                changed: list[Action] = [] if session == self.session else [SessionChanged(session)]
-                self.session = session
+            if self.role == "master" and term <= self.term:
+                # A candidate behind the times: our standing term settles it.
                 return [
-                    SendTo(sender, Alive(term=term, rank=self.rank)),
-                    Broadcast(Coordinator(term=term, rank=self.rank)),
-                    *changed,
+                    SendTo(sender, Alive(term=self.term, rank=self.rank)),
+                    Broadcast(Coordinator(term=self.term, rank=self.rank)),
                 ]
+            # NOTE: a master asked in a newer term does not simply re-assert: others
+            # moved on without it (it may have been cut off, and another master may
+            # hold events it lacks), so it campaigns like everyone else and the
+            # freshest history wins.
+            term = max(term, self.term)
             answer: list[Action] = [SendTo(sender, Alive(term=term, rank=self.rank))]
             if self.role != "candidate" or self.term < term:
                 answer += self._campaign(term, now)
             return answer
-        self._defer(term, now)
+        self._defer(max(term, self.term), now)
         return []
 
     def _on_alive(self, term: int, rank: Rank, now: float) -> list[Action]:

@@ -111,3 +111,6 @@ class IndexedEvent(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     command_id: CommandId | None = None
     term: int = 0
     """The election term of the master that indexed it (log freshness, failover)."""
+    indexed_by: NodeId | None = None
+    """The master that indexed it. With ``term`` it identifies a history: two masters
+    can claim one term across a partition, never one node twice."""

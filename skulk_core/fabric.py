@@ -99,6 +99,7 @@ class SyncRequest(msgspec.Struct, frozen=True, kw_only=True, tag="sync"):
 
     last_idx: int
     last_term: int
+    last_master: NodeId | None = None
 
 
 class Snapshot(msgspec.Struct, frozen=True, kw_only=True, tag="snapshot"):
@@ -106,6 +107,7 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True, tag="snapshot"):
 
     state: State
     last_term: int
+    last_master: NodeId | None = None
 
 
 # -- data plane ------------------------------------------------------------------

@@ -13,6 +13,7 @@ Recovery rules, applied when the log is opened:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import zlib
@@ -143,10 +144,19 @@ class EventLog:
         if not chunks:
             return
         view = memoryview(b"".join(chunks))
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
-        os.fsync(self._fd)
+        start = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+            os.fsync(self._fd)
+        except OSError:
+            # A full disk mid-write leaves a partial record; cut it off so the next
+            # append does not land after garbage (a corrupt middle on replay).
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, start)
+                os.lseek(self._fd, 0, os.SEEK_END)
+            raise
 
     def reset(self) -> None:
         """Drop every record (a snapshot now holds them): the log is MAGIC alone."""

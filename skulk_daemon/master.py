@@ -71,14 +71,25 @@ class Master:
                     recorded_at=now,
                     command_id=command.command_id,
                     term=self.term,
+                    indexed_by=self._node_id,
                 )
                 state = apply(state, item)
                 indexed.append(item)
             # Durable before visible: a crash after this line replays the events, a
             # crash before it loses a command nobody was told had succeeded.
-            await asyncio.to_thread(self._log.append, indexed)
+            try:
+                await asyncio.to_thread(self._log.append, indexed)
+            except OSError as exc:
+                log.error("the event log cannot be written: %s", exc)
+                return Refused(
+                    code="event_log_unwritable",
+                    message=f"the master cannot record the change ({exc.strerror or exc}); "
+                    "free disk space on the master node and retry",
+                )
             self._state = state
             # NOTE: publish under the lock so subscribers see batches in index order.
-            if indexed:
+            # A master that stepped down while this command was being written does
+            # not publish: its successor's history is the one nodes apply.
+            if indexed and not self._closed:
                 self._publish(indexed)
         return indexed

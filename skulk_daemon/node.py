@@ -95,13 +95,15 @@ class Node:
         self.models_dir = models_dir
         state = snapshot.state if snapshot is not None else State()
         last_term = snapshot.last_term if snapshot is not None else 0
+        last_master = snapshot.last_master if snapshot is not None else None
         for event in replayed:
             if event.idx <= state.last_event_applied_idx:
                 continue  # already folded into the snapshot
             state = apply(state, event)
-            last_term = event.term
+            last_term, last_master = event.term, event.indexed_by
         self._state = state
         self._last_term = last_term
+        self._last_master = last_master
         self._snapshot_idx = state.last_event_applied_idx if snapshot is not None else -1
         self._telemetry: dict[NodeId, NodeTelemetry] = {}
         self._applied = asyncio.Condition()
@@ -130,6 +132,11 @@ class Node:
     def last_term(self) -> int:
         """The term of the last event applied here (log freshness, for elections)."""
         return self._last_term
+
+    @property
+    def last_master(self) -> NodeId | None:
+        """The master that indexed the last event applied here."""
+        return self._last_master
 
     @property
     def is_master(self) -> bool:
@@ -295,14 +302,17 @@ class Node:
             await asyncio.to_thread(self.event_log.append, fresh)
             self._apply(fresh)
 
-    async def install_snapshot(self, state: State, last_term: int) -> None:
+    async def install_snapshot(
+        self, state: State, last_term: int, last_master: NodeId | None
+    ) -> None:
         """Replace State with the master's (this node was too far behind, or diverged)."""
         async with self._log_lock:
             path = self.settings.data_dir / SNAPSHOT_FILE
-            await asyncio.to_thread(save_snapshot, path, state, last_term)
+            await asyncio.to_thread(save_snapshot, path, state, last_term, last_master)
             await asyncio.to_thread(self.event_log.reset)
             self._state = state
             self._last_term = last_term
+            self._last_master = last_master
             self._snapshot_idx = state.last_event_applied_idx
             log.info("installed the master's snapshot at index %d", state.last_event_applied_idx)
         self._after_apply()
@@ -311,7 +321,7 @@ class Node:
         state = self._state
         for event in events:
             state = apply(state, event)
-            self._last_term = event.term
+            self._last_term, self._last_master = event.term, event.indexed_by
         self._state = state
         self._after_apply()
         if state.last_event_applied_idx - self._snapshot_idx >= SNAPSHOT_EVERY:
@@ -335,9 +345,9 @@ class Node:
                 await self._snapshot_now()
 
     async def _snapshot_now(self) -> None:
-        state, term = self._state, self._last_term
+        state, term, master = self._state, self._last_term, self._last_master
         path = self.settings.data_dir / SNAPSHOT_FILE
-        await asyncio.to_thread(save_snapshot, path, state, term)
+        await asyncio.to_thread(save_snapshot, path, state, term, master)
         await asyncio.to_thread(self.event_log.reset)
         self._snapshot_idx = state.last_event_applied_idx
         log.info("snapshot at index %d; event log emptied", state.last_event_applied_idx)

@@ -15,6 +15,7 @@ from typing import Final
 
 import msgspec
 
+from skulk_core.ids import NodeId
 from skulk_core.state import State
 from skulk_daemon.fsutil import atomic_write
 
@@ -32,6 +33,7 @@ SNAPSHOT_FILE: Final = "state.snapshot"
 class StoredSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     state: State
     last_term: int
+    last_master: NodeId | None = None
 
 
 class SnapshotCorrupt(RuntimeError):
@@ -43,8 +45,9 @@ _encoder: Final = msgspec.msgpack.Encoder()
 _decoder: Final = msgspec.msgpack.Decoder(StoredSnapshot)
 
 
-def save_snapshot(path: Path, state: State, last_term: int) -> None:
-    atomic_write(path, _encoder.encode(StoredSnapshot(state=state, last_term=last_term)))
+def save_snapshot(path: Path, state: State, last_term: int, last_master: NodeId | None) -> None:
+    snapshot = StoredSnapshot(state=state, last_term=last_term, last_master=last_master)
+    atomic_write(path, _encoder.encode(snapshot))
 
 
 def load_snapshot(path: Path) -> StoredSnapshot | None:

@@ -32,7 +32,12 @@ _TYPE_BY_STATUS = {
     504: "timeout_error",
 }
 
-_STATUS_BY_REFUSAL = {"not_found": 404, "instance_exists": 409, "no_master": 503}
+_STATUS_BY_REFUSAL = {
+    "not_found": 404,
+    "instance_exists": 409,
+    "no_master": 503,
+    "event_log_unwritable": 503,
+}
 
 
 class ApiError(Exception):

@@ -144,6 +144,7 @@ class ClusterAgent:
         self._removing: set[NodeId] = set()
         self._reported_connections: tuple[Connection, ...] | None = None
         self._session: Session | None = None
+        self._last_role: tuple[str, int] = ("follower", 0)
         node.on_indexed(self._on_indexed)
 
     # -- lifecycle -------------------------------------------------------------------
@@ -261,6 +262,10 @@ class ClusterAgent:
     # -- election --------------------------------------------------------------------
 
     def _act(self, actions: list[Action], now: float) -> None:
+        role = (self.election.role, self.election.term)
+        if role != self._last_role:
+            self._last_role = role
+            log.info("election: %s in term %d", *role)
         for action in actions:
             match action:
                 case Broadcast(message=message):
@@ -407,19 +412,19 @@ class ClusterAgent:
             case SyncRequest():
                 if not self.node.is_master:
                     return
-                answer = self.tail.answer(body, self.node.state, self.node.last_term)
+                answer = self.tail.answer(
+                    body, self.node.state, self.node.last_term, self.node.last_master
+                )
                 if isinstance(answer, list):
                     for batch in answer:
                         self._send(origin, batch)
                 elif answer is not None:
                     self._send(origin, answer)
-            case Snapshot(state=state, last_term=last_term):
+            case Snapshot(state=state, last_term=last_term, last_master=last_master):
                 if not self._from_master(origin, header):
                     return
-                if state.last_event_applied_idx >= self.node.state.last_event_applied_idx or (
-                    last_term != self.node.last_term
-                ):
-                    await self.node.install_snapshot(state, last_term)
+                # The master's history wins: it was elected on having the freshest.
+                await self.node.install_snapshot(state, last_term, last_master)
                 self.catch_up.reset()
             case _:
                 pass
@@ -503,7 +508,9 @@ class ClusterAgent:
         self._send(
             session.master,
             SyncRequest(
-                last_idx=self.node.state.last_event_applied_idx, last_term=self.node.last_term
+                last_idx=self.node.state.last_event_applied_idx,
+                last_term=self.node.last_term,
+                last_master=self.node.last_master,
             ),
         )
 

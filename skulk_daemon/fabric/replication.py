@@ -20,6 +20,7 @@ from typing import Final
 
 from skulk_core.events import IndexedEvent
 from skulk_core.fabric import MAX_EVENTS_PER_FRAME, EventBatch, Snapshot, SyncRequest
+from skulk_core.ids import NodeId
 from skulk_core.state import State
 from skulk_daemon.snapshot import positive_env
 
@@ -43,11 +44,15 @@ class RetainedTail:
             self.events.append(event)
 
     def answer(
-        self, request: SyncRequest, state: State, last_term: int
+        self, request: SyncRequest, state: State, last_term: int, last_master: NodeId | None
     ) -> list[EventBatch] | Snapshot | None:
         """What a follower at ``request`` needs: batches, a snapshot, or nothing."""
         last = state.last_event_applied_idx
-        if request.last_idx == last and request.last_term == last_term:
+        if (
+            request.last_idx == last
+            and request.last_term == last_term
+            and request.last_master == last_master
+        ):
             return None
         if request.last_idx < last and self._holds(request):
             missing = [e for e in self.events if e.idx > request.last_idx]
@@ -55,7 +60,7 @@ class RetainedTail:
                 EventBatch(events=tuple(missing[i : i + MAX_EVENTS_PER_FRAME]))
                 for i in range(0, len(missing), MAX_EVENTS_PER_FRAME)
             ]
-        return Snapshot(state=state, last_term=last_term)
+        return Snapshot(state=state, last_term=last_term, last_master=last_master)
 
     def _holds(self, request: SyncRequest) -> bool:
         if not self.events:
@@ -65,9 +70,10 @@ class RetainedTail:
             return first == 0
         if not first <= request.last_idx <= self.events[-1].idx:
             return False
-        # The follower's last event must be the very one we hold (same term), or its
-        # history diverged there and only a snapshot can repair it.
-        return self.events[request.last_idx - first].term == request.last_term
+        # The follower's last event must be the very one we hold (same term, same
+        # master), or its history diverged there and only a snapshot can repair it.
+        held = self.events[request.last_idx - first]
+        return held.term == request.last_term and held.indexed_by == request.last_master
 
 
 @dataclass(slots=True)

@@ -36,6 +36,8 @@ class Net:
     now: float = 0.0
     queue: list[tuple[float, NodeId, NodeId, ElectionMessage]] = field(default_factory=list)
     changes: list[tuple[NodeId, Session]] = field(default_factory=list)
+    frozen: set[NodeId] = field(default_factory=set)
+    """Nodes that neither run nor read (SIGSTOP): their inbound frames wait."""
     _last_beat: float = 0.0
 
     def add(
@@ -64,6 +66,18 @@ class Net:
                     self._send(node, peer, message)
                 case SessionChanged(session=session):
                     self.changes.append((node, session))
+                    if session.master == node:
+                        # A new master's first act is to index MasterElected.
+                        election = self.nodes[node]
+                        rank = election.rank
+                        election.update_rank(
+                            Rank(
+                                node_id=rank.node_id,
+                                forced=rank.forced,
+                                last_term=session.term,
+                                last_index=rank.last_index + 1,
+                            )
+                        )
 
     def run(self, seconds: float) -> None:
         end = self.now + seconds
@@ -72,19 +86,19 @@ class Net:
             if self.now - self._last_beat >= HEARTBEAT:
                 self._last_beat = self.now
                 self._heartbeats()
-            due = [m for m in self.queue if m[0] <= self.now]
-            self.queue = [m for m in self.queue if m[0] > self.now]
+            due = [m for m in self.queue if m[0] <= self.now and m[2] not in self.frozen]
+            self.queue = [m for m in self.queue if m not in due]
             for _, src, dst, message in sorted(due, key=lambda m: m[0]):
                 if self.linked(src, dst):
                     self._act(dst, self.nodes[dst].handle(src, message, self.now))
-            for name in sorted(self.up):
+            for name in sorted(self.up - self.frozen):
                 self._act(name, self.nodes[name].tick(self.now))
 
     def _heartbeats(self) -> None:
         # Telemetry carries liveness; a master's also carries its session, which is
         # how a joining node learns the master without campaigning.
-        for src in self.up:
-            for dst in self.up:
+        for src in self.up - self.frozen:
+            for dst in self.up - self.frozen:
                 if src != dst and self.linked(src, dst):
                     self.nodes[dst].heard_from(src, self.now)
                     election = self.nodes[src]
@@ -190,3 +204,24 @@ def test_any_delivery_order_converges_to_the_best_ranked_live_node(seed: int, n:
     net.run(12)
     rest = max((net.nodes[x] for x in net.up), key=lambda e: e.rank.key()).rank.node_id
     assert net.agreed() == rest
+
+
+def test_a_frozen_master_that_wakes_to_stale_campaigns_does_not_take_over() -> None:
+    """SIGSTOP on the master: the others elect and index newer history. On waking it
+    reads the campaigns queued while it slept; it must not re-assert itself over the
+    newer master (it lacks that master's events)."""
+    net = Net(random.Random(8))
+    for name in ("a", "b", "c"):
+        net.add(name)
+    net.run(6)
+    old = net.agreed()
+    net.frozen.add(old)
+    net.run(10)
+    rest = net.up - {old}
+    new = net.agreed(rest)
+    assert new != old
+    net.frozen.clear()
+    net.run(10)
+    assert net.agreed() == new
+    history = {n: net.nodes[n].rank.history() for n in net.up}
+    assert history[new] == max(history.values())

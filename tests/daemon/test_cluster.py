@@ -220,3 +220,30 @@ def test_a_process_without_the_cluster_key_is_refused(
         assert all(p["nodeId"] != intruder_id for p in diagnostics(cluster[0])["peers"])
     finally:
         intruder.kill()
+
+
+def test_a_master_cut_off_and_back_steps_down_to_the_new_one(
+    cluster: list[DaemonProcess],
+) -> None:
+    """A partition, as the old master sees it: frozen (SIGSTOP) while the others
+    elect and move on, then back (SIGCONT). One master afterwards, the newer one,
+    and the old master holds every event it missed, none twice."""
+    view = wait_for(lambda: converged(cluster, 3), "three nodes to converge", timeout=60)
+    old_id = view["masterNodeId"]
+    old = next(d for d in cluster if node_id(d) == old_id)
+    others = [d for d in cluster if d is not old]
+    assert old.process is not None
+    old.process.send_signal(signal.SIGSTOP)
+    try:
+        wait_for(
+            lambda: {diagnostics(d)["master"] for d in others} - {old_id, None} or None,
+            "the others to elect a new master",
+            timeout=60,
+        )
+        add_cards(others[0], 4, "while-cut-off")
+    finally:
+        old.process.send_signal(signal.SIGCONT)
+    healed = wait_for(lambda: converged(cluster, 3), "the cluster to heal", timeout=60)
+    assert healed["masterNodeId"] != old_id
+    assert {f"test/while-cut-off-{i}" for i in range(4)} <= set(healed["customModelCards"])
+    assert diagnostics(old)["role"] == "follower"
