@@ -2,14 +2,13 @@
 
 Every method returns the node's parsed JSON object unchanged (``--json`` prints it
 as is) and turns every way a request can fail into one of three exceptions, so
-commands never see an httpx error. A streamed chat reply is read through
-:class:`ChatStream`, which yields the raw Server-Sent Events.
+commands never see an httpx error. A streamed reply is read through
+:class:`ReplyStream`, which yields its body's lines; ``wire_formats`` reads them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 from urllib.parse import quote
@@ -172,23 +171,29 @@ class SkulkClient:
         """``DELETE /instance/{id}``: ``message``, ``command_id``, ``instance_id``."""
         return self._request("DELETE", f"/instance/{quote(instance_id, safe='')}")
 
-    def chat_completion(self, body: JsonObject) -> JsonObject:
-        """``POST /v1/chat/completions`` without streaming: a completion or an error object.
+    def generate(self, path: str, body: JsonObject) -> JsonObject:
+        """A generation answered in one piece (``stream`` off): the reply or an error body.
 
-        NOTE: a failure during generation arrives as ``{"error": ...}`` with status
-        200 (the status is committed before generation runs); callers check for it.
+        NOTE: a failure during generation arrives as an error body with status 200
+        (the status is committed before generation runs); callers check for it.
         """
-        return self._request(
-            "POST", "/v1/chat/completions", body={**body, "stream": False}, timeout=_generation()
-        )
+        return self._request("POST", path, body=body, timeout=_generation())
 
-    def stream_chat(self, body: JsonObject) -> ChatStream:
-        """``POST /v1/chat/completions`` with ``stream: true``; use the result with ``with``."""
-        return ChatStream(
-            self.base_url,
-            self._http.stream(
-                "POST", "/v1/chat/completions", json={**body, "stream": True}, timeout=_generation()
-            ),
+    def bench_chat(self, body: JsonObject) -> JsonObject:
+        """``POST /bench/chat/completions``: a chat completion plus ``generation_stats``
+        and ``power_usage``; like :meth:`generate`, a failure may arrive with status 200."""
+        return self.generate("/bench/chat/completions", body)
+
+    def stream(self, path: str, body: JsonObject, media_type: str) -> ReplyStream:
+        """POST a streaming generation request; use the result with ``with``.
+
+        ``media_type`` is what the route streams (``text/event-stream``,
+        ``application/x-ndjson``); anything else is reported as not a Skulk node.
+        """
+        return ReplyStream(
+            f"{self.base_url}{path}",
+            media_type,
+            self._http.stream("POST", path, json=body, timeout=_generation()),
         )
 
     def cancel(self, command_id: str) -> JsonObject:
@@ -225,34 +230,23 @@ class SkulkClient:
         return parsed
 
 
-@dataclass(frozen=True)
-class SseComment:
-    """A ``: text`` line. Skulk sends ``command_id <id>``, ``generation_stats {...}``."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class SseData:
-    """One event's ``data:`` payload (a JSON document); ``[DONE]`` is not yielded."""
-
-    data: str
-
-
-class ChatStream:
-    """An open streamed chat reply. Iterate it for events; leave the ``with`` to close it.
+class ReplyStream:
+    """An open streamed reply. Iterate it for the body's text lines; leave the ``with``
+    to close it.
 
     ``command_id`` (for :meth:`SkulkClient.cancel`) is known once the stream has
-    opened. ``done`` says whether the node ended the stream with ``[DONE]``; when it
-    did not, ``interruption`` says why the stream stopped early.
+    opened. The format's own terminal frame says whether the reply finished; when the
+    lines stop for a network failure, ``interruption`` says what happened.
     """
 
-    def __init__(self, base_url: str, opener: AbstractContextManager[httpx.Response]) -> None:
-        self._base_url = base_url
+    def __init__(
+        self, url: str, media_type: str, opener: AbstractContextManager[httpx.Response]
+    ) -> None:
+        self._url = url
+        self._media_type = media_type
         self._opener = opener
         self._response: httpx.Response | None = None
         self.command_id: str | None = None
-        self.done = False
         self.interruption: str | None = None
 
     def __enter__(self) -> Self:
@@ -261,17 +255,17 @@ class ChatStream:
         try:
             response = self._opener.__enter__()
         except httpx.TransportError as exc:
-            raise SkulkUnreachable(self._base_url, _describe_transport(exc)) from exc
+            raise SkulkUnreachable(self._url, _describe_transport(exc)) from exc
         self._response = response
         try:
             if response.is_error:
                 response.read()
                 raise _api_error(response)
             media_type = response.headers.get("content-type", "").partition(";")[0].strip()
-            if media_type != "text/event-stream":
+            if media_type != self._media_type:
                 raise UnexpectedResponseError(
-                    f"{self._base_url}/v1/chat/completions did not answer with an event "
-                    f"stream ({media_type or 'no content type'}); is it a Skulk node?"
+                    f"{self._url} did not answer with {self._media_type} "
+                    f"({media_type or 'no content type'}); is it a Skulk node?"
                 )
         except BaseException:
             self.close()
@@ -293,37 +287,15 @@ class ChatStream:
             self._response = None
             self._opener.__exit__(None, None, None)
 
-    def __iter__(self) -> Iterator[SseComment | SseData]:
+    def __iter__(self) -> Iterator[str]:
         import httpx  # noqa: PLC0415 - loaded by SkulkClient already
 
         if self._response is None:
-            raise RuntimeError("ChatStream is iterated outside its `with` block")
-        data: list[str] = []
+            raise RuntimeError("ReplyStream is iterated outside its `with` block")
         try:
-            for line in self._response.iter_lines():
-                if not line:
-                    if data:
-                        payload = "\n".join(data)
-                        data = []
-                        if payload == "[DONE]":
-                            self.done = True
-                            return
-                        yield SseData(payload)
-                    continue
-                field, _, value = line.partition(":")
-                value = value.removeprefix(" ")
-                if not field:
-                    comment = SseComment(value)
-                    name, _, rest = value.partition(" ")
-                    if name == "command_id" and rest:
-                        self.command_id = rest.strip()
-                    yield comment
-                elif field == "data":
-                    data.append(value)
+            yield from self._response.iter_lines()
         except httpx.TransportError as exc:
             self.interruption = _describe_transport(exc)
-            return
-        self.interruption = "the node closed the stream before it finished"
 
 
 def _generation() -> httpx.Timeout:
@@ -347,7 +319,8 @@ def _describe_transport(exc: httpx.TransportError) -> str:
 
 
 def _error_details(response: httpx.Response) -> tuple[str, str | None]:
-    """The message and code of an error answer, preferring the OpenAI-style envelope."""
+    """The message and code of an error answer: the OpenAI-style envelope (Claude's
+    error document has the same ``error.message``), or Ollama's plain string."""
     fallback = f"HTTP {response.status_code} {response.reason_phrase}".strip()
     try:
         body: object = response.json()
@@ -356,6 +329,8 @@ def _error_details(response: httpx.Response) -> tuple[str, str | None]:
     if not isinstance(body, dict):
         return fallback, None
     error = body.get("error")
+    if isinstance(error, str) and error:
+        return error, None  # Ollama's shape: {"error": "message"}
     if isinstance(error, dict):
         message = error.get("message")
         code = error.get("code")

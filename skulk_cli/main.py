@@ -8,7 +8,7 @@ import typer
 from typer._completion_classes import completion_init
 
 from skulk_cli.client import DEFAULT_API_URL
-from skulk_cli.commands import chat, config, instances, models, placement, serve, status
+from skulk_cli.commands import bench, chat, config, instances, models, placement, serve, status
 from skulk_cli.context import CliContext
 
 PROG_NAME = "skulk"
@@ -35,6 +35,7 @@ app.command("previews")(placement.previews)
 app.command("place")(placement.place)
 app.add_typer(instances.app, name="instances")
 app.command("chat")(chat.chat)
+app.command("bench")(bench.bench)
 app.add_typer(config.app, name="config")
 
 

@@ -14,7 +14,6 @@ from skulk_cli.views import (
     ClusterState,
     ConfigResponse,
     DeleteResponse,
-    GenerationStats,
     InstanceBody,
     InstanceDetail,
     ModelList,
@@ -539,30 +538,3 @@ def runner_failure(tagged: TaggedRunnerStatus) -> str | None:
         return None
     message = found[1].get("errorMessage")
     return message if isinstance(message, str) and message else "the runner failed"
-
-
-# --- chat ---------------------------------------------------------------------------
-
-
-def chat_banner(model_id: str) -> Text:
-    return Text.assemble(
-        "Chatting with ",
-        (model_id, "bold"),
-        ". Ctrl-C stops a reply; /exit or Ctrl-D leaves.",
-        style="dim",
-    )
-
-
-def generation_stats(stats: GenerationStats) -> Text:
-    """``12 tokens, 48.1 tokens/s``: the node's own measurement of the reply."""
-    parts: list[str] = []
-    if stats.generation_tokens is not None:
-        parts.append(f"{stats.generation_tokens} tokens")
-    if stats.generation_tps:
-        parts.append(f"{stats.generation_tps:.1f} tokens/s")
-    if stats.prompt_tokens is not None:
-        prompt = f"prompt {stats.prompt_tokens} tokens"
-        if stats.prompt_tps:
-            prompt += f" at {stats.prompt_tps:.1f}/s"
-        parts.append(prompt)
-    return Text(", ".join(parts), style="dim")

@@ -173,40 +173,47 @@ class DeleteResponse(msgspec.Struct, frozen=True, kw_only=True):
     message: str = ""
 
 
-class ChatDelta(msgspec.Struct, frozen=True, kw_only=True):
-    content: str | None = None
-    reasoning_content: str | None = None
-
-
-class ChatChunkChoice(msgspec.Struct, frozen=True, kw_only=True):
-    index: int = 0
-    delta: ChatDelta = ChatDelta()
-    finish_reason: str | None = None
-
-
-class ChatChunk(msgspec.Struct, frozen=True, kw_only=True):
-    """A ``chat.completion.chunk``, just the parts the CLI shows."""
-
-    choices: tuple[ChatChunkChoice, ...] = ()
-
-
-class ErrorDetail(msgspec.Struct, frozen=True, kw_only=True):
-    message: str = ""
-    type: str | None = None
-    code: str | int | None = None
-
-
-class ErrorFrame(msgspec.Struct, frozen=True, kw_only=True):
-    """``{"error": {...}}``: a failure reported in the body, after the status."""
-
-    error: ErrorDetail
-
-
 class GenerationStats(msgspec.Struct, frozen=True, kw_only=True):
+    """What the runner measured for one generation (``generation_stats``)."""
+
     prompt_tps: float | None = None
     generation_tps: float | None = None
     prompt_tokens: int | None = None
     generation_tokens: int | None = None
+    serving_batches: int | None = None
+    in_flight_at_admission: int | None = None
+    time_to_first_token_ms: float | None = None
+
+
+class NodePower(msgspec.Struct, frozen=True, kw_only=True):
+    watts: float | None = None
+    sources: tuple[str, ...] = ()
+
+
+class PowerUsage(msgspec.Struct, frozen=True, kw_only=True):
+    """Average system power over a bench request, per node and in total."""
+
+    nodes: dict[str, NodePower] = {}
+    total_watts: float | None = None
+
+
+class BenchChoice(msgspec.Struct, frozen=True, kw_only=True):
+    finish_reason: str | None = None
+
+
+class BenchResult(msgspec.Struct, frozen=True, kw_only=True):
+    """``POST /bench/chat/completions``: a chat completion plus what it cost.
+
+    ``power_usage`` is null where the node cannot measure power.
+    """
+
+    choices: tuple[BenchChoice, ...] = ()
+    generation_stats: GenerationStats = GenerationStats()
+    power_usage: PowerUsage | None = None
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.choices[0].finish_reason if self.choices else None
 
 
 class Model(msgspec.Struct, frozen=True, kw_only=True):
@@ -252,32 +259,6 @@ def parse_instance(raw: JsonObject, what: str) -> InstanceDetail:
 
 class _Runners(msgspec.Struct, frozen=True, kw_only=True):
     runners: dict[str, TaggedRunnerStatus] = {}
-
-
-def parse_chat_event(data: str) -> ChatChunk | ErrorFrame:
-    """One streamed ``data:`` payload: a chunk, or the error frame that ends a reply."""
-    try:
-        raw = msgspec.json.decode(data)
-    except msgspec.DecodeError:
-        raise UnexpectedResponseError(
-            f"the chat stream sent a frame that is not JSON: {data[:80]!r}"
-        ) from None
-    if not isinstance(raw, dict):
-        raise UnexpectedResponseError(f"unexpected chat stream frame: {data[:80]!r}")
-    if "error" in raw:
-        return parse(raw, ErrorFrame, "chat stream error")
-    return parse(raw, ChatChunk, "chat stream")
-
-
-def parse_stats(text: str) -> GenerationStats | None:
-    """The ``generation_stats {...}`` comment's fields; None for anything else."""
-    name, _, rest = text.partition(" ")
-    if name != "generation_stats":
-        return None
-    try:
-        return msgspec.json.decode(rest, type=GenerationStats)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None  # statistics are a courtesy; a malformed line is not worth a failure
 
 
 def parse(raw: JsonObject, view: type[T], what: str) -> T:

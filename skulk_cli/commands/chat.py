@@ -9,16 +9,16 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from skulk_cli import console, render, views
+from skulk_cli import console, render_generation, wire_formats
 from skulk_cli.client import (
     JsonObject,
     SkulkApiError,
     SkulkClient,
     SkulkUnreachable,
-    SseComment,
     UnexpectedResponseError,
 )
 from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, node_client
+from skulk_cli.wire_formats import Finish, StreamError, TextDelta, WireFormat
 
 EXIT_COMMANDS = frozenset({"/exit", "/quit"})
 PROMPT = Text("> ", style="bold green")
@@ -28,19 +28,26 @@ Message = dict[str, object]
 
 @dataclass(frozen=True)
 class Request:
-    """What every turn sends besides the conversation."""
+    """What every turn sends besides the conversation, and in which wire format."""
 
     model: str
     max_tokens: int | None = None
     temperature: float | None = None
+    wire_format: WireFormat = WireFormat.OPENAI
 
-    def body(self, messages: list[Message]) -> JsonObject:
-        body: JsonObject = {"model": self.model, "messages": messages}
-        if self.max_tokens is not None:
-            body["max_tokens"] = self.max_tokens
-        if self.temperature is not None:
-            body["temperature"] = self.temperature
-        return body
+    @property
+    def route(self) -> wire_formats.Route:
+        return wire_formats.ROUTES[self.wire_format]
+
+    def body(self, messages: list[Message], *, stream: bool = True) -> JsonObject:
+        return wire_formats.request_body(
+            self.wire_format,
+            self.model,
+            messages,
+            stream=stream,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+        )
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,15 @@ def chat(
         str | None,
         typer.Option("--system", metavar="TEXT", help="A system message to start with."),
     ] = None,
+    wire_format: Annotated[
+        WireFormat,
+        typer.Option(
+            "--format",
+            metavar="FORMAT",
+            help="The API to ask through: openai (Chat Completions), claude (Messages) "
+            "or ollama (chat).",
+        ),
+    ] = WireFormat.OPENAI,
     json_output: JsonFlag = False,
 ) -> None:
     """Chat with a placed model; the reply prints as it is generated.
@@ -93,7 +109,12 @@ def chat(
     starts a session that keeps the conversation: type a message, press Enter;
     Ctrl-C stops the reply being generated, and `/exit`, Ctrl-D or Ctrl-C at the
     prompt ends the session. With `--json` (PROMPT only) prints the whole
-    completion as the node returns it instead of streaming.
+    reply as the node returns it instead of streaming.
+
+    `--format` sends the conversation through the node's OpenAI (`/v1/chat/completions`),
+    Claude (`/v1/messages`) or Ollama (`/ollama/api/chat`) API. The reply and the
+    summary after it (finish reason in OpenAI's words, token counts) look the same
+    for each, which makes it a quick check of every API a node serves.
 
     Base models, like the demo model, continue text rather than follow
     instructions: completion-style prompts such as "The three primary colours are"
@@ -104,20 +125,20 @@ def chat(
     if as_json and prompt is None:
         raise typer.BadParameter("--json needs a PROMPT", param_hint="'--json'")
     history: list[Message] = [{"role": "system", "content": system}] if system else []
-    request = Request(model, max_tokens, temperature)
+    request = Request(model, max_tokens, temperature, wire_format)
     with node_client(cli) as client:
         if prompt is None:
             _session(client, request, history)
             return
-        body = request.body([*history, {"role": "user", "content": prompt}])
+        turn: list[Message] = [*history, {"role": "user", "content": prompt}]
         try:
             if as_json:
-                completion = client.chat_completion(body)
+                completion = client.generate(request.route.path, request.body(turn, stream=False))
                 console.emit_json(completion)
-                if "error" in completion:
+                if wire_formats.error_message(completion) is not None:
                     raise typer.Exit(EXIT_REFUSED)
                 return
-            reply = stream_reply(client, body)
+            reply = stream_reply(client, request, turn)
         except SkulkApiError as exc:
             console.error(exc.message, hint=_hint(exc, model))
             raise typer.Exit(EXIT_REFUSED) from None
@@ -133,7 +154,7 @@ def _session(client: SkulkClient, request: Request, history: list[Message]) -> N
     """Read prompts until /exit, end of input or Ctrl-C; the conversation carries over."""
     console.enable_line_editing()
     model = request.model
-    console.note(render.chat_banner(model))
+    console.note(render_generation.chat_banner(model))
     while True:
         try:
             line = console.ask(PROMPT)
@@ -146,7 +167,7 @@ def _session(client: SkulkClient, request: Request, history: list[Message]) -> N
             return
         turn: list[Message] = [*history, {"role": "user", "content": line}]
         try:
-            reply = stream_reply(client, request.body(turn))
+            reply = stream_reply(client, request, turn)
         except SkulkApiError as exc:
             # One refused turn (a prompt too long for the window) is not the end
             # of the session; the turn is simply not kept.
@@ -161,30 +182,25 @@ def _session(client: SkulkClient, request: Request, history: list[Message]) -> N
         history = [*turn, {"role": "assistant", "content": reply.text}]
 
 
-def stream_reply(client: SkulkClient, body: JsonObject) -> Reply:
+def stream_reply(client: SkulkClient, request: Request, messages: list[Message]) -> Reply:
     """Stream one reply to stdout; Ctrl-C cancels it on the node and returns."""
     out = console.TextStream()
     parts: list[str] = []
-    stats: views.GenerationStats | None = None
-    error: str | None = None
-    stream = client.stream_chat(body)
+    end: Finish | StreamError | None = None
+    route = request.route
+    stream = client.stream(route.path, request.body(messages), route.stream_media_type)
     try:
         with stream:
             try:
-                for event in stream:
-                    if isinstance(event, SseComment):
-                        stats = views.parse_stats(event.text) or stats
-                        continue
-                    frame = views.parse_chat_event(event.data)
-                    if isinstance(frame, views.ErrorFrame):
-                        error = frame.error.message or "generation failed"
-                        continue  # `[DONE]` follows
-                    for choice in frame.choices:
-                        if choice.index != 0:
-                            continue
-                        out.write(choice.delta.reasoning_content or "", style="dim")
-                        out.write(choice.delta.content or "")
-                        parts.append(choice.delta.content or "")
+                for event in wire_formats.events(request.wire_format, stream):
+                    match event:
+                        case TextDelta(thinking=True):
+                            out.write(event.text, style="dim")
+                        case TextDelta():
+                            out.write(event.text)
+                            parts.append(event.text)
+                        case Finish() | StreamError():
+                            end = event
             except KeyboardInterrupt:
                 # Explicitly, rather than only by hanging up: the node frees the
                 # runner at once instead of on its next write to a closed socket.
@@ -194,11 +210,16 @@ def stream_reply(client: SkulkClient, body: JsonObject) -> Reply:
         out.end_line()
         return Reply("".join(parts), cancelled=True)
     out.end_line()
-    if error is None and not stream.done:
-        error = f"The reply was cut off: {stream.interruption or 'the stream ended early'}."
-    if error is None and stats is not None:
-        console.note(render.generation_stats(stats))
-    return Reply("".join(parts), error)
+    text = "".join(parts)
+    match end:
+        case Finish():
+            console.note(render_generation.reply_summary(end))
+            return Reply(text)
+        case StreamError(message=message):
+            return Reply(text, message)
+        case None:
+            why = stream.interruption or "the node closed the stream before it finished"
+            return Reply(text, f"The reply was cut off: {why}.")
 
 
 def _cancel(client: SkulkClient, command_id: str | None) -> None:

@@ -9,27 +9,45 @@ import pytest
 
 from .fake_node import (
     CHAT_COMMAND_ID,
+    CLAUDE_MESSAGE,
     COMPLETION,
     CONFIG,
     DELETE_RESPONSE,
     IDENTITY,
     INSTANCE_DETAIL,
     MODELS,
+    OLLAMA_CHAT,
     PLACE_RESPONSE,
     PREVIEWS,
     STATE,
     Answer,
     FakeNode,
     Recorded,
+    bench_response,
     chat_stream,
+    claude_stream,
+    ndjson_reply,
+    ollama_stream,
     sse_reply,
     start,
 )
 
 
+def _streaming(request: Recorded, default: bool) -> bool:
+    return bool(request.body.get("stream", default)) if isinstance(request.body, dict) else default
+
+
 def _chat(request: Recorded) -> Answer:
-    streaming = isinstance(request.body, dict) and request.body.get("stream")
-    return sse_reply(chat_stream()) if streaming else (200, COMPLETION)
+    return sse_reply(chat_stream()) if _streaming(request, False) else (200, COMPLETION)
+
+
+def _messages(request: Recorded) -> Answer:
+    return sse_reply(claude_stream()) if _streaming(request, False) else (200, CLAUDE_MESSAGE)
+
+
+def _ollama_chat(request: Recorded) -> Answer:
+    # Ollama streams unless the request says otherwise.
+    return ndjson_reply(ollama_stream()) if _streaming(request, True) else (200, OLLAMA_CHAT)
 
 
 @pytest.fixture
@@ -45,6 +63,9 @@ def node() -> Iterator[FakeNode]:
             ("GET", "/instance/inst-1"): (200, INSTANCE_DETAIL),
             ("DELETE", "/instance/inst-1"): (200, DELETE_RESPONSE),
             ("POST", "/v1/chat/completions"): _chat,
+            ("POST", "/v1/messages"): _messages,
+            ("POST", "/ollama/api/chat"): _ollama_chat,
+            ("POST", "/bench/chat/completions"): (200, bench_response()),
             ("POST", f"/v1/cancel/{CHAT_COMMAND_ID}"): (
                 200,
                 {"message": "Command cancelled.", "command_id": CHAT_COMMAND_ID},

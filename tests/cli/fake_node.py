@@ -362,6 +362,175 @@ COMPLETION: dict[str, Any] = {
 }
 
 
+# --- Claude Messages and Ollama chat -------------------------------------------------
+
+CONTEXT_MESSAGE = CONTEXT_ERROR["error"]["message"]
+
+
+def claude_event(data: dict[str, Any]) -> bytes:
+    """One named SSE event, as the daemon writes Anthropic's events."""
+    return f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _claude_start() -> bytes:
+    message = {
+        "id": f"msg_{CHAT_COMMAND_ID}",
+        "type": "message",
+        "role": "assistant",
+        "model": MODEL,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        # Streaming, the prompt's size is known only at the end (message_delta).
+        "usage": {"input_tokens": 0, "output_tokens": 0},
+    }
+    return claude_event({"type": "message_start", "message": message})
+
+
+def _claude_block(index: int, kind: str, texts: Iterable[str]) -> list[bytes]:
+    start = {"type": "text", "text": ""} if kind == "text" else {"type": kind, kind: ""}
+    frames = [claude_event({"type": "content_block_start", "index": index, "content_block": start})]
+    for text in texts:
+        delta = {"type": f"{kind}_delta", kind: text}
+        frames.append(claude_event({"type": "content_block_delta", "index": index, "delta": delta}))
+    frames.append(claude_event({"type": "content_block_stop", "index": index}))
+    return frames
+
+
+def claude_stream(
+    words: Iterable[str] = CHAT_WORDS, thinking: Iterable[str] = (), stop_reason: str = "end_turn"
+) -> list[bytes]:
+    """A whole streamed Claude Messages reply, event for event as the daemon writes it."""
+    thoughts = list(thinking)
+    blocks = _claude_block(0, "thinking", thoughts) if thoughts else []
+    return [
+        _claude_start(),
+        claude_event({"type": "ping"}),
+        *blocks,
+        *_claude_block(1 if thoughts else 0, "text", words),
+        claude_event(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                "usage": {"input_tokens": 7, "output_tokens": 4},
+            }
+        ),
+        claude_event({"type": "message_stop"}),
+    ]
+
+
+def claude_error(message: str, type_: str = "invalid_request_error") -> dict[str, Any]:
+    return {"type": "error", "error": {"type": type_, "message": message}}
+
+
+def failing_claude_stream() -> list[bytes]:
+    """A Claude reply that starts, then fails: an ``error`` event ends it."""
+    return [
+        _claude_start(),
+        *_claude_block(0, "text", CHAT_WORDS[:1])[:-1],
+        claude_event(claude_error(CONTEXT_MESSAGE)),
+    ]
+
+
+CLAUDE_MESSAGE: dict[str, Any] = {
+    "id": f"msg_{CHAT_COMMAND_ID}",
+    "type": "message",
+    "role": "assistant",
+    "model": MODEL,
+    "content": [{"type": "text", "text": "Once upon a time"}],
+    "stop_reason": "end_turn",
+    "stop_sequence": None,
+    "usage": {"input_tokens": 7, "output_tokens": 4},
+}
+
+
+def ndjson(data: object) -> bytes:
+    return json.dumps(data).encode() + b"\n"
+
+
+def _ollama_line(content: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "model": MODEL,
+        "created_at": "2026-11-30T05:17:48.114359Z",
+        "message": {"role": "assistant", "content": content},
+        "done": False,
+        **fields,
+    }
+
+
+OLLAMA_DONE = _ollama_line(
+    "",
+    done=True,
+    done_reason="stop",
+    total_duration=120_000_000,
+    load_duration=0,
+    prompt_eval_duration=20_000_000,  # 7 tokens: 350/s
+    eval_duration=80_000_000,  # 4 tokens: 50/s
+    prompt_eval_count=7,
+    eval_count=4,
+)
+
+
+def ollama_stream(words: Iterable[str] = CHAT_WORDS) -> list[bytes]:
+    """A whole streamed Ollama chat reply, line for line as the daemon writes it.
+
+    The daemon's keep-alive is a lone space, which prefixes the next line.
+    """
+    lines = [ndjson(_ollama_line(word)) for word in words]
+    return [b" ", *lines[:1], b" ", *lines[1:], ndjson(OLLAMA_DONE)]
+
+
+def failing_ollama_stream() -> list[bytes]:
+    """An Ollama reply that starts, then fails: an ``{"error": ...}`` line ends it."""
+    return [ndjson(_ollama_line(CHAT_WORDS[0])), ndjson({"error": CONTEXT_MESSAGE})]
+
+
+OLLAMA_CHAT: dict[str, Any] = {
+    **OLLAMA_DONE,
+    "message": {"role": "assistant", "content": "Once upon a time"},
+}
+
+
+def ndjson_reply(lines: Iterable[bytes]) -> Reply:
+    return Reply(
+        200,
+        headers={"X-Skulk-Command-Id": CHAT_COMMAND_ID},
+        stream=lines,
+        content_type="application/x-ndjson",
+    )
+
+
+# --- bench --------------------------------------------------------------------------
+
+BENCH_STATS: dict[str, Any] = {
+    "prompt_tps": 310.5,
+    "generation_tps": 48.25,
+    "prompt_tokens": 7,
+    "generation_tokens": 4,
+    "serving_batches": 4,
+    "in_flight_at_admission": 0,
+    "time_to_first_token_ms": 22.6,
+}
+BENCH_POWER: dict[str, Any] = {
+    "nodes": {THIS_NODE: {"watts": 41.5, "sources": ["nvidia-smi", "rapl:package-0"]}},
+    "total_watts": 41.5,
+}
+
+
+def bench_response(
+    stats: dict[str, Any] | None = None, power: dict[str, Any] | None = BENCH_POWER
+) -> dict[str, Any]:
+    """``/bench/chat/completions``: the completion, what the runner measured, and power
+    (None where the node cannot measure it)."""
+    return {
+        **COMPLETION,
+        "choices": [{**COMPLETION["choices"][0], "finish_reason": "length"}],
+        "system_fingerprint": None,
+        "generation_stats": {**BENCH_STATS, **(stats or {})},
+        "power_usage": power,
+    }
+
+
 # --- the server ---------------------------------------------------------------------
 
 
@@ -375,12 +544,14 @@ class Recorded:
 
 @dataclass
 class Reply:
-    """An answer: JSON (or raw bytes) in one piece, or ``stream`` frames flushed one by one."""
+    """An answer: JSON (or raw bytes) in one piece, or ``stream`` frames flushed one by one
+    (as ``content_type``: SSE, or NDJSON for Ollama)."""
 
     status: int = 200
     body: object = None
     headers: dict[str, str] = field(default_factory=dict)
     stream: Iterable[bytes] | None = None
+    content_type: str = "text/event-stream"
 
 
 Answer = tuple[int, object] | Reply
@@ -446,7 +617,7 @@ def _handler(node: FakeNode) -> type[BaseHTTPRequestHandler]:
         def _stream(self, reply: Reply, frames: Iterator[bytes]) -> None:
             # HTTP/1.0 with no length: the body ends when the connection closes.
             self.send_response(reply.status)
-            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Type", reply.content_type)
             self.send_header("Cache-Control", "no-cache")
             for name, value in reply.headers.items():
                 self.send_header(name, value)

@@ -59,13 +59,25 @@ def test_check_reports_changed_missing_and_obsolete_files(tmp_path: Path) -> Non
     [
         (
             "skulk ''",
-            {"serve", "status", "previews", "place", "chat", "models", "instances", "config"},
+            {
+                "serve",
+                "status",
+                "previews",
+                "place",
+                "chat",
+                "bench",
+                "models",
+                "instances",
+                "config",
+            },
         ),
         ("skulk instances ''", {"list", "show", "delete"}),
         ("skulk place gemma --sharding ''", {"Pipeline", "Tensor"}),
         ("skulk mo", {"models"}),
         ("skulk config ''", {"show", "set"}),
         ("skulk serve --api", {"--api-port"}),
+        ("skulk chat gemma --format ''", {"openai", "claude", "ollama"}),
+        ("skulk bench gemma --r", {"--runs"}),
     ],
 )
 def test_bash_completion_script_completes_commands_and_options(
