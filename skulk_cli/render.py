@@ -63,7 +63,11 @@ def status(identity: NodeIdentity, state: ClusterState) -> RenderableType:
     header = Text.assemble(("Node ", "bold"), (name, "bold cyan"), f"  {identity.node_id}")
     if identity.hostname or identity.ip_address:
         header.append(f"  ({', '.join(p for p in (identity.hostname, identity.ip_address) if p)})")
-    parts: list[RenderableType] = [header, _nodes_table(identity.node_id, state)]
+    parts: list[RenderableType] = [
+        header,
+        _cluster_line(state),
+        _nodes_table(identity.node_id, state),
+    ]
     parts.extend(_health_reasons(state))
     parts.append(_instances_table(state))
     if state.runners:
@@ -76,11 +80,28 @@ def _node_name(state: ClusterState, node_id: str) -> str:
     return (info.friendly_name if info else None) or short_id(node_id)
 
 
+def _cluster_line(state: ClusterState) -> Text:
+    members = len(state.topology.nodes)
+    if state.master_node_id is None:
+        return Text(f"Cluster of {members} node(s); no master elected yet", style="yellow")
+    return Text.assemble(
+        f"Cluster of {members} node(s); master ",
+        (_node_name(state, state.master_node_id), "bold"),
+        f" (term {state.election_term})",
+    )
+
+
 def _nodes_table(this_node: str, state: ClusterState) -> Table:
-    nodes = set(state.node_memory) | set(state.node_identities) | set(state.node_health)
+    nodes = (
+        set(state.node_memory)
+        | set(state.node_identities)
+        | set(state.node_health)
+        | set(state.topology.nodes)
+    )
     table = Table(title="Nodes", title_justify="left", caption="* this node")
     table.add_column("Node", no_wrap=True)
     table.add_column("ID", overflow="fold")
+    table.add_column("Role", no_wrap=True)
     table.add_column("Memory free / total", no_wrap=True)
     table.add_column("Version")
     table.add_column("Health")
@@ -90,9 +111,13 @@ def _nodes_table(this_node: str, state: ClusterState) -> Table:
         health = state.node_health.get(node_id)
         level = health.level if health else "unknown"
         name = (info.friendly_name if info else None) or "-"
+        role = "master" if node_id == state.master_node_id else "follower"
+        if node_id not in state.topology.nodes:
+            role = "not a member"
         table.add_row(
             f"{name} *" if node_id == this_node else name,
             short_id(node_id),
+            role,
             (
                 f"{humanize_bytes(memory.ram_available.in_bytes)}"
                 f" / {humanize_bytes(memory.ram_total.in_bytes)}"

@@ -97,6 +97,10 @@ class DownloadProgress(_View, frozen=True, kw_only=True):
     total_bytes: int = 0
 
 
+class Topology(_View, frozen=True, kw_only=True):
+    nodes: tuple[str, ...] = ()
+
+
 class ClusterState(_View, frozen=True, kw_only=True):
     instances: dict[str, TaggedInstance] = {}
     runners: dict[str, TaggedRunnerStatus] = {}
@@ -105,6 +109,9 @@ class ClusterState(_View, frozen=True, kw_only=True):
     node_memory: dict[str, NodeMemory] = {}
     node_health: dict[str, NodeHealth] = {}
     node_identities: dict[str, NodeIdentityInfo] = {}
+    topology: Topology = Topology()
+    master_node_id: str | None = None
+    election_term: int = 0
 
     def node_name(self, node_id: str) -> str | None:
         info = self.node_identities.get(node_id)

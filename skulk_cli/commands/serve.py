@@ -30,6 +30,15 @@ NODE_ENVIRONMENT: tuple[tuple[str, str], ...] = (
         "SKULK_CONFIG_HOME",
         "Directory holding skulk.yaml, when --config-home is not given (~/.config/skulk).",
     ),
+    ("SKULK_FABRIC_PORT", "Cluster fabric port, when --fabric-port is not given (52416)."),
+    ("SKULK_PEERS", "Comma-separated peer fabric addresses (host:port), added to --peer."),
+    (
+        "SKULK_CLUSTER_KEY",
+        "The cluster's pre-shared key (else cluster.key in skulk.yaml, else a key generated "
+        "into the data directory on first start). Every node of a cluster needs the same one.",
+    ),
+    ("SKULK_MDNS", "0 turns off mDNS discovery on the LAN."),
+    ("SKULK_FORCE_MASTER", "1 makes this node win every master election."),
 )
 
 
@@ -42,6 +51,10 @@ class NodeOptions:
     data_dir: Path | None = None
     models_dir: Path | None = None
     config_home: Path | None = None
+    fabric_port: int | None = None
+    peers: tuple[str, ...] = ()
+    force_master: bool = False
+    no_mdns: bool = False
 
 
 def daemon_argv(python: str, options: NodeOptions) -> list[str]:
@@ -57,6 +70,14 @@ def daemon_argv(python: str, options: NodeOptions) -> list[str]:
     for flag, value in flags:
         if value is not None:
             argv += [flag, str(value)]
+    if options.fabric_port is not None:
+        argv += ["--fabric-port", str(options.fabric_port)]
+    for peer in options.peers:
+        argv += ["--peer", peer]
+    if options.force_master:
+        argv.append("--force-master")
+    if options.no_mdns:
+        argv.append("--no-mdns")
     return argv
 
 
@@ -74,6 +95,7 @@ def exec_daemon(options: NodeOptions) -> NoReturn:
 
 
 def serve(
+    *,
     host: Annotated[
         str | None,
         typer.Option(
@@ -98,6 +120,26 @@ def serve(
         Path | None,
         typer.Option("--config-home", metavar="DIR", help="Directory holding skulk.yaml."),
     ] = None,
+    fabric_port: Annotated[
+        int | None,
+        typer.Option(
+            "--fabric-port", metavar="PORT", min=1, max=65535, help="Cluster fabric port."
+        ),
+    ] = None,
+    peer: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--peer",
+            metavar="HOST:PORT",
+            help="A peer's fabric address, for networks mDNS does not reach; repeatable.",
+        ),
+    ] = None,
+    force_master: Annotated[
+        bool, typer.Option("--force-master", help="Win every master election.")
+    ] = False,
+    no_mdns: Annotated[
+        bool, typer.Option("--no-mdns", help="Do not announce or discover peers with mDNS.")
+    ] = False,
 ) -> None:
     """Run this machine's Skulk node in the foreground.
 
@@ -105,4 +147,16 @@ def serve(
     given fall back to the node's environment variables and then its defaults.
     Running `skulk` with no command does the same.
     """
-    exec_daemon(NodeOptions(host, api_port, data_dir, models_dir, config_home))
+    exec_daemon(
+        NodeOptions(
+            host,
+            api_port,
+            data_dir,
+            models_dir,
+            config_home,
+            fabric_port=fabric_port,
+            peers=tuple(peer or ()),
+            force_master=force_master,
+            no_mdns=no_mdns,
+        )
+    )

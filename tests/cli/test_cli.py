@@ -73,6 +73,31 @@ def test_status_shows_this_node_memory_instances_runners_and_health(node: FakeNo
     ]
 
 
+def test_status_shows_the_cluster_master_and_each_node_role(node: FakeNode) -> None:
+    state = dict(node.routes[("GET", "/state")][1])
+    state.update(
+        topology={"nodes": [THIS_NODE, PEER_NODE], "connections": []},
+        masterNodeId=PEER_NODE,
+        electionTerm=3,
+    )
+    node.routes[("GET", "/state")] = (200, state)
+
+    result = run("--api-url", node.url, "status")
+
+    assert result.exit_code == 0, result.output
+    out = plain(result.stdout)
+    assert "Cluster of 2 node(s); master bravo (term 3)" in out
+    assert "follower" in line_with(out, THIS_NODE)
+    assert "master" in line_with(out, PEER_NODE)
+
+
+def test_status_before_an_election_says_no_master(node: FakeNode) -> None:
+    result = run("--api-url", node.url, "status")
+
+    assert result.exit_code == 0, result.output
+    assert "no master elected yet" in plain(result.stdout)
+
+
 def test_status_shortens_long_peer_ids_in_tables_but_not_in_the_heading(node: FakeNode) -> None:
     peer_id = "12D3KooWFeANbFnCMpddndbHLbBti6Afsx6q3y3nwKnrLEDWCmor"
     node.routes[("GET", "/node/identity")] = (200, {**IDENTITY, "nodeId": peer_id})
@@ -299,6 +324,25 @@ def test_daemon_argv_passes_only_the_flags_given() -> None:
         "skulk_daemon",
         "--api-port",
         "1",
+    ]
+
+
+def test_daemon_argv_carries_the_fabric_flags() -> None:
+    options = serve.NodeOptions(
+        fabric_port=52600,
+        peers=("10.0.0.2:52416", "10.0.0.3:52416"),
+        force_master=True,
+        no_mdns=True,
+    )
+    assert serve.daemon_argv("/py", options)[3:] == [
+        "--fabric-port",
+        "52600",
+        "--peer",
+        "10.0.0.2:52416",
+        "--peer",
+        "10.0.0.3:52416",
+        "--force-master",
+        "--no-mdns",
     ]
 
 
