@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Annotated
 
 import msgspec
 
@@ -95,4 +96,5 @@ class NodeTelemetry(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     memory: NodeMemory
     system: NodeSystem
     resources: NodeResources
-    observed_at: datetime
+    observed_at: Annotated[datetime, msgspec.Meta(tz=True)]
+    """Always timezone-aware: readings from many nodes are compared by it."""

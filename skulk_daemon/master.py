@@ -10,6 +10,7 @@ object orders them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -49,6 +50,14 @@ class Master:
     def state(self) -> State:
         return self._state
 
+    def _commit(self, state: State, indexed: list[IndexedEvent]) -> None:
+        self._state = state
+        # NOTE: called under the lock, so subscribers see batches in index order. A
+        # master that stepped down while this command was being written does not
+        # publish: its successor's history is the one nodes apply.
+        if indexed and not self._closed:
+            self._publish(indexed)
+
     def close(self) -> None:
         """Step down: commands not yet ordered raise :class:`NotMaster`."""
         self._closed = True
@@ -77,8 +86,17 @@ class Master:
                 indexed.append(item)
             # Durable before visible: a crash after this line replays the events, a
             # crash before it loses a command nobody was told had succeeded.
+            write = asyncio.ensure_future(asyncio.to_thread(self._log.append, indexed))
             try:
-                await asyncio.to_thread(self._log.append, indexed)
+                await asyncio.shield(write)
+            except asyncio.CancelledError:
+                # NOTE: the caller went away mid-write. The record will be on disk, so
+                # State must advance with it, or the next command would reuse its
+                # index. Finish, commit, then let the cancellation through.
+                with contextlib.suppress(OSError):
+                    await write
+                    self._commit(state, indexed)
+                raise
             except OSError as exc:
                 log.error("the event log cannot be written: %s", exc)
                 return Refused(
@@ -86,10 +104,5 @@ class Master:
                     message=f"the master cannot record the change ({exc.strerror or exc}); "
                     "free disk space on the master node and retry",
                 )
-            self._state = state
-            # NOTE: publish under the lock so subscribers see batches in index order.
-            # A master that stepped down while this command was being written does
-            # not publish: its successor's history is the one nodes apply.
-            if indexed and not self._closed:
-                self._publish(indexed)
+            self._commit(state, indexed)
         return indexed

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Generator, Sequence
 
 import uvicorn
+from zeroconf import InterfaceChoice
 
 from skulk_core.config import ConfigError
 from skulk_core.telemetry import TELEMETRY_INTERVAL_SECONDS, NodeIdentityInfo
@@ -179,11 +180,15 @@ async def _start_fabric(
             if peer.addresses:
                 agent.dial(fabric_address(peer.addresses[0], peer.port))
 
+        # Announce the addresses the fabric is reachable on: all of them for a
+        # wildcard bind, else just the one it is bound to.
+        wildcard = fabric.bind_host in ("0.0.0.0", "::", "")
         discovery = MdnsDiscovery(
             node_id=node.node_id,
             fabric_port=agent.transport.port,
             version=SKULK_VERSION,
             on_peer=found,
+            interfaces=InterfaceChoice.All if wildcard else [fabric.bind_host],
         )
         await discovery.start()
     return agent, discovery

@@ -88,8 +88,16 @@ class CatchUp:
         """Take a batch; return the events that continue ``last_applied`` in order
         (buffered ones included). Anything after a gap stays buffered."""
         for event in events:
-            if event.idx > last_applied and len(self.buffered) < MAX_BUFFERED_EVENTS:
-                self.buffered[event.idx] = event
+            if event.idx <= last_applied:
+                continue
+            if len(self.buffered) >= MAX_BUFFERED_EVENTS and event.idx not in self.buffered:
+                # Full: keep the events nearest the gap (the sync refills the rest),
+                # so the missing one can always get in.
+                highest = max(self.buffered)
+                if highest < event.idx:
+                    continue
+                del self.buffered[highest]
+            self.buffered[event.idx] = event
         ready: list[IndexedEvent] = []
         nxt = last_applied + 1
         while nxt in self.buffered:
