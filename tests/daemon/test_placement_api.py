@@ -357,6 +357,7 @@ def test_placement_waits_a_bounded_time_for_node_telemetry(
         return place(entry.card, facts, PlacementRequest(), RandomIds())
 
     async def scenario() -> None:
+        live.become_master(term=1)  # a cluster of one, without the fabric
         await live.start()
         started = time.monotonic()
         pending = await placement_api.plan_when_informed(live, attempt)
