@@ -72,6 +72,8 @@ def decide(state: State, command: Command) -> list[Event] | Refused:
         case ReportConnections(node_id=node_id, connections=connections):
             if node_id not in state.topology.nodes:
                 return []
+            members = set(state.topology.nodes)
+            connections = tuple(c for c in connections if c.send_back_node_id in members)
             current = tuple(c for c in state.topology.connections if c.local_node_id == node_id)
             if set(current) == set(connections):
                 return []
