@@ -23,7 +23,7 @@ import msgspec
 from skulk_core.commands import Command
 from skulk_core.election import ElectionMessage, Rank, Session
 from skulk_core.events import IndexedEvent
-from skulk_core.ids import CommandId, NodeId
+from skulk_core.ids import CommandId, InstanceId, NodeId
 from skulk_core.state import State
 from skulk_core.telemetry import NodeTelemetry
 
@@ -110,6 +110,24 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True, tag="snapshot"):
     last_master: NodeId | None = None
 
 
+class RunTask(msgspec.Struct, frozen=True, kw_only=True, tag="run_task"):
+    """Serve a generation on the node that hosts the instance's runner; its chunks
+    come back to the owning (API) node as ``command_id``'s data stream.
+
+    ``request`` is the engine request, msgpack-encoded by the daemon (its type is
+    not part of this pure module)."""
+
+    command_id: CommandId
+    instance_id: InstanceId
+    request: bytes
+
+
+class CancelTask(msgspec.Struct, frozen=True, kw_only=True, tag="cancel_task"):
+    """The owner stopped waiting (client gone, ``/v1/cancel``): stop the generation."""
+
+    command_id: CommandId
+
+
 # -- data plane ------------------------------------------------------------------
 
 
@@ -123,7 +141,16 @@ class DataFrame(msgspec.Struct, frozen=True, kw_only=True, tag="data"):
 
 
 Body = (
-    Beat | Elect | SubmitCommand | CommandOutcome | EventBatch | SyncRequest | Snapshot | DataFrame
+    Beat
+    | Elect
+    | SubmitCommand
+    | CommandOutcome
+    | EventBatch
+    | SyncRequest
+    | Snapshot
+    | RunTask
+    | CancelTask
+    | DataFrame
 )
 
 PLANE_OF: Final[dict[type, Plane]] = {
@@ -134,6 +161,8 @@ PLANE_OF: Final[dict[type, Plane]] = {
     EventBatch: "control",
     SyncRequest: "control",
     Snapshot: "control",
+    RunTask: "control",
+    CancelTask: "control",
     DataFrame: "data",
 }
 

@@ -220,6 +220,8 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> None:
         node.close()
         sock.close()
         raise
+    agent.remote.attach(worker)
+    worker.attach_remote(agent.remote)
 
     async def started() -> None:
         await node.start()

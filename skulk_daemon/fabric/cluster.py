@@ -48,6 +48,7 @@ from skulk_core.fabric import (
     PROTOCOL_VERSION,
     Beat,
     Body,
+    CancelTask,
     CommandOutcome,
     DataFrame,
     Elect,
@@ -55,6 +56,7 @@ from skulk_core.fabric import (
     FrameError,
     Header,
     PeerAddress,
+    RunTask,
     Snapshot,
     SubmitCommand,
     SyncRequest,
@@ -68,6 +70,7 @@ from skulk_core.version import SKULK_VERSION
 from skulk_daemon.eventlog import read_events
 from skulk_daemon.fabric.data_plane import DataPlane
 from skulk_daemon.fabric.peers import Peer, PeerBook, fabric_address, parse_peer
+from skulk_daemon.fabric.remote_tasks import RemoteTasks
 from skulk_daemon.fabric.replication import CatchUp, RetainedTail
 from skulk_daemon.fabric.transport import FabricTransport
 from skulk_daemon.master import NotMaster
@@ -133,6 +136,7 @@ class ClusterAgent:
         self.catch_up = CatchUp()
         self.tail = RetainedTail()
         self.data = DataPlane(node.node_id, self._send_data)
+        self.remote = RemoteTasks(self)
         self.counters = _Counters()
         self._seq = 0
         self._pending: dict[str, _Pending] = {}
@@ -171,6 +175,7 @@ class ClusterAgent:
                 await task
         for pending in self._pending.values():
             pending.future.cancel()
+        await self.remote.close()
         await self.transport.close()
 
     def dial(self, address: str) -> None:
@@ -204,6 +209,14 @@ class ClusterAgent:
 
     def _send_data(self, owner: NodeId, frame: DataFrame) -> bool:
         return self._send(owner, frame)
+
+    def send_control(self, node_id: NodeId, body: RunTask | CancelTask) -> bool:
+        return self._send(node_id, body)
+
+    def is_live(self, node_id: NodeId) -> bool:
+        """Whether ``node_id`` was heard from within the liveness timeout."""
+        peer = self.peers.by_node.get(node_id)
+        return peer is not None and self._clock() - peer.heard_at <= self.election.peer_timeout
 
     # -- the clock -------------------------------------------------------------------
 
@@ -333,6 +346,10 @@ class ClusterAgent:
                 pending = self._pending.get(body.request_id)
                 if pending is not None and not pending.future.done():
                     pending.future.set_result(body)
+            case RunTask():
+                self.remote.serve(header.origin, body)
+            case CancelTask(command_id=command_id):
+                self.remote.stop(command_id)
             case SubmitCommand() | EventBatch() | SyncRequest() | Snapshot():
                 self._control.put_nowait((header.origin, header, body))
 

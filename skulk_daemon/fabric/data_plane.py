@@ -68,6 +68,19 @@ class DataStream:
             self._queue.get_nowait()
         self._queue.put_nowait(_END)
 
+    async def next(self) -> bytes | None:
+        """The next payload; ``None`` after the final frame. Raises
+        :class:`StreamBroken` on a lost frame (wrap it in ``asyncio.timeout``)."""
+        item = await self._queue.get()
+        if item is _END:
+            # Keep the end visible to any later call.
+            self._queue.put_nowait(_END)
+            if self._broken is not None:
+                raise StreamBroken(self._broken)
+            return None
+        assert isinstance(item, bytes)
+        return item
+
     async def frames(self) -> AsyncIterator[bytes]:
         """Payloads in order until the final frame; raises :class:`StreamBroken`."""
         try:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import assert_never
+from typing import Protocol, assert_never
 
 from skulk_core.cards import ModelTask
 from skulk_core.commands import (
@@ -24,7 +24,15 @@ from skulk_core.commands import (
     ReportRunnerStatus,
     StartTask,
 )
-from skulk_core.ids import CommandId, InstanceId, ModelId, RunnerId, TaskId, new_command_id
+from skulk_core.ids import (
+    CommandId,
+    InstanceId,
+    ModelId,
+    NodeId,
+    RunnerId,
+    TaskId,
+    new_command_id,
+)
 from skulk_core.placement.context import DEFAULT_CONTEXT_TOKENS
 from skulk_core.shards import (
     Instance,
@@ -65,6 +73,20 @@ _PHASE_STATUS: dict[str, RunnerStatus] = {
 }
 
 
+class RemoteGenerate(Protocol):
+    """Generation on another node's runner (the fabric's remote tasks)."""
+
+    def generate(
+        self,
+        node: NodeId,
+        instance_id: InstanceId,
+        request: GenerationRequest,
+        command_id: CommandId,
+    ) -> AsyncIterator[Chunk]: ...
+
+    def cancel(self, node: NodeId, command_id: CommandId) -> None: ...
+
+
 class RunnerUnavailable(Exception):
     """The instance has no serving runner on this node."""
 
@@ -91,6 +113,24 @@ class Supervisor:
         self._runners: dict[RunnerId, ManagedRunner] = {}
         self._wakeup = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._remote: RemoteGenerate | None = None
+        self._remote_tasks: dict[TaskId, Callable[[], None]] = {}
+
+    def attach_remote(self, remote: RemoteGenerate) -> None:
+        """Serve instances whose runner is on another node through ``remote``."""
+        self._remote = remote
+
+    def _remote_host(self, instance_id: InstanceId) -> NodeId | None:
+        """The node serving ``instance_id`` when that is not this node."""
+        instance = self._node.state.instances.get(instance_id)
+        if instance is None:
+            return None
+        nodes = list(instance.shard_assignments.node_to_runner)
+        if not nodes or self._node.node_id in nodes:
+            return None
+        # NOTE: the first node of the assignment hosts the first shard, the one a
+        # multi-node engine is driven from.
+        return nodes[0]
 
     # -- reconciliation -------------------------------------------------------------
 
@@ -273,6 +313,16 @@ class Supervisor:
         """Run ``request`` on this node's runner for the instance; ``command_id`` is the
         client-facing command the task serves (what ``/state`` shows on the task)."""
         task_id = TaskId(request.task_id)
+        host = self._remote_host(instance_id)
+        if host is not None and self._remote is not None:
+            remote = self._remote
+            self._remote_tasks[task_id] = lambda: remote.cancel(host, command_id)
+            try:
+                async for chunk in remote.generate(host, instance_id, request, command_id):
+                    yield chunk
+            finally:
+                self._remote_tasks.pop(task_id, None)
+            return
         runner = self._runner_for(instance_id)
         if runner is None:
             # The reconcile loop may not have seen the instance yet.
@@ -328,6 +378,10 @@ class Supervisor:
             )
 
     def cancel(self, instance_id: InstanceId, task_id: TaskId) -> None:
+        remote = self._remote_tasks.get(task_id)
+        if remote is not None:
+            remote()
+            return
         runner = self._runner_for(instance_id)
         if runner is not None and runner.process is not None:
             with contextlib.suppress(Exception):

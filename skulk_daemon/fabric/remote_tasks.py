@@ -1,0 +1,207 @@
+"""Generations whose runner lives on another node.
+
+The API node that accepted a request owns its command. When the instance's runner
+is elsewhere, the owner sends :class:`RunTask` to that node and reads the engine's
+chunks back from the command's data stream, in order; the serving node runs the
+generation through its own supervisor exactly as a local request would (task
+bookkeeping included) and numbers each chunk. When the owner stops reading
+(the client went away, ``/v1/cancel``), it sends :class:`CancelTask`. A serving
+node that goes silent mid-stream, or a stream that loses a frame, ends the turn
+with an error chunk rather than a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import msgspec
+
+from skulk_core.fabric import CancelTask, RunTask
+from skulk_core.ids import CommandId, InstanceId, NodeId, TaskId
+from skulk_daemon.engines.base import (
+    EngineChunk,
+    ErrorChunk,
+    FinishChunk,
+    GenerationRequest,
+)
+from skulk_daemon.fabric.data_plane import StreamBroken
+
+if TYPE_CHECKING:
+    from skulk_daemon.fabric.cluster import ClusterAgent
+    from skulk_daemon.worker.supervisor import Supervisor
+
+log = logging.getLogger(__name__)
+
+LIVENESS_CHECK_SECONDS: Final = 1.0
+"""How often a waiting owner checks that the serving node is still heard from."""
+FIRST_FRAME_SECONDS: Final = 30.0
+"""How long a serving node may take to accept a task before the owner gives up
+(it waits up to this for a loading runner)."""
+
+_encoder: Final = msgspec.msgpack.Encoder()
+_request_decoder: Final = msgspec.msgpack.Decoder(GenerationRequest)
+_chunk_decoder: Final = msgspec.msgpack.Decoder(EngineChunk)
+
+
+def _error(task_id: TaskId, code: str, message: str) -> ErrorChunk:
+    return ErrorChunk(task_id=task_id, code=code, message=message)
+
+
+@dataclass(slots=True)
+class _Serving:
+    task: asyncio.Task[None]
+    instance_id: InstanceId
+    task_id: TaskId
+
+
+class RemoteTasks:
+    """Both ends of remote generation for one node."""
+
+    def __init__(self, agent: ClusterAgent) -> None:
+        self._agent = agent
+        self._worker: Supervisor | None = None
+        self._serving: dict[CommandId, _Serving] = {}
+
+    def attach(self, worker: Supervisor) -> None:
+        self._worker = worker
+
+    # -- the owner's end ---------------------------------------------------------------
+
+    async def generate(
+        self,
+        node: NodeId,
+        instance_id: InstanceId,
+        request: GenerationRequest,
+        command_id: CommandId,
+    ) -> AsyncIterator[EngineChunk]:
+        """The generation's chunks, served by ``node``; always ends with one terminal
+        chunk (an error chunk when the node or the stream fails)."""
+        task_id = TaskId(request.task_id)
+        agent = self._agent
+        stream = agent.data.open(command_id)
+        ended = False
+        try:
+            sent = agent.send_control(
+                node,
+                RunTask(
+                    command_id=command_id,
+                    instance_id=instance_id,
+                    request=_encoder.encode(request),
+                ),
+            )
+            if not sent:
+                ended = True
+                yield _error(task_id, "instance_unavailable", f"node {node} cannot be reached")
+                return
+            started = time.monotonic()
+            first = True
+            while True:
+                try:
+                    async with asyncio.timeout(LIVENESS_CHECK_SECONDS):
+                        payload = await stream.next()
+                except TimeoutError:
+                    if not agent.is_live(node):
+                        ended = True
+                        yield _error(
+                            task_id, "node_lost", f"node {node} serving this request went away"
+                        )
+                        return
+                    if first and time.monotonic() - started > FIRST_FRAME_SECONDS:
+                        ended = True
+                        yield _error(
+                            task_id, "instance_unavailable", f"node {node} did not start the task"
+                        )
+                        return
+                    continue
+                except StreamBroken as exc:
+                    ended = True
+                    yield _error(task_id, "stream_broken", f"tokens from {node} were lost: {exc}")
+                    return
+                if payload is None:
+                    ended = True
+                    yield _error(task_id, "incomplete_generation", "the stream ended early")
+                    return
+                first = False
+                chunk = _chunk_decoder.decode(payload)
+                if isinstance(chunk, FinishChunk | ErrorChunk):
+                    ended = True
+                yield chunk
+                if ended:
+                    return
+        finally:
+            stream.close()
+            if not ended:
+                # The consumer stopped early: the serving node must stop too.
+                agent.send_control(node, CancelTask(command_id=command_id))
+
+    def cancel(self, node: NodeId, command_id: CommandId) -> None:
+        self._agent.send_control(node, CancelTask(command_id=command_id))
+
+    # -- the serving end ---------------------------------------------------------------
+
+    def serve(self, owner: NodeId, message: RunTask) -> None:
+        worker = self._worker
+        try:
+            request = _request_decoder.decode(message.request)
+        except msgspec.DecodeError:
+            self._agent.counters.dropped["bad_task"] += 1
+            return
+        command_id = message.command_id
+        if worker is None or command_id in self._serving:
+            return
+        task = asyncio.create_task(
+            self._run(worker, owner, message.instance_id, request, command_id)
+        )
+        self._serving[command_id] = _Serving(task, message.instance_id, TaskId(request.task_id))
+        task.add_done_callback(lambda _: self._serving.pop(command_id, None))
+
+    async def _run(
+        self,
+        worker: Supervisor,
+        owner: NodeId,
+        instance_id: InstanceId,
+        request: GenerationRequest,
+        command_id: CommandId,
+    ) -> None:
+        seq = 0
+        data = self._agent.data
+        try:
+            async with contextlib.aclosing(
+                worker.generate(instance_id, request, command_id)
+            ) as chunks:
+                async for chunk in chunks:
+                    final = isinstance(chunk, FinishChunk | ErrorChunk)
+                    if not data.send(owner, command_id, seq, _encoder.encode(chunk), final=final):
+                        # The owner is unreachable or not reading: nobody will see
+                        # the rest, so stop the runner's work now.
+                        log.warning(
+                            "owner %s of %s stopped receiving; cancelling", owner, command_id
+                        )
+                        worker.cancel(instance_id, TaskId(request.task_id))
+                        return
+                    seq += 1
+        except asyncio.CancelledError:
+            worker.cancel(instance_id, TaskId(request.task_id))
+            raise
+
+    def stop(self, command_id: CommandId) -> None:
+        """Cancel the generation in the runner. The serving loop keeps forwarding
+        until the runner's own terminal chunk (``cancelled``), so an owner still
+        listening (``/v1/cancel``) sees the turn end the way a local one does."""
+        serving = self._serving.get(command_id)
+        if serving is not None and self._worker is not None:
+            self._worker.cancel(serving.instance_id, serving.task_id)
+
+    async def close(self) -> None:
+        tasks = [s.task for s in self._serving.values()]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
