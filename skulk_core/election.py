@@ -110,6 +110,10 @@ class Election:
     rank: Rank
     started_at: float
     discovery_grace: float = 1.5
+    lonely_grace: float = 0.0
+    """With peers configured but none heard yet, how long to wait before running as
+    a cluster of one: a node whose connections are still coming up must not elect
+    itself beside a sitting master."""
     campaign_seconds: float = DEFAULT_CAMPAIGN_SECONDS
     coordinator_wait_seconds: float = DEFAULT_COORDINATOR_WAIT_SECONDS
     master_timeout_seconds: float = DEFAULT_MASTER_TIMEOUT_SECONDS
@@ -172,7 +176,10 @@ class Election:
                     return self._win(now)
                 return []
             case "follower":
-                if now - self.started_at < self.discovery_grace and self.session is None:
+                waited = now - self.started_at
+                if self.session is None and (
+                    waited < self.discovery_grace or (not self.peers and waited < self.lonely_grace)
+                ):
                     return []
                 if self.session is None:
                     if self.deadline is None or now >= self.deadline:

@@ -40,6 +40,9 @@ class Header(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     origin: NodeId
     seq: int
     session: Session | None = None
+    reply_port: int = 0
+    """The sender's fabric port: with the frame's source address, how to answer it
+    even before its first beat arrives."""
 
 
 # -- telemetry plane -----------------------------------------------------------
@@ -91,7 +94,12 @@ class CommandOutcome(msgspec.Struct, frozen=True, kw_only=True, tag="outcome"):
 
 
 class EventBatch(msgspec.Struct, frozen=True, kw_only=True, tag="events"):
+    """Consecutive events, and who indexed the one just before the first (so a
+    follower can tell whether the batch continues its own history)."""
+
     events: tuple[IndexedEvent, ...]
+    prev_term: int = 0
+    prev_master: NodeId | None = None
 
 
 class SyncRequest(msgspec.Struct, frozen=True, kw_only=True, tag="sync"):
@@ -168,6 +176,8 @@ PLANE_OF: Final[dict[type, Plane]] = {
 
 _encoder: Final = msgspec.msgpack.Encoder()
 _header_decoder: Final = msgspec.msgpack.Decoder(Header)
+_fields_decoder: Final = msgspec.msgpack.Decoder(list[msgspec.Raw])
+_version_decoder: Final = msgspec.msgpack.Decoder(int)
 _body_decoder: Final = msgspec.msgpack.Decoder(Body)
 
 
@@ -187,14 +197,22 @@ def decode_header(frames: list[bytes]) -> Header:
     """The header of a frame; raises :class:`FrameError` (``malformed``/``version``)."""
     if len(frames) != 2:
         raise FrameError("malformed", f"expected 2 parts, got {len(frames)}")
+    # NOTE: the version is read first, on its own: a frame from another protocol
+    # version may not have our header's shape at all, and must still be told apart
+    # from garbage.
     try:
-        header = _header_decoder.decode(frames[0])
+        fields = _fields_decoder.decode(frames[0])
+        version = _version_decoder.decode(fields[0]) if fields else None
     except msgspec.DecodeError as exc:
-        # A frame from a future protocol version may not even have our header shape.
         raise FrameError("malformed", str(exc)) from None
-    if header.version != PROTOCOL_VERSION:
-        raise FrameError("version", f"protocol {header.version}, expected {PROTOCOL_VERSION}")
-    return header
+    if version is None:
+        raise FrameError("malformed", "an empty header")
+    if version != PROTOCOL_VERSION:
+        raise FrameError("version", f"protocol {version}, expected {PROTOCOL_VERSION}")
+    try:
+        return _header_decoder.decode(frames[0])
+    except msgspec.DecodeError as exc:
+        raise FrameError("malformed", str(exc)) from None
 
 
 def decode_body(frames: list[bytes]) -> Body:

@@ -52,15 +52,20 @@ class Master:
 
     def _commit(self, state: State, indexed: list[IndexedEvent]) -> None:
         self._state = state
-        # NOTE: called under the lock, so subscribers see batches in index order. A
-        # master that stepped down while this command was being written does not
-        # publish: its successor's history is the one nodes apply.
-        if indexed and not self._closed:
+        # NOTE: called under the lock, so subscribers see batches in index order. It
+        # publishes even after stepping down: the record is in this node's log, so
+        # this node's State must hold it too (the node does not replicate it, and a
+        # sync with the new master repairs the divergence).
+        if indexed:
             self._publish(indexed)
 
     def close(self) -> None:
         """Step down: commands not yet ordered raise :class:`NotMaster`."""
         self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     async def order(self, command: Command, origin: NodeId) -> list[IndexedEvent] | Refused:
         async with self.lock:

@@ -60,6 +60,10 @@ class NoMaster(CommandRefused):
         super().__init__("no_master", message)
 
 
+IndexedListener = Callable[[list[IndexedEvent], int, NodeId | None], None]
+"""Replication's hook: a batch the master indexed, and the term and master of the
+event just before it."""
+
 Forward = Callable[[Command], Awaitable[int | Refused]]
 """Send a command to the remote master; the index of its last event, or a refusal.
 Raises :class:`NoMaster` when the master cannot be reached."""
@@ -109,12 +113,15 @@ class Node:
         self._applied = asyncio.Condition()
         self._role_changed = asyncio.Event()
         self._listeners: list[Callable[[], None]] = []
-        self._indexed_listeners: list[Callable[[list[IndexedEvent]], None]] = []
+        self._indexed_listeners: list[IndexedListener] = []
         # Reports (runner phases, task bookkeeping) are submitted in the order they
         # were made, off the caller's path: a runner's token stream never waits on fsync.
         self._reports: asyncio.Queue[Command] = asyncio.Queue()
         self._reporter: asyncio.Task[None] | None = None
         self.master: Master | None = None
+        self._retired: Master | None = None
+        """The master this node last stepped down from: its in-flight writes finish
+        before any replicated event is applied (one order in the log)."""
         self._forward: Forward | None = None
         self._log_lock = asyncio.Lock()
 
@@ -171,8 +178,9 @@ class Node:
         """Call ``listener`` (synchronously, cheaply) after every applied batch of events."""
         self._listeners.append(listener)
 
-    def on_indexed(self, listener: Callable[[list[IndexedEvent]], None]) -> None:
-        """Call ``listener`` with every batch this node indexes as master (for replication)."""
+    def on_indexed(self, listener: IndexedListener) -> None:
+        """Call ``listener`` with every batch this node indexes as master (for
+        replication), and the term and master of the event before it."""
         self._indexed_listeners.append(listener)
 
     # -- roles ---------------------------------------------------------------------
@@ -183,6 +191,7 @@ class Node:
             return
         if self.master is not None:
             self.master.close()
+            self._retired = self.master
         self.master = Master(self.node_id, self._state, self.event_log, self._on_indexed, term)
         self._forward = None
         self._role_changed.set()
@@ -195,6 +204,7 @@ class Node:
     def become_follower(self, forward: Forward) -> None:
         if self.master is not None:
             self.master.close()
+            self._retired = self.master
             self.master = None
             log.info("this node stepped down; following the elected master")
         self._forward = forward
@@ -205,6 +215,7 @@ class Node:
         """An election is under way: commands wait for its outcome."""
         if self.master is not None:
             self.master.close()
+            self._retired = self.master
             self.master = None
         self._forward = None
 
@@ -284,10 +295,16 @@ class Node:
     # -- events --------------------------------------------------------------------
 
     def _on_indexed(self, events: list[IndexedEvent]) -> None:
-        """The master made ``events`` durable in this node's log: apply, then replicate."""
+        """The master made ``events`` durable in this node's log: apply, then replicate
+        (unless it stepped down meanwhile: then they are only this node's, and the
+        next sync with the new master replaces them)."""
+        prev_term, prev_master = self._last_term, self._last_master
         self._apply(events)
+        master = self.master
+        if master is None or master.closed or master.term != events[-1].term:
+            return
         for listener in self._indexed_listeners:
-            listener(events)
+            listener(events, prev_term, prev_master)
 
     async def apply_replicated(self, events: Sequence[IndexedEvent]) -> None:
         """A follower's copy of the master's events: durable here first, then applied.
@@ -295,6 +312,10 @@ class Node:
         The events must continue this node's State exactly (the replication layer
         orders and de-duplicates them).
         """
+        retired = self._retired
+        if retired is not None:
+            async with retired.lock:
+                pass  # its last write (if any) is in the log and applied now
         async with self._log_lock:
             fresh = [e for e in events if e.idx > self._state.last_event_applied_idx]
             if not fresh:

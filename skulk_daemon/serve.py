@@ -87,7 +87,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def bind_api_socket(host: str, port: int) -> socket.socket:
     """Bind the API port ourselves so a port in use is one clear message, not a traceback."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # NOTE: IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted connections
+    # only for sockets that say they are TCP, and without it every request on a
+    # kept-alive connection waits ~40 ms for delayed ACKs.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

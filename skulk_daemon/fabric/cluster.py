@@ -44,6 +44,7 @@ from skulk_core.election import (
 )
 from skulk_core.events import IndexedEvent
 from skulk_core.fabric import (
+    MAX_EVENTS_PER_FRAME,
     PLANE_OF,
     PROTOCOL_VERSION,
     Beat,
@@ -71,7 +72,7 @@ from skulk_daemon.eventlog import read_events
 from skulk_daemon.fabric.data_plane import DataPlane
 from skulk_daemon.fabric.peers import Peer, PeerBook, fabric_address, parse_peer
 from skulk_daemon.fabric.remote_tasks import RemoteTasks
-from skulk_daemon.fabric.replication import CatchUp, RetainedTail
+from skulk_daemon.fabric.replication import CatchUp, RetainedTail, continues
 from skulk_daemon.fabric.transport import FabricTransport
 from skulk_daemon.master import NotMaster
 from skulk_daemon.node import Node, NoMaster
@@ -81,6 +82,8 @@ log = logging.getLogger(__name__)
 DATA_TRANSPORT: Final = "zmq"
 TICK_SECONDS: Final = 0.1
 FORWARD_TIMEOUT_SECONDS: Final = 5.0
+LONELY_GRACE_SECONDS: Final = 10.0
+"""With explicit peers none of which answers, how long before serving alone."""
 RECENT_OUTCOMES: Final = 4096
 
 
@@ -131,6 +134,7 @@ class ClusterAgent:
             rank=self._rank(),
             started_at=now,
             discovery_grace=settings.discovery_grace_seconds,
+            lonely_grace=LONELY_GRACE_SECONDS if settings.peers else 0.0,
             peer_timeout=max(4.0, settings.beat_seconds * 3),
         )
         self.catch_up = CatchUp()
@@ -146,6 +150,8 @@ class ClusterAgent:
         self._next_beat = 0.0
         self._became_master_at = 0.0
         self._removing: set[NodeId] = set()
+        self._heard: dict[NodeId, float] = {}
+        """When each node was last heard from, by any frame (membership's clock)."""
         self._reported_connections: tuple[Connection, ...] | None = None
         self._session: Session | None = None
         self._last_role: tuple[str, int] = ("follower", 0)
@@ -193,6 +199,7 @@ class ClusterAgent:
             origin=self.node.node_id,
             seq=self._seq,
             session=self.election.session,
+            reply_port=self.transport.port,
         )
         return encode(header, body)
 
@@ -332,8 +339,14 @@ class ClusterAgent:
             return
         now = self._clock()
         self.counters.received[header.plane] += 1
+        self._heard[header.origin] = now
         if header.origin in self.peers.by_node:
             self.peers.by_node[header.origin].heard_at = now
+        elif 0 < header.reply_port < 65536 and header.origin not in self.peers.reply_to:
+            # Not yet beaten: still answerable (a joiner's first command, its sync).
+            address = fabric_address(peer_ip, header.reply_port)
+            self.peers.reply_to[header.origin] = address
+            self.transport.connect(address)
         self.election.heard_from(header.origin, now)
         match body:
             case Beat():
@@ -421,7 +434,14 @@ class ClusterAgent:
             case EventBatch(events=events):
                 if not self._from_master(origin, header):
                     return
-                ready = self.catch_up.accept(events, self.node.state.last_event_applied_idx)
+                node = self.node
+                last = node.state.last_event_applied_idx
+                if not continues(body, last, node.last_term, node.last_master):
+                    self.counters.dropped["diverged"] += 1
+                    self.catch_up.reset()
+                    self._request_sync(self._clock(), force=True)
+                    return
+                ready = self.catch_up.accept(events, last)
                 if ready:
                     await self.node.apply_replicated(ready)
                 if self.catch_up.has_gap:
@@ -511,10 +531,14 @@ class ClusterAgent:
 
     # -- replication -----------------------------------------------------------------
 
-    def _on_indexed(self, events: list[IndexedEvent]) -> None:
+    def _on_indexed(
+        self, events: list[IndexedEvent], prev_term: int, prev_master: NodeId | None
+    ) -> None:
         self.tail.extend(events)
-        for start in range(0, len(events), 512):
-            self._broadcast(EventBatch(events=tuple(events[start : start + 512])))
+        for start in range(0, len(events), MAX_EVENTS_PER_FRAME):
+            chunk = tuple(events[start : start + MAX_EVENTS_PER_FRAME])
+            self._broadcast(EventBatch(events=chunk, prev_term=prev_term, prev_master=prev_master))
+            prev_term, prev_master = chunk[-1].term, chunk[-1].indexed_by
 
     def _request_sync(self, now: float, *, force: bool = False) -> None:
         session = self.election.session
@@ -539,8 +563,7 @@ class ClusterAgent:
         for node_id in self.node.state.topology.nodes:
             if node_id == self.node.node_id or node_id in self._removing:
                 continue
-            peer = self.peers.by_node.get(node_id)
-            heard = max(peer.heard_at if peer is not None else 0.0, self._became_master_at)
+            heard = max(self._heard.get(node_id, 0.0), self._became_master_at)
             if now - heard > self.settings.node_timeout_seconds:
                 self._removing.add(node_id)
                 log.warning("node %s unseen for %.0f s: removing it", node_id, now - heard)

@@ -43,6 +43,9 @@ class PeerBook:
     own_addresses: set[str] = field(default_factory=set)
     """Addresses that turned out to be this node (an explicit peer list naming itself)."""
     by_node: dict[NodeId, Peer] = field(default_factory=dict)
+    reply_to: dict[NodeId, str] = field(default_factory=dict)
+    """Where to answer nodes heard from but not yet beaten (from the frame's source
+    address and its header's reply port)."""
 
     def want(self, address: str) -> bool:
         """Add an address to dial; False when it is known to be this node."""
@@ -55,6 +58,7 @@ class PeerBook:
         """Record ``peer``; returns a previous address it moved from, if any."""
         previous = self.by_node.get(peer.node_id)
         self.by_node[peer.node_id] = peer
+        self.reply_to.pop(peer.node_id, None)
         self.dial.add(peer.address)
         if previous is not None and previous.address != peer.address:
             return previous.address
@@ -62,7 +66,7 @@ class PeerBook:
 
     def address_of(self, node_id: NodeId) -> str | None:
         peer = self.by_node.get(node_id)
-        return None if peer is None else peer.address
+        return self.reply_to.get(node_id) if peer is None else peer.address
 
     def live(self, now: float, timeout: float) -> list[Peer]:
         return [p for p in self.by_node.values() if now - p.heard_at <= timeout]

@@ -56,10 +56,15 @@ class RetainedTail:
             return None
         if request.last_idx < last and self._holds(request):
             missing = [e for e in self.events if e.idx > request.last_idx]
-            return [
-                EventBatch(events=tuple(missing[i : i + MAX_EVENTS_PER_FRAME]))
-                for i in range(0, len(missing), MAX_EVENTS_PER_FRAME)
-            ]
+            batches = []
+            prev_term, prev_master = request.last_term, request.last_master
+            for i in range(0, len(missing), MAX_EVENTS_PER_FRAME):
+                chunk = tuple(missing[i : i + MAX_EVENTS_PER_FRAME])
+                batches.append(
+                    EventBatch(events=chunk, prev_term=prev_term, prev_master=prev_master)
+                )
+                prev_term, prev_master = chunk[-1].term, chunk[-1].indexed_by
+            return batches
         return Snapshot(state=state, last_term=last_term, last_master=last_master)
 
     def _holds(self, request: SyncRequest) -> bool:
@@ -74,6 +79,22 @@ class RetainedTail:
         # master), or its history diverged there and only a snapshot can repair it.
         held = self.events[request.last_idx - first]
         return held.term == request.last_term and held.indexed_by == request.last_master
+
+
+def continues(batch: EventBatch, last_idx: int, last_term: int, last_master: NodeId | None) -> bool:
+    """Whether ``batch`` continues the history that ends at ``last_idx`` (indexed in
+    ``last_term`` by ``last_master``). ``False`` means the histories diverged there
+    (a master that lost its seat while partitioned): only a snapshot repairs it.
+    A batch that starts past a gap cannot be judged yet and counts as continuing."""
+    events = batch.events
+    if not events or last_idx < 0 or events[0].idx > last_idx + 1:
+        return True
+    if events[0].idx == last_idx + 1:
+        return (batch.prev_term, batch.prev_master) == (last_term, last_master)
+    if events[-1].idx < last_idx:
+        return True  # all old news; nothing of ours to compare with
+    held = events[last_idx - events[0].idx]
+    return (held.term, held.indexed_by) == (last_term, last_master)
 
 
 @dataclass(slots=True)

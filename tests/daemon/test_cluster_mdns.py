@@ -3,6 +3,7 @@ cluster. Skipped, with the reason, where this machine cannot multicast on loopba
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 
 import pytest
@@ -21,10 +22,11 @@ def test_two_daemons_without_peers_find_each_other_over_mdns(
     problem = loopback_mdns_problem()
     if problem is not None:
         pytest.skip(f"loopback multicast unusable here: {problem}")
+    # A key of their own: any other Skulk node announcing itself on this machine
+    # (another test run, a developer's node) is then refused, not joined.
+    env = {"SKULK_MDNS": "1", "SKULK_CLUSTER_KEY": f"mdns-test-{secrets.token_hex(16)}"}
     nodes = [
-        DaemonProcess(
-            root=tmp_path / name, models_dir=shared_models_dir, extra_env={"SKULK_MDNS": "1"}
-        )
+        DaemonProcess(root=tmp_path / name, models_dir=shared_models_dir, extra_env=env)
         for name in ("a", "b")
     ]
     try:

@@ -503,7 +503,11 @@ def test_a_gap_in_the_masters_batches_asks_the_master_for_the_rest(
             assert asked and {(s.last_idx, s.last_term) for s in asked} == {(2, 1)}
             assert asked[0].last_master == h.node.last_master
             # The master's answer fills the gap and releases what waited behind it.
-            h.send_as(MASTER, EventBatch(events=tuple(events(3, 5))), session=SESSION)
+            before = events(0, 3)[-1]
+            fill = EventBatch(
+                events=tuple(events(3, 5)), prev_term=before.term, prev_master=before.indexed_by
+            )
+            h.send_as(MASTER, fill, session=SESSION)
             await h.settle()
             assert h.node.state.last_event_applied_idx == 6
             assert not h.agent.catch_up.has_gap

@@ -8,6 +8,7 @@ in order or breaks the stream loudly."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Coroutine
 from typing import Any
 
@@ -33,6 +34,7 @@ from skulk_daemon.fabric.replication import (
     SYNC_BACKOFF_MAX,
     CatchUp,
     RetainedTail,
+    continues,
 )
 from tests.core.fabric_samples import ALPHA, BETA, events
 
@@ -371,3 +373,48 @@ def test_the_payload_is_bounded() -> None:
     with pytest.raises(ValueError):
         plane.send(OWN, CMD, 1, b"\0" * (MAX_DATA_PAYLOAD_BYTES + 1))
     assert len(outbox.sent) == 1
+
+
+def test_a_batch_continues_only_the_history_it_was_indexed_after() -> None:
+    # The follower holds 0..4, its last event indexed in term 1 by ALPHA.
+    follows = EventBatch(events=tuple(events(5, 8)), prev_term=1, prev_master=ALPHA)
+    assert continues(follows, 4, 1, ALPHA)
+    # The same indices after another master's event 4: histories diverged at 4.
+    assert not continues(follows, 4, 1, BETA)
+    assert not continues(follows, 4, 2, ALPHA)
+    # A batch overlapping the follower's last event is judged by that event.
+    overlap = EventBatch(events=tuple(events(3, 8)))
+    assert continues(overlap, 4, 1, ALPHA)
+    assert not continues(overlap, 4, 1, BETA)
+    # Past a gap, or into an empty history, nothing can be judged yet.
+    assert continues(EventBatch(events=tuple(events(9, 10))), 4, 7, BETA)
+    assert continues(EventBatch(events=tuple(events(0, 3))), -1, 0, None)
+    # Old news entirely before the follower's last event carries nothing to compare.
+    assert continues(
+        EventBatch(
+            events=tuple(
+                events(0, 2),
+            )
+        ),
+        4,
+        9,
+        BETA,
+    )
+
+
+def test_catch_up_batches_carry_the_event_before_each() -> None:
+    tail = RetainedTail()
+    tail.extend(events(0, 1200))
+    answer = tail.answer(
+        SyncRequest(last_idx=99, last_term=1, last_master=ALPHA),
+        State(last_event_applied_idx=1199),
+        1,
+        ALPHA,
+    )
+    assert isinstance(answer, list) and len(answer) > 1
+    assert (answer[0].prev_term, answer[0].prev_master) == (1, ALPHA)
+    for before, batch in itertools.pairwise(answer):
+        assert (batch.prev_term, batch.prev_master) == (
+            before.events[-1].term,
+            before.events[-1].indexed_by,
+        )
