@@ -25,12 +25,11 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Final
 
 import msgspec
 
-from skulk_core.commands import Command, RegisterNode, RemoveNode, ReportConnections
+from skulk_core.commands import Command, RegisterNode
 from skulk_core.decide import Refused
 from skulk_core.election import (
     Action,
@@ -66,10 +65,10 @@ from skulk_core.fabric import (
     encode,
 )
 from skulk_core.ids import CommandId, NodeId, new_command_id
-from skulk_core.state import Connection
 from skulk_core.version import SKULK_VERSION
 from skulk_daemon.eventlog import read_events
 from skulk_daemon.fabric.data_plane import DataPlane
+from skulk_daemon.fabric.membership import Membership
 from skulk_daemon.fabric.peers import Peer, PeerBook, fabric_address, parse_peer
 from skulk_daemon.fabric.remote_tasks import RemoteTasks
 from skulk_daemon.fabric.replication import CatchUp, RetainedTail, continues
@@ -148,11 +147,8 @@ class ClusterAgent:
         self._control: asyncio.Queue[tuple[NodeId, Header, Body]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._next_beat = 0.0
-        self._became_master_at = 0.0
-        self._removing: set[NodeId] = set()
-        self._heard: dict[NodeId, float] = {}
+        self.membership = Membership(node, self.peers, settings)
         """When each node was last heard from, by any frame (membership's clock)."""
-        self._reported_connections: tuple[Connection, ...] | None = None
         self._session: Session | None = None
         self._last_role: tuple[str, int] = ("follower", 0)
         node.on_indexed(self._on_indexed)
@@ -254,17 +250,12 @@ class ClusterAgent:
             self._next_beat = now + self.settings.beat_seconds
             self._beat(now)
         if self.node.is_master:
-            self._check_membership(now)
+            self.membership.remove_unseen(now)
         elif self.catch_up.has_gap:
             self._request_sync(now)
 
     def _beat(self, now: float) -> None:
-        live = tuple(
-            PeerAddress(node_id=p.node_id, address=p.address)
-            for p in sorted(
-                self.peers.live(now, self.election.peer_timeout), key=lambda p: p.node_id
-            )
-        )
+        live = sorted(self.peers.live(now, self.election.peer_timeout), key=lambda p: p.node_id)
         self._broadcast(
             Beat(
                 fabric_port=self.transport.port,
@@ -273,11 +264,12 @@ class ClusterAgent:
                 rank=self.election.rank,
                 reading=self.node.own_telemetry(),
                 last_idx=self.node.state.last_event_applied_idx,
-                peers=live,
+                peers=tuple(PeerAddress(node_id=p.node_id, address=p.address) for p in live),
             )
         )
-        self._report_connections(now)
-        self._forget_departed(now)
+        if self.election.session is not None:
+            self.membership.report_connections(live)
+        self.membership.forget_departed(live)
 
     # -- election --------------------------------------------------------------------
 
@@ -300,8 +292,7 @@ class ClusterAgent:
         log.info("session: master %s, term %d", session.master, session.term)
         if session.master == self.node.node_id:
             self._seed_tail()
-            self._became_master_at = now
-            self._removing.clear()
+            self.membership.became_master(now)
             self.node.become_master(session.term)
             return
         self.catch_up.reset()
@@ -339,7 +330,7 @@ class ClusterAgent:
             return
         now = self._clock()
         self.counters.received[header.plane] += 1
-        self._heard[header.origin] = now
+        self.membership.heard(header.origin, now)
         if header.origin in self.peers.by_node:
             self.peers.by_node[header.origin].heard_at = now
         elif 0 < header.reply_port < 65536 and header.origin not in self.peers.reply_to:
@@ -404,7 +395,7 @@ class ClusterAgent:
         ):
             self._request_sync(now)
         if self.node.is_master and header.origin not in self.node.state.topology.nodes:
-            self._removing.discard(header.origin)
+            self.membership.rejoined(header.origin)
             self.node.report(RegisterNode(command_id=new_command_id(), node_id=header.origin))
 
     async def _control_loop(self) -> None:
@@ -555,62 +546,6 @@ class ClusterAgent:
             ),
         )
 
-    # -- membership ------------------------------------------------------------------
-
-    def _check_membership(self, now: float) -> None:
-        if now - self._became_master_at < self.settings.settle_seconds:
-            return
-        for node_id in self.node.state.topology.nodes:
-            if node_id == self.node.node_id or node_id in self._removing:
-                continue
-            heard = max(self._heard.get(node_id, 0.0), self._became_master_at)
-            if now - heard > self.settings.node_timeout_seconds:
-                self._removing.add(node_id)
-                log.warning("node %s unseen for %.0f s: removing it", node_id, now - heard)
-                self.node.report(
-                    RemoveNode(
-                        command_id=new_command_id(),
-                        node_id=node_id,
-                        reason=f"unseen for {self.settings.node_timeout_seconds:g} s",
-                        observed_at=datetime.now(UTC),
-                    )
-                )
-
-    def _report_connections(self, now: float) -> None:
-        if self.election.session is None:
-            return
-        live = self.peers.live(now, self.election.peer_timeout)
-        connections = tuple(
-            sorted(
-                (
-                    Connection(
-                        local_node_id=self.node.node_id,
-                        send_back_node_id=peer.node_id,
-                        sink_multiaddr=_multiaddr(peer.address),
-                        session=True,
-                    )
-                    for peer in live
-                    if peer.node_id in self.node.state.topology.nodes
-                ),
-                key=lambda c: c.send_back_node_id,
-            )
-        )
-        if connections == self._reported_connections:
-            return
-        self._reported_connections = connections
-        self.node.report(
-            ReportConnections(
-                command_id=new_command_id(), node_id=self.node.node_id, connections=connections
-            )
-        )
-
-    def _forget_departed(self, now: float) -> None:
-        members = set(self.node.state.topology.nodes)
-        live = {p.node_id for p in self.peers.live(now, self.election.peer_timeout)}
-        for node_id in list(self.node.view().telemetry):
-            if node_id != self.node.node_id and node_id not in members and node_id not in live:
-                self.node.forget_telemetry(node_id)
-
     # -- diagnostics -----------------------------------------------------------------
 
     def diagnostics(self) -> dict[str, Any]:
@@ -653,10 +588,3 @@ class ClusterAgent:
                 "overflows": self.data.stats.overflows,
             },
         }
-
-
-def _multiaddr(address: str) -> str:
-    host, _, port = address.rpartition(":")
-    if host.startswith("["):
-        return f"/ip6/{host.strip('[]')}/tcp/{port}"
-    return f"/ip4/{host}/tcp/{port}"
