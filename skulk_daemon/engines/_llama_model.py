@@ -90,6 +90,30 @@ class LlamaCppSettings:
         self.flash_attention = flash_attention
 
 
+def load_model(path: Path, context_tokens: int) -> object:
+    """Load a GGUF model (weights only, no context) that can serve ``context_tokens``
+    per sequence; raises :class:`EngineLoadError` with llama.cpp's own reason."""
+    check_model_file(path)
+    llama_cpp.llama_backend_init()
+    LLAMA_LOG.errors.clear()
+    model = llama_cpp.llama_model_load_from_file(
+        str(path).encode(), llama_cpp.llama_model_default_params()
+    )
+    if not model:
+        raise EngineLoadError(
+            f"llama.cpp could not load {path}: the file is damaged or its architecture "
+            f"is not supported by this llama.cpp build{LLAMA_LOG.first_error()}"
+        )
+    trained = llama_cpp.llama_model_n_ctx_train(model)
+    if context_tokens > trained > 0:
+        llama_cpp.llama_model_free(model)
+        raise EngineLoadError(
+            f"context_tokens {context_tokens} exceeds the {trained} tokens "
+            f"{path.name} was trained for"
+        )
+    return model
+
+
 class LlamaModel:
     """A model, a context of ``slots`` sequences of ``context_tokens`` each, and
     one reusable decode batch. Build with :meth:`open`; free with :meth:`close`."""
@@ -111,24 +135,7 @@ class LlamaModel:
     @classmethod
     def open(cls, settings: LlamaCppSettings) -> LlamaModel:
         path = settings.model_path
-        check_model_file(path)
-        llama_cpp.llama_backend_init()
-        LLAMA_LOG.errors.clear()
-        model = llama_cpp.llama_model_load_from_file(
-            str(path).encode(), llama_cpp.llama_model_default_params()
-        )
-        if not model:
-            raise EngineLoadError(
-                f"llama.cpp could not load {path}: the file is damaged or its architecture "
-                f"is not supported by this llama.cpp build{LLAMA_LOG.first_error()}"
-            )
-        trained = llama_cpp.llama_model_n_ctx_train(model)
-        if settings.context_tokens > trained > 0:
-            llama_cpp.llama_model_free(model)
-            raise EngineLoadError(
-                f"context_tokens {settings.context_tokens} exceeds the {trained} tokens "
-                f"{path.name} was trained for"
-            )
+        model = load_model(path, settings.context_tokens)
         ctx = llama_cpp.llama_init_from_model(model, _context_params(settings))
         if not ctx:
             llama_cpp.llama_model_free(model)

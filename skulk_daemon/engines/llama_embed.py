@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from skulk_core.ids import TaskId
-from skulk_daemon.engines._llama_model import LLAMA_LOG, check_model_file, set_llama_logging
+from skulk_daemon.engines._llama_model import LLAMA_LOG, load_model, set_llama_logging
 from skulk_daemon.engines.base import (
     ERROR_CONTEXT_LENGTH_EXCEEDED,
     ERROR_ENGINE_FAILED,
@@ -119,24 +119,7 @@ class LlamaEmbedder:
     @classmethod
     def open(cls, settings: EmbedSettings) -> LlamaEmbedder:
         path = settings.model_path
-        check_model_file(path)
-        llama_cpp.llama_backend_init()
-        LLAMA_LOG.errors.clear()
-        model = llama_cpp.llama_model_load_from_file(
-            str(path).encode(), llama_cpp.llama_model_default_params()
-        )
-        if not model:
-            raise EngineLoadError(
-                f"llama.cpp could not load {path}: the file is damaged or its architecture "
-                f"is not supported by this llama.cpp build{LLAMA_LOG.first_error()}"
-            )
-        trained = llama_cpp.llama_model_n_ctx_train(model)
-        if settings.context_tokens > trained > 0:
-            llama_cpp.llama_model_free(model)
-            raise EngineLoadError(
-                f"context_tokens {settings.context_tokens} exceeds the {trained} tokens "
-                f"{path.name} was trained for"
-            )
+        model = load_model(path, settings.context_tokens)
         ctx = llama_cpp.llama_init_from_model(model, _context_params(settings))
         if not ctx:
             llama_cpp.llama_model_free(model)
