@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from skulk_daemon.fsutil import fsync_dir
+from skulk_daemon.models.packaged import PARTIAL_SUFFIX
 
 SAFETENSORS_FILE: Final = "model.safetensors"
 CONFIG_FILE: Final = "config.json"
@@ -35,7 +36,6 @@ VOCAB_FILE: Final = "vocab.txt"
 TOKENIZER_FILE: Final = "tokenizer.json"
 TOKENIZER_CONFIG_FILE: Final = "tokenizer_config.json"
 MODULES_FILE: Final = "modules.json"
-PARTIAL_SUFFIX: Final = ".partial"
 GGUF_FILE_MODE: Final = 0o644
 
 # The safetensors format caps its JSON header at 100 MB; configs and tokenizers of

