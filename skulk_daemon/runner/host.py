@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 import threading
-from typing import BinaryIO, Final
+from typing import BinaryIO, Final, Protocol
 
 from skulk_core.ids import TaskId
 from skulk_daemon.engines.base import ERROR_INVALID_REQUEST, Engine, EngineLoadError, ErrorChunk
@@ -90,6 +90,31 @@ def main() -> int:
         return EXIT_USAGE
 
 
+class _Loadable(Protocol):
+    def load(self) -> None: ...
+    def warm_up(self) -> None: ...
+
+
+def _failed(outbox: _Outbox, exc: Exception) -> int:
+    log.error("cannot load: %s", exc)
+    outbox.send(Failed(message=str(exc)))
+    return EXIT_FAILED
+
+
+def _bring_up(engine: _Loadable, outbox: _Outbox) -> bool:
+    """Load and warm ``engine``, reporting each phase; False once it has failed."""
+    try:
+        engine.load()
+        outbox.phase("loaded")
+        outbox.phase("warming_up")
+        engine.warm_up()
+    except (EngineLoadError, ValueError) as exc:
+        _failed(outbox, exc)
+        return False
+    outbox.phase("ready")
+    return True
+
+
 def _serve(stdin: BinaryIO, outbox: _Outbox) -> int:
     body = read_frame(stdin)
     if body is None:
@@ -126,15 +151,10 @@ def _serve(stdin: BinaryIO, outbox: _Outbox) -> int:
             n_threads=first.n_threads,
         )
         engine: Engine = LlamaCppEngine(settings, outbox.send, on_fatal=on_fatal)
-        engine.load()
-        outbox.phase("loaded")
-        outbox.phase("warming_up")
-        engine.warm_up()
-    except (EngineLoadError, ValueError) as exc:
-        log.error("cannot load: %s", exc)
-        outbox.send(Failed(message=str(exc)))
+    except ValueError as exc:
+        return _failed(outbox, exc)
+    if not _bring_up(engine, outbox):
         return EXIT_FAILED
-    outbox.phase("ready")
     while True:
         body = read_frame(stdin)
         if body is None:
@@ -205,15 +225,10 @@ def _serve_embeddings(stdin: BinaryIO, outbox: _Outbox, load: Load) -> int:
             load.model_path, context_tokens=load.context_tokens, n_threads=load.n_threads
         )
         engine = LlamaEmbeddingEngine(settings, deliver)
-        engine.load()
-        outbox.phase("loaded")
-        outbox.phase("warming_up")
-        engine.warm_up()
-    except (EngineLoadError, ValueError) as exc:
-        log.error("cannot load: %s", exc)
-        outbox.send(Failed(message=str(exc)))
+    except ValueError as exc:
+        return _failed(outbox, exc)
+    if not _bring_up(engine, outbox):
         return EXIT_FAILED
-    outbox.phase("ready")
     while True:
         body = read_frame(stdin)
         if body is None:
