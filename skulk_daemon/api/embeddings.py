@@ -24,7 +24,8 @@ from litestar import Controller, Request, Response, post
 from skulk_core.cards import ModelTask
 from skulk_core.ids import CommandId, InstanceId, ModelId, TaskId, new_command_id, new_task_id
 from skulk_core.routing import select_instance
-from skulk_daemon.api.errors import ApiError
+from skulk_daemon.api.errors import ApiError, decode_json
+from skulk_daemon.api.errors import bad_request as _bad
 from skulk_daemon.chat.commands import ActiveCommands
 from skulk_daemon.engines.base import ERROR_CONTEXT_LENGTH_EXCEEDED, ERROR_INVALID_REQUEST
 from skulk_daemon.node import Node
@@ -90,17 +91,8 @@ class AdmittedEmbedding:
 _decoder: Final = msgspec.json.Decoder(EmbeddingRequest)
 
 
-def _bad(message: str, code: str = "invalid_request") -> ApiError:
-    return ApiError(400, message, code=code)
-
-
 def decode_embedding_request(raw: bytes) -> EmbeddingRequest:
-    try:
-        return _decoder.decode(raw)
-    except msgspec.ValidationError as exc:
-        raise _bad(f"invalid request: {exc}") from None
-    except msgspec.DecodeError as exc:
-        raise _bad(f"the body is not valid JSON: {exc}", code="invalid_json") from None
+    return decode_json(raw, _decoder)
 
 
 def _texts(raw: str | list[str | int | list[int]]) -> tuple[str, ...]:

@@ -8,8 +8,9 @@ never sees two error shapes.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, TypeVar
 
+import msgspec
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
@@ -17,6 +18,8 @@ from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from skulk_daemon.node import CommandRefused
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _TYPE_BY_STATUS = {
     400: "invalid_request_error",
@@ -58,6 +61,22 @@ class ApiError(Exception):
         self.code = code
         self.type = type or _TYPE_BY_STATUS.get(status_code, "api_error")
         self.headers = headers or {}
+
+
+def bad_request(message: str, code: str = "invalid_request") -> ApiError:
+    """A 400 with the given message and code."""
+    return ApiError(400, message, code=code)
+
+
+def decode_json(raw: bytes, decoder: msgspec.json.Decoder[T]) -> T:
+    """A request body decoded strictly: a 400 naming the problem when it is not
+    JSON (``invalid_json``) or not the expected shape (``invalid_request``)."""
+    try:
+        return decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise bad_request(f"invalid request: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise bad_request(f"the body is not valid JSON: {exc}", code="invalid_json") from None
 
 
 def error_body(message: str, type_: str, code: str | None) -> dict[str, Any]:

@@ -8,11 +8,12 @@ the ``X-Skulk-Command-Id`` header and works with ``POST /v1/cancel/{command_id}`
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 from litestar import Controller, MediaType, Request, post
 from litestar.response import Stream
 
+from skulk_daemon.api.openai_chat import MAX_CHAT_BODY_BYTES, SSE_HEADERS
 from skulk_daemon.chat.admission import admit
 from skulk_daemon.chat.commands import ActiveCommands
 from skulk_daemon.chat.generation import generation_events
@@ -22,11 +23,6 @@ from skulk_daemon.chat.turn import turn_events
 from skulk_daemon.node import Node
 from skulk_daemon.worker.supervisor import Supervisor
 
-MAX_RESPONSES_BODY_BYTES: Final = 40 * 1024 * 1024
-"""Encoded image content is bounded at 32 MiB; the rest of a request is small."""
-
-SSE_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
 
 class ResponsesController(Controller):
     tags = ("OpenAI",)
@@ -35,7 +31,7 @@ class ResponsesController(Controller):
         "/v1/responses",
         status_code=200,
         summary="OpenAI Responses (streaming and not; stateless)",
-        request_max_body_size=MAX_RESPONSES_BODY_BYTES,
+        request_max_body_size=MAX_CHAT_BODY_BYTES,
     )
     async def create_response(
         self,

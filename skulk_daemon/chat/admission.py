@@ -18,7 +18,7 @@ from skulk_core.model_listing import resolved_capabilities
 from skulk_core.reasoning import ThinkingControls, prompt_opens_thinking, resolve_thinking
 from skulk_core.routing import select_instance
 from skulk_core.tools import ToolChoiceError, ToolOffer, resolve_tool_choice
-from skulk_daemon.api.errors import ApiError
+from skulk_daemon.api.errors import ApiError, bad_request
 from skulk_daemon.chat.grammars import (
     GrammarError,
     json_object_grammar,
@@ -61,10 +61,6 @@ class Admitted:
     starts_in_reasoning: bool
     include_usage: bool
     created: int
-
-
-def bad_request(message: str, code: str = "invalid_request") -> ApiError:
-    return ApiError(400, message, code=code)
 
 
 def _check_ranges(task: ChatTask) -> None:

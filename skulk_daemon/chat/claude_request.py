@@ -14,7 +14,8 @@ from typing import Any, Literal
 import msgspec
 
 from skulk_core.tools import NamedChoice, ToolCall, ToolChoice, ToolSpec
-from skulk_daemon.api.errors import ApiError
+from skulk_daemon.api.errors import ApiError, decode_json
+from skulk_daemon.api.errors import bad_request as _bad
 from skulk_daemon.chat.images import image_from_base64
 from skulk_daemon.chat.task import ChatTask, ImageInput, JsonSchemaFormat, TaskMessage
 
@@ -140,17 +141,8 @@ _decoder = msgspec.json.Decoder(MessagesRequest)
 _json = msgspec.json.Encoder()
 
 
-def _bad(message: str, code: str = "invalid_request") -> ApiError:
-    return ApiError(400, message, code=code)
-
-
 def decode_messages_request(raw: bytes) -> MessagesRequest:
-    try:
-        return _decoder.decode(raw)
-    except msgspec.ValidationError as exc:
-        raise _bad(f"invalid request: {exc}") from None
-    except msgspec.DecodeError as exc:
-        raise _bad(f"the body is not valid JSON: {exc}", code="invalid_json") from None
+    return decode_json(raw, _decoder)
 
 
 def _image(block: ImageBlock, where: str) -> ImageInput:

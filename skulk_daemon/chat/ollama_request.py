@@ -9,12 +9,13 @@ here too. What cannot be honoured and would silently change the output (a
 
 from __future__ import annotations
 
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 import msgspec
 
 from skulk_core.tools import ToolCall, ToolSpec
-from skulk_daemon.api.errors import ApiError
+from skulk_daemon.api.errors import bad_request as _bad
+from skulk_daemon.api.errors import decode_json
 from skulk_daemon.chat.images import image_from_base64
 from skulk_daemon.chat.openai_request import tool_spec_from_openai
 from skulk_daemon.chat.task import (
@@ -31,7 +32,6 @@ NUM_PREDICT_DEFAULT: Final = -1
 """Ollama's "no limit" (here: the shared default output budget)."""
 THINK_LEVELS: Final = ("low", "medium", "high")
 
-_T = TypeVar("_T")
 
 _ROLES: Final[dict[str, TaskRole]] = {
     "system": "system",
@@ -100,34 +100,21 @@ class OllamaShowRequest(msgspec.Struct, frozen=True, kw_only=True):
     verbose: bool = False
 
 
-def _bad(message: str, code: str = "invalid_request") -> ApiError:
-    return ApiError(400, message, code=code)
-
-
-def _decode(raw: bytes, decoder: msgspec.json.Decoder[_T]) -> _T:
-    try:
-        return decoder.decode(raw)
-    except msgspec.ValidationError as exc:
-        raise _bad(f"invalid request: {exc}") from None
-    except msgspec.DecodeError as exc:
-        raise _bad(f"the body is not valid JSON: {exc}", code="invalid_json") from None
-
-
 _chat_decoder = msgspec.json.Decoder(OllamaChatRequest)
 _generate_decoder = msgspec.json.Decoder(OllamaGenerateRequest)
 _show_decoder = msgspec.json.Decoder(OllamaShowRequest)
 
 
 def decode_chat(raw: bytes) -> OllamaChatRequest:
-    return _decode(raw, _chat_decoder)
+    return decode_json(raw, _chat_decoder)
 
 
 def decode_generate(raw: bytes) -> OllamaGenerateRequest:
-    return _decode(raw, _generate_decoder)
+    return decode_json(raw, _generate_decoder)
 
 
 def decode_show(raw: bytes) -> OllamaShowRequest:
-    return _decode(raw or b"{}", _show_decoder)
+    return decode_json(raw or b"{}", _show_decoder)
 
 
 def _images(raw: list[str] | None) -> tuple[ImageInput, ...]:

@@ -17,7 +17,8 @@ from typing import Any
 import msgspec
 
 from skulk_core.tools import ToolCall, ToolChoice, ToolSpec
-from skulk_daemon.api.errors import ApiError
+from skulk_daemon.api.errors import ApiError, decode_json
+from skulk_daemon.api.errors import bad_request as _bad
 from skulk_daemon.chat.images import image_from_url
 from skulk_daemon.chat.openai_request import tool_choice_from_openai
 from skulk_daemon.chat.task import (
@@ -68,17 +69,8 @@ _ROLES: dict[str, TaskRole] = {
 }
 
 
-def _bad(message: str, code: str = "invalid_request") -> ApiError:
-    return ApiError(400, message, code=code)
-
-
 def decode_responses_request(raw: bytes) -> ResponsesRequest:
-    try:
-        return _decoder.decode(raw)
-    except msgspec.ValidationError as exc:
-        raise _bad(f"invalid request: {exc}") from None
-    except msgspec.DecodeError as exc:
-        raise _bad(f"the body is not valid JSON: {exc}", code="invalid_json") from None
+    return decode_json(raw, _decoder)
 
 
 def _parts(raw: object, where: str) -> tuple[str, tuple[ImageInput, ...]]:
