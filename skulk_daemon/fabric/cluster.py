@@ -103,12 +103,6 @@ class FabricSettings:
 
 
 @dataclass(slots=True)
-class _Pending:
-    future: asyncio.Future[CommandOutcome]
-    master: NodeId
-
-
-@dataclass(slots=True)
 class _Counters:
     dropped: Counter[str] = field(default_factory=Counter)
     received: Counter[str] = field(default_factory=Counter)
@@ -142,7 +136,7 @@ class ClusterAgent:
         self.remote = RemoteTasks(self)
         self.counters = _Counters()
         self._seq = 0
-        self._pending: dict[str, _Pending] = {}
+        self._pending: dict[str, asyncio.Future[CommandOutcome]] = {}
         self._recent: OrderedDict[CommandId, CommandOutcome] = OrderedDict()
         self._control: asyncio.Queue[tuple[NodeId, Header, Body]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
@@ -176,7 +170,7 @@ class ClusterAgent:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         for pending in self._pending.values():
-            pending.future.cancel()
+            pending.cancel()
         await self.remote.close()
         await self.transport.close()
 
@@ -348,8 +342,8 @@ class ClusterAgent:
                 self._act(self.election.handle(header.origin, message, now), now)
             case CommandOutcome():
                 pending = self._pending.get(body.request_id)
-                if pending is not None and not pending.future.done():
-                    pending.future.set_result(body)
+                if pending is not None and not pending.done():
+                    pending.set_result(body)
             case RunTask():
                 self.remote.serve(header.origin, body)
             case CancelTask(command_id=command_id):
@@ -465,7 +459,7 @@ class ClusterAgent:
             raise NoMaster("no master is elected")
         request_id = secrets.token_hex(8)
         future: asyncio.Future[CommandOutcome] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = _Pending(future=future, master=session.master)
+        self._pending[request_id] = future
         try:
             if not self._send(
                 session.master, SubmitCommand(request_id=request_id, command=command)

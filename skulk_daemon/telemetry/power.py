@@ -33,7 +33,7 @@ class PowerReading:
 
 
 @dataclass(frozen=True, slots=True)
-class _Sample:
+class PowerSample:
     at: float
     rapl_uj: dict[Path, tuple[int, int]]
     """Per package: (energy_uj, max_energy_range_uj)."""
@@ -81,18 +81,20 @@ class PowerMeter:
     def __init__(self, powercap_root: Path = POWERCAP_ROOT) -> None:
         self._root = powercap_root
 
-    def _sample(self) -> _Sample:
-        return _Sample(at=time.monotonic(), rapl_uj=_read_rapl(self._root), gpu_watts=_gpu_watts())
+    def _sample(self) -> PowerSample:
+        return PowerSample(
+            at=time.monotonic(), rapl_uj=_read_rapl(self._root), gpu_watts=_gpu_watts()
+        )
 
-    async def start(self) -> _Sample:
+    async def start(self) -> PowerSample:
         return await asyncio.to_thread(self._sample)
 
-    async def stop(self, begin: _Sample) -> PowerReading | None:
+    async def stop(self, begin: PowerSample) -> PowerReading | None:
         end = await asyncio.to_thread(self._sample)
         return average_power(begin, end)
 
 
-def average_power(begin: _Sample, end: _Sample) -> PowerReading | None:
+def average_power(begin: PowerSample, end: PowerSample) -> PowerReading | None:
     elapsed = end.at - begin.at
     watts = 0.0
     sources: list[str] = []
