@@ -59,6 +59,7 @@ def _without_instance(state: State, instance_id: InstanceId) -> State:
         instances={k: v for k, v in state.instances.items() if k != instance_id},
         runners={k: v for k, v in state.runners.items() if k not in runner_ids},
         tasks={k: v for k, v in state.tasks.items() if v.instance_id != instance_id},
+        placement_intents={k: v for k, v in state.placement_intents.items() if k != instance_id},
     )
 
 
@@ -91,8 +92,15 @@ def _apply_event(state: State, event: Event) -> State:
             known = set(state.topology.nodes)
             edges = tuple(c for c in connections if c.send_back_node_id in known)
             return replace(state, topology=replace(state.topology, connections=kept + edges))
-        case InstanceCreated(instance=instance):
-            return replace(state, instances={**state.instances, instance.instance_id: instance})
+        case InstanceCreated(instance=instance, intent=intent):
+            intents = state.placement_intents
+            if intent is not None:
+                intents = {**intents, instance.instance_id: intent}
+            return replace(
+                state,
+                instances={**state.instances, instance.instance_id: instance},
+                placement_intents=intents,
+            )
         case InstanceDeleted(instance_id=instance_id):
             return _without_instance(state, instance_id)
         case InstanceFailed(failure=failure):

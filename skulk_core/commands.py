@@ -9,7 +9,7 @@ import msgspec
 from skulk_core.cards import ModelCard
 from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId, TaskId
 from skulk_core.shards import Instance, RunnerStatus
-from skulk_core.state import Connection, DownloadProgress, Task, TaskStatus
+from skulk_core.state import Connection, DownloadProgress, PlacementIntent, Task, TaskStatus
 
 
 class _Command(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag=True):
@@ -41,9 +41,12 @@ class ReportConnections(_Command, frozen=True, kw_only=True):
 
 
 class CreateInstance(_Command, frozen=True, kw_only=True):
-    """Commit an already-planned instance (the API dry-runs placement first)."""
+    """Commit an already-planned instance (the API dry-runs placement first, the
+    master checks it again against every placement ordered before it). ``intent``
+    is what was asked for, kept so a failed instance can be placed again."""
 
     instance: Instance
+    intent: PlacementIntent | None = None
 
 
 class DeleteInstance(_Command, frozen=True, kw_only=True):

@@ -9,7 +9,14 @@ import msgspec
 from skulk_core.cards import ModelCard
 from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId, TaskId
 from skulk_core.shards import Instance, RunnerStatus
-from skulk_core.state import Connection, DownloadProgress, InstanceFailure, Task, TaskStatus
+from skulk_core.state import (
+    Connection,
+    DownloadProgress,
+    InstanceFailure,
+    PlacementIntent,
+    Task,
+    TaskStatus,
+)
 
 
 class _Event(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag=True):
@@ -40,6 +47,7 @@ class ConnectionsReported(_Event, frozen=True, kw_only=True):
 
 class InstanceCreated(_Event, frozen=True, kw_only=True):
     instance: Instance
+    intent: PlacementIntent | None = None
 
 
 class InstanceDeleted(_Event, frozen=True, kw_only=True):

@@ -47,12 +47,17 @@ class TensorShardMetadata(_Tagged, frozen=True, kw_only=True):
 
 
 class RpcDonorShardMetadata(_Tagged, frozen=True, kw_only=True):
-    """A node that lends memory to a llama.cpp RPC pool instead of running layers itself."""
+    """A node that lends memory to a llama.cpp RPC pool: it runs llama.cpp's RPC
+    server on ``rpc_port`` and holds layers ``[start_layer, end_layer)``, which the
+    driver node (rank 0) offloads to it and computes there over the network."""
 
     model_id: ModelId
     device_rank: int
     world_size: int
     rpc_port: int
+    start_layer: int
+    end_layer: int
+    n_layers: int
 
 
 ShardMetadata = PipelineShardMetadata | TensorShardMetadata | RpcDonorShardMetadata
@@ -77,6 +82,10 @@ class MlxJacclInstance(_Tagged, frozen=True, kw_only=True):
 
 
 class LlamaRpcInstance(_Tagged, frozen=True, kw_only=True):
+    """A GGUF model pooled over llama.cpp RPC: the driver node loads the model and
+    generates; each donor lends memory through an RPC server at ``rpc_endpoints``
+    (``host:port`` as the driver reaches it over the fabric)."""
+
     instance_id: InstanceId
     shard_assignments: ShardAssignments
     context_token_limit: int | None = None
@@ -85,6 +94,19 @@ class LlamaRpcInstance(_Tagged, frozen=True, kw_only=True):
 
 
 Instance = MlxRingInstance | MlxJacclInstance | LlamaRpcInstance
+
+
+def serving_node(instance: Instance) -> NodeId | None:
+    """The node whose runner generates for ``instance``: the driver of an RPC pool,
+    otherwise the node holding rank 0 (the first shard of the ring)."""
+    if isinstance(instance, LlamaRpcInstance):
+        return instance.driver_node_id
+    assignments = instance.shard_assignments
+    for node_id, runner_id in assignments.node_to_runner.items():
+        shard = assignments.runner_to_shard.get(runner_id)
+        if shard is not None and shard.device_rank == 0:
+            return node_id
+    return None
 
 
 class RunnerIdle(_Tagged, frozen=True, kw_only=True):

@@ -9,7 +9,7 @@ import msgspec
 
 from skulk_core.cards import ModelCard
 from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId, TaskId
-from skulk_core.shards import Instance, RunnerStatus
+from skulk_core.shards import Instance, InstanceMeta, RunnerStatus, Sharding
 
 MAX_INSTANCE_FAILURES = 64
 MAX_FAILURE_AFFECTED_NODES = 64
@@ -62,6 +62,20 @@ class Connection(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     session: bool = False
 
 
+class PlacementIntent(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """What a placement was asked for, kept beside its instance so a failed instance
+    can be placed again the same way (its repair intent): the same shape, the same
+    exclusions and the same context window. ``repair_attempt`` counts the
+    re-placements that led to this instance."""
+
+    sharding: Sharding = Sharding.PIPELINE
+    instance_meta: InstanceMeta = InstanceMeta.MLX_RING
+    min_nodes: int = 1
+    excluded_node_ids: tuple[NodeId, ...] = ()
+    context_tokens: int | None = None
+    repair_attempt: int = 0
+
+
 class Topology(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     nodes: tuple[NodeId, ...] = ()
     connections: tuple[Connection, ...] = ()
@@ -77,6 +91,7 @@ class State(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     last_seen: dict[NodeId, datetime] = {}
     topology: Topology = Topology()
     instance_failures: tuple[InstanceFailure, ...] = ()
+    placement_intents: dict[InstanceId, PlacementIntent] = {}
     custom_model_cards: dict[ModelId, ModelCard] = {}
     master_node_id: NodeId | None = None
     """The master that indexed the latest ``MasterElected`` (``None`` before the first)."""

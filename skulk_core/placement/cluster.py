@@ -11,6 +11,7 @@ from skulk_core.ids import ModelId, NodeId
 from skulk_core.placement.backends import card_backends, reserves_context_at_load, usable_backends
 from skulk_core.placement.context import judged_window, kv_window
 from skulk_core.placement.fit import consumption_bytes
+from skulk_core.placement.rpc_pool import ports_in_use
 from skulk_core.placement.shapes import instance_shares
 from skulk_core.shards import Instance, RunnerReady, RunnerRunning
 from skulk_core.state import Connection, State
@@ -28,6 +29,8 @@ class ClusterFacts(msgspec.Struct, frozen=True, kw_only=True):
     connections: tuple[Connection, ...] = ()
     telemetry: dict[NodeId, NodeTelemetry] = {}
     committed_bytes: dict[NodeId, int] = {}
+    # Per host, the llama.cpp RPC ports pools hold or donors found taken.
+    rpc_ports_in_use: dict[str, frozenset[int]] = {}
 
     def node_label(self, node_id: NodeId) -> str:
         reading = self.telemetry.get(node_id)
@@ -47,6 +50,7 @@ def cluster_facts(
         connections=state.topology.connections,
         telemetry=dict(telemetry),
         committed_bytes=committed_bytes(state, telemetry, cards),
+        rpc_ports_in_use=ports_in_use(state.instances.values(), state.instance_failures),
     )
 
 

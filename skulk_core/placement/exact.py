@@ -17,6 +17,7 @@ from skulk_core.placement.results import (
     PLACEMENT_INFO_PENDING,
     PlacementRefusal,
 )
+from skulk_core.placement.rpc_pool import split_endpoint
 from skulk_core.placement.shapes import (
     Unsupported,
     instance_meta_of,
@@ -25,7 +26,7 @@ from skulk_core.placement.shapes import (
     sharding_of,
 )
 from skulk_core.placement.window import choose_window
-from skulk_core.shards import Instance, Sharding
+from skulk_core.shards import Instance, LlamaRpcInstance, Sharding
 from skulk_core.state import State
 
 
@@ -89,13 +90,16 @@ def admit_instance(
     if backend is None:
         return _refuse(f"the instance's nodes share no engine that serves {card.model_id}")
     actual = instance_meta_of(instance)
-    expected = minted_meta(backend, actual, len(ring))
+    expected = minted_meta(backend, actual, len(ring), sharding_of(instance) or Sharding.PIPELINE)
     if isinstance(expected, Unsupported):
         return _refuse(expected.reason)
     if expected != actual:
         return _refuse(
             f"a {len(ring)}-node {backend} placement is a {expected}Instance, not {actual}Instance"
         )
+    clash = _rpc_port_clash(instance, facts)
+    if clash is not None:
+        return _refuse(clash)
     sites: list[Site] = []
     for share, candidate in zip(shares, ring, strict=True):
         pool = candidate.pool(backend)
@@ -108,3 +112,14 @@ def admit_instance(
     if isinstance(window, str):
         return _refuse(f"cannot place {card.model_id}: {window}")
     return msgspec.structs.replace(instance, context_token_limit=window.tokens)
+
+
+def _rpc_port_clash(instance: Instance, facts: ClusterFacts) -> str | None:
+    """Why a pool's donor endpoints collide with ports already held, if they do."""
+    if not isinstance(instance, LlamaRpcInstance):
+        return None
+    for node, endpoint in instance.rpc_endpoints.items():
+        parts = split_endpoint(endpoint)
+        if parts is not None and parts[1] in facts.rpc_ports_in_use.get(parts[0], frozenset()):
+            return f"donor node {node}'s RPC endpoint {endpoint} is already taken"
+    return None

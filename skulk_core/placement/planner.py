@@ -38,6 +38,7 @@ from skulk_core.placement.results import (
     PlacementRefusal,
 )
 from skulk_core.placement.rings import candidate_rings
+from skulk_core.placement.rpc_pool import assign_endpoints
 from skulk_core.placement.shapes import Unsupported, mint_instance, minted_meta
 from skulk_core.placement.window import Window, choose_window
 from skulk_core.shards import InstanceMeta, Sharding
@@ -73,6 +74,8 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     # ring (the rank: more is better).
     memory_delta_by_node: dict[NodeId, int]
     score: int
+    # LlamaRpc only: where each donor's RPC server will listen.
+    rpc_endpoints: dict[NodeId, str] = {}
 
     @property
     def ring(self) -> tuple[NodeId, ...]:
@@ -118,7 +121,9 @@ def ring_independent_problem(
         return f"{card.model_id} does not support Tensor sharding"
     if sharding == Sharding.PIPELINE and card.n_layers < size:
         return f"{card.model_id} has {card.n_layers} layers, fewer than {size} nodes"
-    shapes = [minted_meta(backend, requested_meta, size) for backend in card_backends(card)]
+    shapes = [
+        minted_meta(backend, requested_meta, size, sharding) for backend in card_backends(card)
+    ]
     if all(isinstance(shape, Unsupported) for shape in shapes):
         return "; ".join(dict.fromkeys(s.reason for s in shapes if isinstance(s, Unsupported)))
     return None
@@ -127,9 +132,11 @@ def ring_independent_problem(
 def plan_ring(
     card: ModelCard,
     ring: Sequence[Candidate],
+    *,
     sharding: Sharding,
     requested_meta: InstanceMeta,
     context_tokens: int | None,
+    facts: ClusterFacts,
 ) -> Plan | str:
     """The plan for exactly these nodes, in this ring order, or why there is none.
 
@@ -139,9 +146,17 @@ def plan_ring(
     if backend is None:
         labels = ", ".join(c.label for c in ring)
         return f"nodes {labels} share no engine that serves {card.model_id}"
-    meta = minted_meta(backend, requested_meta, len(ring))
+    meta = minted_meta(backend, requested_meta, len(ring), sharding)
     if isinstance(meta, Unsupported):
         return meta.reason
+    endpoints: dict[NodeId, str] = {}
+    if meta == InstanceMeta.LLAMA_RPC:
+        assigned = assign_endpoints(
+            [c.node_id for c in ring], facts.connections, facts.rpc_ports_in_use
+        )
+        if isinstance(assigned, str):
+            return assigned
+        endpoints = assigned
     pools = []
     for candidate in ring:
         pool = candidate.pool(backend)
@@ -173,6 +188,7 @@ def plan_ring(
         window=window,
         memory_delta_by_node=delta,
         score=sum(site.pool.available_bytes - delta[site.share.node_id] for site in sites),
+        rpc_endpoints=endpoints,
     )
 
 
@@ -197,7 +213,12 @@ def evaluate_size(
     failures: list[str] = []
     for ring in candidate_rings(list(by_id), facts.connections, size, required):
         planned = plan_ring(
-            card, [by_id[n] for n in ring], sharding, requested_meta, context_tokens
+            card,
+            [by_id[n] for n in ring],
+            sharding=sharding,
+            requested_meta=requested_meta,
+            context_tokens=context_tokens,
+            facts=facts,
         )
         if isinstance(planned, Plan):
             plans.append(planned)
@@ -265,6 +286,7 @@ def to_placement(card: ModelCard, plan: Plan, ids: IdFactory, *, stamp: int | No
         shares=[site.share for site in plan.sites],
         context_tokens=stamp,
         ids=ids,
+        rpc_endpoints=plan.rpc_endpoints,
     )
     return Placement(
         model_id=card.model_id,

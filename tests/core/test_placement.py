@@ -25,8 +25,10 @@ from skulk_core.placement import (
 )
 from skulk_core.placement.fit import RUNTIME_OVERHEAD_FACTOR
 from skulk_core.placement.rings import candidate_rings
+from skulk_core.placement.rpc_pool import RPC_PORT_BASE
 from skulk_core.shards import (
     InstanceMeta,
+    LlamaRpcInstance,
     MlxJacclInstance,
     MlxRingInstance,
     PipelineShardMetadata,
@@ -143,7 +145,11 @@ def facts(
     connections: tuple[Connection, ...] = ()
     if connected:
         connections = tuple(
-            Connection(local_node_id=a, send_back_node_id=b, sink_multiaddr="tcp://x")
+            Connection(
+                local_node_id=a,
+                send_back_node_id=b,
+                sink_multiaddr=f"/ip4/10.0.0.{nodes.index(b) + 1}/tcp/52416",
+            )
             for a in nodes
             for b in nodes
             if a != b
@@ -610,10 +616,25 @@ def test_unconnected_nodes_form_no_ring() -> None:
     assert "no connected cycle of 2 nodes among the 2 eligible" in result.message
 
 
-def test_gguf_pooling_across_nodes_is_refused_for_now() -> None:
+def test_gguf_across_nodes_is_pooled_over_llama_cpp_rpc() -> None:
     cluster = facts(telemetry("a", 8 * GIB), telemetry("b", 8 * GIB), connected=True)
-    result = refused(place(gguf_card(), cluster, PlacementRequest(min_nodes=2), CountingIds()))
-    assert "LlamaRpc" in result.message
+    result = placed(place(gguf_card(), cluster, PlacementRequest(min_nodes=2), CountingIds()))
+    assert result.instance_meta == InstanceMeta.LLAMA_RPC
+    instance = result.instance
+    assert isinstance(instance, LlamaRpcInstance)
+    driver, donor = result.node_ids
+    assert instance.driver_node_id == driver
+    # The donor listens where the driver reaches it over the fabric.
+    host = "10.0.0.1" if donor == "a" else "10.0.0.2"
+    assert instance.rpc_endpoints == {donor: f"{host}:{RPC_PORT_BASE}"}
+
+
+def test_gguf_tensor_sharding_across_nodes_is_refused_with_the_reason() -> None:
+    cluster = facts(telemetry("a", 8 * GIB), telemetry("b", 8 * GIB), connected=True)
+    request = PlacementRequest(min_nodes=2, sharding=Sharding.TENSOR)
+    card = msgspec.structs.replace(gguf_card(), supports_tensor=True)
+    result = refused(place(card, cluster, request, CountingIds()))
+    assert "Tensor sharding across nodes is not supported" in result.message
 
 
 def test_the_smallest_ring_that_fits_wins() -> None:

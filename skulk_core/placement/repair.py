@@ -1,0 +1,77 @@
+"""The repair loop's pure half: which failed instances are placed again, and how.
+
+An instance placed with an intent (``POST /place_instance``, or an exact instance's
+stamped window) that fails for a reason another placement can avoid is placed
+again with the same request: the same shape, the same window, the same
+exclusions, plus the node that refused it when the node itself was the problem
+(not enough memory, no model files). A pool whose donor went away is placed again
+without excluding it: a donor whose node left is no longer a candidate anyway,
+and one whose runner died may serve again. Attempts are bounded, so a model that
+fails everywhere stops being retried and its failures stay visible.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from skulk_core.ids import NodeId
+from skulk_core.placement.planner import PlacementRequest
+from skulk_core.placement.rpc_pool import RPC_DONOR_LOST, RPC_PORT_IN_USE
+from skulk_core.state import PlacementIntent
+
+MAX_REPAIR_ATTEMPTS: Final = 3
+"""Re-placements of one original request before the cluster gives up on it."""
+
+PLACEMENT_REFUSED: Final = "placement_refused"
+"""``errorCode`` of a node that refused its share at load time (``:<node id>``)."""
+MODEL_NOT_INSTALLED: Final = "model_not_installed"
+DOWNLOAD_FAILED: Final = "download_failed"
+
+# The node named by these failures is left out of the re-placement.
+_BLAMES_THE_NODE: Final = (PLACEMENT_REFUSED, MODEL_NOT_INSTALLED, DOWNLOAD_FAILED)
+# These failures are placed again without excluding anyone more.
+_REPLACE_AS_BEFORE: Final = (RPC_DONOR_LOST, RPC_PORT_IN_USE, "rpc_donor_timeout", "node_lost")
+
+
+def intent_of(request: PlacementRequest, attempt: int = 0) -> PlacementIntent:
+    """The intent recorded for ``request`` (``node_ids`` steer one launch only)."""
+    return PlacementIntent(
+        sharding=request.sharding,
+        instance_meta=request.instance_meta,
+        min_nodes=request.min_nodes,
+        excluded_node_ids=tuple(sorted(request.excluded_node_ids)),
+        context_tokens=request.context_tokens,
+        repair_attempt=attempt,
+    )
+
+
+def _blamed(error_code: str, reporter: NodeId | None) -> tuple[str, NodeId | None]:
+    """The failure's kind and the node it names (``kind:<node id>``), else the node
+    that reported it."""
+    kind, _, named = error_code.partition(":")
+    if named and kind != RPC_PORT_IN_USE:  # that one names host:port, not a node
+        return kind, NodeId(named)
+    return kind, reporter
+
+
+def repair_request(
+    intent: PlacementIntent, error_code: str, reporter: NodeId | None
+) -> PlacementRequest | None:
+    """The request that places a failed instance again, or None if it should stay
+    failed (a kind of failure another placement cannot avoid, or attempts spent)."""
+    if intent.repair_attempt >= MAX_REPAIR_ATTEMPTS:
+        return None
+    kind, node = _blamed(error_code, reporter)
+    excluded = set(intent.excluded_node_ids)
+    if kind in _BLAMES_THE_NODE:
+        if node is not None:
+            excluded.add(node)
+    elif kind not in _REPLACE_AS_BEFORE:
+        return None
+    return PlacementRequest(
+        sharding=intent.sharding,
+        instance_meta=intent.instance_meta,
+        min_nodes=intent.min_nodes,
+        excluded_node_ids=frozenset(excluded),
+        context_tokens=intent.context_tokens,
+    )

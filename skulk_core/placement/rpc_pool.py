@@ -1,0 +1,108 @@
+"""llama.cpp RPC pools (``LlamaRpcInstance``): where each donor's RPC server listens.
+
+A pooled GGUF model has one driver (rank 0, which loads the model, holds the first
+layers and generates) and donors (ranks 1..), each running llama.cpp's RPC server
+on a port the placement assigns, at the address the driver reaches it by over the
+fabric. Ports are chosen per host, so several nodes on one machine (or several
+pools on one donor) never collide, and a port a donor reported as taken is skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Final
+
+from skulk_core.ids import NodeId
+from skulk_core.shards import Instance, LlamaRpcInstance
+from skulk_core.state import Connection, InstanceFailure
+
+RPC_PORT_BASE: Final = 52500
+"""The first port a donor's RPC server is assigned (the fabric takes 52416 and the
+operator listener 52417)."""
+RPC_PORT_SPAN: Final = 500
+
+RPC_PORT_IN_USE: Final = "rpc_port_in_use"
+"""``errorCode`` prefix of a donor whose assigned port was taken: ``rpc_port_in_use:host:port``."""
+RPC_DONOR_LOST: Final = "rpc_donor_lost"
+"""``errorCode`` prefix of a pool whose donor went away: ``rpc_donor_lost:<node id>``."""
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int] | None:
+    """``host:port`` (``[v6]:port`` for IPv6) as its parts, or None if malformed."""
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def join_endpoint(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def multiaddr_host(multiaddr: str) -> str | None:
+    """The IP of a ``/ip4/<ip>/tcp/<port>`` or ``/ip6/<ip>/tcp/<port>`` address."""
+    parts = multiaddr.split("/")
+    if len(parts) >= 3 and parts[0] == "" and parts[1] in ("ip4", "ip6") and parts[2]:
+        return parts[2]
+    return None
+
+
+def donor_host(driver: NodeId, donor: NodeId, connections: Iterable[Connection]) -> str | None:
+    """The address the driver reaches ``donor`` at: the driver's own edge to it,
+    else any member's edge (a reachable address all the same), else None."""
+    fallback: str | None = None
+    for edge in connections:
+        if edge.send_back_node_id != donor:
+            continue
+        host = multiaddr_host(edge.sink_multiaddr)
+        if host is None:
+            continue
+        if edge.local_node_id == driver:
+            return host
+        fallback = fallback or host
+    return fallback
+
+
+def ports_in_use(
+    instances: Iterable[Instance], failures: Iterable[InstanceFailure] = ()
+) -> dict[str, frozenset[int]]:
+    """Per host, the RPC ports that placed pools hold or that a donor found taken."""
+    used: dict[str, set[int]] = {}
+    for instance in instances:
+        if not isinstance(instance, LlamaRpcInstance):
+            continue
+        for endpoint in instance.rpc_endpoints.values():
+            parts = split_endpoint(endpoint)
+            if parts is not None:
+                used.setdefault(parts[0], set()).add(parts[1])
+    for failure in failures:
+        prefix, _, endpoint = failure.error_code.partition(":")
+        parts = split_endpoint(endpoint) if prefix == RPC_PORT_IN_USE else None
+        if parts is not None:
+            used.setdefault(parts[0], set()).add(parts[1])
+    return {host: frozenset(ports) for host, ports in used.items()}
+
+
+def assign_endpoints(
+    ring: Sequence[NodeId],
+    connections: Iterable[Connection],
+    in_use: Mapping[str, frozenset[int]],
+) -> dict[NodeId, str] | str:
+    """An RPC endpoint for every donor of ``ring`` (``ring[0]`` drives), or why not."""
+    edges = tuple(connections)
+    taken = {host: set(ports) for host, ports in in_use.items()}
+    endpoints: dict[NodeId, str] = {}
+    for donor in ring[1:]:
+        host = donor_host(ring[0], donor, edges)
+        if host is None:
+            return f"no fabric address is known for donor node {donor}"
+        busy = taken.setdefault(host, set())
+        port = next(
+            (p for p in range(RPC_PORT_BASE, RPC_PORT_BASE + RPC_PORT_SPAN) if p not in busy),
+            None,
+        )
+        if port is None:
+            return f"every RPC port from {RPC_PORT_BASE} on {host} is taken"
+        busy.add(port)
+        endpoints[donor] = join_endpoint(host, port)
+    return endpoints
