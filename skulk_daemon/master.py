@@ -26,6 +26,9 @@ from skulk_daemon.eventlog import EventLog
 log = logging.getLogger(__name__)
 
 Publish = Callable[[list[IndexedEvent]], None]
+Admit = Callable[[State, Command], Refused | None]
+"""A check a command must pass against the master's State before it is decided
+(placements, against every placement ordered before them)."""
 
 
 class NotMaster(RuntimeError):
@@ -34,9 +37,17 @@ class NotMaster(RuntimeError):
 
 class Master:
     def __init__(
-        self, node_id: NodeId, state: State, event_log: EventLog, publish: Publish, term: int = 0
+        self,
+        node_id: NodeId,
+        state: State,
+        event_log: EventLog,
+        publish: Publish,
+        term: int = 0,
+        *,
+        admit: Admit | None = None,
     ) -> None:
         self._node_id = node_id
+        self._admit = admit
         self._state = state
         self._log = event_log
         self._publish = publish
@@ -71,7 +82,8 @@ class Master:
         async with self.lock:
             if self._closed:
                 raise NotMaster("this node is no longer the master")
-            decided = decide(self._state, command)
+            refused = self._admit(self._state, command) if self._admit is not None else None
+            decided = refused or decide(self._state, command)
             if isinstance(decided, Refused):
                 return decided
             now = datetime.now(UTC)

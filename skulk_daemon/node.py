@@ -23,13 +23,16 @@ from pathlib import Path
 from typing import Final
 
 from skulk_core.apply import apply
+from skulk_core.cards import ModelCard
 from skulk_core.catalog import Catalog, InstalledModel, build_catalog
 from skulk_core.commands import Command, RecordMasterElected, RegisterNode
 from skulk_core.config import SkulkConfig
 from skulk_core.decide import Refused
 from skulk_core.events import IndexedEvent
 from skulk_core.health import derive_node_health
-from skulk_core.ids import NodeId, new_command_id
+from skulk_core.ids import ModelId, NodeId, new_command_id
+from skulk_core.placement import ClusterFacts, cluster_facts
+from skulk_core.placement.ordering import admit_command
 from skulk_core.state import State
 from skulk_core.telemetry import NodeHealth, NodeTelemetry
 from skulk_daemon.config_store import ConfigStore
@@ -63,6 +66,9 @@ class NoMaster(CommandRefused):
 IndexedListener = Callable[[list[IndexedEvent], int, NodeId | None], None]
 """Replication's hook: a batch the master indexed, and the term and master of the
 event just before it."""
+
+OrderedListener = Callable[[State, list[IndexedEvent]], None]
+"""The repair loop's hook: a batch the master ordered, and the State before it."""
 
 Forward = Callable[[Command], Awaitable[int | Refused]]
 """Send a command to the remote master; the index of its last event, or a refusal.
@@ -114,6 +120,7 @@ class Node:
         self._role_changed = asyncio.Event()
         self._listeners: list[Callable[[], None]] = []
         self._indexed_listeners: list[IndexedListener] = []
+        self._ordered_listeners: list[OrderedListener] = []
         # Reports (runner phases, task bookkeeping) are submitted in the order they
         # were made, off the caller's path: a runner's token stream never waits on fsync.
         self._reports: asyncio.Queue[Command] = asyncio.Queue()
@@ -178,6 +185,22 @@ class Node:
         """Call ``listener`` (synchronously, cheaply) after every applied batch of events."""
         self._listeners.append(listener)
 
+    def on_ordered(self, listener: OrderedListener) -> None:
+        """Call ``listener`` with every batch this node orders as master and the State
+        just before it (what the batch changed: a failed instance's last shape)."""
+        self._ordered_listeners.append(listener)
+
+    def placement_facts(self) -> ClusterFacts:
+        """What placement plans against here: State, telemetry and the catalog."""
+        view = self.view()
+        return cluster_facts(view.state, view.telemetry, self._cards())
+
+    def _cards(self) -> dict[ModelId, ModelCard]:
+        return {model_id: entry.card for model_id, entry in self.catalog().by_id.items()}
+
+    def _admit(self, state: State, command: Command) -> Refused | None:
+        return admit_command(state, command, self._telemetry, self._cards())
+
     def on_indexed(self, listener: IndexedListener) -> None:
         """Call ``listener`` with every batch this node indexes as master (for
         replication), and the term and master of the event before it."""
@@ -192,7 +215,9 @@ class Node:
         if self.master is not None:
             self.master.close()
             self._retired = self.master
-        self.master = Master(self.node_id, self._state, self.event_log, self._on_indexed, term)
+        self.master = Master(
+            self.node_id, self._state, self.event_log, self._on_indexed, term, admit=self._admit
+        )
         self._forward = None
         self._role_changed.set()
         self._role_changed = asyncio.Event()
@@ -299,12 +324,15 @@ class Node:
         (unless it stepped down meanwhile: then they are only this node's, and the
         next sync with the new master replaces them)."""
         prev_term, prev_master = self._last_term, self._last_master
+        before = self._state
         self._apply(events)
         master = self.master
         if master is None or master.closed or master.term != events[-1].term:
             return
         for listener in self._indexed_listeners:
             listener(events, prev_term, prev_master)
+        for ordered in self._ordered_listeners:
+            ordered(before, events)
 
     async def apply_replicated(self, events: Sequence[IndexedEvent]) -> None:
         """A follower's copy of the master's events: durable here first, then applied.

@@ -29,7 +29,7 @@ from skulk_daemon.config_store import ConfigStore
 from skulk_daemon.eventlog import EventLog, EventLogCorrupt
 from skulk_daemon.fabric.cluster import ClusterAgent
 from skulk_daemon.fabric.discovery import DiscoveredPeer, MdnsDiscovery
-from skulk_daemon.fabric.keys import derive_curve_keys, load_cluster_key
+from skulk_daemon.fabric.keys import derive_curve_keys, derive_rpc_gate_key, load_cluster_key
 from skulk_daemon.fabric.peers import fabric_address
 from skulk_daemon.fabric.setup import resolve_fabric
 from skulk_daemon.fabric.transport import FabricBindError, FabricTransport, FrameHandler
@@ -38,6 +38,7 @@ from skulk_daemon.identity import IdentityError, load_identity
 from skulk_daemon.models.embedding_demo import with_embedding_demo
 from skulk_daemon.models.installed import load_installed_models
 from skulk_daemon.node import Node
+from skulk_daemon.placement_repair import RepairAgent
 from skulk_daemon.settings import Settings, resolve_settings
 from skulk_daemon.snapshot import SNAPSHOT_FILE, SnapshotCorrupt, load_snapshot
 from skulk_daemon.telemetry.publisher import TelemetrySource, run_publisher
@@ -150,7 +151,7 @@ class _Server(uvicorn.Server):
 
 
 async def _start_fabric(
-    node: Node, settings: Settings, args: argparse.Namespace
+    node: Node, worker: Supervisor, settings: Settings, args: argparse.Namespace
 ) -> tuple[ClusterAgent, MdnsDiscovery | None]:
     config = node.config
     try:
@@ -162,7 +163,9 @@ async def _start_fabric(
             force_master=args.force_master,
             no_mdns=args.no_mdns,
         )
-        keys = derive_curve_keys(load_cluster_key(settings.data_dir, config.cluster.key))
+        psk = load_cluster_key(settings.data_dir, config.cluster.key)
+        keys = derive_curve_keys(psk)
+        worker.attach_rpc_pool(derive_rpc_gate_key(psk))
     except (ValueError, OSError) as exc:
         raise StartupError(str(exc)) from None
 
@@ -217,8 +220,9 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> None:
     background: list[asyncio.Task[None]] = []
     worker = Supervisor(node)
     node.on_applied(worker.wake)
+    repair = RepairAgent(node)
     try:
-        agent, discovery = await _start_fabric(node, settings, args)
+        agent, discovery = await _start_fabric(node, worker, settings, args)
     except BaseException:
         node.close()
         sock.close()
@@ -242,6 +246,7 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> None:
         stop.set()
         for task in background:
             await task
+        await repair.close()
         await worker.shutdown()
         with contextlib.suppress(TimeoutError):
             # Reports need a master; one that has gone must not hang the shutdown.

@@ -22,6 +22,8 @@ from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, new_command_i
 from skulk_core.placement import (
     MAX_CONTEXT_TOKENS,
     MIN_CONTEXT_TOKENS,
+    MODEL_CARD_IDENTITY_MISMATCH,
+    NO_VALID_PLACEMENT,
     PLACEMENT_INFO_PENDING,
     ClusterFacts,
     CommandOwnedIds,
@@ -32,15 +34,17 @@ from skulk_core.placement import (
     PreviewQuery,
     RandomIds,
     admit_instance,
-    cluster_facts,
     instance_from_wire,
     place,
     preview_placements,
 )
+from skulk_core.placement.repair import intent_of
+from skulk_core.placement.shapes import instance_meta_of, sharding_of
 from skulk_core.shards import Instance, InstanceMeta, Sharding
+from skulk_core.state import PlacementIntent
 from skulk_core.wire import JsonValue, to_wire
 from skulk_daemon.api.errors import ApiError
-from skulk_daemon.node import Node
+from skulk_daemon.node import CommandRefused, Node
 
 # A cluster that just formed gossips node telemetry a little after node identities;
 # a placement waits this long for it before answering 503 placement_info_pending.
@@ -112,9 +116,18 @@ def _card(node: Node, model_id: str) -> ModelCard:
 
 
 def _facts(node: Node) -> ClusterFacts:
-    view = node.view()
-    cards = {model_id: entry.card for model_id, entry in node.catalog().by_id.items()}
-    return cluster_facts(view.state, view.telemetry, cards)
+    return node.placement_facts()
+
+
+async def _create(node: Node, command: CreateInstance) -> None:
+    """Send the placement to the master, which checks it again against every
+    placement it ordered before (cluster-wide committed capacity)."""
+    try:
+        await node.submit(command)
+    except CommandRefused as exc:
+        if exc.code in (NO_VALID_PLACEMENT, MODEL_CARD_IDENTITY_MISMATCH):
+            raise placement_error(PlacementRefusal(code=exc.code, message=exc.message)) from None
+        raise
 
 
 def placement_error(refusal: PlacementRefusal) -> ApiError:
@@ -254,7 +267,12 @@ class PlacementController(Controller):
             result = await plan_when_informed(node, lambda facts: place(card, facts, request, ids))
             if isinstance(result, PlacementRefusal):
                 raise placement_error(result)
-            await node.submit(CreateInstance(command_id=command_id, instance=result.instance))
+            await _create(
+                node,
+                CreateInstance(
+                    command_id=command_id, instance=result.instance, intent=intent_of(request)
+                ),
+            )
         return _accepted(command_id, result)
 
     @post("/instance", status_code=200, summary="Create an instance from an exact placement")
@@ -277,7 +295,16 @@ class PlacementController(Controller):
             if isinstance(admitted, PlacementRefusal):
                 raise placement_error(admitted)
             command_id = new_command_id()
-            await node.submit(CreateInstance(command_id=command_id, instance=admitted))
+            # The stamped window is the repair intent: a re-placement rebuilds it.
+            intent = PlacementIntent(
+                sharding=sharding_of(admitted) or Sharding.PIPELINE,
+                instance_meta=instance_meta_of(admitted),
+                min_nodes=len(admitted.shard_assignments.node_to_runner),
+                context_tokens=admitted.context_token_limit,
+            )
+            await _create(
+                node, CreateInstance(command_id=command_id, instance=admitted, intent=intent)
+            )
         return ExactInstanceAccepted(
             command_id=command_id,
             instance_id=admitted.instance_id,

@@ -15,6 +15,7 @@ from typing import Final, cast
 import llama_cpp
 
 from skulk_daemon.engines.base import DEFAULT_SLOTS, EngineLoadError
+from skulk_daemon.engines.llama_rpc import OffloadParams, RpcOffload, offload_summary
 
 DEFAULT_N_BATCH: Final = 512
 _GGUF_MAGIC: Final = b"GGUF"
@@ -63,7 +64,15 @@ def set_llama_logging(*, verbose: bool) -> None:
 class LlamaCppSettings:
     """How to load the model. Plain values; the runner builds one from ``Load``."""
 
-    __slots__ = ("context_tokens", "flash_attention", "model_path", "n_batch", "n_threads", "slots")
+    __slots__ = (
+        "context_tokens",
+        "flash_attention",
+        "model_path",
+        "n_batch",
+        "n_threads",
+        "offload",
+        "slots",
+    )
 
     def __init__(
         self,
@@ -74,10 +83,12 @@ class LlamaCppSettings:
         n_threads: int | None = None,
         n_batch: int = DEFAULT_N_BATCH,
         flash_attention: bool | None = None,
+        offload: RpcOffload | None = None,
     ) -> None:
         """``flash_attention=None`` lets llama.cpp decide (it enables it where
         supported, which on CPU decodes faster; it also rounds differently from
-        llama-cpp-python's ``Llama``, which turns it off by default)."""
+        llama-cpp-python's ``Llama``, which turns it off by default). ``offload``
+        drives an RPC pool: the model's last layers go to its donors."""
         if context_tokens < 1:
             raise ValueError(f"context_tokens must be positive, got {context_tokens}")
         if not 1 <= slots <= n_batch:
@@ -88,21 +99,32 @@ class LlamaCppSettings:
         self.n_threads = n_threads if n_threads else (os.cpu_count() or 1)
         self.n_batch = n_batch
         self.flash_attention = flash_attention
+        self.offload = offload
 
 
-def load_model(path: Path, context_tokens: int) -> object:
+def load_model(path: Path, context_tokens: int, offload: RpcOffload | None = None) -> object:
     """Load a GGUF model (weights only, no context) that can serve ``context_tokens``
-    per sequence; raises :class:`EngineLoadError` with llama.cpp's own reason."""
+    per sequence, its last layers on ``offload``'s RPC donors if given; raises
+    :class:`EngineLoadError` with llama.cpp's own reason."""
     check_model_file(path)
     llama_cpp.llama_backend_init()
     LLAMA_LOG.errors.clear()
-    model = llama_cpp.llama_model_load_from_file(
-        str(path).encode(), llama_cpp.llama_model_default_params()
-    )
+    params = llama_cpp.llama_model_default_params()
+    offloaded: OffloadParams | None = None
+    if offload is not None:
+        try:
+            offloaded = OffloadParams(offload)
+        except (OSError, ValueError) as exc:
+            raise EngineLoadError(f"cannot pool {path.name} over RPC: {exc}") from None
+        offloaded.apply(params)
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    del offloaded  # llama.cpp copied the device list and overrides while loading
     if not model:
+        where = "" if offload is None else f" with {offload_summary(offload)}"
         raise EngineLoadError(
-            f"llama.cpp could not load {path}: the file is damaged or its architecture "
-            f"is not supported by this llama.cpp build{LLAMA_LOG.first_error()}"
+            f"llama.cpp could not load {path}{where}: the file is damaged, its architecture "
+            f"is not supported by this llama.cpp build, or a donor refused its share"
+            f"{LLAMA_LOG.first_error()}"
         )
     trained = llama_cpp.llama_model_n_ctx_train(model)
     if context_tokens > trained > 0:
@@ -135,7 +157,7 @@ class LlamaModel:
     @classmethod
     def open(cls, settings: LlamaCppSettings) -> LlamaModel:
         path = settings.model_path
-        model = load_model(path, settings.context_tokens)
+        model = load_model(path, settings.context_tokens, settings.offload)
         ctx = llama_cpp.llama_init_from_model(model, _context_params(settings))
         if not ctx:
             llama_cpp.llama_model_free(model)

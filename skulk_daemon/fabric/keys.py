@@ -59,6 +59,14 @@ def derive_curve_keys(psk: bytes) -> CurveKeys:
     return CurveKeys(server_public, server_secret, client_public, client_secret)
 
 
+def derive_rpc_gate_key(psk: bytes) -> bytes:
+    """The secret llama.cpp RPC pools admit drivers by (see runner/rpc_gate.py):
+    derived from the cluster key, so only members can reach a donor's memory."""
+    if len(psk) < 16:
+        raise ClusterKeyError("the cluster key must be at least 16 bytes")
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=_SALT, info=b"rpc-gate").derive(psk)
+
+
 def load_cluster_key(data_dir: Path, configured: str | None) -> bytes:
     """The cluster key: env, then config, then the data dir's key file (created
     owner-only with 32 random bytes when absent)."""

@@ -70,7 +70,12 @@ ERROR_CONSUMER_TOO_SLOW: Final = "consumer_too_slow"
 
 
 class RunnerFailed(RuntimeError):
-    """The runner could not start; the message is for an operator."""
+    """The runner could not start; the message is for an operator, ``code`` is the
+    runner's own failure code (see :class:`~skulk_daemon.runner.protocol.Failed`)."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class RunnerExit(msgspec.Struct, frozen=True, kw_only=True):
@@ -80,6 +85,7 @@ class RunnerExit(msgspec.Struct, frozen=True, kw_only=True):
     returncode: int
     expected: bool
     message: str
+    code: str = ""
 
 
 class _TaskStream:
@@ -137,6 +143,7 @@ class RunnerProcess:
         self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._failure: str | None = None
+        self._failure_code = ""
         self._shutdown_requested = False
         self._started = False
         self._exit: RunnerExit | None = None
@@ -163,7 +170,14 @@ class RunnerProcess:
         Raises :class:`RunnerFailed` if the runner reports ``Failed`` or dies
         first; cancelling ``start`` kills the runner.
         """
-        child_env = {**os.environ, **(env or {}), PARENT_PID_ENV: str(os.getpid())}
+        # NOTE: ggml prints a backtrace on abort by attaching gdb, which takes
+        # seconds; an RPC driver whose donor vanished aborts, and should die fast.
+        child_env = {
+            "GGML_NO_BACKTRACE": "1",
+            **os.environ,
+            **(env or {}),
+            PARENT_PID_ENV: str(os.getpid()),
+        }
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -396,11 +410,12 @@ class RunnerProcess:
                     log.exception("on_phase callback failed")
                 if phase == "ready" and not self._ready.done():
                     self._ready.set_result(None)
-            case Failed(message=failure):
+            case Failed(message=failure, code=code):
                 self._record(f"failed: {failure}")
                 self._failure = failure
+                self._failure_code = code
                 if not self._ready.done():
-                    self._ready.set_exception(RunnerFailed(failure))
+                    self._ready.set_exception(RunnerFailed(failure, code))
 
     def _answer(self, task_id: TaskId, message: Embedded | ErrorChunk) -> None:
         answer = self._embeddings.get(task_id)
@@ -428,10 +443,11 @@ class RunnerProcess:
             returncode=returncode,
             expected=self._shutdown_requested,
             message=message,
+            code=self._failure_code,
         )
         self._record(f"exited: {message}")
         if not self._ready.done():
-            self._ready.set_exception(RunnerFailed(message))
+            self._ready.set_exception(RunnerFailed(message, self._failure_code))
         for task_id, stream in list(self._streams.items()):
             stream.close(_runner_failed(task_id, message))
         for task_id in list(self._embeddings):

@@ -36,6 +36,7 @@ from skulk_daemon.runner.protocol import (
     encode_frame,
     read_frame,
 )
+from skulk_daemon.runner.rpc_roles import DriverGates, donor_lost, serve_donor
 
 log = logging.getLogger("skulk.runner")
 
@@ -126,6 +127,8 @@ def _serve(stdin: BinaryIO, outbox: _Outbox) -> int:
     outbox.phase("loading", first.model_path)
     if first.mode == "embed":
         return _serve_embeddings(stdin, outbox, first)
+    if first.mode == "rpc_donor":
+        return serve_donor(stdin, outbox.send, first)
     try:
         # NOTE: imported only now, so the parent hears "loading" before the
         # native library is mapped, and a broken install is reported as Failed.
@@ -134,6 +137,7 @@ def _serve(stdin: BinaryIO, outbox: _Outbox) -> int:
             LlamaCppSettings,
             set_llama_logging,
         )
+        from skulk_daemon.engines.llama_rpc import RpcOffload  # noqa: PLC0415
     except (ImportError, OSError) as exc:
         outbox.send(Failed(message=f"cannot load the llama.cpp bindings: {exc}"))
         return EXIT_FAILED
@@ -143,12 +147,18 @@ def _serve(stdin: BinaryIO, outbox: _Outbox) -> int:
         outbox.send(Failed(message=message))
         os._exit(EXIT_FAILED)
 
+    gates: DriverGates | None = None
     try:
+        offload: RpcOffload | None = None
+        if first.pool is not None:
+            gates = DriverGates(first.pool, donor_lost(outbox.send, EXIT_FAILED))
+            offload = RpcOffload(endpoints=gates.endpoints, layers=gates.layers)
         settings = LlamaCppSettings(
             first.model_path,
             context_tokens=first.context_tokens,
             slots=first.slots,
             n_threads=first.n_threads,
+            offload=offload,
         )
         engine: Engine = LlamaCppEngine(settings, outbox.send, on_fatal=on_fatal)
     except ValueError as exc:
@@ -172,6 +182,8 @@ def _serve(stdin: BinaryIO, outbox: _Outbox) -> int:
             case Load():
                 log.warning("ignoring a second Load: this runner already holds a model")
     outbox.phase("shutting_down")
+    if gates is not None:
+        gates.close()
     engine.unload()
     outbox.phase("shutdown")
     return 0

@@ -42,22 +42,53 @@ VERBOSE_ENV: Final = "SKULK_RUNNER_VERBOSE"
 """``1`` lets llama.cpp's own log through to the runner's stderr."""
 
 RunnerPhase = Literal["loading", "loaded", "warming_up", "ready", "shutting_down", "shutdown"]
-RunnerMode = Literal["generate", "embed"]
-"""What a runner serves: text generation (``Generate``) or embeddings (``Embed``)."""
+RunnerMode = Literal["generate", "embed", "rpc_donor"]
+"""What a runner serves: text generation (``Generate``), embeddings (``Embed``), or
+its memory to an RPC pool's driver (``"rpc_donor"``: no model, no tasks)."""
 
 ERROR_CANCELLED: Final = "cancelled"
 """The ``ErrorChunk`` code that ends a cancelled embedding task."""
 
 
+class RpcDonorRoute(msgspec.Struct, frozen=True, kw_only=True):
+    """One donor of a driver's pool: its gate (``host:port``) and the layers it holds."""
+
+    node_id: str
+    endpoint: str
+    layers: int
+
+
+class RpcPool(msgspec.Struct, frozen=True, kw_only=True):
+    """A driver's donors, in layer order. ``gate_key`` is a secret derived from the
+    cluster key: it travels only on the runner's stdin and is never logged."""
+
+    instance_id: str
+    gate_key: bytes
+    donors: tuple[RpcDonorRoute, ...]
+
+
+class RpcServe(msgspec.Struct, frozen=True, kw_only=True):
+    """What a donor serves: its gate on ``host:port``, admitting ``instance_id``'s
+    driver by ``gate_key`` (a secret, as in :class:`RpcPool`)."""
+
+    instance_id: str
+    gate_key: bytes
+    host: str
+    port: int
+
+
 class Load(msgspec.Struct, frozen=True, kw_only=True, tag="load"):
     """``context_tokens`` is each sequence's window; in ``"embed"`` mode it is the
-    longest input, and ``slots`` is unused."""
+    longest input, and ``slots`` is unused. A driver of an RPC pool has ``pool``;
+    an ``"rpc_donor"`` runner has ``serve`` and no model."""
 
     model_path: str
     context_tokens: int
     slots: int = DEFAULT_SLOTS
     n_threads: int | None = None
     mode: RunnerMode = "generate"
+    pool: RpcPool | None = None
+    serve: RpcServe | None = None
 
 
 class Generate(msgspec.Struct, frozen=True, kw_only=True, tag="generate"):
@@ -97,9 +128,12 @@ class Phase(msgspec.Struct, frozen=True, kw_only=True, tag="phase"):
 
 
 class Failed(msgspec.Struct, frozen=True, kw_only=True, tag="failed"):
-    """The runner cannot serve; ``message`` is for an operator. It exits next."""
+    """The runner cannot serve; ``message`` is for an operator. It exits next.
+    ``code`` names a failure the cluster acts on (``rpc_donor_lost:<node>``,
+    ``rpc_port_in_use:<host>:<port>``); empty for any other."""
 
     message: str
+    code: str = ""
 
 
 ParentMessage = Load | Generate | Embed | Cancel | Shutdown

@@ -33,9 +33,15 @@ from skulk_core.ids import (
     TaskId,
     new_command_id,
 )
+from skulk_core.placement.backends import BACKEND_LLAMA_CPP
 from skulk_core.placement.context import DEFAULT_CONTEXT_TOKENS
+from skulk_core.placement.local_fit import local_shortfall
+from skulk_core.placement.repair import MODEL_NOT_INSTALLED, PLACEMENT_REFUSED
+from skulk_core.placement.rpc_pool import RPC_DONOR_LOST
 from skulk_core.shards import (
     Instance,
+    LlamaRpcInstance,
+    RpcDonorShardMetadata,
     RunnerFailed,
     RunnerLoaded,
     RunnerLoading,
@@ -44,6 +50,7 @@ from skulk_core.shards import (
     RunnerStatus,
     RunnerWarmingUp,
     ShardMetadata,
+    serving_node,
 )
 from skulk_core.state import Task, TaskStatus
 from skulk_core.worker_plan import (
@@ -58,11 +65,18 @@ from skulk_daemon.engines.base import EngineChunk as Chunk
 from skulk_daemon.node import Node
 from skulk_daemon.runner.client import RunnerProcess
 from skulk_daemon.runner.protocol import ERROR_CANCELLED, Embedded, Load, RunnerMode
+from skulk_daemon.worker.rpc_loads import (
+    DONOR_READY_TIMEOUT_SECONDS,
+    donor_load,
+    donors_status,
+    driver_pool,
+)
 
 log = logging.getLogger(__name__)
 
 # How long a request admitted to a still-loading instance waits for it to be ready.
 READY_WAIT_SECONDS = 300.0
+DONOR_POLL_SECONDS = 0.25
 STOP_TIMEOUT_SECONDS = 10.0
 
 _PHASE_STATUS: dict[str, RunnerStatus] = {
@@ -100,6 +114,8 @@ class ManagedRunner:
     process: RunnerProcess | None = None
     active_tasks: int = 0
     failure: str | None = None
+    # Lends memory to an RPC pool rather than serving the model itself.
+    donor: bool = False
     # Resolved once: True when the runner serves, False when it failed to.
     settled: asyncio.Future[bool] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
@@ -115,22 +131,25 @@ class Supervisor:
         self._tasks: set[asyncio.Task[None]] = set()
         self._remote: RemoteGenerate | None = None
         self._remote_tasks: dict[TaskId, Callable[[], None]] = {}
+        self._rpc_gate_key: bytes | None = None
 
     def attach_remote(self, remote: RemoteGenerate) -> None:
         """Serve instances whose runner is on another node through ``remote``."""
         self._remote = remote
 
+    def attach_rpc_pool(self, gate_key: bytes) -> None:
+        """Take part in llama.cpp RPC pools, admitting peers by ``gate_key`` (a secret
+        derived from the cluster key)."""
+        self._rpc_gate_key = gate_key
+
     def _remote_host(self, instance_id: InstanceId) -> NodeId | None:
-        """The node serving ``instance_id`` when that is not this node."""
+        """The node serving ``instance_id`` (the driver of a pool, rank 0 of a ring)
+        when that is not this node."""
         instance = self._node.state.instances.get(instance_id)
         if instance is None:
             return None
-        nodes = list(instance.shard_assignments.node_to_runner)
-        if not nodes or self._node.node_id in nodes:
-            return None
-        # NOTE: the first node of the assignment hosts the first shard, the one a
-        # multi-node engine is driven from.
-        return nodes[0]
+        host = serving_node(instance)
+        return None if host is None or host == self._node.node_id else host
 
     # -- reconciliation -------------------------------------------------------------
 
@@ -167,6 +186,7 @@ class Supervisor:
                         runner_id=runner_id,
                         instance_id=instance.instance_id,
                         model_id=instance.shard_assignments.model_id,
+                        donor=isinstance(shard, RpcDonorShardMetadata),
                     )
                     self._runners[runner_id] = runner
                     self._spawn_task(self._start(runner, instance, shard))
@@ -204,34 +224,23 @@ class Supervisor:
         return "generate"
 
     async def _start(self, runner: ManagedRunner, instance: Instance, shard: ShardMetadata) -> None:
-        del shard  # one shard covers every layer on a single node
         self._report(runner.runner_id, RunnerLoading())
-        path = self._model_path(runner.model_id)
-        if path is None:
-            self._fail(
-                runner,
-                "model_not_installed",
-                f"model {runner.model_id} has no GGUF file on node {self._node.node_id}",
-            )
+        load = await self._load_for(runner, instance, shard)
+        if load is None:
             return
-        load = Load(
-            model_path=str(path),
-            context_tokens=instance.context_token_limit or DEFAULT_CONTEXT_TOKENS,
-            slots=self._slots,
-            n_threads=None,
-            mode=self._runner_mode(runner.model_id),
-        )
         try:
             process = await RunnerProcess.start(
                 load,
                 on_phase=lambda phase: self._on_phase(runner, phase),
-                on_exit=lambda ended: self._on_exit(runner, ended.message),
+                on_exit=lambda ended: self._on_exit(runner, ended.message, ended.code),
             )
         except Exception as exc:
             if runner.phase is LocalRunnerPhase.STOPPING:
                 self._runners.pop(runner.runner_id, None)
                 return
-            self._fail(runner, "runner_load_failed", f"runner failed to load {path.name}: {exc}")
+            code = getattr(exc, "code", "") or "runner_load_failed"
+            what = Path(load.model_path).name or "its RPC server"
+            self._fail(runner, code, f"runner failed to load {what}: {exc}")
             return
         runner.process = process
         if runner.phase is LocalRunnerPhase.STOPPING:
@@ -242,15 +251,101 @@ class Supervisor:
         if not runner.settled.done():
             runner.settled.set_result(True)
 
+    async def _load_for(
+        self, runner: ManagedRunner, instance: Instance, shard: ShardMetadata
+    ) -> Load | None:
+        """What the runner loads; None once it has failed (or was stopped) instead."""
+        pooled = isinstance(instance, LlamaRpcInstance)
+        if pooled and self._rpc_gate_key is None:
+            self._fail(runner, "rpc_unavailable", "RPC pooling needs the cluster fabric")
+            return None
+        key = self._rpc_gate_key or b""
+        if isinstance(shard, RpcDonorShardMetadata):
+            assert isinstance(instance, LlamaRpcInstance)
+            made = donor_load(instance, shard, self._node.node_id, key, None)
+            if isinstance(made, str):
+                self._fail(runner, "rpc_pool_invalid", made)
+                return None
+            return made
+        node_id = self._node.node_id
+        path = self._model_path(runner.model_id)
+        if path is None:
+            self._fail(
+                runner,
+                f"{MODEL_NOT_INSTALLED}:{node_id}",
+                f"model {runner.model_id} has no GGUF file on node {node_id}",
+            )
+            return None
+        context_tokens = instance.context_token_limit or DEFAULT_CONTEXT_TOKENS
+        shortfall = self._shortfall(runner, shard, context_tokens)
+        if shortfall is not None:
+            self._fail(runner, f"{PLACEMENT_REFUSED}:{node_id}", f"refused its share: {shortfall}")
+            return None
+        pool = None
+        if isinstance(instance, LlamaRpcInstance):
+            if not await self._await_donors(runner, instance):
+                return None
+            pool = driver_pool(instance, key)
+        return Load(
+            model_path=str(path),
+            context_tokens=context_tokens,
+            slots=self._slots,
+            n_threads=None,
+            mode=self._runner_mode(runner.model_id),
+            pool=pool,
+        )
+
+    def _shortfall(
+        self, runner: ManagedRunner, shard: ShardMetadata, context_tokens: int
+    ) -> str | None:
+        """Why this node can no longer hold ``shard`` (its live memory), or None."""
+        entry = self._node.catalog().get(runner.model_id)
+        reading = self._node.own_telemetry()
+        if entry is None or reading is None:
+            return None
+        return local_shortfall(
+            entry.card,
+            shard,
+            node_id=self._node.node_id,
+            context_tokens=context_tokens,
+            reading=reading,
+            backend=BACKEND_LLAMA_CPP,
+        )
+
+    async def _await_donors(self, runner: ManagedRunner, instance: LlamaRpcInstance) -> bool:
+        """Wait until every donor of the pool serves; False (and handled) otherwise."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DONOR_READY_TIMEOUT_SECONDS
+        while True:
+            if runner.phase is LocalRunnerPhase.STOPPING:
+                self._runners.pop(runner.runner_id, None)
+                return False
+            status = donors_status(self._node.state, instance)
+            if status is True:
+                return True
+            if status is not False or loop.time() > deadline:
+                donor = status if status is not False else "a donor"
+                self._fail(
+                    runner,
+                    f"{RPC_DONOR_LOST}:{donor}" if status is not False else "rpc_donor_timeout",
+                    f"RPC donor {donor} did not start serving its share of {runner.model_id}",
+                )
+                return False
+            await asyncio.sleep(DONOR_POLL_SECONDS)
+
     def _on_phase(self, runner: ManagedRunner, phase: str) -> None:
         status = _PHASE_STATUS.get(phase)
         if status is not None and runner.phase is not LocalRunnerPhase.STOPPING:
             self._report(runner.runner_id, status)
 
-    def _on_exit(self, runner: ManagedRunner, message: str) -> None:
+    def _on_exit(self, runner: ManagedRunner, message: str, code: str = "") -> None:
         if runner.phase in (LocalRunnerPhase.STOPPING, LocalRunnerPhase.EXITED):
             return
-        self._fail(runner, "runner_crashed", message)
+        if runner.donor and not code:
+            node_id = self._node.node_id
+            code = f"{RPC_DONOR_LOST}:{node_id}"
+            message = f"the RPC donor on node {node_id} stopped serving its share: {message}"
+        self._fail(runner, code or "runner_crashed", message)
 
     def _fail(self, runner: ManagedRunner, code: str, message: str) -> None:
         log.error("runner %s failed: %s", runner.runner_id, message)
