@@ -1,0 +1,1 @@
+"""The gateway's operator pairing authority: its encrypted store and the service over it."""
