@@ -38,6 +38,9 @@ from skulk_daemon.identity import IdentityError, load_identity
 from skulk_daemon.models.embedding_demo import with_embedding_demo
 from skulk_daemon.models.installed import load_installed_models
 from skulk_daemon.node import Node
+from skulk_daemon.operator.errors import AuthorityError
+from skulk_daemon.operator.listener import ListenerBindError, OperatorListener
+from skulk_daemon.operator.service import OperatorPairingService
 from skulk_daemon.placement_repair import RepairAgent
 from skulk_daemon.settings import Settings, resolve_settings
 from skulk_daemon.snapshot import SNAPSHOT_FILE, SnapshotCorrupt, load_snapshot
@@ -58,6 +61,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--host", help="address to listen on (default 0.0.0.0, env SKULK_HOST)")
     parser.add_argument(
         "--api-port", type=int, help="HTTP port (default 52415, env SKULK_API_PORT)"
+    )
+    parser.add_argument(
+        "--operator-api-port",
+        type=int,
+        help="loopback TLS operator listener port, 0 for any (default 52417, "
+        "env SKULK_OPERATOR_API_PORT)",
     )
     parser.add_argument("--data-dir", help="node data dir (env SKULK_DATA_DIR)")
     parser.add_argument("--models-dir", help="models dir (env SKULK_MODELS_DIR)")
@@ -202,6 +211,13 @@ async def _start_fabric(
 
 async def _serve(settings: Settings, args: argparse.Namespace) -> None:
     sock = bind_api_socket(settings.host, settings.api_port)
+    try:
+        authority = OperatorPairingService.open(settings.data_dir)
+        listener = OperatorListener(authority, port=settings.operator_api_port)
+        listener.bind_if_gateway()
+    except (ListenerBindError, AuthorityError, OSError) as exc:
+        sock.close()
+        raise StartupError(str(exc)) from None
     node = await asyncio.to_thread(build_node, settings)
     config = node.config
     stop = asyncio.Event()
@@ -226,6 +242,7 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> None:
     except BaseException:
         node.close()
         sock.close()
+        await listener.close()
         raise
     agent.remote.attach(worker)
     worker.attach_remote(agent.remote)
@@ -238,12 +255,14 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> None:
             )
         )
         background.append(asyncio.create_task(worker.run(stop)))
+        listener.start(app)
         log.info(
             "skulk node %s serving on http://%s:%d", node.node_id, settings.host, settings.api_port
         )
 
     async def stopping() -> None:
         stop.set()
+        await listener.close()
         for task in background:
             await task
         await repair.close()
@@ -255,7 +274,14 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> None:
             await discovery.close()
         await agent.close()
 
-    app = create_app(node, worker, cluster=agent, on_startup=[started], on_shutdown=[stopping])
+    app = create_app(
+        node,
+        worker,
+        cluster=agent,
+        operator=authority,
+        on_startup=[started],
+        on_shutdown=[stopping],
+    )
     server = _Server(
         uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=10)
     )
@@ -271,6 +297,7 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> None:
         await server.serve(sockets=[sock])
     finally:
         stop.set()
+        await listener.close()
         node.close()
         sock.close()
     if not server.started:
@@ -289,6 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             config_home=args.config_home,
             data_dir=args.data_dir,
             models_dir=args.models_dir,
+            operator_api_port=args.operator_api_port,
         )
         asyncio.run(_serve(settings, args))
     except (StartupError, ValueError) as exc:

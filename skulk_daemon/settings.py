@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_API_PORT = 52415
+# The operator listener (loopback TLS, bearer-only); 0 asks the kernel for a free port.
+# Without a flag or env the port stored by ``skulk operator configure-relay`` applies.
+DEFAULT_OPERATOR_API_PORT = 52417
 DEFAULT_HOST = "0.0.0.0"
 
 
@@ -26,6 +29,7 @@ class Settings:
     config_home: Path
     data_dir: Path
     models_dir_override: Path | None
+    operator_api_port: int | None = None
 
     @property
     def config_path(self) -> Path:
@@ -66,6 +70,12 @@ def _port(raw: str, source: str) -> int:
     return port
 
 
+def _operator_port(raw: str | None, source: str) -> int | None:
+    if raw is None or raw == "":
+        return None
+    return 0 if raw.strip() == "0" else _port(raw, source)
+
+
 def resolve_settings(
     *,
     host: str | None = None,
@@ -73,6 +83,7 @@ def resolve_settings(
     config_home: str | None = None,
     data_dir: str | None = None,
     models_dir: str | None = None,
+    operator_api_port: int | None = None,
 ) -> Settings:
     env = os.environ
     if api_port is None:
@@ -80,6 +91,12 @@ def resolve_settings(
         api_port = _port(raw, "SKULK_API_PORT") if raw else DEFAULT_API_PORT
     else:
         api_port = _port(str(api_port), "--api-port")
+    if operator_api_port is None:
+        operator_port = _operator_port(
+            env.get("SKULK_OPERATOR_API_PORT"), "SKULK_OPERATOR_API_PORT"
+        )
+    else:
+        operator_port = _operator_port(str(operator_api_port), "--operator-api-port")
     models = models_dir or env.get("SKULK_MODELS_DIR")
     return Settings(
         host=host or env.get("SKULK_HOST") or DEFAULT_HOST,
@@ -91,4 +108,5 @@ def resolve_settings(
         if data_dir
         else _xdg("SKULK_DATA_DIR", ".local/share/skulk"),
         models_dir_override=Path(models).expanduser() if models else None,
+        operator_api_port=operator_port,
     )

@@ -11,6 +11,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import RedocRenderPlugin, SwaggerRenderPlugin
 
 from skulk_core.version import SKULK_VERSION
+from skulk_daemon.api.auth import AuthController
 from skulk_daemon.api.bench import BenchController
 from skulk_daemon.api.browser_tools import BrowserToolsController
 from skulk_daemon.api.claude_messages import ClaudeMessagesController
@@ -29,6 +30,7 @@ from skulk_daemon.api.state import StateController
 from skulk_daemon.chat.commands import ActiveCommands
 from skulk_daemon.fabric.cluster import ClusterAgent
 from skulk_daemon.node import Node
+from skulk_daemon.operator.service import OperatorPairingService
 from skulk_daemon.worker.supervisor import Supervisor
 
 CONTROLLERS = [
@@ -46,6 +48,7 @@ CONTROLLERS = [
     BrowserToolsController,
     PlacementController,
     DiagnosticsController,
+    AuthController,
 ]
 
 
@@ -54,6 +57,7 @@ def create_app(
     worker: Supervisor,
     *,
     cluster: ClusterAgent | None = None,
+    operator: OperatorPairingService | None = None,
     on_startup: Sequence[Callable[[], Any]] = (),
     on_shutdown: Sequence[Callable[[], Any]] = (),
 ) -> Litestar:
@@ -71,6 +75,9 @@ def create_app(
     def provide_cluster() -> ClusterAgent | None:
         return cluster
 
+    def provide_authority() -> OperatorPairingService | None:
+        return operator
+
     return Litestar(
         route_handlers=CONTROLLERS,
         dependencies={
@@ -78,6 +85,7 @@ def create_app(
             "worker": Provide(provide_worker, sync_to_thread=False),
             "commands": Provide(provide_commands, sync_to_thread=False),
             "cluster": Provide(provide_cluster, sync_to_thread=False),
+            "authority": Provide(provide_authority, sync_to_thread=False),
         },
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         on_startup=list(on_startup),

@@ -16,6 +16,7 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
 from skulk_daemon.node import CommandRefused
+from skulk_daemon.operator.errors import AuthorityError
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,22 @@ def decode_json(raw: bytes, decoder: msgspec.json.Decoder[T]) -> T:
         raise bad_request(f"the body is not valid JSON: {exc}", code="invalid_json") from None
 
 
+# Every response of the operator authority may carry a secret (or answer a request that
+# did): no browser, proxy or client cache may keep it.
+NO_STORE_HEADERS = {"Cache-Control": "no-store, max-age=0", "Pragma": "no-cache"}
+
+
+def authority_api_error(exc: AuthorityError, *, status: int | None = None) -> ApiError:
+    """The one mapping of a pairing-authority refusal to HTTP (``status`` overrides the
+    class's own where a route's spec names another one); 429 carries ``Retry-After``."""
+    headers = dict(NO_STORE_HEADERS)
+    if exc.retry_after is not None:
+        headers["Retry-After"] = str(max(1, exc.retry_after))
+    if exc.status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    return ApiError(status or exc.status, exc.message, code=exc.code, headers=headers)
+
+
 def error_body(message: str, type_: str, code: str | None) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "code": code}}
 
@@ -98,6 +115,12 @@ def handle_api_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[dict[
 
 def handle_refused(_: Request[Any, Any, Any], exc: CommandRefused) -> Response[dict[str, Any]]:
     return _respond(ApiError(_STATUS_BY_REFUSAL.get(exc.code, 400), exc.message, code=exc.code))
+
+
+def handle_authority_error(
+    _: Request[Any, Any, Any], exc: AuthorityError
+) -> Response[dict[str, Any]]:
+    return _respond(authority_api_error(exc))
 
 
 def handle_http_exception(
@@ -133,6 +156,7 @@ def handle_unexpected(_: Request[Any, Any, Any], exc: Exception) -> Response[dic
 EXCEPTION_HANDLERS = {
     ApiError: handle_api_error,
     CommandRefused: handle_refused,
+    AuthorityError: handle_authority_error,
     HTTPException: handle_http_exception,
     Exception: handle_unexpected,
 }
