@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Self
 from urllib.parse import quote
 
 if TYPE_CHECKING:
+    import ssl
     from contextlib import AbstractContextManager
 
     import httpx
@@ -67,13 +68,23 @@ class UnexpectedResponseError(Exception):
 class SkulkClient:
     """A typed client for the routes the CLI uses. Use it as a context manager."""
 
-    def __init__(self, base_url: str, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        *,
+        verify: ssl.SSLContext | bool = True,
+        auth: httpx.Auth | None = None,
+    ) -> None:
+        """``verify`` and ``auth`` carry an operator pairing (``skulk --operator``): the
+        TLS context pinned to the gateway's certificate and the bearer that refreshes
+        itself. A direct client leaves both at their defaults."""
         # NOTE: httpx is imported on first use, not with the CLI: it costs about half
         # a second, which every shell completion and `--help` would otherwise pay.
         import httpx  # noqa: PLC0415
 
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout)
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, verify=verify, auth=auth)
 
     def __enter__(self) -> Self:
         return self
@@ -200,6 +211,23 @@ class SkulkClient:
         """``POST /v1/cancel/{command_id}``: stop an in-flight generation."""
         return self._request("POST", f"/v1/cancel/{quote(command_id, safe='')}")
 
+    def pairing_challenge(self, body: JsonObject) -> JsonObject:
+        """``POST /v1/auth/pairing-sessions/challenge``: ``challenge``, ``expiresAt`` and,
+        for an invitation, ``attemptId``. The nonce travels in the body, never the URL."""
+        return self._request("POST", "/v1/auth/pairing-sessions/challenge", body=body)
+
+    def pairing_exchange(self, body: JsonObject) -> JsonObject:
+        """``POST /v1/auth/pairing-sessions/exchange``: the device id and token pair."""
+        return self._request("POST", "/v1/auth/pairing-sessions/exchange", body=body)
+
+    def devices(self) -> JsonObject:
+        """``GET /v1/auth/devices``: the gateway's paired devices (``devices:manage``)."""
+        return self._request("GET", "/v1/auth/devices")
+
+    def revoke_device(self, device_id: str) -> JsonObject:
+        """``DELETE /v1/auth/devices/{device_id}``: both of its credentials die now."""
+        return self._request("DELETE", f"/v1/auth/devices/{quote(device_id, safe='')}")
+
     def _request(
         self,
         method: str,
@@ -216,7 +244,7 @@ class SkulkClient:
         except httpx.TransportError as exc:
             raise SkulkUnreachable(self.base_url, _describe_transport(exc)) from exc
         if response.is_error:
-            raise _api_error(response)
+            raise api_error(response)
         if not response.content:
             return {}
         try:
@@ -260,7 +288,7 @@ class ReplyStream:
         try:
             if response.is_error:
                 response.read()
-                raise _api_error(response)
+                raise api_error(response)
             media_type = response.headers.get("content-type", "").partition(";")[0].strip()
             if media_type != self._media_type:
                 raise UnexpectedResponseError(
@@ -304,7 +332,8 @@ def _generation() -> httpx.Timeout:
     return httpx.Timeout(DEFAULT_TIMEOUT_SECONDS, read=GENERATION_READ_TIMEOUT_SECONDS)
 
 
-def _api_error(response: httpx.Response) -> SkulkApiError:
+def api_error(response: httpx.Response) -> SkulkApiError:
+    """The :class:`SkulkApiError` an error answer means."""
     message, code = _error_details(response)
     failure = response.headers.get(PLACEMENT_FAILURE_HEADER)
     return SkulkApiError(response.status_code, message, code, failure)

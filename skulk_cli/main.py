@@ -8,7 +8,17 @@ import typer
 from typer._completion_classes import completion_init
 
 from skulk_cli.client import DEFAULT_API_URL
-from skulk_cli.commands import bench, chat, config, instances, models, placement, serve, status
+from skulk_cli.commands import (
+    bench,
+    chat,
+    config,
+    instances,
+    models,
+    operator,
+    placement,
+    serve,
+    status,
+)
 from skulk_cli.context import CliContext
 
 PROG_NAME = "skulk"
@@ -37,6 +47,7 @@ app.add_typer(instances.app, name="instances")
 app.command("chat")(chat.chat)
 app.command("bench")(bench.bench)
 app.add_typer(config.app, name="config")
+app.add_typer(operator.app, name="operator")
 
 
 @app.callback(invoke_without_command=True)
@@ -54,13 +65,25 @@ def root(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print raw JSON responses (for scripts).")
     ] = False,
+    operator_mode: Annotated[
+        bool,
+        typer.Option(
+            "--operator",
+            help="Send the command to the gateway this CLI is paired with (`skulk operator "
+            "connect`), over its pinned TLS operator listener, instead of --api-url.",
+        ),
+    ] = False,
 ) -> None:
     """Skulk joins your machines into one LLM inference cluster.
 
     With no command, `skulk` runs this machine's node, exactly like `skulk serve`.
     """
-    ctx.obj = CliContext(api_url=api_url.rstrip("/"), json_output=json_output)
+    ctx.obj = CliContext(
+        api_url=api_url.rstrip("/"), json_output=json_output, operator=operator_mode
+    )
     if ctx.invoked_subcommand is None:
+        if operator_mode:
+            raise typer.BadParameter("give a command to send, e.g. `skulk --operator status`")
         serve.exec_daemon(serve.NodeOptions())
 
 

@@ -31,6 +31,11 @@ NODE_ENVIRONMENT: tuple[tuple[str, str], ...] = (
         "Directory holding skulk.yaml, when --config-home is not given (~/.config/skulk).",
     ),
     ("SKULK_FABRIC_PORT", "Cluster fabric port, when --fabric-port is not given (52416)."),
+    (
+        "SKULK_OPERATOR_API_PORT",
+        "Loopback TLS port of a gateway's operator listener for paired devices, when "
+        "--operator-api-port is not given (52417; 0: any free port).",
+    ),
     ("SKULK_PEERS", "Comma-separated peer fabric addresses (host:port), added to --peer."),
     (
         "SKULK_CLUSTER_KEY",
@@ -55,6 +60,7 @@ class NodeOptions:
     peers: tuple[str, ...] = ()
     force_master: bool = False
     no_mdns: bool = False
+    operator_api_port: int | None = None
 
 
 def daemon_argv(python: str, options: NodeOptions) -> list[str]:
@@ -72,6 +78,8 @@ def daemon_argv(python: str, options: NodeOptions) -> list[str]:
             argv += [flag, str(value)]
     if options.fabric_port is not None:
         argv += ["--fabric-port", str(options.fabric_port)]
+    if options.operator_api_port is not None:
+        argv += ["--operator-api-port", str(options.operator_api_port)]
     for peer in options.peers:
         argv += ["--peer", peer]
     if options.force_master:
@@ -134,6 +142,17 @@ def serve(
             help="A peer's fabric address, for networks mDNS does not reach; repeatable.",
         ),
     ] = None,
+    operator_api_port: Annotated[
+        int | None,
+        typer.Option(
+            "--operator-api-port",
+            metavar="PORT",
+            min=0,
+            max=65535,
+            help="Loopback TLS port for paired devices, on a gateway (`skulk operator "
+            "pair`); 0: any free port.",
+        ),
+    ] = None,
     force_master: Annotated[
         bool, typer.Option("--force-master", help="Win every master election.")
     ] = False,
@@ -158,5 +177,6 @@ def serve(
             peers=tuple(peer or ()),
             force_master=force_master,
             no_mdns=no_mdns,
+            operator_api_port=operator_api_port,
         )
     )

@@ -69,6 +69,7 @@ def test_check_reports_changed_missing_and_obsolete_files(tmp_path: Path) -> Non
                 "models",
                 "instances",
                 "config",
+                "operator",
             },
         ),
         ("skulk instances ''", {"list", "show", "delete"}),
