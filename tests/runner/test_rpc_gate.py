@@ -1,0 +1,154 @@
+"""The gate in front of a donor's llama.cpp RPC server, over real loopback sockets:
+members relay bytes both ways, strangers are refused, and a donor that goes away is
+reported to the driver (while the driver closing its own connections is not)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from skulk_daemon.runner.rpc_gate import MAGIC, NONCE_BYTES, GateClient, GateServer, gate_answer
+
+KEY = b"k" * 32
+INSTANCE = "instance-1"
+
+
+class EchoServer:
+    """Stands in for llama.cpp's RPC server: echoes, and can hang up on everyone."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.connections: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections.append(conn)
+            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _echo(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := conn.recv(65536):
+                conn.sendall(data)
+
+    def hang_up(self) -> None:
+        for conn in self.connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+        self.listener.close()
+
+
+@pytest.fixture
+def donor() -> Iterator[tuple[EchoServer, GateServer]]:
+    echo = EchoServer()
+    gate = GateServer(
+        "127.0.0.1", 0, target=("127.0.0.1", echo.port), key=KEY, instance_id=INSTANCE
+    )
+    gate.start()
+    yield echo, gate
+    gate.close()
+    echo.hang_up()
+
+
+class Lost:
+    """Collects what the driver is told about a lost donor."""
+
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+        self.reported = threading.Event()
+
+    def __call__(self, why: str) -> None:
+        self.reasons.append(why)
+        self.reported.set()
+
+
+def _client(gate: GateServer, lost: list[str], key: bytes = KEY) -> GateClient:
+    client = GateClient(gate.address, key=key, instance_id=INSTANCE, on_lost=lost.append)
+    client.start()
+    return client
+
+
+def _roundtrip(client: GateClient, payload: bytes) -> bytes:
+    host, port = client.endpoint.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(payload)
+        received = b""
+        while len(received) < len(payload):
+            chunk = sock.recv(65536)
+            assert chunk, "the relay closed early"
+            received += chunk
+    return received
+
+
+def test_a_member_relays_bytes_both_ways(donor: tuple[EchoServer, GateServer]) -> None:
+    _, gate = donor
+    lost: list[str] = []
+    client = _client(gate, lost)
+    payload = bytes(range(256)) * 4096  # 1 MiB: several relay chunks
+    assert _roundtrip(client, payload) == payload
+    # The driver closing its own connection is not a lost donor.
+    assert lost == []
+    client.close()
+
+
+def test_a_wrong_key_is_refused_before_reaching_the_server(
+    donor: tuple[EchoServer, GateServer],
+) -> None:
+    echo, gate = donor
+    with socket.create_connection(gate.address, timeout=5) as outsider:
+        challenge = outsider.recv(len(MAGIC) + NONCE_BYTES)
+        assert challenge.startswith(MAGIC)
+        nonce = challenge[len(MAGIC) :]
+        outsider.sendall(gate_answer(b"x" * 32, nonce, INSTANCE))
+        assert outsider.recv(1) == b""
+    assert gate.refused == 1
+    assert echo.connections == []
+
+
+def test_an_answer_for_another_pool_is_refused(donor: tuple[EchoServer, GateServer]) -> None:
+    _, gate = donor
+    with socket.create_connection(gate.address, timeout=5) as outsider:
+        nonce = outsider.recv(len(MAGIC) + NONCE_BYTES)[len(MAGIC) :]
+        outsider.sendall(gate_answer(KEY, nonce, "another-instance"))
+        assert outsider.recv(1) == b""
+    assert gate.refused == 1
+
+
+def test_a_donor_going_away_is_reported_to_the_driver(
+    donor: tuple[EchoServer, GateServer],
+) -> None:
+    echo, gate = donor
+    lost = Lost()
+    client = GateClient(gate.address, key=KEY, instance_id=INSTANCE, on_lost=lost)
+    client.start()
+    host, port = client.endpoint.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(b"ping")
+        assert sock.recv(4) == b"ping"
+        echo.hang_up()
+        assert lost.reported.wait(5)
+    assert len(lost.reasons) == 1 and "closed the connection" in lost.reasons[0]
+
+
+def test_an_unreachable_donor_is_reported() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free_port = probe.getsockname()[1]
+    lost = Lost()
+    client = GateClient(("127.0.0.1", free_port), key=KEY, instance_id=INSTANCE, on_lost=lost)
+    client.start()
+    host, port = client.endpoint.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5):
+        assert lost.reported.wait(10)
+    assert "cannot reach the RPC donor" in lost.reasons[0]
