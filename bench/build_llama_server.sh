@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Build llama.cpp's own `llama-server` (MIT licence) from the source vendored in
-# the llama-cpp-python 0.3.36 sdist, so bench/concurrency.py can compare Skulk
-# against it on the same engine version. Output: bench/.build/bin/llama-server.
+# Build llama.cpp's own `llama-server` and `rpc-server` (MIT licence) from the source
+# vendored in the llama-cpp-python 0.3.36 sdist, so bench/concurrency.py and
+# bench/distributed.py can compare Skulk against them on the same engine version.
+# Output: bench/.build/bin/llama-server and bench/.build/bin/ggml-rpc-server.
 #
 # Usage: bench/build_llama_server.sh            (uses the uv cache, else pip download)
 #        LLAMA_CPP_SRC=/path/to/llama.cpp bench/build_llama_server.sh
@@ -20,6 +21,13 @@ NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 find_source() {
     if [[ -n "${LLAMA_CPP_SRC:-}" ]]; then
         echo "${LLAMA_CPP_SRC}"
+        return
+    fi
+    # An existing build dir is tied to the source it was configured from; reuse it.
+    local configured
+    configured="$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "${BUILD_DIR}/CMakeCache.txt" 2>/dev/null || true)"
+    if [[ -n "${configured}" && -f "${configured}/CMakeLists.txt" ]]; then
+        echo "${configured}"
         return
     fi
     local cache="${UV_CACHE_DIR:-${HOME}/.cache/uv}"
@@ -56,8 +64,9 @@ CFLAGS="${NO_AMX}" CXXFLAGS="${NO_AMX}" cmake -S "${SRC}" -B "${BUILD_DIR}" -G N
     -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_UI=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF \
+    -DGGML_RPC=ON \
     -DBUILD_SHARED_LIBS=OFF
 
-cmake --build "${BUILD_DIR}" --target llama-server -j "${JOBS}"
-echo "built: ${BUILD_DIR}/bin/llama-server"
+cmake --build "${BUILD_DIR}" --target llama-server ggml-rpc-server -j "${JOBS}"
+echo "built: ${BUILD_DIR}/bin/llama-server ${BUILD_DIR}/bin/ggml-rpc-server"
 "${BUILD_DIR}/bin/llama-server" --version || true

@@ -30,7 +30,7 @@ import asyncio
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,8 +95,15 @@ class Round:
 
 
 @contextmanager
-def llama_server(binary: Path, model: Path, context_tokens: int, log_path: Path) -> Iterator[str]:
-    """``llama-server`` on a free port, configured like Skulk's engine; yields its URL."""
+def llama_server(
+    binary: Path,
+    model: Path,
+    context_tokens: int,
+    log_path: Path,
+    extra_args: Sequence[str] = (),
+) -> Iterator[str]:
+    """``llama-server`` on a free port, configured like Skulk's engine (plus
+    ``extra_args``, e.g. an RPC split); yields its URL."""
     if not binary.exists():
         raise SystemExit(f"{binary} not found: run bench/build_llama_server.sh first")
     threads = str(cpu_count())
@@ -127,6 +134,7 @@ def llama_server(binary: Path, model: Path, context_tokens: int, log_path: Path)
         "--cache-ram", "0",
         "--ctx-checkpoints", "0",
         "--no-webui",
+        *extra_args,
     ]  # fmt: skip
     with log_path.open("w") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)

@@ -1,0 +1,348 @@
+"""Serving across nodes on one machine: request routing and llama.cpp RPC pooling.
+
+Two Skulk daemons on loopback (explicit peers, one cluster key), the demo model
+(Gemma 3 270M Q4_K_M), greedy streaming chat completions of ``--max-tokens``.
+
+* ``routing``: the model placed on node B only. The same request is sent to B's
+  API (served locally) and to A's API (dispatched to B's runner, tokens streamed
+  back over the fabric's data plane), alternating ABBA. Figures: decode tokens/s
+  (after the first token) and time to first token. Targets: through A >= 0.95x
+  B's decode rate, and <= 10 ms more to the first token.
+* ``pool``: the model on one node, then pooled over both (``min_nodes: 2``: a
+  ``LlamaRpcInstance``, the driver holding the first layers, the donor the rest
+  through llama.cpp's RPC server behind Skulk's gate). Peer: llama.cpp's own
+  ``llama-server`` driving the same split over ``ggml-rpc-server`` (``--rpc``,
+  ``-ngl``, the token embeddings kept on the driver with ``-ot``), with the same
+  slots, context, threads and template. Rounds of 1 and ``--streams`` concurrent
+  streams alternate between Skulk's pool and the server. Target: Skulk's pool
+  >= 1.0x llama-server's on the same split.
+
+Both daemons, the RPC donor and llama-server share this machine's cores, as the
+issue's own reference figures did (two processes on two cores).
+
+Run from the repository root::
+
+    bench/build_llama_server.sh     # once: llama-server and ggml-rpc-server
+    .venv/bin/python -m bench.distributed [--sections routing pool] [--reps 5] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+
+if __package__ in (None, ""):  # `python bench/distributed.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import (
+    BUILD_DIR,
+    DEFAULT_MODELS_DIR,
+    DEFAULT_PROMPT,
+    DEMO_MODEL,
+    READY_TIMEOUT_S,
+    LoggedDaemon,
+    chat_body,
+    cpu_count,
+    demo_model_path,
+    machine,
+    median,
+    print_json,
+    stream_chat,
+    wait_for_quiet,
+)
+from bench.concurrency import Round, llama_server, run_round
+from tests.daemon_process import free_port
+
+ROUTING_DECODE_TARGET: Final = 0.95
+ROUTING_TTFT_TARGET_MS: Final = 10.0
+POOL_TARGET: Final = 1.0
+DEFAULT_RPC_SERVER: Final = BUILD_DIR / "bin" / "ggml-rpc-server"
+BENCH_ENV: Final = {"SKULK_MDNS": "0", "SKULK_CLUSTER_KEY": "skulk-bench-distributed-key-0001"}
+
+
+def _wait(predicate: Any, what: str, daemons: list[LoggedDaemon]) -> Any:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.25)
+    tails = "\n".join(d.log_tail() for d in daemons)
+    raise RuntimeError(f"timed out waiting for {what}\n{tails}")
+
+
+def _node_id(daemon: LoggedDaemon) -> str:
+    value: str = daemon.get("/node_id").json()
+    return value
+
+
+@contextmanager
+def two_nodes(models_dir: Path) -> Iterator[tuple[LoggedDaemon, LoggedDaemon]]:
+    with tempfile.TemporaryDirectory(prefix="skulk-bench-dist-") as root:
+        a = LoggedDaemon(root=Path(root) / "a", models_dir=models_dir, extra_env=dict(BENCH_ENV))
+        b = LoggedDaemon(
+            root=Path(root) / "b",
+            models_dir=models_dir,
+            peers=[a.fabric_address],
+            extra_env=dict(BENCH_ENV),
+        )
+        try:
+            a.start()
+            b.start()
+
+            def meshed() -> bool:
+                topology = a.get("/state").json()["topology"]
+                return len(topology["nodes"]) == 2 and len(topology["connections"]) >= 2
+
+            _wait(meshed, "two nodes to mesh", [a, b])
+            yield a, b
+        finally:
+            for daemon in (a, b):
+                daemon.kill()
+                if daemon._log is not None:
+                    daemon._log.close()
+
+
+def place(daemon: LoggedDaemon, others: list[LoggedDaemon], **fields: object) -> dict[str, Any]:
+    placed = httpx.post(
+        f"{daemon.url}/place_instance", json={"model_id": DEMO_MODEL, **fields}, timeout=60
+    )
+    if placed.status_code != 200:
+        raise RuntimeError(f"place_instance: {placed.status_code} {placed.text}")
+    instance_id = placed.json()["instance_id"]
+
+    def ready() -> dict[str, Any] | None:
+        state = daemon.get("/state").json()
+        tagged = state["instances"].get(instance_id)
+        if tagged is None:
+            return None
+        body: dict[str, Any] = next(iter(tagged.values()))
+        runners = body["shardAssignments"]["nodeToRunner"].values()
+        ok = all("RunnerReady" in state["runners"].get(r, {}) for r in runners)
+        return body if ok else None
+
+    body: dict[str, Any] = _wait(ready, "the instance to serve", [daemon, *others])
+    body["instanceId"] = instance_id
+    return body
+
+
+def delete(daemon: LoggedDaemon, instance_id: str) -> None:
+    httpx.delete(f"{daemon.url}/instance/{instance_id}", timeout=30).raise_for_status()
+
+
+# -- routing ---------------------------------------------------------------------
+
+
+def routing(a: LoggedDaemon, b: LoggedDaemon, reps: int, max_tokens: int) -> dict[str, Any]:
+    body = chat_body(DEFAULT_PROMPT, max_tokens)
+    instance = place(a, [b], context_tokens=2048, excluded_nodes=[_node_id(a)])
+    sides = {"direct": b.url, "routed": a.url}
+    runs: dict[str, list[tuple[float, float]]] = {"direct": [], "routed": []}
+    with httpx.Client(timeout=600.0) as client:
+        for url in sides.values():  # warm both paths
+            stream_chat(client, url, body)
+        for rep in range(reps):
+            order = ["direct", "routed"] if rep % 2 == 0 else ["routed", "direct"]
+            for side in order:
+                timing = stream_chat(client, sides[side], body)
+                runs[side].append((timing.decode_tps, timing.ttft_s * 1000))
+                print(
+                    f"routing rep {rep + 1}/{reps} {side}: {timing.decode_tps:.1f} tok/s, "
+                    f"TTFT {timing.ttft_s * 1000:.1f} ms",
+                    file=sys.stderr,
+                )
+    delete(a, instance["instanceId"])
+    direct_tps = median([r[0] for r in runs["direct"]])
+    routed_tps = median([r[0] for r in runs["routed"]])
+    direct_ttft = median([r[1] for r in runs["direct"]])
+    routed_ttft = median([r[1] for r in runs["routed"]])
+    ratio = routed_tps / direct_tps
+    added = routed_ttft - direct_ttft
+    return {
+        "direct_decode_tps": round(direct_tps, 2),
+        "routed_decode_tps": round(routed_tps, 2),
+        "decode_ratio": round(ratio, 4),
+        "direct_ttft_ms": round(direct_ttft, 1),
+        "routed_ttft_ms": round(routed_ttft, 1),
+        "added_ttft_ms": round(added, 1),
+        "ok": ratio >= ROUTING_DECODE_TARGET and added <= ROUTING_TTFT_TARGET_MS,
+        "runs": runs,
+    }
+
+
+# -- pooling ---------------------------------------------------------------------
+
+
+@contextmanager
+def rpc_donor(binary: Path, log_path: Path) -> Iterator[str]:
+    """llama.cpp's own ``ggml-rpc-server`` on a free loopback port."""
+    if not binary.exists():
+        raise SystemExit(f"{binary} not found: run bench/build_llama_server.sh first")
+    port = free_port()
+    argv = [str(binary), "--host", "127.0.0.1", "--port", str(port), "--threads", str(cpu_count())]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            time.sleep(1.0)
+            if process.poll() is not None:
+                raise RuntimeError(f"ggml-rpc-server exited; see {log_path}")
+            yield f"127.0.0.1:{port}"
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def donor_layers(pool: dict[str, Any]) -> int:
+    for tagged in pool["shardAssignments"]["runnerToShard"].values():
+        kind, shard = next(iter(tagged.items()))
+        if kind == "RpcDonorShardMetadata":
+            return int(shard["endLayer"]) - int(shard["startLayer"])
+    raise RuntimeError("the pool has no donor shard")
+
+
+def rounds(url: str, body: dict[str, Any], streams: int, reps: int, label: str) -> list[Round]:
+    done = []
+    for rep in range(reps):
+        result = asyncio.run(run_round(url, body, streams))
+        done.append(result)
+        print(
+            f"pool {label} rep {rep + 1}/{reps} {streams} stream(s): "
+            f"{result.agg_decode_tps:.1f} tok/s",
+            file=sys.stderr,
+        )
+    return done
+
+
+def pool(
+    a: LoggedDaemon,
+    b: LoggedDaemon,
+    *,
+    reps: int,
+    max_tokens: int,
+    streams: int,
+    context: int,
+    models_dir: Path,
+    llama_server_bin: Path,
+    rpc_server_bin: Path,
+) -> dict[str, Any]:
+    body = chat_body(DEFAULT_PROMPT, max_tokens)
+    levels = [1, streams]
+    figures: dict[str, dict[int, list[Round]]] = {
+        side: {n: [] for n in levels} for side in ("single", "pooled", "server")
+    }
+    single = place(a, [b], context_tokens=context, min_nodes=1)
+    asyncio.run(run_round(a.url, body, streams))  # warm
+    for n in levels:
+        figures["single"][n] = rounds(a.url, body, n, reps, "one node")
+    delete(a, single["instanceId"])
+    pooled = place(a, [b], context_tokens=context, min_nodes=2)
+    front = a if pooled["driverNodeId"] == _node_id(a) else b
+    layers = donor_layers(pooled)
+    model = demo_model_path(models_dir)
+    logs = BUILD_DIR / "logs"
+    with rpc_donor(rpc_server_bin, logs / "ggml-rpc-server.log") as endpoint:
+        split = ["--rpc", endpoint, "-ngl", str(layers + 1), "-ot", "token_embd=CPU"]
+        with llama_server(
+            llama_server_bin, model, context, logs / "llama-server-rpc.log", split
+        ) as server:
+            sides = {"pooled": front.url, "server": server}
+            for url in sides.values():
+                asyncio.run(run_round(url, body, streams))  # warm
+            for rep in range(reps):
+                for n in levels:
+                    order = ["pooled", "server"] if (rep + n) % 2 == 0 else ["server", "pooled"]
+                    for side in order:
+                        figures[side][n] += rounds(sides[side], body, n, 1, side)
+    delete(a, pooled["instanceId"])
+    rows = []
+    for n in levels:
+        one = median([r.agg_decode_tps for r in figures["single"][n]])
+        mine = median([r.agg_decode_tps for r in figures["pooled"][n]])
+        theirs = median([r.agg_decode_tps for r in figures["server"][n]])
+        rows.append(
+            {
+                "streams": n,
+                "one_node_tps": round(one, 2),
+                "pooled_tps": round(mine, 2),
+                "llama_server_pooled_tps": round(theirs, 2),
+                "pooled_over_one_node": round(mine / one, 4),
+                "pooled_over_llama_server": round(mine / theirs, 4),
+                "ok": mine / theirs >= POOL_TARGET,
+            }
+        )
+    return {"donor_layers": layers, "rows": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--sections", nargs="+", default=["routing", "pool"])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--streams", type=int, default=4, help="concurrent streams (pool)")
+    parser.add_argument("--context", type=int, default=1024, help="context tokens per slot")
+    parser.add_argument("--models-dir", type=Path, default=DEFAULT_MODELS_DIR)
+    parser.add_argument("--llama-server", type=Path, default=BUILD_DIR / "bin" / "llama-server")
+    parser.add_argument("--rpc-server", type=Path, default=DEFAULT_RPC_SERVER)
+    parser.add_argument("--json", action="store_true", help="also print one JSON line")
+    parser.add_argument("--max-load", type=float, default=1.5)
+    args = parser.parse_args(argv)
+    load_at_start = wait_for_quiet(args.max_load)
+    report: dict[str, Any] = {"benchmark": "distributed"}
+    with two_nodes(args.models_dir) as (a, b):
+        if "routing" in args.sections:
+            result = routing(a, b, args.reps, args.max_tokens)
+            report["routing"] = result
+            print(
+                f"routing: decode {result['routed_decode_tps']:.1f} vs "
+                f"{result['direct_decode_tps']:.1f} tok/s ({result['decode_ratio']:.3f}x, "
+                f"target >= {ROUTING_DECODE_TARGET}); first token +{result['added_ttft_ms']:.1f} "
+                f"ms ({result['routed_ttft_ms']:.1f} vs {result['direct_ttft_ms']:.1f}, target "
+                f"<= {ROUTING_TTFT_TARGET_MS:g}) {'ok' if result['ok'] else 'MISS'}"
+            )
+        if "pool" in args.sections:
+            result = pool(
+                a,
+                b,
+                reps=args.reps,
+                max_tokens=args.max_tokens,
+                streams=args.streams,
+                context=args.context,
+                models_dir=args.models_dir,
+                llama_server_bin=args.llama_server,
+                rpc_server_bin=args.rpc_server,
+            )
+            report["pool"] = result
+            print(f"pool (donor holds {result['donor_layers']} layers):")
+            print(
+                f"{'streams':>7}{'one node':>10}{'Skulk pool':>12}{'llama-server pool':>19}"
+                f"{'pool/one':>10}{'pool/server':>13}"
+            )
+            for row in result["rows"]:
+                print(
+                    f"{row['streams']:>7}{row['one_node_tps']:>10.1f}{row['pooled_tps']:>12.1f}"
+                    f"{row['llama_server_pooled_tps']:>19.1f}{row['pooled_over_one_node']:>10.3f}"
+                    f"{row['pooled_over_llama_server']:>13.3f} {'ok' if row['ok'] else 'MISS'}"
+                )
+            print(f"target: Skulk pool / llama-server pool >= {POOL_TARGET:g}")
+    if args.json:
+        report.update(machine=machine(), load_at_start=round(load_at_start, 2), threads=cpu_count())
+        print_json(report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
