@@ -33,14 +33,9 @@ from skulk_core.ids import (
     TaskId,
     new_command_id,
 )
-from skulk_core.placement.backends import BACKEND_LLAMA_CPP
-from skulk_core.placement.context import DEFAULT_CONTEXT_TOKENS
-from skulk_core.placement.local_fit import local_shortfall
-from skulk_core.placement.repair import MODEL_NOT_INSTALLED, PLACEMENT_REFUSED
 from skulk_core.placement.rpc_pool import RPC_DONOR_LOST
 from skulk_core.shards import (
     Instance,
-    LlamaRpcInstance,
     RpcDonorShardMetadata,
     RunnerFailed,
     RunnerLoaded,
@@ -64,19 +59,13 @@ from skulk_daemon.engines.base import DEFAULT_SLOTS, ErrorChunk, FinishChunk, Ge
 from skulk_daemon.engines.base import EngineChunk as Chunk
 from skulk_daemon.node import Node
 from skulk_daemon.runner.client import RunnerProcess
-from skulk_daemon.runner.protocol import ERROR_CANCELLED, Embedded, Load, RunnerMode
-from skulk_daemon.worker.rpc_loads import (
-    DONOR_READY_TIMEOUT_SECONDS,
-    donor_load,
-    donors_status,
-    driver_pool,
-)
+from skulk_daemon.runner.protocol import ERROR_CANCELLED, Embedded
+from skulk_daemon.worker.launch import Launcher, LaunchRefused
 
 log = logging.getLogger(__name__)
 
 # How long a request admitted to a still-loading instance waits for it to be ready.
 READY_WAIT_SECONDS = 300.0
-DONOR_POLL_SECONDS = 0.25
 STOP_TIMEOUT_SECONDS = 10.0
 
 _PHASE_STATUS: dict[str, RunnerStatus] = {
@@ -125,13 +114,12 @@ class ManagedRunner:
 class Supervisor:
     def __init__(self, node: Node, *, slots: int = DEFAULT_SLOTS) -> None:
         self._node = node
-        self._slots = slots
         self._runners: dict[RunnerId, ManagedRunner] = {}
         self._wakeup = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._remote: RemoteGenerate | None = None
         self._remote_tasks: dict[TaskId, Callable[[], None]] = {}
-        self._rpc_gate_key: bytes | None = None
+        self._launcher = Launcher(node, slots)
 
     def attach_remote(self, remote: RemoteGenerate) -> None:
         """Serve instances whose runner is on another node through ``remote``."""
@@ -140,7 +128,7 @@ class Supervisor:
     def attach_rpc_pool(self, gate_key: bytes) -> None:
         """Take part in llama.cpp RPC pools, admitting peers by ``gate_key`` (a secret
         derived from the cluster key)."""
-        self._rpc_gate_key = gate_key
+        self._launcher.rpc_gate_key = gate_key
 
     def _remote_host(self, instance_id: InstanceId) -> NodeId | None:
         """The node serving ``instance_id`` (the driver of a pool, rank 0 of a ring)
@@ -208,25 +196,17 @@ class Supervisor:
             ReportRunnerStatus(command_id=new_command_id(), runner_id=runner_id, status=status)
         )
 
-    def _model_path(self, model_id: ModelId) -> Path | None:
-        entry = self._node.catalog().get(model_id)
-        if entry is None or entry.location is None or entry.card.gguf_file is None:
-            return None
-        path = Path(entry.location) / entry.card.gguf_file
-        return path if path.is_file() else None
-
-    def _runner_mode(self, model_id: ModelId) -> RunnerMode:
-        """``"embed"`` for a card that embeds and does not generate text."""
-        entry = self._node.catalog().get(model_id)
-        tasks = () if entry is None else entry.card.tasks
-        if ModelTask.TEXT_EMBEDDING in tasks and ModelTask.TEXT_GENERATION not in tasks:
-            return "embed"
-        return "generate"
-
     async def _start(self, runner: ManagedRunner, instance: Instance, shard: ShardMetadata) -> None:
         self._report(runner.runner_id, RunnerLoading())
-        load = await self._load_for(runner, instance, shard)
-        if load is None:
+        try:
+            load = await self._launcher.load_for(
+                instance, shard, lambda: runner.phase is LocalRunnerPhase.STOPPING
+            )
+        except LaunchRefused as exc:
+            self._fail(runner, exc.code, exc.message)
+            return
+        if load is None:  # stopped while waiting for its donors
+            self._runners.pop(runner.runner_id, None)
             return
         try:
             process = await RunnerProcess.start(
@@ -250,88 +230,6 @@ class Supervisor:
         runner.phase = LocalRunnerPhase.SERVING
         if not runner.settled.done():
             runner.settled.set_result(True)
-
-    async def _load_for(
-        self, runner: ManagedRunner, instance: Instance, shard: ShardMetadata
-    ) -> Load | None:
-        """What the runner loads; None once it has failed (or was stopped) instead."""
-        pooled = isinstance(instance, LlamaRpcInstance)
-        if pooled and self._rpc_gate_key is None:
-            self._fail(runner, "rpc_unavailable", "RPC pooling needs the cluster fabric")
-            return None
-        key = self._rpc_gate_key or b""
-        if isinstance(shard, RpcDonorShardMetadata):
-            assert isinstance(instance, LlamaRpcInstance)
-            made = donor_load(instance, shard, self._node.node_id, key, None)
-            if isinstance(made, str):
-                self._fail(runner, "rpc_pool_invalid", made)
-                return None
-            return made
-        node_id = self._node.node_id
-        path = self._model_path(runner.model_id)
-        if path is None:
-            self._fail(
-                runner,
-                f"{MODEL_NOT_INSTALLED}:{node_id}",
-                f"model {runner.model_id} has no GGUF file on node {node_id}",
-            )
-            return None
-        context_tokens = instance.context_token_limit or DEFAULT_CONTEXT_TOKENS
-        shortfall = self._shortfall(runner, shard, context_tokens)
-        if shortfall is not None:
-            self._fail(runner, f"{PLACEMENT_REFUSED}:{node_id}", f"refused its share: {shortfall}")
-            return None
-        pool = None
-        if isinstance(instance, LlamaRpcInstance):
-            if not await self._await_donors(runner, instance):
-                return None
-            pool = driver_pool(instance, key)
-        return Load(
-            model_path=str(path),
-            context_tokens=context_tokens,
-            slots=self._slots,
-            n_threads=None,
-            mode=self._runner_mode(runner.model_id),
-            pool=pool,
-        )
-
-    def _shortfall(
-        self, runner: ManagedRunner, shard: ShardMetadata, context_tokens: int
-    ) -> str | None:
-        """Why this node can no longer hold ``shard`` (its live memory), or None."""
-        entry = self._node.catalog().get(runner.model_id)
-        reading = self._node.own_telemetry()
-        if entry is None or reading is None:
-            return None
-        return local_shortfall(
-            entry.card,
-            shard,
-            node_id=self._node.node_id,
-            context_tokens=context_tokens,
-            reading=reading,
-            backend=BACKEND_LLAMA_CPP,
-        )
-
-    async def _await_donors(self, runner: ManagedRunner, instance: LlamaRpcInstance) -> bool:
-        """Wait until every donor of the pool serves; False (and handled) otherwise."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + DONOR_READY_TIMEOUT_SECONDS
-        while True:
-            if runner.phase is LocalRunnerPhase.STOPPING:
-                self._runners.pop(runner.runner_id, None)
-                return False
-            status = donors_status(self._node.state, instance)
-            if status is True:
-                return True
-            if status is not False or loop.time() > deadline:
-                donor = status if status is not False else "a donor"
-                self._fail(
-                    runner,
-                    f"{RPC_DONOR_LOST}:{donor}" if status is not False else "rpc_donor_timeout",
-                    f"RPC donor {donor} did not start serving its share of {runner.model_id}",
-                )
-                return False
-            await asyncio.sleep(DONOR_POLL_SECONDS)
 
     def _on_phase(self, runner: ManagedRunner, phase: str) -> None:
         status = _PHASE_STATUS.get(phase)

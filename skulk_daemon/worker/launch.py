@@ -1,0 +1,146 @@
+"""What a runner loads: the model file, its window, and its part in an RPC pool.
+
+The supervisor asks :class:`Launcher` for a runner's :class:`Load` before it spawns
+the process. Everything that can make a node refuse its share is decided here, each
+as a :class:`LaunchRefused` with the code the cluster acts on: no model file
+(``model_not_installed:<node>``), not enough live memory
+(``placement_refused:<node>``, with the arithmetic), an RPC pool this node cannot
+join, or donors that never came up (``rpc_donor_lost:<node>``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+from skulk_core.cards import ModelTask
+from skulk_core.ids import ModelId
+from skulk_core.placement.backends import BACKEND_LLAMA_CPP
+from skulk_core.placement.context import DEFAULT_CONTEXT_TOKENS
+from skulk_core.placement.local_fit import local_shortfall
+from skulk_core.placement.repair import MODEL_NOT_INSTALLED, PLACEMENT_REFUSED
+from skulk_core.placement.rpc_pool import RPC_DONOR_LOST
+from skulk_core.shards import Instance, LlamaRpcInstance, RpcDonorShardMetadata, ShardMetadata
+from skulk_daemon.node import Node
+from skulk_daemon.runner.protocol import Load, RunnerMode
+from skulk_daemon.worker.rpc_loads import (
+    DONOR_READY_TIMEOUT_SECONDS,
+    donor_load,
+    donors_status,
+    driver_pool,
+)
+
+DONOR_POLL_SECONDS: Final = 0.25
+
+
+class LaunchRefused(Exception):
+    """This node will not start the runner; ``code`` goes to ``instanceFailures``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Launcher:
+    def __init__(self, node: Node, slots: int) -> None:
+        self._node = node
+        self._slots = slots
+        self.rpc_gate_key: bytes | None = None
+
+    def model_path(self, model_id: ModelId) -> Path | None:
+        entry = self._node.catalog().get(model_id)
+        if entry is None or entry.location is None or entry.card.gguf_file is None:
+            return None
+        path = Path(entry.location) / entry.card.gguf_file
+        return path if path.is_file() else None
+
+    def runner_mode(self, model_id: ModelId) -> RunnerMode:
+        """``"embed"`` for a card that embeds and does not generate text."""
+        entry = self._node.catalog().get(model_id)
+        tasks = () if entry is None else entry.card.tasks
+        if ModelTask.TEXT_EMBEDDING in tasks and ModelTask.TEXT_GENERATION not in tasks:
+            return "embed"
+        return "generate"
+
+    async def load_for(
+        self, instance: Instance, shard: ShardMetadata, stopping: Callable[[], bool]
+    ) -> Load | None:
+        """The runner's Load; None if it was stopped meanwhile. Raises LaunchRefused."""
+        model_id = instance.shard_assignments.model_id
+        node_id = self._node.node_id
+        if isinstance(instance, LlamaRpcInstance) and self.rpc_gate_key is None:
+            raise LaunchRefused("rpc_unavailable", "RPC pooling needs the cluster fabric")
+        key = self.rpc_gate_key or b""
+        if isinstance(shard, RpcDonorShardMetadata):
+            assert isinstance(instance, LlamaRpcInstance)
+            made = donor_load(instance, shard, node_id, key, None)
+            if isinstance(made, str):
+                raise LaunchRefused("rpc_pool_invalid", made)
+            return made
+        path = self.model_path(model_id)
+        if path is None:
+            raise LaunchRefused(
+                f"{MODEL_NOT_INSTALLED}:{node_id}",
+                f"model {model_id} has no GGUF file on node {node_id}",
+            )
+        context_tokens = instance.context_token_limit or DEFAULT_CONTEXT_TOKENS
+        shortfall = self._shortfall(model_id, shard, context_tokens)
+        if shortfall is not None:
+            raise LaunchRefused(f"{PLACEMENT_REFUSED}:{node_id}", f"refused its share: {shortfall}")
+        pool = None
+        if isinstance(instance, LlamaRpcInstance):
+            if not await self._await_donors(instance, stopping):
+                return None
+            pool = driver_pool(instance, key)
+        return Load(
+            model_path=str(path),
+            context_tokens=context_tokens,
+            slots=self._slots,
+            n_threads=None,
+            mode=self.runner_mode(model_id),
+            pool=pool,
+        )
+
+    def _shortfall(
+        self, model_id: ModelId, shard: ShardMetadata, context_tokens: int
+    ) -> str | None:
+        """Why this node can no longer hold ``shard`` (its live memory), or None."""
+        entry = self._node.catalog().get(model_id)
+        reading = self._node.own_telemetry()
+        if entry is None or reading is None:
+            return None
+        return local_shortfall(
+            entry.card,
+            shard,
+            node_id=self._node.node_id,
+            context_tokens=context_tokens,
+            reading=reading,
+            backend=BACKEND_LLAMA_CPP,
+        )
+
+    async def _await_donors(self, instance: LlamaRpcInstance, stopping: Callable[[], bool]) -> bool:
+        """Wait until every donor of the pool serves: llama.cpp copies their layers to
+        them while the driver loads. False if stopped meanwhile."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DONOR_READY_TIMEOUT_SECONDS
+        model_id = instance.shard_assignments.model_id
+        while not stopping():
+            status = donors_status(self._node.state, instance)
+            if status is True:
+                return True
+            if status is not False:
+                raise LaunchRefused(
+                    f"{RPC_DONOR_LOST}:{status}",
+                    f"RPC donor {status} did not start serving its share of {model_id}",
+                )
+            if loop.time() > deadline:
+                raise LaunchRefused(
+                    "rpc_donor_timeout",
+                    f"the RPC donors of {model_id} did not start serving within "
+                    f"{DONOR_READY_TIMEOUT_SECONDS:g} s",
+                )
+            await asyncio.sleep(DONOR_POLL_SECONDS)
+        return False
