@@ -11,7 +11,8 @@ Three planes are kept apart, each with its own handling on the receiving side:
 - ``control``: election, commands to the master, indexed events and state sync;
 - ``telemetry``: last-write-wins readings every ~1.5 s, which double as heartbeats;
 - ``data``: node-addressed token and media frames with per-command sequence
-  numbers, bounded per owner, never entering State or the event log.
+  numbers, bounded per owner, never entering State or the event log; capability
+  stream frames ride it too (their openings and cancels are control messages).
 """
 
 from __future__ import annotations
@@ -23,6 +24,12 @@ import msgspec
 from skulk_core.commands import Command
 from skulk_core.election import ElectionMessage, Rank, Session
 from skulk_core.events import IndexedEvent
+from skulk_core.extensions.capabilities import (
+    CapabilityCall,
+    CapabilityDescriptor,
+    CapabilityResult,
+    CapabilityStreamFrame,
+)
 from skulk_core.ids import CommandId, InstanceId, NodeId
 from skulk_core.state import State
 from skulk_core.telemetry import NodeTelemetry
@@ -136,6 +143,40 @@ class CancelTask(msgspec.Struct, frozen=True, kw_only=True, tag="cancel_task"):
     command_id: CommandId
 
 
+class CapabilityDescribe(msgspec.Struct, frozen=True, kw_only=True, tag="cap_describe"):
+    """Ask a node for its ready capability descriptors."""
+
+    request_id: str
+
+
+class CapabilityDescribed(msgspec.Struct, frozen=True, kw_only=True, tag="cap_described"):
+    request_id: str
+    descriptors: tuple[CapabilityDescriptor, ...] = ()
+
+
+class CapabilityOpen(msgspec.Struct, frozen=True, kw_only=True, tag="cap_open"):
+    """A unary call (``stream`` false) or a stream opening, pinned by its envelope;
+    ``call.caller_node`` must be the sending node."""
+
+    call: CapabilityCall
+    stream: bool = False
+
+
+class CapabilityOutcome(msgspec.Struct, frozen=True, kw_only=True, tag="cap_outcome"):
+    """The provider node's typed answer: a unary call's result, or a stream's
+    admission (``{"admitted": true, ...}``) or refusal."""
+
+    result: CapabilityResult
+    stream: bool = False
+
+
+class CapabilityCancel(msgspec.Struct, frozen=True, kw_only=True, tag="cap_cancel"):
+    """The caller (only) ends its stream ``call_id`` on the provider node."""
+
+    call_id: str
+    message: str | None = None
+
+
 # -- data plane ------------------------------------------------------------------
 
 
@@ -146,6 +187,13 @@ class DataFrame(msgspec.Struct, frozen=True, kw_only=True, tag="data"):
     seq: int
     payload: bytes
     final: bool = False
+
+
+class CapabilityData(msgspec.Struct, frozen=True, kw_only=True, tag="cap_data"):
+    """One capability stream frame, in either direction: provider output to the
+    caller node, caller input to the provider node. Media travels as raw bytes."""
+
+    frame: CapabilityStreamFrame
 
 
 Body = (
@@ -159,6 +207,12 @@ Body = (
     | RunTask
     | CancelTask
     | DataFrame
+    | CapabilityDescribe
+    | CapabilityDescribed
+    | CapabilityOpen
+    | CapabilityOutcome
+    | CapabilityCancel
+    | CapabilityData
 )
 
 PLANE_OF: Final[dict[type, Plane]] = {
@@ -172,6 +226,12 @@ PLANE_OF: Final[dict[type, Plane]] = {
     RunTask: "control",
     CancelTask: "control",
     DataFrame: "data",
+    CapabilityDescribe: "control",
+    CapabilityDescribed: "control",
+    CapabilityOpen: "control",
+    CapabilityOutcome: "control",
+    CapabilityCancel: "control",
+    CapabilityData: "data",
 }
 
 _encoder: Final = msgspec.msgpack.Encoder()

@@ -12,6 +12,7 @@ from typing import Annotated
 import msgspec
 
 from skulk_core.cards import Memory
+from skulk_core.extensions.capability_nodes import CapabilityNodeSummary
 from skulk_core.ids import NodeId, NodeInstallId
 
 TELEMETRY_INTERVAL_SECONDS = 1.5
@@ -98,3 +99,7 @@ class NodeTelemetry(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     resources: NodeResources
     observed_at: Annotated[datetime, msgspec.Meta(tz=True)]
     """Always timezone-aware: readings from many nodes are compared by it."""
+    capabilities: tuple[str, ...] = ()
+    """The capability tags this node advertises (sorted; opaque to Skulk)."""
+    capability_nodes: tuple[CapabilityNodeSummary, ...] = ()
+    """The capability nodes (plugin children with their own UI) this node hosts."""

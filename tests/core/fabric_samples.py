@@ -25,11 +25,24 @@ from skulk_core.events import (
     NodeJoined,
     RunnerStatusUpdated,
 )
+from skulk_core.extensions.capabilities import (
+    CapabilityCall,
+    CapabilityDescriptor,
+    CapabilityResult,
+    CapabilityStreamFrame,
+    InlineMediaAttachment,
+)
 from skulk_core.fabric import (
     PROTOCOL_VERSION,
     Beat,
     Body,
     CancelTask,
+    CapabilityCancel,
+    CapabilityData,
+    CapabilityDescribe,
+    CapabilityDescribed,
+    CapabilityOpen,
+    CapabilityOutcome,
     CommandOutcome,
     DataFrame,
     Elect,
@@ -239,6 +252,61 @@ def sample_bodies() -> list[Body]:
         CancelTask(command_id=CommandId("c1")),
         DataFrame(command_id=CommandId("c1"), seq=0, payload=b""),
         DataFrame(command_id=CommandId("c1"), seq=5, payload=b"\x00\xfftokens", final=True),
+        *capability_bodies(),
+    ]
+
+
+def capability_bodies() -> list[Body]:
+    """The capability fabric's control and data messages."""
+    descriptor = CapabilityDescriptor(
+        id="echo",
+        version="1.0.0",
+        title="Echo",
+        description="Echoes its input.",
+        input_schema={"type": "object", "properties": {"text": {"type": "string"}}},
+        output_schema={"type": "object"},
+        io_mode="server_streaming",
+        output_chunk_schema={"type": "object"},
+    )
+    call = CapabilityCall(
+        call_id="k1",
+        capability_id="echo",
+        version="1.0.0",
+        descriptor_revision="sha256:00",
+        caller_node=ALPHA,
+        target_node=BETA,
+        timeout_seconds=2.5,
+        payload={"text": "hi", "nested": [1, None, {"x": 1.5}]},
+    )
+    return [
+        CapabilityDescribe(request_id="d1"),
+        CapabilityDescribed(request_id="d1", descriptors=(descriptor,)),
+        CapabilityOpen(call=call),
+        CapabilityOpen(call=call, stream=True),
+        CapabilityOutcome(result=CapabilityResult.success("k1", {"text": "hi"})),
+        CapabilityOutcome(result=CapabilityResult.failure("k1", "overloaded", "busy"), stream=True),
+        CapabilityCancel(call_id="k1", message="enough"),
+        CapabilityData(
+            frame=CapabilityStreamFrame(
+                call_id="k1", direction="provider_to_caller", sequence=0, kind="started"
+            )
+        ),
+        CapabilityData(
+            frame=CapabilityStreamFrame(
+                call_id="k1",
+                direction="caller_to_provider",
+                sequence=3,
+                kind="chunk",
+                payload={"format": "pcm_s16le"},
+                media=InlineMediaAttachment(
+                    data=b"\x00\x01" * 8,
+                    media_type="audio/pcm",
+                    codec="pcm_s16le",
+                    sample_rate=16000,
+                    channels=1,
+                ),
+            )
+        ),
     ]
 
 
