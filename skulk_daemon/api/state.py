@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from itertools import islice
 
 import msgspec
@@ -26,7 +27,7 @@ class StateController(Controller):
     @get("/state", summary="The cluster state as this node sees it")
     async def state(self, node: Node) -> dict[str, JsonValue]:
         view = node.view()
-        return render_state(view.state, view.telemetry, view.health)
+        return render_state(view.state, view.telemetry, view.health, datetime.now(UTC))
 
     @get("/events", summary="The retained event log as one JSON array", media_type=MediaType.JSON)
     async def events(self, node: Node) -> Stream:

@@ -49,6 +49,12 @@ from skulk_core.fabric import (
     Beat,
     Body,
     CancelTask,
+    CapabilityCancel,
+    CapabilityData,
+    CapabilityDescribe,
+    CapabilityDescribed,
+    CapabilityOpen,
+    CapabilityOutcome,
     CommandOutcome,
     DataFrame,
     Elect,
@@ -70,6 +76,7 @@ from skulk_daemon.eventlog import read_events
 from skulk_daemon.fabric.data_plane import DataPlane
 from skulk_daemon.fabric.membership import Membership
 from skulk_daemon.fabric.peers import Peer, PeerBook, fabric_address, parse_peer
+from skulk_daemon.fabric.remote_capabilities import CapabilityMessage, RemoteCapabilities
 from skulk_daemon.fabric.remote_tasks import RemoteTasks
 from skulk_daemon.fabric.replication import CatchUp, RetainedTail, continues
 from skulk_daemon.fabric.transport import FabricTransport
@@ -134,6 +141,7 @@ class ClusterAgent:
         self.tail = RetainedTail()
         self.data = DataPlane(node.node_id, self._send_data)
         self.remote = RemoteTasks(self)
+        self.capabilities = RemoteCapabilities(self)
         self.counters = _Counters()
         self._seq = 0
         self._pending: dict[str, asyncio.Future[CommandOutcome]] = {}
@@ -172,6 +180,7 @@ class ClusterAgent:
         for pending in self._pending.values():
             pending.cancel()
         await self.remote.close()
+        await self.capabilities.close()
         await self.transport.close()
 
     def dial(self, address: str) -> None:
@@ -208,6 +217,10 @@ class ClusterAgent:
         return self._send(owner, frame)
 
     def send_control(self, node_id: NodeId, body: RunTask | CancelTask) -> bool:
+        return self._send(node_id, body)
+
+    def send_capability(self, node_id: NodeId, body: CapabilityMessage) -> bool:
+        """A capability message (control or data plane, by its type) to ``node_id``."""
         return self._send(node_id, body)
 
     def is_live(self, node_id: NodeId) -> bool:
@@ -348,6 +361,15 @@ class ClusterAgent:
                 self.remote.serve(header.origin, body)
             case CancelTask(command_id=command_id):
                 self.remote.stop(command_id)
+            case (
+                CapabilityDescribe()
+                | CapabilityDescribed()
+                | CapabilityOpen()
+                | CapabilityOutcome()
+                | CapabilityCancel()
+                | CapabilityData()
+            ):
+                self.capabilities.receive(header.origin, body)
             case SubmitCommand() | EventBatch() | SyncRequest() | Snapshot():
                 self._control.put_nowait((header.origin, header, body))
 

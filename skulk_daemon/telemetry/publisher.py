@@ -12,6 +12,7 @@ from pathlib import Path
 
 import msgspec
 
+from skulk_core.extensions.capability_nodes import CapabilityNodeSummary
 from skulk_core.ids import NodeId
 from skulk_core.telemetry import (
     Accelerator,
@@ -31,6 +32,9 @@ from skulk_daemon.telemetry.hardware import (
 )
 
 log = logging.getLogger(__name__)
+
+CapabilityGossip = Callable[[], tuple[tuple[str, ...], tuple[CapabilityNodeSummary, ...]]]
+"""This node's advertised capability tags and hosted capability nodes, right now."""
 
 # nvidia-smi costs tens to hundreds of milliseconds, too much for every 1.5 s tick;
 # free VRAM this stale is still good enough for placement to reason with.
@@ -58,6 +62,7 @@ class TelemetrySource:
         api_available: bool = True,
         data_transport: str = "zmq",
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        gossip: CapabilityGossip | None = None,
     ) -> None:
         self.node_id = node_id
         self.identity = identity
@@ -66,6 +71,7 @@ class TelemetrySource:
         self.api_available = api_available
         self.data_transport = data_transport
         self._clock = clock
+        self.gossip = gossip
         self._accelerator: Accelerator | None = None
         self._accelerator_reasons: tuple[HealthReason, ...] = ()
         self._accelerator_probed_at: float | None = None
@@ -79,6 +85,7 @@ class TelemetrySource:
         # Cheap once the llama.cpp build has been judged; follows accelerator refreshes.
         conflicts = detect_capability_conflicts(accelerator, backends)
         system = msgspec.structs.replace(collect_system(self.models_dir), accelerator=accelerator)
+        tags, capability_nodes = self.gossip() if self.gossip is not None else ((), ())
         return NodeTelemetry(
             node_id=self.node_id,
             identity=self.identity,
@@ -92,6 +99,8 @@ class TelemetrySource:
                 capability_conflicts=(*self._accelerator_reasons, *conflicts),
             ),
             observed_at=self._clock(),
+            capabilities=tags,
+            capability_nodes=capability_nodes,
         )
 
     def _current_accelerator(self, memory: NodeMemory) -> Accelerator | None:

@@ -1,0 +1,131 @@
+"""The Extension Capabilities routes: discovery, unary calls, stream opening and cancel.
+
+A body that parses as the call envelope always gets 200 with a typed
+:class:`~skulk_core.extensions.capabilities.CapabilityResult`, failures included
+(``error.code`` says which); only a body that is not the envelope at all (not JSON,
+a missing field, an unknown field, an out-of-range value) gets 422, since there is
+no call id to answer. Bodies are read up to 4 MiB so that an over-1-MiB payload is
+still answered with a typed ``payload_too_large``; past that the body is refused
+whole (413).
+
+Stream output is never an HTTP response: an admitted stream's frames go to
+``caller_node`` over the fabric's data plane.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final
+
+import msgspec
+from litestar import Controller, Request, get, post
+from litestar.params import Parameter
+
+from skulk_core.extensions.capabilities import (
+    MAX_ID_LENGTH,
+    CapabilityCall,
+    CapabilityDescriptor,
+    CapabilityResult,
+    descriptor_revision,
+)
+from skulk_daemon.api.errors import ApiError
+from skulk_daemon.capabilities.fabric import CapabilityFabric
+
+MAX_CAPABILITY_BODY_BYTES: Final = 4 * 1024 * 1024
+
+_Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_LENGTH)]
+
+
+class StreamCancel(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    call_id: _Id
+    caller_node: _Id
+    target_node: _Id
+    message: Annotated[str, msgspec.Meta(max_length=1000)] | None = None
+
+
+class CapabilityListing(msgspec.Struct, frozen=True, kw_only=True):
+    node_id: str
+    capabilities: list[CapabilityDescriptor]
+    revisions: dict[str, str]
+    """``id@version`` → the revision digest a call pins."""
+
+
+class StreamCancelled(msgspec.Struct, frozen=True, kw_only=True):
+    cancelled: bool
+
+
+_call_decoder: Final = msgspec.json.Decoder(CapabilityCall)
+_cancel_decoder: Final = msgspec.json.Decoder(StreamCancel)
+
+
+def _unprocessable(raw: bytes, decoder: msgspec.json.Decoder[Any]) -> Any:
+    try:
+        return decoder.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ApiError(422, f"not a capability envelope: {exc}", code="invalid_envelope") from None
+
+
+def _fabric(capabilities: CapabilityFabric | None) -> CapabilityFabric:
+    if capabilities is None:
+        raise ApiError(503, "this node serves no capability fabric", code="unavailable")
+    return capabilities
+
+
+class CapabilitiesController(Controller):
+    tags = ("Extension Capabilities",)
+
+    @get("/v1/capabilities", summary="The capability descriptors a node serves")
+    async def describe(
+        self,
+        capabilities: CapabilityFabric | None,
+        node_id: Annotated[str | None, Parameter(query="node_id", max_length=MAX_ID_LENGTH)] = None,
+    ) -> CapabilityListing:
+        fabric = _fabric(capabilities)
+        target = node_id or fabric.node_id
+        descriptors = await fabric.describe_node(target)
+        return CapabilityListing(
+            node_id=target,
+            capabilities=descriptors,
+            revisions={d.qualified_id: descriptor_revision(d) for d in descriptors},
+        )
+
+    @post(
+        "/v1/capabilities/call",
+        status_code=200,
+        summary="Call a unary capability on this node",
+        request_max_body_size=MAX_CAPABILITY_BODY_BYTES,
+    )
+    async def call(
+        self, request: Request[Any, Any, Any], capabilities: CapabilityFabric | None
+    ) -> CapabilityResult:
+        call: CapabilityCall = _unprocessable(await request.body(), _call_decoder)
+        return await _fabric(capabilities).serve_call(call)
+
+    @post(
+        "/v1/capabilities/stream",
+        status_code=200,
+        summary="Open a streaming capability on this node (frames go to caller_node)",
+        request_max_body_size=MAX_CAPABILITY_BODY_BYTES,
+    )
+    async def stream(
+        self, request: Request[Any, Any, Any], capabilities: CapabilityFabric | None
+    ) -> CapabilityResult:
+        call: CapabilityCall = _unprocessable(await request.body(), _call_decoder)
+        fabric = _fabric(capabilities)
+        return await fabric.open_stream(call, fabric.emitter_for(call.caller_node))
+
+    @post(
+        "/v1/capabilities/stream/cancel",
+        status_code=200,
+        summary="Cancel an admitted stream (only its caller's identity can)",
+        request_max_body_size=64 * 1024,
+    )
+    async def cancel(
+        self, request: Request[Any, Any, Any], capabilities: CapabilityFabric | None
+    ) -> StreamCancelled:
+        body: StreamCancel = _unprocessable(await request.body(), _cancel_decoder)
+        fabric = _fabric(capabilities)
+        if body.target_node != fabric.node_id:
+            return StreamCancelled(cancelled=False)
+        return StreamCancelled(
+            cancelled=fabric.cancel_stream(body.caller_node, body.call_id, body.message)
+        )
