@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import os
 import signal
 import socket
 import sys
@@ -25,8 +26,11 @@ from skulk_core.telemetry import TELEMETRY_INTERVAL_SECONDS, NodeIdentityInfo
 from skulk_core.version import SKULK_VERSION
 from skulk_daemon.api.app import create_app
 from skulk_daemon.buildinfo import source_commit
+from skulk_daemon.capabilities.fabric import CapabilityFabric
+from skulk_daemon.capabilities.vad import VadProvider
 from skulk_daemon.config_store import ConfigStore
 from skulk_daemon.eventlog import EventLog, EventLogCorrupt
+from skulk_daemon.extensions.lifecycle import ExtensionHost
 from skulk_daemon.fabric.cluster import ClusterAgent
 from skulk_daemon.fabric.discovery import DiscoveredPeer, MdnsDiscovery
 from skulk_daemon.fabric.keys import derive_curve_keys, derive_rpc_gate_key, load_cluster_key
@@ -246,6 +250,11 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> None:
         raise
     agent.remote.attach(worker)
     worker.attach_remote(agent.remote)
+    capabilities = CapabilityFabric(node, cluster=agent)
+    agent.capabilities.attach(capabilities)
+    source.gossip = capabilities.gossip
+    # Installed extensions load here, before the app exists: a refused one is logged.
+    extensions = ExtensionHost.open(node, worker, capabilities, builtins=[VadProvider()])
 
     async def started() -> None:
         await node.start()
@@ -259,8 +268,11 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> None:
         log.info(
             "skulk node %s serving on http://%s:%d", node.node_id, settings.host, settings.api_port
         )
+        await extensions.start()
 
     async def stopping() -> None:
+        # First: capability discovery closes, then the extensions' on_stop hooks.
+        await extensions.stop()
         stop.set()
         await listener.close()
         for task in background:
@@ -279,6 +291,8 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> None:
         worker,
         cluster=agent,
         operator=authority,
+        capabilities=capabilities,
+        chat_middleware=extensions.chat,
         on_startup=[started],
         on_shutdown=[stopping],
     )
@@ -302,6 +316,15 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> None:
         sock.close()
     if not server.started:
         raise StartupError("the HTTP server failed to start; see the log above")
+    if extensions.abandoned:
+        # NOTE: asyncio.run would wait forever for a hook that swallows its cancellation;
+        # everything of ours is closed, so leave without it.
+        log.error(
+            "on_stop of %s ignored cancellation; exiting without it",
+            ", ".join(extensions.abandoned),
+        )
+        logging.shutdown()
+        os._exit(0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

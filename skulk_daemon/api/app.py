@@ -14,6 +14,7 @@ from skulk_core.version import SKULK_VERSION
 from skulk_daemon.api.auth import AuthController
 from skulk_daemon.api.bench import BenchController
 from skulk_daemon.api.browser_tools import BrowserToolsController
+from skulk_daemon.api.capabilities import CapabilitiesController
 from skulk_daemon.api.claude_messages import ClaudeMessagesController
 from skulk_daemon.api.config import ConfigController
 from skulk_daemon.api.diagnostics import DiagnosticsController
@@ -27,7 +28,9 @@ from skulk_daemon.api.openai_chat import OpenAIChatController
 from skulk_daemon.api.placement import PlacementController
 from skulk_daemon.api.responses import ResponsesController
 from skulk_daemon.api.state import StateController
+from skulk_daemon.capabilities.fabric import CapabilityFabric
 from skulk_daemon.chat.commands import ActiveCommands
+from skulk_daemon.extensions.middleware import ChatMiddlewareRunner
 from skulk_daemon.fabric.cluster import ClusterAgent
 from skulk_daemon.node import Node
 from skulk_daemon.operator.service import OperatorPairingService
@@ -49,6 +52,7 @@ CONTROLLERS = [
     PlacementController,
     DiagnosticsController,
     AuthController,
+    CapabilitiesController,
 ]
 
 
@@ -58,10 +62,14 @@ def create_app(
     *,
     cluster: ClusterAgent | None = None,
     operator: OperatorPairingService | None = None,
+    capabilities: CapabilityFabric | None = None,
+    chat_middleware: ChatMiddlewareRunner | None = None,
     on_startup: Sequence[Callable[[], Any]] = (),
     on_shutdown: Sequence[Callable[[], Any]] = (),
 ) -> Litestar:
     commands = ActiveCommands()
+    # No extensions loaded: an inert runner, and the chat path is the plain pipeline.
+    middleware = chat_middleware if chat_middleware is not None else ChatMiddlewareRunner()
 
     def provide_node() -> Node:
         return node
@@ -78,6 +86,12 @@ def create_app(
     def provide_authority() -> OperatorPairingService | None:
         return operator
 
+    def provide_capabilities() -> CapabilityFabric | None:
+        return capabilities
+
+    def provide_chat_middleware() -> ChatMiddlewareRunner:
+        return middleware
+
     return Litestar(
         route_handlers=CONTROLLERS,
         dependencies={
@@ -86,6 +100,8 @@ def create_app(
             "commands": Provide(provide_commands, sync_to_thread=False),
             "cluster": Provide(provide_cluster, sync_to_thread=False),
             "authority": Provide(provide_authority, sync_to_thread=False),
+            "capabilities": Provide(provide_capabilities, sync_to_thread=False),
+            "chat_middleware": Provide(provide_chat_middleware, sync_to_thread=False),
         },
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         on_startup=list(on_startup),

@@ -18,12 +18,11 @@ from litestar.types import ExceptionHandlersMap
 
 from skulk_daemon.api.errors import ApiError
 from skulk_daemon.api.openai_chat import MAX_CHAT_BODY_BYTES, SSE_HEADERS
-from skulk_daemon.chat.admission import admit
 from skulk_daemon.chat.claude_request import decode_messages_request, to_task
 from skulk_daemon.chat.claude_wire import error_document, error_type, json_body, sse_stream
 from skulk_daemon.chat.commands import ActiveCommands
-from skulk_daemon.chat.generation import generation_events
-from skulk_daemon.chat.turn import turn_events
+from skulk_daemon.chat.pipeline import open_turn
+from skulk_daemon.extensions.middleware import ChatMiddlewareRunner
 from skulk_daemon.node import Node
 from skulk_daemon.worker.supervisor import Supervisor
 
@@ -77,16 +76,19 @@ class ClaudeMessagesController(Controller):
         node: Node,
         worker: Supervisor,
         commands: ActiveCommands,
+        chat_middleware: ChatMiddlewareRunner,
     ) -> Stream:
         body = decode_messages_request(await request.body())
-        admitted = admit(node, to_task(body))
-        events = turn_events(admitted, generation_events(worker, commands, admitted))
+        turn = await open_turn(node, worker, commands, chat_middleware, to_task(body))
+        admitted, events = turn.admitted, turn.events
         # request-id is where Anthropic's SDKs look for a request's id (`_request_id`).
         headers = {"X-Skulk-Command-Id": admitted.command_id, "request-id": admitted.command_id}
         if body.stream:
             return Stream(
-                sse_stream(admitted, events),
+                turn.respond(sse_stream(admitted, events)),
                 media_type="text/event-stream",
                 headers={**SSE_HEADERS, **headers},
             )
-        return Stream(json_body(admitted, events), media_type=MediaType.JSON, headers=headers)
+        return Stream(
+            turn.respond(json_body(admitted, events)), media_type=MediaType.JSON, headers=headers
+        )

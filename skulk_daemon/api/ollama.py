@@ -36,7 +36,6 @@ from skulk_daemon.api.ollama_models import (
 )
 from skulk_daemon.chat.admission import Admitted, admit
 from skulk_daemon.chat.commands import ActiveCommands
-from skulk_daemon.chat.generation import generation_events
 from skulk_daemon.chat.ollama_request import (
     chat_to_task,
     decode_chat,
@@ -54,8 +53,9 @@ from skulk_daemon.chat.ollama_wire import (
     load_probe,
     ndjson_stream,
 )
+from skulk_daemon.chat.pipeline import OpenedTurn, open_turn
 from skulk_daemon.chat.task import ChatTask, TaskMessage
-from skulk_daemon.chat.turn import turn_events
+from skulk_daemon.extensions.middleware import ChatMiddlewareRunner
 from skulk_daemon.node import CommandRefused, Node
 from skulk_daemon.worker.supervisor import Supervisor
 
@@ -126,26 +126,21 @@ def _resolved(node: Node, name: str) -> str:
 
 
 def _respond(
-    *,
-    kind: ReplyKind,
-    name: str,
-    admitted: Admitted,
-    stream: bool,
-    started_ns: int,
-    worker: Supervisor,
-    commands: ActiveCommands,
+    *, kind: ReplyKind, name: str, turn: OpenedTurn, stream: bool, started_ns: int
 ) -> Stream:
+    admitted = turn.admitted
     reply = Reply(
         kind=kind,
         model=name,
         started_ns=started_ns,
         logprobs=admitted.generation.sampling.logprobs,
     )
-    events = turn_events(admitted, generation_events(worker, commands, admitted))
     headers = {"X-Skulk-Command-Id": admitted.command_id}
     if stream:
-        return Stream(ndjson_stream(reply, events), media_type=NDJSON, headers=headers)
-    return Stream(json_body(reply, events), media_type=MediaType.JSON, headers=headers)
+        body = ndjson_stream(reply, turn.events)
+        return Stream(turn.respond(body), media_type=NDJSON, headers=headers)
+    body = json_body(reply, turn.events)
+    return Stream(turn.respond(body), media_type=MediaType.JSON, headers=headers)
 
 
 def _raw_prompt(admitted: Admitted, prompt: str) -> Admitted:
@@ -173,18 +168,14 @@ class OllamaController(Controller):
         node: Node,
         worker: Supervisor,
         commands: ActiveCommands,
+        chat_middleware: ChatMiddlewareRunner,
     ) -> Stream:
         started_ns = time.monotonic_ns()
         body = decode_chat(await request.body())
-        admitted = admit(node, chat_to_task(body, _resolved(node, body.model)))
+        task = chat_to_task(body, _resolved(node, body.model))
+        turn = await open_turn(node, worker, commands, chat_middleware, task)
         return _respond(
-            kind="chat",
-            name=body.model,
-            admitted=admitted,
-            stream=body.stream,
-            started_ns=started_ns,
-            worker=worker,
-            commands=commands,
+            kind="chat", name=body.model, turn=turn, stream=body.stream, started_ns=started_ns
         )
 
     @post(
@@ -200,6 +191,7 @@ class OllamaController(Controller):
         node: Node,
         worker: Supervisor,
         commands: ActiveCommands,
+        chat_middleware: ChatMiddlewareRunner,
     ) -> Response[bytes] | Stream:
         started_ns = time.monotonic_ns()
         body = decode_generate(await request.body())
@@ -210,17 +202,16 @@ class OllamaController(Controller):
             admit(node, ChatTask(model=model, messages=(TaskMessage(role="user"),)))
             probe = line(load_probe("generate", body.model))
             return Response(probe, media_type=NDJSON if body.stream else MediaType.JSON)
-        admitted = admit(node, generate_to_task(body, model))
-        if body.raw:
-            admitted = _raw_prompt(admitted, body.prompt)
+        turn = await open_turn(
+            node,
+            worker,
+            commands,
+            chat_middleware,
+            generate_to_task(body, model),
+            adjust=(lambda admitted: _raw_prompt(admitted, body.prompt)) if body.raw else None,
+        )
         return _respond(
-            kind="generate",
-            name=body.model,
-            admitted=admitted,
-            stream=body.stream,
-            started_ns=started_ns,
-            worker=worker,
-            commands=commands,
+            kind="generate", name=body.model, turn=turn, stream=body.stream, started_ns=started_ns
         )
 
     @get(_paths("tags"), operation_id=_operation_id, summary="Models whose downloads are complete")

@@ -9,12 +9,11 @@ from litestar.response import Stream
 
 from skulk_core.ids import CommandId
 from skulk_daemon.api.errors import ApiError
-from skulk_daemon.chat.admission import admit
 from skulk_daemon.chat.commands import ActiveCommands
-from skulk_daemon.chat.generation import generation_events
 from skulk_daemon.chat.openai_request import decode_chat_request, to_task
 from skulk_daemon.chat.openai_wire import json_body, sse_stream
-from skulk_daemon.chat.turn import turn_events
+from skulk_daemon.chat.pipeline import open_turn
+from skulk_daemon.extensions.middleware import ChatMiddlewareRunner
 from skulk_daemon.node import Node
 from skulk_daemon.worker.supervisor import Supervisor
 
@@ -39,18 +38,21 @@ class OpenAIChatController(Controller):
         node: Node,
         worker: Supervisor,
         commands: ActiveCommands,
+        chat_middleware: ChatMiddlewareRunner,
     ) -> Stream:
         body = decode_chat_request(await request.body())
-        admitted = admit(node, to_task(body))
-        events = turn_events(admitted, generation_events(worker, commands, admitted))
+        turn = await open_turn(node, worker, commands, chat_middleware, to_task(body))
+        admitted, events = turn.admitted, turn.events
         headers = {"X-Skulk-Command-Id": admitted.command_id}
         if body.stream:
             return Stream(
-                sse_stream(admitted, events),
+                turn.respond(sse_stream(admitted, events)),
                 media_type="text/event-stream",
                 headers={**SSE_HEADERS, **headers},
             )
-        return Stream(json_body(admitted, events), media_type=MediaType.JSON, headers=headers)
+        return Stream(
+            turn.respond(json_body(admitted, events)), media_type=MediaType.JSON, headers=headers
+        )
 
     @post("/v1/cancel/{command_id:str}", status_code=200, summary="Cancel an in-flight command")
     async def cancel(self, command_id: str, commands: ActiveCommands) -> dict[str, str]:

@@ -14,12 +14,11 @@ from litestar import Controller, MediaType, Request, post
 from litestar.response import Stream
 
 from skulk_daemon.api.openai_chat import MAX_CHAT_BODY_BYTES, SSE_HEADERS
-from skulk_daemon.chat.admission import admit
 from skulk_daemon.chat.commands import ActiveCommands
-from skulk_daemon.chat.generation import generation_events
+from skulk_daemon.chat.pipeline import open_turn
 from skulk_daemon.chat.responses_request import decode_responses_request, to_task
 from skulk_daemon.chat.responses_wire import initial_response, json_body, sse_stream
-from skulk_daemon.chat.turn import turn_events
+from skulk_daemon.extensions.middleware import ChatMiddlewareRunner
 from skulk_daemon.node import Node
 from skulk_daemon.worker.supervisor import Supervisor
 
@@ -39,30 +38,37 @@ class ResponsesController(Controller):
         node: Node,
         worker: Supervisor,
         commands: ActiveCommands,
+        chat_middleware: ChatMiddlewareRunner,
     ) -> Stream:
         body = decode_responses_request(await request.body())
-        admitted = admit(node, to_task(body))
+        turn = await open_turn(node, worker, commands, chat_middleware, to_task(body))
+        admitted, events = turn.admitted, turn.events
         initial = initial_response(
             body, response_id=f"resp_{admitted.command_id}", created_at=admitted.created
         )
-        events = turn_events(admitted, generation_events(worker, commands, admitted))
         headers = {"X-Skulk-Command-Id": admitted.command_id}
         want_logprobs = admitted.generation.sampling.logprobs
         parallel = body.parallel_tool_calls is not False
         if body.stream:
             return Stream(
-                sse_stream(
-                    initial,
-                    events,
-                    command_id=admitted.command_id,
-                    want_logprobs=want_logprobs,
-                    parallel_tool_calls=parallel,
+                turn.respond(
+                    sse_stream(
+                        initial,
+                        events,
+                        command_id=admitted.command_id,
+                        want_logprobs=want_logprobs,
+                        parallel_tool_calls=parallel,
+                    )
                 ),
                 media_type="text/event-stream",
                 headers={**SSE_HEADERS, **headers},
             )
         return Stream(
-            json_body(initial, events, want_logprobs=want_logprobs, parallel_tool_calls=parallel),
+            turn.respond(
+                json_body(
+                    initial, events, want_logprobs=want_logprobs, parallel_tool_calls=parallel
+                )
+            ),
             media_type=MediaType.JSON,
             headers=headers,
         )
