@@ -15,7 +15,10 @@ Two Skulk daemons on loopback (explicit peers, one cluster key), the demo model
   ``-ngl``, the token embeddings kept on the driver with ``-ot``), with the same
   slots, context, threads and template. Rounds of 1 and ``--streams`` concurrent
   streams alternate between Skulk's pool and the server. Target: Skulk's pool
-  >= 1.0x llama-server's on the same split.
+  >= 1.0x llama-server's on the same split. A third side runs llama-server over
+  the same authenticated path Skulk uses (a gate in front of the RPC server, a
+  local gate client on the driver: ``runner/rpc_gate.py``), which separates the
+  engine's figure from the cost of refusing peers outside the cluster.
 
 Both daemons, the RPC donor and llama-server share this machine's cores, as the
 issue's own reference figures did (two processes on two cores).
@@ -61,6 +64,7 @@ from bench._common import (
     wait_for_quiet,
 )
 from bench.concurrency import Round, llama_server, run_round
+from skulk_daemon.runner.rpc_gate import GateClient, GateServer
 from tests.daemon_process import free_port
 
 ROUTING_DECODE_TARGET: Final = 0.95
@@ -184,6 +188,23 @@ def routing(a: LoggedDaemon, b: LoggedDaemon, reps: int, max_tokens: int) -> dic
 
 
 @contextmanager
+def gated(endpoint: str) -> Iterator[str]:
+    """``endpoint`` behind Skulk's RPC gate (donor side) and a gate client (driver
+    side), both in this process: the path a Skulk pool's RPC traffic takes."""
+    host, port = endpoint.rsplit(":", 1)
+    key = b"skulk-bench-gate-key-0000000000!"
+    server = GateServer("127.0.0.1", 0, target=(host, int(port)), key=key, instance_id="bench")
+    server.start()
+    client = GateClient(server.address, key=key, instance_id="bench", on_lost=lambda _: None)
+    client.start()
+    try:
+        yield client.endpoint
+    finally:
+        client.close()
+        server.close()
+
+
+@contextmanager
 def rpc_donor(binary: Path, log_path: Path) -> Iterator[str]:
     """llama.cpp's own ``ggml-rpc-server`` on a free loopback port."""
     if not binary.exists():
@@ -242,7 +263,7 @@ def pool(
     body = chat_body(DEFAULT_PROMPT, max_tokens)
     levels = [1, streams]
     figures: dict[str, dict[int, list[Round]]] = {
-        side: {n: [] for n in levels} for side in ("single", "pooled", "server")
+        side: {n: [] for n in levels} for side in ("single", "pooled", "server", "server_gated")
     }
     single = place(a, [b], context_tokens=context, min_nodes=1)
     asyncio.run(run_round(a.url, body, streams))  # warm
@@ -254,17 +275,28 @@ def pool(
     layers = donor_layers(pooled)
     model = demo_model_path(models_dir)
     logs = BUILD_DIR / "logs"
-    with rpc_donor(rpc_server_bin, logs / "ggml-rpc-server.log") as endpoint:
-        split = ["--rpc", endpoint, "-ngl", str(layers + 1), "-ot", "token_embd=CPU"]
-        with llama_server(
-            llama_server_bin, model, context, logs / "llama-server-rpc.log", split
-        ) as server:
-            sides = {"pooled": front.url, "server": server}
+    with (
+        rpc_donor(rpc_server_bin, logs / "ggml-rpc-server.log") as plain,
+        rpc_donor(rpc_server_bin, logs / "ggml-rpc-server-gated.log") as behind_gate,
+        gated(behind_gate) as gate,
+    ):
+        split = ["-ngl", str(layers + 1), "-ot", "token_embd=CPU"]
+        with (
+            llama_server(
+                llama_server_bin, model, context, logs / "llama-server-rpc.log",
+                ["--rpc", plain, *split],
+            ) as server,
+            llama_server(
+                llama_server_bin, model, context, logs / "llama-server-rpc-gated.log",
+                ["--rpc", gate, *split],
+            ) as server_gated,
+        ):  # fmt: skip
+            sides = {"pooled": front.url, "server": server, "server_gated": server_gated}
             for url in sides.values():
                 asyncio.run(run_round(url, body, streams))  # warm
             for rep in range(reps):
                 for n in levels:
-                    order = ["pooled", "server"] if (rep + n) % 2 == 0 else ["server", "pooled"]
+                    order = list(sides) if (rep + n) % 2 == 0 else list(reversed(sides))
                     for side in order:
                         figures[side][n] += rounds(sides[side], body, n, 1, side)
     delete(a, pooled["instanceId"])
@@ -273,6 +305,7 @@ def pool(
         one = median([r.agg_decode_tps for r in figures["single"][n]])
         mine = median([r.agg_decode_tps for r in figures["pooled"][n]])
         theirs = median([r.agg_decode_tps for r in figures["server"][n]])
+        theirs_gated = median([r.agg_decode_tps for r in figures["server_gated"][n]])
         rows.append(
             {
                 "streams": n,
@@ -281,6 +314,8 @@ def pool(
                 "llama_server_pooled_tps": round(theirs, 2),
                 "pooled_over_one_node": round(mine / one, 4),
                 "pooled_over_llama_server": round(mine / theirs, 4),
+                "llama_server_gated_tps": round(theirs_gated, 2),
+                "pooled_over_llama_server_gated": round(mine / theirs_gated, 4),
                 "ok": mine / theirs >= POOL_TARGET,
             }
         )
@@ -329,13 +364,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"pool (donor holds {result['donor_layers']} layers):")
             print(
                 f"{'streams':>7}{'one node':>10}{'Skulk pool':>12}{'llama-server pool':>19}"
-                f"{'pool/one':>10}{'pool/server':>13}"
+                f"{'(gated)':>9}{'pool/one':>10}{'pool/server':>13}{'pool/gated':>12}"
             )
             for row in result["rows"]:
                 print(
                     f"{row['streams']:>7}{row['one_node_tps']:>10.1f}{row['pooled_tps']:>12.1f}"
-                    f"{row['llama_server_pooled_tps']:>19.1f}{row['pooled_over_one_node']:>10.3f}"
-                    f"{row['pooled_over_llama_server']:>13.3f} {'ok' if row['ok'] else 'MISS'}"
+                    f"{row['llama_server_pooled_tps']:>19.1f}"
+                    f"{row['llama_server_gated_tps']:>9.1f}{row['pooled_over_one_node']:>10.3f}"
+                    f"{row['pooled_over_llama_server']:>13.3f}"
+                    f"{row['pooled_over_llama_server_gated']:>12.3f}"
+                    f" {'ok' if row['ok'] else 'MISS'}"
                 )
             print(f"target: Skulk pool / llama-server pool >= {POOL_TARGET:g}")
     if args.json:
