@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import BinaryIO, Final
 
+from skulk_core.ids import TaskId
 from skulk_core.placement.rpc_pool import (
     RPC_DONOR_LOST,
     RPC_PORT_IN_USE,
@@ -145,9 +146,9 @@ def serve_donor(stdin: BinaryIO, send: Send, load: Load) -> int:
     return 0
 
 
-def _not_served(task_id: str) -> ErrorChunk:
+def _not_served(task_id: TaskId) -> ErrorChunk:
     return ErrorChunk(
-        task_id=task_id,  # type: ignore[arg-type]
+        task_id=task_id,
         code=ERROR_INVALID_REQUEST,
         message="this runner lends memory to an RPC pool; its driver serves requests",
     )

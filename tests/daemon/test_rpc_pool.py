@@ -237,3 +237,48 @@ def test_killing_the_donor_fails_the_pool_visibly_and_it_is_placed_again(
     assert new_id != instance_id
     assert len(new_body["shardAssignments"]["nodeToRunner"]) == 2
     assert complete(first).json()["response"] == reference
+
+
+def test_a_taken_rpc_port_fails_the_donor_and_the_pool_moves_to_another(
+    pool: tuple[DaemonProcess, DaemonProcess], reference: str
+) -> None:
+    first, _ = pool
+    for instance_id in list(first.get("/state").json()["instances"]):
+        delete(first, instance_id)
+    preview = httpx.get(
+        f"{first.url}/instance/placement",
+        params={"model_id": DEMO, "min_nodes": 2, "context_tokens": 1024},
+        timeout=60,
+    )
+    assert preview.status_code == 200, preview.text
+    instance = next(iter(preview.json()["instance"].values()))
+    endpoint = next(iter(instance["rpcEndpoints"].values()))
+    host, port = endpoint.rsplit(":", 1)
+
+    def squat() -> socket.socket | None:
+        # The deleted pools' donors may still be closing their gates.
+        try:
+            return socket.create_server((host, int(port)))
+        except OSError:
+            return None
+
+    # Another process already listens where the placement will put the donor.
+    with wait_for(squat, f"port {port} to be free", timeout=60):
+        placed = httpx.post(
+            f"{first.url}/place_instance",
+            json={"model_id": DEMO, "min_nodes": 2, "context_tokens": 1024},
+            timeout=60,
+        )
+        assert placed.status_code == 200, placed.text
+        failed_id = placed.json()["instance_id"]
+
+        def failure() -> dict[str, Any] | None:
+            failures = first.get("/state").json()["instanceFailures"]
+            return next((f for f in failures if f["instanceId"] == failed_id), None)
+
+        recorded = wait_for(failure, "the donor to report the taken port", timeout=120)
+        assert recorded["errorCode"] == f"rpc_port_in_use:{endpoint}"
+        new_id, body = served_pool(first)
+    assert new_id != failed_id
+    assert endpoint not in body["rpcEndpoints"].values()
+    assert complete(first).json()["response"] == reference
