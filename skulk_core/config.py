@@ -73,6 +73,9 @@ class ModelStoreConfig(_Section, frozen=True, kw_only=True):
 class NodeConfig(_Section, frozen=True, kw_only=True):
     friendly_name: str | None = None
     participation: Participation = Participation.FULL
+    memory_reserve_gb: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    """RAM this node keeps for everything else on the machine: its telemetry reports
+    that much less available, so placements plan against the rest."""
 
 
 class ClusterConfig(_Section, frozen=True, kw_only=True):

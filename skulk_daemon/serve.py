@@ -235,6 +235,7 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> None:
         ),
         models_dir=node.models_dir,
         participation=config.node.participation,
+        memory_reserve_bytes=int(config.node.memory_reserve_gb * 1024**3),
     )
     node.record_telemetry(await asyncio.to_thread(source.read))
     background: list[asyncio.Task[None]] = []

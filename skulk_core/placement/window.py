@@ -21,7 +21,7 @@ from skulk_core.placement.context import (
     judged_window,
     kv_window,
 )
-from skulk_core.placement.fit import Site, fits, max_tokens, shortfall_message
+from skulk_core.placement.fit import Site, fits, gb, max_tokens, shortfall_message
 
 
 class Window(msgspec.Struct, frozen=True, kw_only=True):
@@ -40,7 +40,13 @@ def _ceiling(card: ModelCard, sites: Sequence[Site]) -> tuple[int | None, str]:
         bounds.append((limit, f"{card.model_id}'s context limit"))
     if per_site:
         tokens, site = min(per_site, key=lambda item: item[0])
-        bounds.append((tokens, f"what fits beside the weights on node {site.label}"))
+        why = f"what fits beside the weights on node {site.label}"
+        if site.pool.committed_bytes:
+            why += (
+                f", {gb(site.pool.committed_bytes)} of whose {site.pool.kind} is committed "
+                "to instances still loading"
+            )
+        bounds.append((tokens, why))
     if limit is None and not per_site:
         return None, "unknown"
     tokens, why = min(bounds, key=lambda item: item[0])

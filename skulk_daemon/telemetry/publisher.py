@@ -12,6 +12,7 @@ from pathlib import Path
 
 import msgspec
 
+from skulk_core.cards import Memory
 from skulk_core.extensions.capability_nodes import CapabilityNodeSummary
 from skulk_core.ids import NodeId
 from skulk_core.telemetry import (
@@ -63,6 +64,7 @@ class TelemetrySource:
         data_transport: str = "zmq",
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         gossip: CapabilityGossip | None = None,
+        memory_reserve_bytes: int = 0,
     ) -> None:
         self.node_id = node_id
         self.identity = identity
@@ -72,6 +74,7 @@ class TelemetrySource:
         self.data_transport = data_transport
         self._clock = clock
         self.gossip = gossip
+        self.memory_reserve_bytes = memory_reserve_bytes
         self._accelerator: Accelerator | None = None
         self._accelerator_reasons: tuple[HealthReason, ...] = ()
         self._accelerator_probed_at: float | None = None
@@ -79,7 +82,7 @@ class TelemetrySource:
 
     def read(self) -> NodeTelemetry:
         """One complete reading, stamped with the clock's ``now``."""
-        memory = collect_memory()
+        memory = self._memory()
         accelerator = self._current_accelerator(memory)
         backends = self._current_backends()
         # Cheap once the llama.cpp build has been judged; follows accelerator refreshes.
@@ -102,6 +105,14 @@ class TelemetrySource:
             capabilities=tags,
             capability_nodes=capability_nodes,
         )
+
+    def _memory(self) -> NodeMemory:
+        """The machine's RAM, less what the operator reserved for everything else."""
+        memory = collect_memory()
+        if self.memory_reserve_bytes <= 0:
+            return memory
+        available = max(0, memory.ram_available.in_bytes - self.memory_reserve_bytes)
+        return msgspec.structs.replace(memory, ram_available=Memory(in_bytes=available))
 
     def _current_accelerator(self, memory: NodeMemory) -> Accelerator | None:
         now = time.monotonic()

@@ -31,6 +31,9 @@ def test_bad_value_is_refused_naming_the_key() -> None:
         parse_config({"inference": {"kv_cache_backend": "q3_lol"}})
     with pytest.raises(ConfigError, match=r"'cluster.fabric_port'"):
         parse_config({"cluster": {"fabric_port": "many"}})
+    with pytest.raises(ConfigError, match=r"'node.memory_reserve_gb'"):
+        parse_config({"node": {"memory_reserve_gb": -1}})
+    assert parse_config({"node": {"memory_reserve_gb": 2.5}}).node.memory_reserve_gb == 2.5
 
 
 def test_non_mapping_is_refused() -> None:

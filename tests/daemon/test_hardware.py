@@ -251,6 +251,22 @@ def test_no_gpu_is_no_conflict(cpu_only_llama_cpp: Path) -> None:
 # -- telemetry source and publisher ---------------------------------------------------
 
 
+def test_a_memory_reserve_is_kept_out_of_what_placements_see(tmp_path: Path) -> None:
+    reserve = 1024**3
+    source = TelemetrySource(
+        NodeId("node-a"), identity(), tmp_path, Participation.FULL, memory_reserve_bytes=reserve
+    )
+    before = collect_memory().ram_available.in_bytes
+    seen = source.read().memory.ram_available.in_bytes
+    after = collect_memory().ram_available.in_bytes
+    # The machine's own figure moves a little between reads; the reserve does not.
+    assert min(before, after) - reserve - 64 * 1024**2 <= seen <= max(before, after) - reserve
+    everything = TelemetrySource(
+        NodeId("node-a"), identity(), tmp_path, Participation.FULL, memory_reserve_bytes=2**60
+    )
+    assert everything.read().memory.ram_available.in_bytes == 0
+
+
 def test_reading_describes_this_node(tmp_path: Path) -> None:
     stamp = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
     telemetry = TelemetrySource(
