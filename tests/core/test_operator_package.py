@@ -222,8 +222,9 @@ cluster_names = (
     st.lists(_words, min_size=1, max_size=4).map(" ".join).filter(lambda name: len(name) <= 64)
 )
 secrets = st.binary(min_size=32, max_size=32).map(b64url_encode)
-hosts = st.from_regex(r"[a-z][a-z0-9-]{0,20}(\.[a-z][a-z0-9]{0,10}){0,3}", fullmatch=True).filter(
-    lambda h: not h.endswith("-")
+# DNS labels: letters, digits and inner hyphens (a label never ends with one).
+hosts = st.from_regex(
+    r"[a-z](?:[a-z0-9-]{0,19}[a-z0-9])?(\.[a-z][a-z0-9]{0,10}){0,3}", fullmatch=True
 )
 exchange_urls = st.one_of(
     st.builds(lambda h, p: f"https://{h}:{p}", hosts, st.integers(1, 65535)),
