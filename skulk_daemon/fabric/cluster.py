@@ -20,17 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import msgspec
-
-from skulk_core.commands import Command, RegisterNode
-from skulk_core.decide import Refused
+from skulk_core.commands import RegisterNode
 from skulk_core.election import (
     Action,
     Broadcast,
@@ -70,27 +66,25 @@ from skulk_core.fabric import (
     decode_header,
     encode,
 )
-from skulk_core.ids import CommandId, NodeId, new_command_id
+from skulk_core.ids import NodeId, new_command_id
 from skulk_core.version import SKULK_VERSION
 from skulk_daemon.eventlog import read_events
 from skulk_daemon.fabric.data_plane import DataPlane
+from skulk_daemon.fabric.forwarding import CommandForwarding
 from skulk_daemon.fabric.membership import Membership
 from skulk_daemon.fabric.peers import Peer, PeerBook, fabric_address, parse_peer
 from skulk_daemon.fabric.remote_capabilities import CapabilityMessage, RemoteCapabilities
 from skulk_daemon.fabric.remote_tasks import RemoteTasks
 from skulk_daemon.fabric.replication import CatchUp, RetainedTail, continues
 from skulk_daemon.fabric.transport import FabricTransport
-from skulk_daemon.master import NotMaster
-from skulk_daemon.node import Node, NoMaster
+from skulk_daemon.node import Node
 
 log = logging.getLogger(__name__)
 
 DATA_TRANSPORT: Final = "zmq"
 TICK_SECONDS: Final = 0.1
-FORWARD_TIMEOUT_SECONDS: Final = 5.0
 LONELY_GRACE_SECONDS: Final = 10.0
 """With explicit peers none of which answers, how long before serving alone."""
-RECENT_OUTCOMES: Final = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +138,7 @@ class ClusterAgent:
         self.capabilities = RemoteCapabilities(self)
         self.counters = _Counters()
         self._seq = 0
-        self._pending: dict[str, asyncio.Future[CommandOutcome]] = {}
-        self._recent: OrderedDict[CommandId, CommandOutcome] = OrderedDict()
+        self.commands = CommandForwarding(node, self._send, lambda: self.election.session)
         self._control: asyncio.Queue[tuple[NodeId, Header, Body]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._next_beat = 0.0
@@ -177,8 +170,7 @@ class ClusterAgent:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        for pending in self._pending.values():
-            pending.cancel()
+        self.commands.close()
         await self.remote.close()
         await self.capabilities.close()
         await self.transport.close()
@@ -303,7 +295,7 @@ class ClusterAgent:
             self.node.become_master(session.term)
             return
         self.catch_up.reset()
-        self.node.become_follower(self._forward)
+        self.node.become_follower(self.commands.forward)
         self._request_sync(now, force=True)
         # A node the old master removed (or never saw) joins this master's topology.
         self.node.report(RegisterNode(command_id=new_command_id(), node_id=self.node.node_id))
@@ -354,9 +346,7 @@ class ClusterAgent:
             case Elect(message=message):
                 self._act(self.election.handle(header.origin, message, now), now)
             case CommandOutcome():
-                pending = self._pending.get(body.request_id)
-                if pending is not None and not pending.done():
-                    pending.set_result(body)
+                self.commands.answered(body)
             case RunTask():
                 self.remote.serve(header.origin, body)
             case CancelTask(command_id=command_id):
@@ -437,7 +427,7 @@ class ClusterAgent:
     async def _control_one(self, origin: NodeId, header: Header, body: Body) -> None:
         match body:
             case SubmitCommand():
-                await self._serve_submit(origin, header, body)
+                await self.commands.serve(origin, header, body)
             case EventBatch(events=events):
                 if not self._from_master(origin, header):
                     return
@@ -472,69 +462,6 @@ class ClusterAgent:
                 self.catch_up.reset()
             case _:
                 pass
-
-    # -- commands --------------------------------------------------------------------
-
-    async def _forward(self, command: Command) -> int | Refused:
-        session = self.election.session
-        if session is None or session.master == self.node.node_id:
-            raise NoMaster("no master is elected")
-        request_id = secrets.token_hex(8)
-        future: asyncio.Future[CommandOutcome] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = future
-        try:
-            if not self._send(
-                session.master, SubmitCommand(request_id=request_id, command=command)
-            ):
-                raise NoMaster("the master cannot be reached")
-            try:
-                outcome = await asyncio.wait_for(future, FORWARD_TIMEOUT_SECONDS)
-            except TimeoutError:
-                raise NoMaster("the master did not answer in time") from None
-        finally:
-            self._pending.pop(request_id, None)
-        if outcome.refused_code == "not_master":
-            raise NoMaster("the node asked is no longer the master")
-        if outcome.refused_code is not None:
-            return Refused(code=outcome.refused_code, message=outcome.refused_message or "")
-        return outcome.last_idx
-
-    async def _serve_submit(self, origin: NodeId, header: Header, request: SubmitCommand) -> None:
-        command_id = request.command.command_id
-        cached = self._recent.get(command_id)
-        if cached is not None:
-            # A retry of a command already ordered (its answer was lost): same answer.
-            self._send(origin, msgspec.structs.replace(cached, request_id=request.request_id))
-            return
-        master = self.node.master
-        if master is None or header.session is None or header.session.term != master.term:
-            self._send(
-                origin,
-                CommandOutcome(
-                    request_id=request.request_id,
-                    refused_code="not_master",
-                    refused_message="this node is not the master of that session",
-                ),
-            )
-            return
-        try:
-            outcome = await master.order(request.command, origin)
-        except NotMaster:
-            answer = CommandOutcome(request_id=request.request_id, refused_code="not_master")
-        else:
-            if isinstance(outcome, Refused):
-                answer = CommandOutcome(
-                    request_id=request.request_id,
-                    refused_code=outcome.code,
-                    refused_message=outcome.message,
-                )
-            else:
-                last = outcome[-1].idx if outcome else -1
-                answer = CommandOutcome(request_id=request.request_id, last_idx=last)
-                self._recent[command_id] = answer
-                while len(self._recent) > RECENT_OUTCOMES:
-                    self._recent.popitem(last=False)
-        self._send(origin, answer)
 
     # -- replication -----------------------------------------------------------------
 
