@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import errno
 import logging
 import os
 import signal
@@ -39,6 +38,7 @@ from skulk_daemon.fabric.setup import resolve_fabric
 from skulk_daemon.fabric.transport import FabricBindError, FabricTransport, FrameHandler
 from skulk_daemon.fsutil import ensure_private_dir
 from skulk_daemon.identity import IdentityError, load_identity
+from skulk_daemon.listen import BindError, bind_listener
 from skulk_daemon.models.embedding_demo import with_embedding_demo
 from skulk_daemon.models.installed import load_installed_models
 from skulk_daemon.node import Node
@@ -100,23 +100,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def bind_api_socket(host: str, port: int) -> socket.socket:
     """Bind the API port ourselves so a port in use is one clear message, not a traceback."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # NOTE: IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted connections
-    # only for sockets that say they are TCP, and without it every request on a
-    # kept-alive connection waits ~40 ms for delayed ACKs.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        if exc.errno == errno.EADDRINUSE:
-            raise StartupError(
-                f"port {port} on {host} is already in use (another Skulk node?); "
-                "stop it or pass --api-port"
-            ) from None
-        raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.listen(2048)
+        sock = bind_listener(host, port, what="API", flag="--api-port", backlog=2048)
+    except BindError as exc:
+        raise StartupError(str(exc)) from None
     sock.set_inheritable(True)
     return sock
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import socket
 import ssl
@@ -28,6 +27,7 @@ from typing import Final
 import uvicorn
 from litestar.types import ASGIApp
 
+from skulk_daemon.listen import BindError, bind_listener
 from skulk_daemon.operator.errors import AuthorityError
 from skulk_daemon.operator.guards import OperatorGate
 from skulk_daemon.operator.service import OperatorPairingService
@@ -49,22 +49,12 @@ class ListenerBindError(Exception):
 
 def bind_operator_socket(port: int) -> socket.socket:
     """Bind the loopback operator port (0: any free one), as one clear error if taken."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((OPERATOR_HOST, port))
-    except OSError as exc:
-        sock.close()
-        if exc.errno == errno.EADDRINUSE:
-            raise ListenerBindError(
-                f"operator listener port {port} on {OPERATOR_HOST} is already in use "
-                "(another Skulk node?); stop it or pass --operator-api-port"
-            ) from None
-        raise ListenerBindError(
-            f"cannot listen on {OPERATOR_HOST}:{port} for the operator listener: {exc.strerror}"
-        ) from None
-    sock.listen(128)
-    return sock
+        return bind_listener(
+            OPERATOR_HOST, port, what="operator listener", flag="--operator-api-port", backlog=128
+        )
+    except BindError as exc:
+        raise ListenerBindError(str(exc)) from None
 
 
 def server_tls_context(cert_path: str, key_path: str) -> ssl.SSLContext:
