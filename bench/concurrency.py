@@ -56,7 +56,7 @@ from bench._common import (
     stream_chat_async,
     wait_for_quiet,
 )
-from skulk_core.chat_templates import GEMMA3_CHAT_TEMPLATE
+from skulk_core.models.chat_templates import GEMMA3_CHAT_TEMPLATE
 from tests.daemon_process import free_port
 
 RATIO_TARGET: Final = 1.0

@@ -70,8 +70,8 @@ if __package__ in (None, ""):  # `python bench/fabric.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import DEFAULT_MODELS_DIR, DEMO_MODEL, machine, print_json, wait_for_quiet
-from skulk_core.election import DEFAULT_CAMPAIGN_SECONDS, DEFAULT_MASTER_TIMEOUT_SECONDS
-from skulk_core.fabric import (
+from skulk_core.cluster.election import DEFAULT_CAMPAIGN_SECONDS, DEFAULT_MASTER_TIMEOUT_SECONDS
+from skulk_core.cluster.fabric import (
     PROTOCOL_VERSION,
     DataFrame,
     Header,
@@ -80,10 +80,10 @@ from skulk_core.fabric import (
     encode,
 )
 from skulk_core.ids import CommandId, NodeId
-from skulk_daemon.fabric.cluster import FabricSettings
 from skulk_daemon.fabric.keys import CurveKeys, derive_curve_keys
+from skulk_daemon.fabric.settings import FabricSettings
 from skulk_daemon.fabric.transport import FabricTransport
-from skulk_daemon.identity import load_identity
+from skulk_daemon.node.identity import load_identity
 from tests.daemon_process import DaemonProcess, free_port
 
 SECTIONS: Final = ("replication", "dataplane", "failover", "join")

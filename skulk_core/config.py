@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from skulk_core.telemetry import Participation
+from skulk_core.cluster.telemetry import Participation
 
 SECRET_PLACEHOLDER_KEYS = ("hf_token",)
 

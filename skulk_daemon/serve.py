@@ -20,15 +20,11 @@ from collections.abc import Generator, Sequence
 import uvicorn
 from zeroconf import InterfaceChoice
 
+from skulk_core.cluster.telemetry import TELEMETRY_INTERVAL_SECONDS, NodeIdentityInfo
 from skulk_core.config import ConfigError
-from skulk_core.telemetry import TELEMETRY_INTERVAL_SECONDS, NodeIdentityInfo
 from skulk_core.version import SKULK_VERSION
 from skulk_daemon.api.app import create_app
-from skulk_daemon.buildinfo import source_commit
-from skulk_daemon.capabilities.fabric import CapabilityFabric
-from skulk_daemon.capabilities.vad import VadProvider
-from skulk_daemon.config_store import ConfigStore
-from skulk_daemon.eventlog import EventLog, EventLogCorrupt
+from skulk_daemon.capabilities.service import CapabilityService
 from skulk_daemon.extensions.lifecycle import ExtensionHost
 from skulk_daemon.fabric.cluster import ClusterAgent
 from skulk_daemon.fabric.discovery import DiscoveredPeer, MdnsDiscovery
@@ -36,18 +32,23 @@ from skulk_daemon.fabric.keys import derive_curve_keys, derive_rpc_gate_key, loa
 from skulk_daemon.fabric.peers import fabric_address
 from skulk_daemon.fabric.setup import resolve_fabric
 from skulk_daemon.fabric.transport import FabricBindError, FabricTransport, FrameHandler
-from skulk_daemon.fsutil import ensure_private_dir
-from skulk_daemon.identity import IdentityError, load_identity
-from skulk_daemon.listen import BindError, bind_listener
 from skulk_daemon.models.embedding_demo import with_embedding_demo
 from skulk_daemon.models.installed import load_installed_models
-from skulk_daemon.node import Node
+from skulk_daemon.node.config_store import ConfigStore
+from skulk_daemon.node.eventlog import EventLog, EventLogCorrupt
+from skulk_daemon.node.identity import IdentityError, load_identity
+from skulk_daemon.node.node import Node
+from skulk_daemon.node.snapshot import SNAPSHOT_FILE, SnapshotCorrupt, load_snapshot
 from skulk_daemon.operator.errors import AuthorityError
 from skulk_daemon.operator.listener import ListenerBindError, OperatorListener
 from skulk_daemon.operator.service import OperatorPairingService
-from skulk_daemon.placement_repair import RepairAgent
-from skulk_daemon.settings import Settings, resolve_settings
-from skulk_daemon.snapshot import SNAPSHOT_FILE, SnapshotCorrupt, load_snapshot
+from skulk_daemon.placement.repair import RepairAgent
+from skulk_daemon.providers.vad import VadProvider
+from skulk_daemon.services import Services
+from skulk_daemon.system.buildinfo import source_commit
+from skulk_daemon.system.fsutil import ensure_private_dir
+from skulk_daemon.system.listeners import BindError, bind_listener
+from skulk_daemon.system.settings import Settings, resolve_settings
 from skulk_daemon.telemetry.publisher import TelemetrySource, run_publisher
 from skulk_daemon.worker.supervisor import Supervisor
 
@@ -238,11 +239,17 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> None:
         raise
     agent.remote.attach(worker)
     worker.attach_remote(agent.remote)
-    capabilities = CapabilityFabric(node, cluster=agent)
+    capabilities = CapabilityService(node, cluster=agent)
     agent.capabilities.attach(capabilities)
     source.gossip = capabilities.gossip
+    services = Services.build(
+        node, worker, cluster=agent, operator=authority, capabilities=capabilities
+    )
     # Installed extensions load here, before the app exists: a refused one is logged.
-    extensions = ExtensionHost.open(node, worker, capabilities, builtins=[VadProvider()])
+    extensions = ExtensionHost.open(
+        node, services.embeddings, capabilities, builtins=[VadProvider()]
+    )
+    services.chat.attach_hooks(extensions.chat)
 
     async def started() -> None:
         await node.start()
@@ -275,12 +282,7 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> None:
         await agent.close()
 
     app = create_app(
-        node,
-        worker,
-        cluster=agent,
-        operator=authority,
-        capabilities=capabilities,
-        chat_middleware=extensions.chat,
+        services,
         on_startup=[started],
         on_shutdown=[stopping],
     )

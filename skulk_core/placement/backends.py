@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from skulk_core.cards import ModelCard
+from skulk_core.models.cards import ModelCard
 
 BACKEND_LLAMA_CPP: Final = "llama_cpp"
 BACKEND_MLX: Final = "mlx"

@@ -14,9 +14,9 @@ from typing import Final
 
 import msgspec
 
-from skulk_core.memory_estimate import DISCRETE_GPU_MEMORY_FRACTION, UNIFIED_MEMORY_FRACTION
+from skulk_core.cluster.telemetry import NodeTelemetry
+from skulk_core.models.memory_estimate import DISCRETE_GPU_MEMORY_FRACTION, UNIFIED_MEMORY_FRACTION
 from skulk_core.placement.backends import BACKEND_LLAMA_CPP, BACKEND_MLX
-from skulk_core.telemetry import NodeTelemetry
 
 # The capability conflict a node reports when its llama.cpp build has no CUDA: its
 # models run from RAM even though it has an NVIDIA GPU.

@@ -6,16 +6,16 @@ from collections.abc import Mapping
 
 import msgspec
 
-from skulk_core.cards import ModelCard
+from skulk_core.cluster.telemetry import NodeTelemetry
 from skulk_core.ids import ModelId, NodeId
+from skulk_core.models.cards import ModelCard
 from skulk_core.placement.backends import card_backends, reserves_context_at_load, usable_backends
 from skulk_core.placement.context import judged_window, kv_window
 from skulk_core.placement.fit import consumption_bytes
 from skulk_core.placement.rpc_pool import ports_in_use
 from skulk_core.placement.shapes import instance_shares
-from skulk_core.shards import Instance, RunnerReady, RunnerRunning
-from skulk_core.state import Connection, State
-from skulk_core.telemetry import NodeTelemetry
+from skulk_core.state.shards import Instance, RunnerReady, RunnerRunning
+from skulk_core.state.state import Connection, State
 
 
 class ClusterFacts(msgspec.Struct, frozen=True, kw_only=True):

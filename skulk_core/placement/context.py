@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from skulk_core.cards import ModelCard
+from skulk_core.models.cards import ModelCard
 
 # ``context_tokens`` on a placement request, per the spec: 256 to 1,048,576 tokens.
 MIN_CONTEXT_TOKENS: Final = 256

@@ -6,12 +6,12 @@ from collections.abc import Iterable
 
 import msgspec
 
-from skulk_core.cards import ModelCard
+from skulk_core.cluster.telemetry import NodeTelemetry, Participation
 from skulk_core.ids import NodeId
+from skulk_core.models.cards import ModelCard
 from skulk_core.placement.backends import card_backends, usable_backends
 from skulk_core.placement.capacity import MemoryPool, PoolUnknown, memory_pool
 from skulk_core.placement.cluster import ClusterFacts
-from skulk_core.telemetry import NodeTelemetry, Participation
 
 
 class Candidate(msgspec.Struct, frozen=True, kw_only=True):

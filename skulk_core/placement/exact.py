@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
-from skulk_core.cards import ModelCard
+from skulk_core.models.cards import ModelCard
 from skulk_core.placement.backends import common_backend, reserves_context_at_load
 from skulk_core.placement.capacity import PoolUnknown
 from skulk_core.placement.cluster import ClusterFacts
@@ -26,8 +26,8 @@ from skulk_core.placement.shapes import (
     sharding_of,
 )
 from skulk_core.placement.window import choose_window
-from skulk_core.shards import Instance, LlamaRpcInstance, Sharding
-from skulk_core.state import State
+from skulk_core.state.shards import Instance, LlamaRpcInstance, Sharding
+from skulk_core.state.state import State
 
 
 def _refuse(message: str, code: str = NO_VALID_PLACEMENT) -> PlacementRefusal:

@@ -12,7 +12,7 @@ from typing import Final
 
 import msgspec
 
-from skulk_core.shards import (
+from skulk_core.state.shards import (
     Instance,
     LlamaRpcInstance,
     MlxJacclInstance,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from skulk_core.cards import ModelCard
 from skulk_core.ids import NodeId
-from skulk_core.memory_estimate import kv_bytes_per_token, kv_geometry
+from skulk_core.models.cards import ModelCard
+from skulk_core.models.memory_estimate import kv_bytes_per_token, kv_geometry
 from skulk_core.placement.fit import Share
 
 

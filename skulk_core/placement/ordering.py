@@ -13,15 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from skulk_core.cards import ModelCard
-from skulk_core.commands import Command, CreateInstance
-from skulk_core.decide import Refused
+from skulk_core.cluster.telemetry import NodeTelemetry
 from skulk_core.ids import ModelId, NodeId
+from skulk_core.models.cards import ModelCard
 from skulk_core.placement.cluster import cluster_facts
 from skulk_core.placement.exact import admit_instance
 from skulk_core.placement.results import PLACEMENT_INFO_PENDING, PlacementRefusal
-from skulk_core.state import State
-from skulk_core.telemetry import NodeTelemetry
+from skulk_core.state.commands import Command, CreateInstance
+from skulk_core.state.decide import Refused
+from skulk_core.state.state import State
 
 
 def admit_command(

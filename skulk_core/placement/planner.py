@@ -12,8 +12,8 @@ from typing import Final
 
 import msgspec
 
-from skulk_core.cards import ModelCard
 from skulk_core.ids import NodeId
+from skulk_core.models.cards import ModelCard
 from skulk_core.placement.backends import (
     card_backends,
     common_backend,
@@ -41,7 +41,7 @@ from skulk_core.placement.rings import candidate_rings
 from skulk_core.placement.rpc_pool import assign_endpoints
 from skulk_core.placement.shapes import Unsupported, mint_instance, minted_meta
 from skulk_core.placement.window import Window, choose_window
-from skulk_core.shards import InstanceMeta, Sharding
+from skulk_core.state.shards import InstanceMeta, Sharding
 
 # A refusal lists at most this many distinct reasons; the rest are summarised.
 MAX_REASONS_IN_MESSAGE: Final = 8

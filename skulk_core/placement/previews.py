@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import msgspec
 
-from skulk_core.card_digest import card_digest
-from skulk_core.cards import ModelCard
 from skulk_core.ids import ModelId, NodeId
-from skulk_core.memory_estimate import card_kv_bytes_per_token
+from skulk_core.models.card_digest import card_digest
+from skulk_core.models.cards import ModelCard
+from skulk_core.models.memory_estimate import card_kv_bytes_per_token
 from skulk_core.placement.backends import card_backends, reserves_context_at_load
 from skulk_core.placement.cluster import ClusterFacts
 from skulk_core.placement.eligibility import screen_nodes
@@ -23,7 +23,7 @@ from skulk_core.placement.planner import (
     to_placement,
 )
 from skulk_core.placement.results import NO_VALID_PLACEMENT
-from skulk_core.shards import Instance, InstanceMeta, Sharding
+from skulk_core.state.shards import Instance, InstanceMeta, Sharding
 
 
 class PreviewQuery(msgspec.Struct, frozen=True, kw_only=True):

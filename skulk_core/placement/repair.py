@@ -17,7 +17,7 @@ from typing import Final
 from skulk_core.ids import NodeId
 from skulk_core.placement.planner import PlacementRequest
 from skulk_core.placement.rpc_pool import RPC_DONOR_LOST, RPC_PORT_IN_USE
-from skulk_core.state import PlacementIntent
+from skulk_core.state.state import PlacementIntent
 
 MAX_REPAIR_ATTEMPTS: Final = 3
 """Re-placements of one original request before the cluster gives up on it."""

@@ -7,7 +7,7 @@ from typing import Final
 import msgspec
 
 from skulk_core.ids import ModelId, NodeId
-from skulk_core.shards import Instance, InstanceMeta, Sharding
+from skulk_core.state.shards import Instance, InstanceMeta, Sharding
 
 # Stable categories, sent as ``X-Skulk-Placement-Failure`` and as ``error_code``.
 NO_VALID_PLACEMENT: Final = "no_valid_placement"

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Final
 
 from skulk_core.ids import NodeId
-from skulk_core.state import Connection
+from skulk_core.state.state import Connection
 
 # NOTE: the subsets of k nodes grow combinatorially with the cluster. Subsets are
 # visited best-ranked nodes first and the search stops after this many, which keeps

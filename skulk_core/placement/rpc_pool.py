@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from skulk_core.ids import NodeId
-from skulk_core.shards import Instance, LlamaRpcInstance
-from skulk_core.state import Connection, InstanceFailure
+from skulk_core.state.shards import Instance, LlamaRpcInstance
+from skulk_core.state.state import Connection, InstanceFailure
 
 RPC_PORT_BASE: Final = 52500
 """The first port a donor's RPC server is assigned (the fabric takes 52416 and the

@@ -7,14 +7,14 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
-from skulk_core.cards import ModelCard
 from skulk_core.ids import ModelId, NodeId, RunnerId
+from skulk_core.models.cards import ModelCard
 from skulk_core.placement.backends import BACKEND_LLAMA_CPP
 from skulk_core.placement.fit import Share
 from skulk_core.placement.id_factory import IdFactory
 from skulk_core.placement.layers import layer_share, tensor_share
 from skulk_core.placement.rpc_pool import split_endpoint
-from skulk_core.shards import (
+from skulk_core.state.shards import (
     Instance,
     InstanceMeta,
     LlamaRpcInstance,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from skulk_core.cards import ModelCard
+from skulk_core.models.cards import ModelCard
 from skulk_core.placement.context import (
     DEFAULT_CONTEXT_TOKENS,
     MAX_CONTEXT_TOKENS,

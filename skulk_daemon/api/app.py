@@ -28,13 +28,7 @@ from skulk_daemon.api.openai_chat import OpenAIChatController
 from skulk_daemon.api.placement import PlacementController
 from skulk_daemon.api.responses import ResponsesController
 from skulk_daemon.api.state import StateController
-from skulk_daemon.capabilities.fabric import CapabilityFabric
-from skulk_daemon.chat.commands import ActiveCommands
-from skulk_daemon.extensions.middleware import ChatMiddlewareRunner
-from skulk_daemon.fabric.cluster import ClusterAgent
-from skulk_daemon.node import Node
-from skulk_daemon.operator.service import OperatorPairingService
-from skulk_daemon.worker.supervisor import Supervisor
+from skulk_daemon.services import Services
 
 CONTROLLERS = [
     NodeController,
@@ -57,51 +51,26 @@ CONTROLLERS = [
 
 
 def create_app(
-    node: Node,
-    worker: Supervisor,
+    services: Services,
     *,
-    cluster: ClusterAgent | None = None,
-    operator: OperatorPairingService | None = None,
-    capabilities: CapabilityFabric | None = None,
-    chat_middleware: ChatMiddlewareRunner | None = None,
     on_startup: Sequence[Callable[[], Any]] = (),
     on_shutdown: Sequence[Callable[[], Any]] = (),
 ) -> Litestar:
-    commands = ActiveCommands()
-    # No extensions loaded: an inert runner, and the chat path is the plain pipeline.
-    middleware = chat_middleware if chat_middleware is not None else ChatMiddlewareRunner()
+    """The API over ``services``: each controller's dependency is one of them."""
 
-    def provide_node() -> Node:
-        return node
-
-    def provide_worker() -> Supervisor:
-        return worker
-
-    def provide_commands() -> ActiveCommands:
-        return commands
-
-    def provide_cluster() -> ClusterAgent | None:
-        return cluster
-
-    def provide_authority() -> OperatorPairingService | None:
-        return operator
-
-    def provide_capabilities() -> CapabilityFabric | None:
-        return capabilities
-
-    def provide_chat_middleware() -> ChatMiddlewareRunner:
-        return middleware
+    def provider(value: object) -> Provide:
+        return Provide(lambda: value, sync_to_thread=False)
 
     return Litestar(
         route_handlers=CONTROLLERS,
         dependencies={
-            "node": Provide(provide_node, sync_to_thread=False),
-            "worker": Provide(provide_worker, sync_to_thread=False),
-            "commands": Provide(provide_commands, sync_to_thread=False),
-            "cluster": Provide(provide_cluster, sync_to_thread=False),
-            "authority": Provide(provide_authority, sync_to_thread=False),
-            "capabilities": Provide(provide_capabilities, sync_to_thread=False),
-            "chat_middleware": Provide(provide_chat_middleware, sync_to_thread=False),
+            "node": provider(services.node),
+            "chat": provider(services.chat),
+            "embeddings": provider(services.embeddings),
+            "placement": provider(services.placement),
+            "cluster": provider(services.cluster),
+            "authority": provider(services.operator),
+            "capabilities": provider(services.capabilities),
         },
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         on_startup=list(on_startup),

@@ -21,12 +21,7 @@ from litestar import Controller, Request, delete, get, post
 from litestar.datastructures import ResponseHeader
 
 from skulk_core.operator.scopes import DEVICES_MANAGE
-from skulk_daemon.api.errors import (
-    NO_STORE_HEADERS,
-    ApiError,
-    authority_api_error,
-    decode_json,
-)
+from skulk_daemon.errors import NO_STORE_HEADERS, ApiError, authority_api_error, decode_json
 from skulk_daemon.operator.errors import AuthorityError, NotGateway
 from skulk_daemon.operator.guards import (
     authorize_bearer,

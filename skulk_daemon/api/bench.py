@@ -18,15 +18,12 @@ from litestar.response import Stream
 
 from skulk_daemon.api.images import refuse_image_request
 from skulk_daemon.api.openai_chat import MAX_CHAT_BODY_BYTES
-from skulk_daemon.chat.admission import admit
-from skulk_daemon.chat.commands import ActiveCommands
-from skulk_daemon.chat.generation import generation_events
 from skulk_daemon.chat.openai_request import decode_chat_request, to_task
 from skulk_daemon.chat.openai_wire import json_body, stats_fields
-from skulk_daemon.chat.turn import TurnEnd, turn_events
-from skulk_daemon.node import Node
+from skulk_daemon.chat.service import ChatService
+from skulk_daemon.chat.turn import TurnEnd
+from skulk_daemon.node.node import Node
 from skulk_daemon.telemetry.power import PowerMeter, PowerReading
-from skulk_daemon.worker.supervisor import Supervisor
 
 _meter = PowerMeter()
 
@@ -53,13 +50,11 @@ class BenchController(Controller):
         self,
         request: Request[Any, Any, Any],
         node: Node,
-        worker: Supervisor,
-        commands: ActiveCommands,
+        chat: ChatService,
     ) -> Stream:
         body = msgspec.structs.replace(decode_chat_request(await request.body()), stream=False)
-        admitted = admit(node, to_task(body))
+        admitted, events = chat.open_plain_turn(to_task(body))
         begin = await _meter.start()
-        events = turn_events(admitted, generation_events(worker, commands, admitted))
         reading: list[PowerReading | None] = []
 
         async def measured() -> AsyncIterator[Any]:

@@ -8,7 +8,6 @@ from contextlib import contextmanager
 from litestar import Controller, post
 
 from skulk_daemon import browser
-from skulk_daemon.api.errors import ApiError
 from skulk_daemon.browser.protocol import (
     ExtractPageRequest,
     ExtractPageResponse,
@@ -17,7 +16,8 @@ from skulk_daemon.browser.protocol import (
     WebSearchRequest,
     WebSearchResponse,
 )
-from skulk_daemon.node import Node
+from skulk_daemon.errors import ApiError
+from skulk_daemon.node.node import Node
 
 # A tool call is a query or a URL and a number; nothing legitimate comes near this.
 MAX_TOOL_BODY_BYTES = 64 * 1024

@@ -27,8 +27,8 @@ from skulk_core.extensions.capabilities import (
     CapabilityResult,
     descriptor_revision,
 )
-from skulk_daemon.api.errors import ApiError
-from skulk_daemon.capabilities.fabric import CapabilityFabric
+from skulk_daemon.capabilities.service import CapabilityService
+from skulk_daemon.errors import ApiError
 
 MAX_CAPABILITY_BODY_BYTES: Final = 4 * 1024 * 1024
 
@@ -64,7 +64,7 @@ def _unprocessable(raw: bytes, decoder: msgspec.json.Decoder[Any]) -> Any:
         raise ApiError(422, f"not a capability envelope: {exc}", code="invalid_envelope") from None
 
 
-def _fabric(capabilities: CapabilityFabric | None) -> CapabilityFabric:
+def _fabric(capabilities: CapabilityService | None) -> CapabilityService:
     if capabilities is None:
         raise ApiError(503, "this node serves no capability fabric", code="unavailable")
     return capabilities
@@ -76,7 +76,7 @@ class CapabilitiesController(Controller):
     @get("/v1/capabilities", summary="The capability descriptors a node serves")
     async def describe(
         self,
-        capabilities: CapabilityFabric | None,
+        capabilities: CapabilityService | None,
         node_id: Annotated[str | None, Parameter(query="node_id", max_length=MAX_ID_LENGTH)] = None,
     ) -> CapabilityListing:
         fabric = _fabric(capabilities)
@@ -95,7 +95,7 @@ class CapabilitiesController(Controller):
         request_max_body_size=MAX_CAPABILITY_BODY_BYTES,
     )
     async def call(
-        self, request: Request[Any, Any, Any], capabilities: CapabilityFabric | None
+        self, request: Request[Any, Any, Any], capabilities: CapabilityService | None
     ) -> CapabilityResult:
         call: CapabilityCall = _unprocessable(await request.body(), _call_decoder)
         return await _fabric(capabilities).serve_call(call)
@@ -107,7 +107,7 @@ class CapabilitiesController(Controller):
         request_max_body_size=MAX_CAPABILITY_BODY_BYTES,
     )
     async def stream(
-        self, request: Request[Any, Any, Any], capabilities: CapabilityFabric | None
+        self, request: Request[Any, Any, Any], capabilities: CapabilityService | None
     ) -> CapabilityResult:
         call: CapabilityCall = _unprocessable(await request.body(), _call_decoder)
         fabric = _fabric(capabilities)
@@ -120,7 +120,7 @@ class CapabilitiesController(Controller):
         request_max_body_size=64 * 1024,
     )
     async def cancel(
-        self, request: Request[Any, Any, Any], capabilities: CapabilityFabric | None
+        self, request: Request[Any, Any, Any], capabilities: CapabilityService | None
     ) -> StreamCancelled:
         body: StreamCancel = _unprocessable(await request.body(), _cancel_decoder)
         fabric = _fabric(capabilities)

@@ -16,15 +16,11 @@ from litestar.response import Stream
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.types import ExceptionHandlersMap
 
-from skulk_daemon.api.errors import ApiError
 from skulk_daemon.api.openai_chat import MAX_CHAT_BODY_BYTES, SSE_HEADERS
 from skulk_daemon.chat.claude_request import decode_messages_request, to_task
 from skulk_daemon.chat.claude_wire import error_document, error_type, json_body, sse_stream
-from skulk_daemon.chat.commands import ActiveCommands
-from skulk_daemon.chat.pipeline import open_turn
-from skulk_daemon.extensions.middleware import ChatMiddlewareRunner
-from skulk_daemon.node import Node
-from skulk_daemon.worker.supervisor import Supervisor
+from skulk_daemon.chat.service import ChatService
+from skulk_daemon.errors import ApiError
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +69,10 @@ class ClaudeMessagesController(Controller):
     async def messages(
         self,
         request: Request[Any, Any, Any],
-        node: Node,
-        worker: Supervisor,
-        commands: ActiveCommands,
-        chat_middleware: ChatMiddlewareRunner,
+        chat: ChatService,
     ) -> Stream:
         body = decode_messages_request(await request.body())
-        turn = await open_turn(node, worker, commands, chat_middleware, to_task(body))
+        turn = await chat.open_turn(to_task(body))
         admitted, events = turn.admitted, turn.events
         # request-id is where Anthropic's SDKs look for a request's id (`_request_id`).
         headers = {"X-Skulk-Command-Id": admitted.command_id, "request-id": admitted.command_id}

@@ -8,9 +8,9 @@ import msgspec
 from litestar import Controller, Request, get, put
 
 from skulk_core.config import ConfigError, merge_update, parse_config, public_view
-from skulk_daemon.api.errors import ApiError
-from skulk_daemon.config_store import EffectiveConfig
-from skulk_daemon.node import Node
+from skulk_daemon.errors import ApiError
+from skulk_daemon.node.config_store import EffectiveConfig
+from skulk_daemon.node.node import Node
 
 
 class ConfigResponse(msgspec.Struct, frozen=True, kw_only=True):

@@ -14,7 +14,7 @@ from litestar import Controller, get
 
 from skulk_core.version import SKULK_VERSION
 from skulk_daemon.fabric.cluster import ClusterAgent
-from skulk_daemon.node import Node
+from skulk_daemon.node.node import Node
 
 
 class DiagnosticsController(Controller):

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 from litestar import Controller, Request, post
 
-from skulk_daemon.api.errors import ApiError
+from skulk_daemon.errors import ApiError
 
 MAX_IMAGE_EDIT_BODY_BYTES = 32 * 1024 * 1024
 

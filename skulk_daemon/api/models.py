@@ -8,21 +8,21 @@ import msgspec
 from litestar import Controller, delete, get, post
 from litestar.params import Parameter
 
-from skulk_core.cards import ModelCard
-from skulk_core.catalog import CatalogEntry
-from skulk_core.commands import AddCustomCard, RemoveCustomCard
-from skulk_core.custom_cards import CardRejectedError, normalize_custom_card
 from skulk_core.ids import ModelId, new_command_id
-from skulk_core.model_listing import ModelList, ModelListItem, model_list_item
-from skulk_core.model_requirements import (
+from skulk_core.models.cards import ModelCard
+from skulk_core.models.catalog import CatalogEntry
+from skulk_core.models.custom_cards import CardRejectedError, normalize_custom_card
+from skulk_core.models.listing import ModelList, ModelListItem, model_list_item
+from skulk_core.models.requirements import (
     MAX_MODEL_ID_CHARS,
     ContextOutOfRangeError,
     ModelRequirements,
     model_requirements,
 )
 from skulk_core.placement.context import DEFAULT_CONTEXT_TOKENS, MAX_CONTEXT_TOKENS
-from skulk_daemon.api.errors import ApiError
-from skulk_daemon.node import Node
+from skulk_core.state.commands import AddCustomCard, RemoveCustomCard
+from skulk_daemon.errors import ApiError
+from skulk_daemon.node.node import Node
 
 
 class AddCardRequest(msgspec.Struct, frozen=True, kw_only=True):

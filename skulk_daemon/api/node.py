@@ -7,9 +7,9 @@ import socket
 import msgspec
 from litestar import Controller, MediaType, Response, get, post
 
-from skulk_daemon.fsutil import atomic_write
-from skulk_daemon.netinfo import preferred_ipv4
-from skulk_daemon.node import Node
+from skulk_daemon.node.node import Node
+from skulk_daemon.system.fsutil import atomic_write
+from skulk_daemon.system.netinfo import preferred_ipv4
 
 
 class NodeIdentityResponse(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

@@ -21,9 +21,8 @@ from litestar.response import Stream
 from litestar.types import ExceptionHandlersMap, Method
 from litestar.types.internal_types import PathParameterDefinition
 
-from skulk_core.reasoning import prompt_opens_thinking
+from skulk_core.chat.reasoning import prompt_opens_thinking
 from skulk_core.version import SKULK_VERSION
-from skulk_daemon.api.errors import ApiError
 from skulk_daemon.api.ollama_models import (
     OllamaPs,
     OllamaShow,
@@ -34,8 +33,7 @@ from skulk_daemon.api.ollama_models import (
     show,
     tags,
 )
-from skulk_daemon.chat.admission import Admitted, admit
-from skulk_daemon.chat.commands import ActiveCommands
+from skulk_daemon.chat.admission import Admitted
 from skulk_daemon.chat.ollama_request import (
     chat_to_task,
     decode_chat,
@@ -53,11 +51,10 @@ from skulk_daemon.chat.ollama_wire import (
     load_probe,
     ndjson_stream,
 )
-from skulk_daemon.chat.pipeline import OpenedTurn, open_turn
+from skulk_daemon.chat.service import ChatService, OpenedTurn
 from skulk_daemon.chat.task import ChatTask, TaskMessage
-from skulk_daemon.extensions.middleware import ChatMiddlewareRunner
-from skulk_daemon.node import CommandRefused, Node
-from skulk_daemon.worker.supervisor import Supervisor
+from skulk_daemon.errors import ApiError
+from skulk_daemon.node.node import CommandRefused, Node
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +116,9 @@ OLLAMA_EXCEPTION_HANDLERS: Final[ExceptionHandlersMap] = {
 }
 
 
-def _resolved(node: Node, name: str) -> str:
+def _resolved(chat: ChatService, name: str) -> str:
     """The catalog id ``name`` stands for (``:latest`` dropped), else ``name``."""
-    entry = find(node.catalog(), name)
+    entry = find(chat.catalog(), name)
     return entry.model_id if entry is not None else name
 
 
@@ -165,15 +162,12 @@ class OllamaController(Controller):
     async def chat(
         self,
         request: Request[Any, Any, Any],
-        node: Node,
-        worker: Supervisor,
-        commands: ActiveCommands,
-        chat_middleware: ChatMiddlewareRunner,
+        chat: ChatService,
     ) -> Stream:
         started_ns = time.monotonic_ns()
         body = decode_chat(await request.body())
-        task = chat_to_task(body, _resolved(node, body.model))
-        turn = await open_turn(node, worker, commands, chat_middleware, task)
+        task = chat_to_task(body, _resolved(chat, body.model))
+        turn = await chat.open_turn(task)
         return _respond(
             kind="chat", name=body.model, turn=turn, stream=body.stream, started_ns=started_ns
         )
@@ -188,25 +182,18 @@ class OllamaController(Controller):
     async def generate(
         self,
         request: Request[Any, Any, Any],
-        node: Node,
-        worker: Supervisor,
-        commands: ActiveCommands,
-        chat_middleware: ChatMiddlewareRunner,
+        chat: ChatService,
     ) -> Response[bytes] | Stream:
         started_ns = time.monotonic_ns()
         body = decode_generate(await request.body())
-        model = _resolved(node, body.model)
+        model = _resolved(chat, body.model)
         if is_load_probe(body):
             # Admission decides whether the model is served (404 if not placed); the
             # request is never dispatched, so nothing is generated.
-            admit(node, ChatTask(model=model, messages=(TaskMessage(role="user"),)))
+            chat.admit(ChatTask(model=model, messages=(TaskMessage(role="user"),)))
             probe = line(load_probe("generate", body.model))
             return Response(probe, media_type=NDJSON if body.stream else MediaType.JSON)
-        turn = await open_turn(
-            node,
-            worker,
-            commands,
-            chat_middleware,
+        turn = await chat.open_turn(
             generate_to_task(body, model),
             adjust=(lambda admitted: _raw_prompt(admitted, body.prompt)) if body.raw else None,
         )

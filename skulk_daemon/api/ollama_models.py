@@ -13,11 +13,11 @@ from typing import Any, Final
 
 import msgspec
 
-from skulk_core.card_digest import card_digest
-from skulk_core.cards import ModelCard, ModelTask
-from skulk_core.catalog import Catalog, CatalogEntry
-from skulk_core.model_listing import resolved_capabilities
-from skulk_core.state import State
+from skulk_core.models.card_digest import card_digest
+from skulk_core.models.cards import ModelCard, ModelTask
+from skulk_core.models.catalog import Catalog, CatalogEntry
+from skulk_core.models.listing import resolved_capabilities
+from skulk_core.state.state import State
 from skulk_daemon.chat.prompt import template_supports_tools
 
 COMPLETED_DOWNLOAD_STATUSES: Final = frozenset({"completed", "complete", "downloaded"})

@@ -8,14 +8,10 @@ from litestar import Controller, MediaType, Request, post
 from litestar.response import Stream
 
 from skulk_core.ids import CommandId
-from skulk_daemon.api.errors import ApiError
-from skulk_daemon.chat.commands import ActiveCommands
 from skulk_daemon.chat.openai_request import decode_chat_request, to_task
 from skulk_daemon.chat.openai_wire import json_body, sse_stream
-from skulk_daemon.chat.pipeline import open_turn
-from skulk_daemon.extensions.middleware import ChatMiddlewareRunner
-from skulk_daemon.node import Node
-from skulk_daemon.worker.supervisor import Supervisor
+from skulk_daemon.chat.service import ChatService
+from skulk_daemon.errors import ApiError
 
 MAX_CHAT_BODY_BYTES: Final = 40 * 1024 * 1024
 """Encoded image content is bounded at 32 MiB; the rest of a chat body is small."""
@@ -35,13 +31,10 @@ class OpenAIChatController(Controller):
     async def chat_completions(
         self,
         request: Request[Any, Any, Any],
-        node: Node,
-        worker: Supervisor,
-        commands: ActiveCommands,
-        chat_middleware: ChatMiddlewareRunner,
+        chat: ChatService,
     ) -> Stream:
         body = decode_chat_request(await request.body())
-        turn = await open_turn(node, worker, commands, chat_middleware, to_task(body))
+        turn = await chat.open_turn(to_task(body))
         admitted, events = turn.admitted, turn.events
         headers = {"X-Skulk-Command-Id": admitted.command_id}
         if body.stream:
@@ -55,7 +48,7 @@ class OpenAIChatController(Controller):
         )
 
     @post("/v1/cancel/{command_id:str}", status_code=200, summary="Cancel an in-flight command")
-    async def cancel(self, command_id: str, commands: ActiveCommands) -> dict[str, str]:
-        if not commands.cancel(CommandId(command_id)):
+    async def cancel(self, command_id: str, chat: ChatService) -> dict[str, str]:
+        if not chat.cancel(CommandId(command_id)):
             raise ApiError(404, "Command not found or already completed", code="command_not_found")
         return {"message": "Command cancelled.", "command_id": command_id}

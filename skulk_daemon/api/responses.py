@@ -14,13 +14,9 @@ from litestar import Controller, MediaType, Request, post
 from litestar.response import Stream
 
 from skulk_daemon.api.openai_chat import MAX_CHAT_BODY_BYTES, SSE_HEADERS
-from skulk_daemon.chat.commands import ActiveCommands
-from skulk_daemon.chat.pipeline import open_turn
 from skulk_daemon.chat.responses_request import decode_responses_request, to_task
 from skulk_daemon.chat.responses_wire import initial_response, json_body, sse_stream
-from skulk_daemon.extensions.middleware import ChatMiddlewareRunner
-from skulk_daemon.node import Node
-from skulk_daemon.worker.supervisor import Supervisor
+from skulk_daemon.chat.service import ChatService
 
 
 class ResponsesController(Controller):
@@ -35,13 +31,10 @@ class ResponsesController(Controller):
     async def create_response(
         self,
         request: Request[Any, Any, Any],
-        node: Node,
-        worker: Supervisor,
-        commands: ActiveCommands,
-        chat_middleware: ChatMiddlewareRunner,
+        chat: ChatService,
     ) -> Stream:
         body = decode_responses_request(await request.body())
-        turn = await open_turn(node, worker, commands, chat_middleware, to_task(body))
+        turn = await chat.open_turn(to_task(body))
         admitted, events = turn.admitted, turn.events
         initial = initial_response(
             body, response_id=f"resp_{admitted.command_id}", created_at=admitted.created

@@ -11,10 +11,10 @@ import msgspec
 from litestar import Controller, MediaType, get
 from litestar.response import Stream
 
-from skulk_core.state_wire import render_state
+from skulk_core.state.wire import render_state
 from skulk_core.wire import JsonValue, to_wire
-from skulk_daemon.eventlog import read_events
-from skulk_daemon.node import Node
+from skulk_daemon.node.eventlog import read_events
+from skulk_daemon.node.node import Node
 
 _json = msgspec.json.Encoder()
 # Events are read off disk in batches so a long log never sits in memory at once.

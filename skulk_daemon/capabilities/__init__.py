@@ -1,6 +1,6 @@
 """The capability fabric: typed capability calls and streams between nodes.
 
-``fabric.py`` (:class:`~skulk_daemon.capabilities.fabric.CapabilityFabric`, one per
+``fabric.py`` (:class:`~skulk_daemon.capabilities.service.CapabilityService`, one per
 node, what extensions and routes talk to), ``registry.py`` (providers, readiness,
 concurrency bounds), ``pipeline.py`` (the guards and the unary pipeline, stream
 admission), ``streams.py`` (the provider side of a stream's lifecycle), ``frames.py``

@@ -40,7 +40,7 @@ from skulk_daemon.capabilities.frames import (
     renumber,
     settle_terminal,
 )
-from skulk_daemon.capabilities.pipeline import describe_exception
+from skulk_daemon.capabilities.guards import describe_exception
 from skulk_daemon.capabilities.registry import Registration
 
 log = logging.getLogger(__name__)

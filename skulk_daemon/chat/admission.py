@@ -12,13 +12,12 @@ import os
 import time
 from dataclasses import dataclass
 
-from skulk_core.cards import ModelCard, ModelTask
+from skulk_core.chat.reasoning import ThinkingControls, prompt_opens_thinking, resolve_thinking
+from skulk_core.chat.tools import ToolChoiceError, ToolOffer, resolve_tool_choice
+from skulk_core.cluster.routing import select_instance
 from skulk_core.ids import CommandId, InstanceId, ModelId, TaskId, new_command_id, new_task_id
-from skulk_core.model_listing import resolved_capabilities
-from skulk_core.reasoning import ThinkingControls, prompt_opens_thinking, resolve_thinking
-from skulk_core.routing import select_instance
-from skulk_core.tools import ToolChoiceError, ToolOffer, resolve_tool_choice
-from skulk_daemon.api.errors import ApiError, bad_request
+from skulk_core.models.cards import ModelCard, ModelTask
+from skulk_core.models.listing import resolved_capabilities
 from skulk_daemon.chat.grammars import (
     GrammarError,
     json_object_grammar,
@@ -28,7 +27,8 @@ from skulk_daemon.chat.grammars import (
 from skulk_daemon.chat.prompt import PromptError, render_prompt
 from skulk_daemon.chat.task import ChatTask, JsonObjectFormat, JsonSchemaFormat
 from skulk_daemon.engines.base import GenerationRequest, SamplingParams
-from skulk_daemon.node import Node
+from skulk_daemon.errors import ApiError, bad_request
+from skulk_daemon.node.node import Node
 
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
 MAX_STOP_SEQUENCES = 16

@@ -13,11 +13,11 @@ from typing import Any, Literal
 
 import msgspec
 
-from skulk_core.tools import NamedChoice, ToolCall, ToolChoice, ToolSpec
-from skulk_daemon.api.errors import ApiError, decode_json
-from skulk_daemon.api.errors import bad_request as _bad
+from skulk_core.chat.tools import NamedChoice, ToolCall, ToolChoice, ToolSpec
 from skulk_daemon.chat.images import image_from_base64
 from skulk_daemon.chat.task import ChatTask, ImageInput, JsonSchemaFormat, TaskMessage
+from skulk_daemon.errors import ApiError, decode_json
+from skulk_daemon.errors import bad_request as _bad
 
 BLOCK_SEPARATOR = "\n\n"
 """Joins the text blocks of one turn (and of ``system``): blocks are paragraphs."""

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from skulk_daemon.chat.admission import Admitted
-from skulk_daemon.chat.commands import ActiveCommands
+from skulk_daemon.chat.cancellation import ActiveCommands
 from skulk_daemon.engines.base import EngineChunk as Chunk
 from skulk_daemon.engines.base import ErrorChunk, FinishChunk, TokenChunk
 from skulk_daemon.worker.supervisor import Supervisor

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from skulk_core.tools import ToolSpec
+from skulk_core.chat.tools import ToolSpec
 
 MAX_SCHEMA_BYTES = 64 * 1024
 """A schema larger than this is refused: its grammar would be enormous."""

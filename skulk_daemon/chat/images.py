@@ -10,8 +10,8 @@ import base64
 import binascii
 import re
 
-from skulk_daemon.api.errors import ApiError
 from skulk_daemon.chat.task import ImageInput
+from skulk_daemon.errors import ApiError
 
 _DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*?)(;base64)?,", re.I)
 

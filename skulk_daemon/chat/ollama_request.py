@@ -13,9 +13,7 @@ from typing import Any, Final
 
 import msgspec
 
-from skulk_core.tools import ToolCall, ToolSpec
-from skulk_daemon.api.errors import bad_request as _bad
-from skulk_daemon.api.errors import decode_json
+from skulk_core.chat.tools import ToolCall, ToolSpec
 from skulk_daemon.chat.images import image_from_base64
 from skulk_daemon.chat.openai_request import tool_spec_from_openai
 from skulk_daemon.chat.task import (
@@ -27,6 +25,8 @@ from skulk_daemon.chat.task import (
     TaskMessage,
     TaskRole,
 )
+from skulk_daemon.errors import bad_request as _bad
+from skulk_daemon.errors import decode_json
 
 NUM_PREDICT_DEFAULT: Final = -1
 """Ollama's "no limit" (here: the shared default output budget)."""

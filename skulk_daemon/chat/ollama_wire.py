@@ -23,7 +23,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from skulk_core.tools import ToolCall
+from skulk_core.chat.tools import ToolCall
 from skulk_daemon.chat.generation import KeepAlive
 from skulk_daemon.chat.turn import (
     ContentDelta,

@@ -6,11 +6,9 @@ from typing import Any
 
 import msgspec
 
-from skulk_core.tools import NamedChoice, ToolCall, ToolChoice, ToolSpec
-from skulk_daemon.api.errors import bad_request as _bad
-from skulk_daemon.api.errors import decode_json
+from skulk_core.chat.tools import NamedChoice, ToolCall, ToolChoice, ToolSpec
 from skulk_daemon.chat.images import image_from_url
-from skulk_daemon.chat.protocol import ChatCompletionRequest, ChatMessage
+from skulk_daemon.chat.openai_protocol import ChatCompletionRequest, ChatMessage
 from skulk_daemon.chat.task import (
     ChatTask,
     ImageInput,
@@ -20,6 +18,8 @@ from skulk_daemon.chat.task import (
     TaskMessage,
     TaskRole,
 )
+from skulk_daemon.errors import bad_request as _bad
+from skulk_daemon.errors import decode_json
 
 _decoder = msgspec.json.Decoder(ChatCompletionRequest)
 

@@ -8,10 +8,9 @@ from typing import Any
 
 import msgspec
 
-from skulk_daemon.api.errors import error_body
 from skulk_daemon.chat.admission import Admitted
 from skulk_daemon.chat.generation import KeepAlive
-from skulk_daemon.chat.protocol import (
+from skulk_daemon.chat.openai_protocol import (
     AssistantMessage,
     ChatCompletion,
     ChatCompletionChunk,
@@ -28,6 +27,7 @@ from skulk_daemon.chat.protocol import (
 )
 from skulk_daemon.chat.turn import ContentDelta, ReasoningDelta, TurnEnd, TurnError, TurnEvent
 from skulk_daemon.engines.base import GenerationStats
+from skulk_daemon.errors import error_body
 
 log = logging.getLogger(__name__)
 

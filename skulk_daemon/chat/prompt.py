@@ -25,9 +25,9 @@ from typing import Any
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from skulk_core.cards import ModelCard
-from skulk_core.reasoning import ThinkingControls
-from skulk_core.tools import NO_TOOLS, ToolCall, ToolOffer, ToolSpec
+from skulk_core.chat.reasoning import ThinkingControls
+from skulk_core.chat.tools import NO_TOOLS, ToolCall, ToolOffer, ToolSpec
+from skulk_core.models.cards import ModelCard
 from skulk_daemon.chat.task import TaskMessage
 
 _USES_TOOLS = re.compile(r"\btools\b")

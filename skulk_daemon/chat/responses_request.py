@@ -16,9 +16,7 @@ from typing import Any
 
 import msgspec
 
-from skulk_core.tools import ToolCall, ToolChoice, ToolSpec
-from skulk_daemon.api.errors import ApiError, decode_json
-from skulk_daemon.api.errors import bad_request as _bad
+from skulk_core.chat.tools import ToolCall, ToolChoice, ToolSpec
 from skulk_daemon.chat.images import image_from_url
 from skulk_daemon.chat.openai_request import tool_choice_from_openai
 from skulk_daemon.chat.task import (
@@ -30,6 +28,8 @@ from skulk_daemon.chat.task import (
     TaskMessage,
     TaskRole,
 )
+from skulk_daemon.errors import ApiError, decode_json
+from skulk_daemon.errors import bad_request as _bad
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 """The ``include`` entry that asks for output-text logprobs."""

@@ -24,7 +24,7 @@ from typing import Literal
 
 import msgspec
 
-from skulk_core.tools import ToolCall
+from skulk_core.chat.tools import ToolCall
 from skulk_daemon.chat.generation import KeepAlive
 from skulk_daemon.chat.responses_protocol import (
     OPENAI_ERROR_CODES,

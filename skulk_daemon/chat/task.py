@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from skulk_core.tools import ToolCall, ToolChoice, ToolSpec
+from skulk_core.chat.tools import ToolCall, ToolChoice, ToolSpec
 
 TaskRole = Literal["system", "user", "assistant", "tool"]
 

@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Literal
 
-from skulk_core.reasoning import ReasoningSplitter
-from skulk_core.tool_parsing import ToolCallSieve
-from skulk_core.tools import ToolCall
+from skulk_core.chat.reasoning import ReasoningSplitter
+from skulk_core.chat.tool_parsing import ToolCallSieve
+from skulk_core.chat.tools import ToolCall
 from skulk_daemon.chat.admission import Admitted
 from skulk_daemon.chat.generation import KeepAlive
 from skulk_daemon.engines.base import EngineChunk, ErrorChunk, FinishChunk, GenerationStats

@@ -19,9 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from skulk_core.cards import ModelTask
+from skulk_core.cluster.telemetry import NodeTelemetry
 from skulk_core.extensions.capabilities import (
     DEFAULT_TIMEOUT_SECONDS,
     CapabilityDescriptor,
@@ -30,18 +28,14 @@ from skulk_core.extensions.capabilities import (
     JsonObject,
 )
 from skulk_core.extensions.capability_nodes import CapabilityNodeSummary
-from skulk_core.ids import ModelId, NodeId
-from skulk_core.routing import select_instance
-from skulk_core.state import State
-from skulk_core.telemetry import NodeTelemetry
+from skulk_core.ids import NodeId
+from skulk_core.state.state import State
 from skulk_core.version import SKULK_VERSION
-from skulk_daemon.api.embeddings import EmbeddingRequest, admit_embedding
-from skulk_daemon.runner.protocol import Embedded
 
 if TYPE_CHECKING:
-    from skulk_daemon.capabilities.fabric import CapabilityFabric
-    from skulk_daemon.node import Node
-    from skulk_daemon.worker.supervisor import Supervisor
+    from skulk_daemon.capabilities.service import CapabilityService
+    from skulk_daemon.embeddings.service import EmbeddingService
+    from skulk_daemon.node.node import Node
 
 log = logging.getLogger("skulk.extensions")
 
@@ -98,35 +92,9 @@ def cluster_views(
     return tuple(node_view(node_id, telemetry.get(node_id), state) for node_id in nodes)
 
 
-def placed_embedding_model(node: Node) -> str | None:
-    """The first model (by id) that embeds and has an instance to serve it."""
-    for model_id, entry in sorted(node.catalog().by_id.items()):
-        if ModelTask.TEXT_EMBEDDING not in entry.card.tasks:
-            continue
-        if select_instance(node.state, ModelId(model_id)) is not None:
-            return str(model_id)
-    return None
-
-
-def in_process_embedder(node: Node, worker: Supervisor) -> EmbedTexts:
+def in_process_embedder(embeddings: EmbeddingService) -> EmbedTexts:
     """``embed_texts`` over the same admission and runner path as ``POST /v1/embeddings``."""
-
-    async def embed(texts: Sequence[str], model: str | None) -> list[list[float]] | None:
-        chosen = model or placed_embedding_model(node)
-        if chosen is None:
-            return None
-        # Admission refuses what the route would (400/404): no vectors, not an error.
-        admitted = admit_embedding(node, EmbeddingRequest(model=chosen, input=list(texts)))
-        result = await worker.embed(
-            admitted.instance_id, admitted.task_id, admitted.inputs, admitted.command_id
-        )
-        if not isinstance(result, Embedded):
-            log.warning("embed_texts: the runner refused (%s): %s", result.code, result.message)
-            return None
-        rows = np.frombuffer(result.vectors, dtype="<f4").reshape(result.count, result.dimensions)
-        return [row.astype(np.float64).tolist() for row in rows]
-
-    return embed
+    return embeddings.embed_texts
 
 
 class ExtensionContext:
@@ -139,7 +107,7 @@ class ExtensionContext:
     def __init__(
         self,
         node: Node,
-        fabric: CapabilityFabric | None = None,
+        fabric: CapabilityService | None = None,
         embed: EmbedTexts | None = None,
     ) -> None:
         self._node = node
@@ -224,7 +192,7 @@ class ExtensionContext:
 
     # -- capability calls --------------------------------------------------------------
 
-    def _fabric_or_raise(self) -> CapabilityFabric:
+    def _fabric_or_raise(self) -> CapabilityService:
         if self._fabric is None:
             raise RuntimeError("this node has no capability fabric")
         return self._fabric

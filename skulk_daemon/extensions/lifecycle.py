@@ -30,9 +30,9 @@ from skulk_daemon.extensions.loader import LoadedExtension, load_extensions
 from skulk_daemon.extensions.middleware import ChatMiddlewareRunner, NamedMiddleware
 
 if TYPE_CHECKING:
-    from skulk_daemon.capabilities.fabric import CapabilityFabric
-    from skulk_daemon.node import Node
-    from skulk_daemon.worker.supervisor import Supervisor
+    from skulk_daemon.capabilities.service import CapabilityService
+    from skulk_daemon.embeddings.service import EmbeddingService
+    from skulk_daemon.node.node import Node
 
 log = logging.getLogger("skulk.extensions")
 
@@ -70,7 +70,7 @@ class ExtensionHost:
         self,
         extensions: Sequence[LoadedExtension],
         context: ExtensionContext,
-        fabric: CapabilityFabric | None = None,
+        fabric: CapabilityService | None = None,
     ) -> None:
         self.extensions = tuple(extensions)
         self.context = context
@@ -97,8 +97,8 @@ class ExtensionHost:
     def open(
         cls,
         node: Node,
-        worker: Supervisor,
-        fabric: CapabilityFabric | None = None,
+        embeddings: EmbeddingService,
+        fabric: CapabilityService | None = None,
         *,
         builtins: Sequence[object] = (),
     ) -> ExtensionHost:
@@ -107,7 +107,7 @@ class ExtensionHost:
         ``builtins`` are first-party providers (``vad@1.0.0``): registered first, as
         built-ins, whether or not extension discovery is disabled.
         """
-        context = ExtensionContext(node, fabric, in_process_embedder(node, worker))
+        context = ExtensionContext(node, fabric, in_process_embedder(embeddings))
         if fabric is not None:
             for provider in builtins:
                 try:

@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from skulk_core.tools import ToolCall
+from skulk_core.chat.tools import ToolCall
 from skulk_daemon.chat.task import ChatTask, TaskMessage
 from skulk_daemon.chat.turn import ContentDelta, ReasoningDelta, TurnEnd, TurnError, TurnEvent
 

@@ -3,7 +3,7 @@
 It carries out what the pure parts decide. Every ~1.5 s it sends a :class:`Beat`
 (identity, rank, latest telemetry, last applied index) to every peer; beats are
 the liveness signal and how a joining node learns the sitting master. It drives
-the :class:`~skulk_core.election.Election`, turns its sessions into the node's
+the :class:`~skulk_core.cluster.election.Election`, turns its sessions into the node's
 role (master or follower), forwards a follower's commands to the master, keeps
 followers replicated (batches as they are indexed, sync on a gap or a new
 session, snapshots when a tail cannot serve), removes nodes unseen past the
@@ -21,13 +21,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Final
 
-from skulk_core.commands import RegisterNode
-from skulk_core.election import (
+from skulk_core.cluster.election import (
     Action,
     Broadcast,
     Coordinator,
@@ -37,8 +34,7 @@ from skulk_core.election import (
     Session,
     SessionChanged,
 )
-from skulk_core.events import IndexedEvent
-from skulk_core.fabric import (
+from skulk_core.cluster.fabric import (
     MAX_EVENTS_PER_FRAME,
     PLANE_OF,
     PROTOCOL_VERSION,
@@ -67,17 +63,21 @@ from skulk_core.fabric import (
     encode,
 )
 from skulk_core.ids import NodeId, new_command_id
+from skulk_core.state.commands import RegisterNode
+from skulk_core.state.events import IndexedEvent
 from skulk_core.version import SKULK_VERSION
-from skulk_daemon.eventlog import read_events
 from skulk_daemon.fabric.data_plane import DataPlane
 from skulk_daemon.fabric.forwarding import CommandForwarding
+from skulk_daemon.fabric.link import CapabilityMessage, LinkCounters
 from skulk_daemon.fabric.membership import Membership
 from skulk_daemon.fabric.peers import Peer, PeerBook, fabric_address, parse_peer
-from skulk_daemon.fabric.remote_capabilities import CapabilityMessage, RemoteCapabilities
+from skulk_daemon.fabric.remote_capabilities import RemoteCapabilities
 from skulk_daemon.fabric.remote_tasks import RemoteTasks
 from skulk_daemon.fabric.replication import CatchUp, RetainedTail, continues
+from skulk_daemon.fabric.settings import FabricSettings
 from skulk_daemon.fabric.transport import FabricTransport
-from skulk_daemon.node import Node
+from skulk_daemon.node.eventlog import read_events
+from skulk_daemon.node.node import Node
 
 log = logging.getLogger(__name__)
 
@@ -85,28 +85,6 @@ DATA_TRANSPORT: Final = "zmq"
 TICK_SECONDS: Final = 0.1
 LONELY_GRACE_SECONDS: Final = 10.0
 """With explicit peers none of which answers, how long before serving alone."""
-
-
-@dataclass(frozen=True, slots=True)
-class FabricSettings:
-    bind_host: str = "0.0.0.0"
-    port: int = 52416
-    peers: tuple[str, ...] = ()
-    force_master: bool = False
-    beat_seconds: float = 1.5
-    node_timeout_seconds: float = 10.0
-    """Unseen this long, a node is removed from the cluster (by the master)."""
-    settle_seconds: float = 5.0
-    """After an election, how long the new master waits before removing anyone."""
-    discovery_grace_seconds: float = 2.0
-    """How long a node listens for a sitting master before it campaigns (0 when it
-    has no way to find peers: no explicit peers and no mDNS)."""
-
-
-@dataclass(slots=True)
-class _Counters:
-    dropped: Counter[str] = field(default_factory=Counter)
-    received: Counter[str] = field(default_factory=Counter)
 
 
 class ClusterAgent:
@@ -136,7 +114,7 @@ class ClusterAgent:
         self.data = DataPlane(node.node_id, self._send_data)
         self.remote = RemoteTasks(self)
         self.capabilities = RemoteCapabilities(self)
-        self.counters = _Counters()
+        self.counters = LinkCounters()
         self._seq = 0
         self.commands = CommandForwarding(node, self._send, lambda: self.election.session)
         self._control: asyncio.Queue[tuple[NodeId, Header, Body]] = asyncio.Queue()

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Final
 
-from skulk_core.fabric import MAX_DATA_PAYLOAD_BYTES, DataFrame
+from skulk_core.cluster.fabric import MAX_DATA_PAYLOAD_BYTES, DataFrame
 from skulk_core.ids import CommandId, NodeId
 
 DEFAULT_STREAM_FRAMES: Final = 1024

@@ -17,13 +17,13 @@ from typing import Final
 
 import msgspec
 
-from skulk_core.commands import Command
-from skulk_core.decide import Refused
-from skulk_core.election import Session
-from skulk_core.fabric import Body, CommandOutcome, Header, SubmitCommand
+from skulk_core.cluster.election import Session
+from skulk_core.cluster.fabric import Body, CommandOutcome, Header, SubmitCommand
 from skulk_core.ids import CommandId, NodeId
-from skulk_daemon.master import NotMaster
-from skulk_daemon.node import Node, NoMaster
+from skulk_core.state.commands import Command
+from skulk_core.state.decide import Refused
+from skulk_daemon.node.master import NotMaster
+from skulk_daemon.node.node import Node, NoMaster
 
 FORWARD_TIMEOUT_SECONDS: Final = 5.0
 RECENT_OUTCOMES: Final = 4096

@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from zmq.utils import z85
 
-from skulk_daemon.fsutil import atomic_write
+from skulk_daemon.system.fsutil import atomic_write
 
 CLUSTER_KEY_ENV: Final = "SKULK_CLUSTER_KEY"
 CLUSTER_KEY_FILE: Final = "cluster.key"

@@ -15,14 +15,14 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from skulk_core.commands import RemoveNode, ReportConnections
 from skulk_core.ids import NodeId, new_command_id
-from skulk_core.state import Connection
+from skulk_core.state.commands import RemoveNode, ReportConnections
+from skulk_core.state.state import Connection
 from skulk_daemon.fabric.peers import Peer, PeerBook
-from skulk_daemon.node import Node
+from skulk_daemon.node.node import Node
 
 if TYPE_CHECKING:
-    from skulk_daemon.fabric.cluster import FabricSettings
+    from skulk_daemon.fabric.settings import FabricSettings
 
 log = logging.getLogger(__name__)
 

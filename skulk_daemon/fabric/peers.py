@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from skulk_core.election import Rank
+from skulk_core.cluster.election import Rank
 from skulk_core.ids import NodeId
 
 

@@ -23,13 +23,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 import msgspec
 
-from skulk_core.extensions.capabilities import (
-    CapabilityCall,
-    CapabilityDescriptor,
-    CapabilityResult,
-    CapabilityStreamFrame,
-)
-from skulk_core.fabric import (
+from skulk_core.cluster.fabric import (
     CapabilityCancel,
     CapabilityData,
     CapabilityDescribe,
@@ -37,10 +31,16 @@ from skulk_core.fabric import (
     CapabilityOpen,
     CapabilityOutcome,
 )
+from skulk_core.extensions.capabilities import (
+    CapabilityCall,
+    CapabilityDescriptor,
+    CapabilityResult,
+    CapabilityStreamFrame,
+)
 from skulk_core.ids import NodeId
 
 if TYPE_CHECKING:
-    from skulk_daemon.fabric.cluster import ClusterAgent
+    from skulk_daemon.fabric.link import CapabilityMessage, FabricLink
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +49,6 @@ ANSWER_GRACE_SECONDS: Final = 2.0
 """How long past the call's deadline a caller waits for the provider's own answer."""
 LIVENESS_CHECK_SECONDS: Final = 1.0
 
-CapabilityMessage = (
-    CapabilityDescribe
-    | CapabilityDescribed
-    | CapabilityOpen
-    | CapabilityOutcome
-    | CapabilityCancel
-    | CapabilityData
-)
 
 Emit = Callable[[CapabilityStreamFrame], Awaitable[bool]]
 
@@ -78,7 +70,7 @@ class CapabilityServer(Protocol):
 
 
 class RemoteCapabilities:
-    def __init__(self, agent: ClusterAgent) -> None:
+    def __init__(self, agent: FabricLink) -> None:
         self._agent = agent
         self._server: CapabilityServer | None = None
         self._describes: dict[str, tuple[NodeId, asyncio.Future[list[CapabilityDescriptor]]]] = {}

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from skulk_core.fabric import CancelTask, RunTask
+from skulk_core.cluster.fabric import CancelTask, RunTask
 from skulk_core.ids import CommandId, InstanceId, NodeId, TaskId
 from skulk_daemon.engines.base import (
     EngineChunk,
@@ -33,7 +33,7 @@ from skulk_daemon.engines.base import (
 from skulk_daemon.fabric.data_plane import StreamBroken
 
 if TYPE_CHECKING:
-    from skulk_daemon.fabric.cluster import ClusterAgent
+    from skulk_daemon.fabric.link import FabricLink
     from skulk_daemon.worker.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class _Serving:
 class RemoteTasks:
     """Both ends of remote generation for one node."""
 
-    def __init__(self, agent: ClusterAgent) -> None:
+    def __init__(self, agent: FabricLink) -> None:
         self._agent = agent
         self._worker: Supervisor | None = None
         self._serving: dict[CommandId, _Serving] = {}

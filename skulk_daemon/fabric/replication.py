@@ -18,11 +18,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-from skulk_core.events import IndexedEvent
-from skulk_core.fabric import MAX_EVENTS_PER_FRAME, EventBatch, Snapshot, SyncRequest
+from skulk_core.cluster.fabric import MAX_EVENTS_PER_FRAME, EventBatch, Snapshot, SyncRequest
 from skulk_core.ids import NodeId
-from skulk_core.state import State
-from skulk_daemon.snapshot import positive_env
+from skulk_core.state.events import IndexedEvent
+from skulk_core.state.state import State
+from skulk_daemon.node.snapshot import positive_env
 
 RETAINED_EVENTS: Final = positive_env("SKULK_RETAINED_EVENTS", 4096)
 """Events the master keeps for catch-up (``SKULK_RETAINED_EVENTS`` overrides it)."""

@@ -10,8 +10,8 @@ import os
 from collections.abc import Sequence
 
 from skulk_core.config import ClusterConfig
-from skulk_daemon.fabric.cluster import FabricSettings
 from skulk_daemon.fabric.peers import parse_peer
+from skulk_daemon.fabric.settings import FabricSettings
 
 FABRIC_PORT_ENV = "SKULK_FABRIC_PORT"
 PEERS_ENV = "SKULK_PEERS"

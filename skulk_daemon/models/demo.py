@@ -17,13 +17,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Final
 
-from skulk_core.cards import Memory, ModelCard, ModelLicense, ModelTask
-from skulk_core.catalog import InstalledModel
-from skulk_core.chat_templates import GEMMA3_CHAT_TEMPLATE
-from skulk_core.gguf import GgufError, GgufHeader, read_gguf_header
 from skulk_core.ids import ModelId
-from skulk_daemon.fsutil import fsync_dir
+from skulk_core.models.cards import Memory, ModelCard, ModelLicense, ModelTask
+from skulk_core.models.catalog import InstalledModel
+from skulk_core.models.chat_templates import GEMMA3_CHAT_TEMPLATE
+from skulk_core.models.gguf import GgufError, GgufHeader, read_gguf_header
 from skulk_daemon.models.packaged import PARTIAL_SUFFIX, install_once, remove_partials
+from skulk_daemon.system.fsutil import fsync_dir
 
 log = logging.getLogger(__name__)
 

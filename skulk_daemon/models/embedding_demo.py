@@ -15,10 +15,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Final
 
-from skulk_core.cards import Memory, ModelCard, ModelLicense, ModelTask
-from skulk_core.catalog import InstalledModel
-from skulk_core.gguf import GgufError, GgufHeader, read_gguf_header
 from skulk_core.ids import ModelId
+from skulk_core.models.cards import Memory, ModelCard, ModelLicense, ModelTask
+from skulk_core.models.catalog import InstalledModel
+from skulk_core.models.gguf import GgufError, GgufHeader, read_gguf_header
 from skulk_daemon.models.bert_gguf import convert_bert_to_gguf
 from skulk_daemon.models.packaged import install_once, remove_partials
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from skulk_core.catalog import InstalledModel
+from skulk_core.models.catalog import InstalledModel
 from skulk_daemon.models.demo import DEMO_MODEL_ID, install_demo_model
 from skulk_daemon.models.sidecar import SIDECAR_DIR, SIDECAR_NAME, SidecarError, read_sidecar
 

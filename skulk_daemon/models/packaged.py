@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
-from skulk_core.cards import ModelCard
-from skulk_core.catalog import InstalledModel
 from skulk_core.ids import ModelId
+from skulk_core.models.cards import ModelCard
+from skulk_core.models.catalog import InstalledModel
 from skulk_daemon.models.sidecar import (
     SIDECAR_DIR,
     SidecarError,

@@ -11,9 +11,9 @@ from typing import Final
 
 import msgspec
 
-from skulk_core.cards import ModelCard
 from skulk_core.ids import ModelId
-from skulk_daemon.fsutil import atomic_write
+from skulk_core.models.cards import ModelCard
+from skulk_daemon.system.fsutil import atomic_write
 
 SIDECAR_DIR: Final = ".skulk"
 SIDECAR_NAME: Final = "installed-card.json"

@@ -37,7 +37,7 @@ from skulk_core.operator.relay import (
 )
 from skulk_daemon.operator.errors import AuthorityError
 from skulk_daemon.operator.service import OperatorPairingService
-from skulk_daemon.settings import resolve_settings
+from skulk_daemon.system.settings import resolve_settings
 
 DEFAULT_VALID_FOR = "1d"
 

@@ -27,11 +27,11 @@ from typing import Final
 import uvicorn
 from litestar.types import ASGIApp
 
-from skulk_daemon.listen import BindError, bind_listener
 from skulk_daemon.operator.errors import AuthorityError
 from skulk_daemon.operator.guards import OperatorGate
 from skulk_daemon.operator.service import OperatorPairingService
-from skulk_daemon.settings import DEFAULT_OPERATOR_API_PORT
+from skulk_daemon.system.listeners import BindError, bind_listener
+from skulk_daemon.system.settings import DEFAULT_OPERATOR_API_PORT
 
 log = logging.getLogger("skulk.operator")
 

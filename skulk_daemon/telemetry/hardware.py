@@ -21,8 +21,8 @@ from pathlib import Path
 
 import psutil
 
-from skulk_core.cards import Memory
-from skulk_core.telemetry import Accelerator, HealthReason, NodeMemory, NodeSystem
+from skulk_core.cluster.telemetry import Accelerator, HealthReason, NodeMemory, NodeSystem
+from skulk_core.models.cards import Memory
 
 # nvidia-smi normally answers in well under a second; a wedged driver can hang it
 # for minutes, and a telemetry tick must not wait on that. Same bound for sysctl.

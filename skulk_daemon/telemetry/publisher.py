@@ -12,10 +12,7 @@ from pathlib import Path
 
 import msgspec
 
-from skulk_core.cards import Memory
-from skulk_core.extensions.capability_nodes import CapabilityNodeSummary
-from skulk_core.ids import NodeId
-from skulk_core.telemetry import (
+from skulk_core.cluster.telemetry import (
     Accelerator,
     HealthReason,
     NodeIdentityInfo,
@@ -24,6 +21,9 @@ from skulk_core.telemetry import (
     NodeTelemetry,
     Participation,
 )
+from skulk_core.extensions.capability_nodes import CapabilityNodeSummary
+from skulk_core.ids import NodeId
+from skulk_core.models.cards import Memory
 from skulk_daemon.telemetry.hardware import (
     collect_memory,
     collect_system,

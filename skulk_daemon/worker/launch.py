@@ -15,15 +15,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from skulk_core.cards import ModelTask
 from skulk_core.ids import ModelId
+from skulk_core.models.cards import ModelTask
 from skulk_core.placement.backends import BACKEND_LLAMA_CPP
 from skulk_core.placement.context import DEFAULT_CONTEXT_TOKENS
 from skulk_core.placement.local_fit import local_shortfall
 from skulk_core.placement.repair import MODEL_NOT_INSTALLED, PLACEMENT_REFUSED
 from skulk_core.placement.rpc_pool import RPC_DONOR_LOST
-from skulk_core.shards import Instance, LlamaRpcInstance, RpcDonorShardMetadata, ShardMetadata
-from skulk_daemon.node import Node
+from skulk_core.state.shards import Instance, LlamaRpcInstance, RpcDonorShardMetadata, ShardMetadata
+from skulk_daemon.node.node import Node
 from skulk_daemon.runner.protocol import Load, RunnerMode
 from skulk_daemon.worker.rpc_loads import (
     DONOR_READY_TIMEOUT_SECONDS,

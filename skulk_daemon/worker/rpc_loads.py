@@ -12,14 +12,14 @@ from typing import Final
 
 from skulk_core.ids import NodeId
 from skulk_core.placement.rpc_pool import split_endpoint
-from skulk_core.shards import (
+from skulk_core.state.shards import (
     LlamaRpcInstance,
     RpcDonorShardMetadata,
     RunnerFailed,
     RunnerReady,
     RunnerRunning,
 )
-from skulk_core.state import State
+from skulk_core.state.state import State
 from skulk_daemon.runner.protocol import Load, RpcDonorRoute, RpcPool, RpcServe
 
 DONOR_READY_TIMEOUT_SECONDS: Final = 120.0

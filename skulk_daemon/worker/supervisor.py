@@ -1,6 +1,6 @@
 """The supervisor: the effectful half of the worker.
 
-It runs :func:`skulk_core.worker_plan.plan` whenever State changes and performs the
+It runs :func:`skulk_core.cluster.worker_plan.plan` whenever State changes and performs the
 actions: starting runner subprocesses for shards assigned here, stopping those no
 longer assigned, and reporting every phase through the event log. It also hands
 generation and embedding requests to the right local runner.
@@ -17,12 +17,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol, assert_never
 
-from skulk_core.cards import ModelTask
-from skulk_core.commands import (
-    FinishTask,
-    ReportInstanceFailure,
-    ReportRunnerStatus,
-    StartTask,
+from skulk_core.cluster.worker_plan import (
+    LocalRunnerPhase,
+    StartRunner,
+    StopRunner,
+    assigned_runners,
+    plan,
 )
 from skulk_core.ids import (
     CommandId,
@@ -33,8 +33,15 @@ from skulk_core.ids import (
     TaskId,
     new_command_id,
 )
+from skulk_core.models.cards import ModelTask
 from skulk_core.placement.rpc_pool import RPC_DONOR_LOST
-from skulk_core.shards import (
+from skulk_core.state.commands import (
+    FinishTask,
+    ReportInstanceFailure,
+    ReportRunnerStatus,
+    StartTask,
+)
+from skulk_core.state.shards import (
     Instance,
     RpcDonorShardMetadata,
     RunnerFailed,
@@ -47,17 +54,10 @@ from skulk_core.shards import (
     ShardMetadata,
     serving_node,
 )
-from skulk_core.state import Task, TaskStatus
-from skulk_core.worker_plan import (
-    LocalRunnerPhase,
-    StartRunner,
-    StopRunner,
-    assigned_runners,
-    plan,
-)
+from skulk_core.state.state import Task, TaskStatus
 from skulk_daemon.engines.base import DEFAULT_SLOTS, ErrorChunk, FinishChunk, GenerationRequest
 from skulk_daemon.engines.base import EngineChunk as Chunk
-from skulk_daemon.node import Node
+from skulk_daemon.node.node import Node
 from skulk_daemon.runner.client import RunnerProcess
 from skulk_daemon.runner.protocol import ERROR_CANCELLED, Embedded
 from skulk_daemon.worker.launch import Launcher, LaunchRefused

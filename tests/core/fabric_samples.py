@@ -1,6 +1,6 @@
 """Realistic fabric values shared by the protocol, replication and fuzz tests.
 
-One well-formed value of every :data:`skulk_core.fabric.Body` type (several for the
+One well-formed value of every :data:`skulk_core.cluster.fabric.Body` type (several for the
 unions inside them), plus the builders they are made from.
 """
 
@@ -13,26 +13,8 @@ from typing import Any
 import msgspec
 from hypothesis import strategies as st
 
-from skulk_core.cards import Memory
-from skulk_core.commands import CreateInstance, RegisterNode, ReportConnections
-from skulk_core.election import Alive, Campaign, Coordinator, Rank, Session
-from skulk_core.events import (
-    ConnectionsReported,
-    Event,
-    IndexedEvent,
-    InstanceCreated,
-    MasterElected,
-    NodeJoined,
-    RunnerStatusUpdated,
-)
-from skulk_core.extensions.capabilities import (
-    CapabilityCall,
-    CapabilityDescriptor,
-    CapabilityResult,
-    CapabilityStreamFrame,
-    InlineMediaAttachment,
-)
-from skulk_core.fabric import (
+from skulk_core.cluster.election import Alive, Campaign, Coordinator, Rank, Session
+from skulk_core.cluster.fabric import (
     PROTOCOL_VERSION,
     Beat,
     Body,
@@ -55,16 +37,7 @@ from skulk_core.fabric import (
     SubmitCommand,
     SyncRequest,
 )
-from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, NodeInstallId, RunnerId
-from skulk_core.shards import (
-    MlxRingInstance,
-    PipelineShardMetadata,
-    RunnerIdle,
-    RunnerReady,
-    ShardAssignments,
-)
-from skulk_core.state import Connection, State, Topology
-from skulk_core.telemetry import (
+from skulk_core.cluster.telemetry import (
     NodeIdentityInfo,
     NodeMemory,
     NodeResources,
@@ -72,6 +45,33 @@ from skulk_core.telemetry import (
     NodeTelemetry,
     Participation,
 )
+from skulk_core.extensions.capabilities import (
+    CapabilityCall,
+    CapabilityDescriptor,
+    CapabilityResult,
+    CapabilityStreamFrame,
+    InlineMediaAttachment,
+)
+from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, NodeInstallId, RunnerId
+from skulk_core.models.cards import Memory
+from skulk_core.state.commands import CreateInstance, RegisterNode, ReportConnections
+from skulk_core.state.events import (
+    ConnectionsReported,
+    Event,
+    IndexedEvent,
+    InstanceCreated,
+    MasterElected,
+    NodeJoined,
+    RunnerStatusUpdated,
+)
+from skulk_core.state.shards import (
+    MlxRingInstance,
+    PipelineShardMetadata,
+    RunnerIdle,
+    RunnerReady,
+    ShardAssignments,
+)
+from skulk_core.state.state import Connection, State, Topology
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 ALPHA = NodeId("12D3KooWalpha")

@@ -4,9 +4,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from skulk_core.apply import OutOfOrderEvent, apply
-from skulk_core.cards import Memory, ModelCard
-from skulk_core.commands import (
+from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId
+from skulk_core.models.cards import Memory, ModelCard
+from skulk_core.state.apply import OutOfOrderEvent, apply
+from skulk_core.state.commands import (
     AddCustomCard,
     CreateInstance,
     DeleteInstance,
@@ -14,8 +15,8 @@ from skulk_core.commands import (
     RemoveCustomCard,
     ReportRunnerStatus,
 )
-from skulk_core.decide import Refused, decide
-from skulk_core.events import (
+from skulk_core.state.decide import Refused, decide
+from skulk_core.state.events import (
     Event,
     IndexedEvent,
     InstanceCreated,
@@ -24,8 +25,7 @@ from skulk_core.events import (
     NodeLeft,
     RunnerStatusUpdated,
 )
-from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId
-from skulk_core.shards import (
+from skulk_core.state.shards import (
     MlxRingInstance,
     PipelineShardMetadata,
     RunnerFailed,
@@ -33,7 +33,7 @@ from skulk_core.shards import (
     RunnerReady,
     ShardAssignments,
 )
-from skulk_core.state import MAX_INSTANCE_FAILURES, InstanceFailure, State
+from skulk_core.state.state import MAX_INSTANCE_FAILURES, InstanceFailure, State
 
 NODE = NodeId("12D3KooWnode")
 NOW = datetime(2026, 11, 30, tzinfo=UTC)

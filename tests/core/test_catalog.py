@@ -7,14 +7,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from skulk_core.card_digest import card_digest
-from skulk_core.cards import Memory, ModelCard, ModelLicense, ModelTask
-from skulk_core.catalog import CatalogSource, InstalledModel, build_catalog
-from skulk_core.custom_cards import CardRejectedError, normalize_custom_card
 from skulk_core.ids import ModelId
-from skulk_core.memory_estimate import KvGeometry, estimate_memory_bytes, kv_bytes_per_token
-from skulk_core.model_listing import ModelList, model_list_item
-from skulk_core.model_requirements import (
+from skulk_core.models.card_digest import card_digest
+from skulk_core.models.cards import Memory, ModelCard, ModelLicense, ModelTask
+from skulk_core.models.catalog import CatalogSource, InstalledModel, build_catalog
+from skulk_core.models.custom_cards import CardRejectedError, normalize_custom_card
+from skulk_core.models.listing import ModelList, model_list_item
+from skulk_core.models.memory_estimate import KvGeometry, estimate_memory_bytes, kv_bytes_per_token
+from skulk_core.models.requirements import (
     ContextOutOfRangeError,
     model_requirements,
 )

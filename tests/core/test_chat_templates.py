@@ -4,7 +4,7 @@ import pytest
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from skulk_core.chat_templates import GEMMA3_CHAT_TEMPLATE
+from skulk_core.models.chat_templates import GEMMA3_CHAT_TEMPLATE
 
 
 def render(messages: list[dict[str, object]], *, add_generation_prompt: bool = True) -> str:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from skulk_core.apply import apply
-from skulk_core.commands import (
+from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, TaskId
+from skulk_core.state.apply import apply
+from skulk_core.state.commands import (
     Command,
     CreateInstance,
     RecordMasterElected,
@@ -15,8 +16,8 @@ from skulk_core.commands import (
     ReportConnections,
     StartTask,
 )
-from skulk_core.decide import Refused, decide, lost_node_error_code
-from skulk_core.events import (
+from skulk_core.state.decide import Refused, decide, lost_node_error_code
+from skulk_core.state.events import (
     ConnectionsReported,
     Event,
     IndexedEvent,
@@ -24,8 +25,7 @@ from skulk_core.events import (
     MasterElected,
     NodeLeft,
 )
-from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, TaskId
-from skulk_core.state import MAX_FAILURE_AFFECTED_NODES, Connection, State, Task, TaskStatus
+from skulk_core.state.state import MAX_FAILURE_AFFECTED_NODES, Connection, State, Task, TaskStatus
 from tests.core.fabric_samples import ALPHA, BETA, GAMMA, NOW, edge, instance
 
 LATER = NOW + timedelta(minutes=5)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skulk_core.election import (
+from skulk_core.cluster.election import (
     Broadcast,
     Coordinator,
     Election,

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from skulk_core.election import Session
-from skulk_core.fabric import (
+from skulk_core.cluster.election import Session
+from skulk_core.cluster.fabric import (
     PLANE_OF,
     PROTOCOL_VERSION,
     Body,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from skulk_core.gguf import (
+from skulk_core.models.gguf import (
     MAX_ARRAY_LENGTH,
     MAX_KEPT_ARRAY_LENGTH,
     MAX_KEY_BYTES,

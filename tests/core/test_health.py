@@ -8,17 +8,14 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from skulk_core.cards import Memory
-from skulk_core.health import (
+from skulk_core.cluster.health import (
     CONFLICT_LEVELS,
     MODELS_DISK_FULL_BYTES,
     MODELS_DISK_LOW_BYTES,
     MODELS_DISK_LOW_FRACTION,
     derive_node_health,
 )
-from skulk_core.ids import ModelId, NodeId, NodeInstallId
-from skulk_core.state import DownloadProgress, State, Topology
-from skulk_core.telemetry import (
+from skulk_core.cluster.telemetry import (
     LIVENESS_LATE_SECONDS,
     HealthLevel,
     HealthReason,
@@ -30,6 +27,9 @@ from skulk_core.telemetry import (
     NodeTelemetry,
     Participation,
 )
+from skulk_core.ids import ModelId, NodeId, NodeInstallId
+from skulk_core.models.cards import Memory
+from skulk_core.state.state import DownloadProgress, State, Topology
 
 NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
 GIB = 1024**3

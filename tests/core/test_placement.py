@@ -8,8 +8,18 @@ from datetime import UTC, datetime
 import msgspec
 import pytest
 
-from skulk_core.cards import Memory, ModelCard
+from skulk_core.cluster.telemetry import (
+    Accelerator,
+    HealthReason,
+    NodeIdentityInfo,
+    NodeMemory,
+    NodeResources,
+    NodeSystem,
+    NodeTelemetry,
+    Participation,
+)
 from skulk_core.ids import InstanceId, ModelId, NodeId, NodeInstallId, RunnerId
+from skulk_core.models.cards import Memory, ModelCard
 from skulk_core.placement import (
     HEADROOM_BYTES,
     NO_VALID_PLACEMENT,
@@ -26,7 +36,7 @@ from skulk_core.placement import (
 from skulk_core.placement.fit import RUNTIME_OVERHEAD_FACTOR
 from skulk_core.placement.rings import candidate_rings
 from skulk_core.placement.rpc_pool import RPC_PORT_BASE
-from skulk_core.shards import (
+from skulk_core.state.shards import (
     InstanceMeta,
     LlamaRpcInstance,
     MlxJacclInstance,
@@ -37,17 +47,7 @@ from skulk_core.shards import (
     Sharding,
     TensorShardMetadata,
 )
-from skulk_core.state import Connection, State, Topology
-from skulk_core.telemetry import (
-    Accelerator,
-    HealthReason,
-    NodeIdentityInfo,
-    NodeMemory,
-    NodeResources,
-    NodeSystem,
-    NodeTelemetry,
-    Participation,
-)
+from skulk_core.state.state import Connection, State, Topology
 
 GIB = 1024**3
 MIB = 1024**2

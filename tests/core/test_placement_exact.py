@@ -17,7 +17,7 @@ from skulk_core.placement import (
     instance_from_wire,
     place,
 )
-from skulk_core.shards import (
+from skulk_core.state.shards import (
     Instance,
     LlamaRpcInstance,
     MlxJacclInstance,
@@ -25,7 +25,7 @@ from skulk_core.shards import (
     PipelineShardMetadata,
     ShardAssignments,
 )
-from skulk_core.state import State
+from skulk_core.state.state import State
 from skulk_core.wire import to_wire
 from tests.core.test_placement import (
     GIB,

@@ -8,8 +8,6 @@ from datetime import UTC, datetime
 import msgspec
 import pytest
 
-from skulk_core.commands import CreateInstance
-from skulk_core.decide import Refused
 from skulk_core.ids import CommandId, InstanceId, NodeId
 from skulk_core.placement import (
     HEADROOM_BYTES,
@@ -32,7 +30,9 @@ from skulk_core.placement.rpc_pool import (
     split_endpoint,
 )
 from skulk_core.placement.shapes import instance_shares
-from skulk_core.shards import (
+from skulk_core.state.commands import CreateInstance
+from skulk_core.state.decide import Refused
+from skulk_core.state.shards import (
     InstanceMeta,
     LlamaRpcInstance,
     PipelineShardMetadata,
@@ -40,7 +40,7 @@ from skulk_core.shards import (
     ShardAssignments,
     Sharding,
 )
-from skulk_core.state import Connection, InstanceFailure, PlacementIntent, State, Topology
+from skulk_core.state.state import Connection, InstanceFailure, PlacementIntent, State, Topology
 from tests.core.test_placement import GIB, CountingIds, facts, gguf_card, telemetry
 
 A, B, C = NodeId("a"), NodeId("b"), NodeId("c")

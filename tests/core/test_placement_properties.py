@@ -7,8 +7,8 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skulk_core.cards import Memory, ModelCard
 from skulk_core.ids import ModelId
+from skulk_core.models.cards import Memory, ModelCard
 from skulk_core.placement import (
     HEADROOM_BYTES,
     ClusterFacts,
@@ -19,7 +19,12 @@ from skulk_core.placement import (
     split_layers,
 )
 from skulk_core.placement.eligibility import screen_nodes
-from skulk_core.shards import InstanceMeta, PipelineShardMetadata, Sharding, TensorShardMetadata
+from skulk_core.state.shards import (
+    InstanceMeta,
+    PipelineShardMetadata,
+    Sharding,
+    TensorShardMetadata,
+)
 from tests.core.test_placement import MIB, CountingIds, facts, mlx_card, telemetry
 
 MAX_NODES = 4

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from skulk_core.reasoning import (
+from skulk_core.chat.reasoning import (
     ReasoningSplitter,
     ThinkingControls,
     prompt_opens_thinking,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from skulk_core.tool_parsing import ParsedCall, ToolCallSieve
-from skulk_core.tools import (
+from skulk_core.chat.tool_parsing import ParsedCall, ToolCallSieve
+from skulk_core.chat.tools import (
     NO_TOOLS,
     NamedChoice,
     ToolChoiceError,

@@ -1,17 +1,6 @@
 from datetime import UTC, datetime
 
-from skulk_core.cards import Memory
-from skulk_core.ids import InstanceId, ModelId, NodeId, NodeInstallId, RunnerId
-from skulk_core.shards import (
-    MlxRingInstance,
-    PipelineShardMetadata,
-    RunnerFailed,
-    RunnerReady,
-    ShardAssignments,
-)
-from skulk_core.state import State
-from skulk_core.state_wire import render_state
-from skulk_core.telemetry import (
+from skulk_core.cluster.telemetry import (
     HealthLevel,
     NodeHealth,
     NodeIdentityInfo,
@@ -21,6 +10,17 @@ from skulk_core.telemetry import (
     NodeTelemetry,
     Participation,
 )
+from skulk_core.ids import InstanceId, ModelId, NodeId, NodeInstallId, RunnerId
+from skulk_core.models.cards import Memory
+from skulk_core.state.shards import (
+    MlxRingInstance,
+    PipelineShardMetadata,
+    RunnerFailed,
+    RunnerReady,
+    ShardAssignments,
+)
+from skulk_core.state.state import State
+from skulk_core.state.wire import render_state
 from skulk_core.wire import to_wire
 
 NODE = NodeId("12D3KooWnode")

@@ -1,8 +1,9 @@
 import msgspec
 
+from skulk_core.cluster.routing import select_instance
+from skulk_core.cluster.worker_plan import LocalRunnerPhase, StartRunner, StopRunner, plan
 from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId, TaskId
-from skulk_core.routing import select_instance
-from skulk_core.shards import (
+from skulk_core.state.shards import (
     MlxRingInstance,
     PipelineShardMetadata,
     RunnerFailed,
@@ -12,8 +13,7 @@ from skulk_core.shards import (
     RunnerStatus,
     ShardAssignments,
 )
-from skulk_core.state import State, Task, TaskStatus
-from skulk_core.worker_plan import LocalRunnerPhase, StartRunner, StopRunner, plan
+from skulk_core.state.state import State, Task, TaskStatus
 
 HERE = NodeId("12D3KooWhere")
 THERE = NodeId("12D3KooWthere")

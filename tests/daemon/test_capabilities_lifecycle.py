@@ -27,8 +27,8 @@ from skulk_core.extensions.capabilities import (
 )
 from skulk_core.extensions.capability_nodes import MAX_NODES_PER_HOST, CapabilityNodeSummary
 from skulk_core.ids import NodeId
-from skulk_daemon.capabilities.fabric import CapabilityFabric
 from skulk_daemon.capabilities.registry import MAX_INFLIGHT_CALLS
+from skulk_daemon.capabilities.service import CapabilityService
 from tests.core.fabric_samples import telemetry
 from tests.extension_site import install_package
 
@@ -182,23 +182,23 @@ class Provider:
         yield out(call, seq, "completed", {"total": total})
 
 
-def make(provider: object | None = None) -> tuple[CapabilityFabric, Any]:
-    fabric = CapabilityFabric(NodeStandIn())  # type: ignore[arg-type]
+def make(provider: object | None = None) -> tuple[CapabilityService, Any]:
+    fabric = CapabilityService(NodeStandIn())  # type: ignore[arg-type]
     target = provider if provider is not None else Provider()
     fabric.register_extension(target, context="ctx")
     return fabric, target
 
 
-def revision_of(fabric: CapabilityFabric, name: str) -> str:
+def revision_of(fabric: CapabilityService, name: str) -> str:
     return next(descriptor_revision(d) for d in fabric.describe_local() if d.id == name)
 
 
-async def call(fabric: CapabilityFabric, name: str, payload: Any, limit: float = 5.0) -> Any:
+async def call(fabric: CapabilityService, name: str, payload: Any, limit: float = 5.0) -> Any:
     return await fabric.call(ME, name, "1.0.0", revision_of(fabric, name), payload, limit)
 
 
 async def stream(
-    fabric: CapabilityFabric, name: str, payload: Any = None, limit: float = 5.0
+    fabric: CapabilityService, name: str, payload: Any = None, limit: float = 5.0
 ) -> CapabilityStreamSession:
     return await fabric.stream(
         ME, name, "1.0.0", revision_of(fabric, name), payload or {}, timeout=limit
@@ -570,7 +570,7 @@ def test_bad_descriptors_are_refused_and_builtins_win() -> None:
             raise RuntimeError("no")
 
     async def scenario() -> tuple[list[str], list[str], Any]:
-        fabric = CapabilityFabric(NodeStandIn())  # type: ignore[arg-type]
+        fabric = CapabilityService(NodeStandIn())  # type: ignore[arg-type]
         accepted = [d.id for d in fabric.register_extension(Bad(), "ctx")]
         fabric.register_extension(Builtin(), "ctx", builtin=True)
         assert fabric.register_extension(Raises(), "ctx") == []
@@ -586,7 +586,7 @@ def test_bad_descriptors_are_refused_and_builtins_win() -> None:
 def test_tags_and_capability_nodes_ride_the_nodes_own_reading() -> None:
     async def scenario() -> None:
         node = NodeStandIn()
-        fabric = CapabilityFabric(node)  # type: ignore[arg-type]
+        fabric = CapabilityService(node)  # type: ignore[arg-type]
         before = node.reading.observed_at
         fabric.advertise("memory")
         fabric.advertise("memory")

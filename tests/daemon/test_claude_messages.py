@@ -15,9 +15,9 @@ import anthropic
 import httpx
 import pytest
 
-from skulk_core.cards import Memory, ModelCard
+from skulk_core.chat.tools import NO_TOOLS, ToolCall
 from skulk_core.ids import CommandId, InstanceId, ModelId, TaskId
-from skulk_core.tools import NO_TOOLS, ToolCall
+from skulk_core.models.cards import Memory, ModelCard
 from skulk_daemon.chat import claude_wire
 from skulk_daemon.chat.admission import Admitted
 from skulk_daemon.chat.generation import KeepAlive

@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from skulk_core.events import IndexedEvent, NodeJoined
 from skulk_core.ids import NodeId
-from skulk_daemon.eventlog import MAGIC, EventLog, EventLogCorrupt, read_events
+from skulk_core.state.events import IndexedEvent, NodeJoined
+from skulk_daemon.node.eventlog import MAGIC, EventLog, EventLogCorrupt, read_events
 
 NODE = NodeId("12D3KooWnode")
 

@@ -15,10 +15,7 @@ from typing import Any, cast
 
 import pytest
 
-from skulk_core.cards import Memory
-from skulk_core.ids import NodeId, NodeInstallId
-from skulk_core.state import State, Topology
-from skulk_core.telemetry import (
+from skulk_core.cluster.telemetry import (
     Accelerator,
     NodeIdentityInfo,
     NodeMemory,
@@ -27,6 +24,9 @@ from skulk_core.telemetry import (
     NodeTelemetry,
     Participation,
 )
+from skulk_core.ids import NodeId, NodeInstallId
+from skulk_core.models.cards import Memory
+from skulk_core.state.state import State, Topology
 from skulk_daemon.chat.generation import KeepAlive
 from skulk_daemon.chat.task import ChatTask, TaskMessage
 from skulk_daemon.chat.turn import ContentDelta, ReasoningDelta, TurnEnd, TurnError, TurnEvent

@@ -25,10 +25,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from skulk_core.apply import apply
-from skulk_core.commands import RegisterNode
-from skulk_core.election import Rank, Session
-from skulk_core.fabric import (
+from skulk_core.cluster.election import Rank, Session
+from skulk_core.cluster.fabric import (
     PLANE_OF,
     PROTOCOL_VERSION,
     Beat,
@@ -46,14 +44,17 @@ from skulk_core.fabric import (
     encode,
 )
 from skulk_core.ids import CommandId, NodeId
-from skulk_core.state import State
-from skulk_daemon.eventlog import read_events
-from skulk_daemon.fabric.cluster import ClusterAgent, FabricSettings
+from skulk_core.state.apply import apply
+from skulk_core.state.commands import RegisterNode
+from skulk_core.state.state import State
+from skulk_daemon.fabric.cluster import ClusterAgent
+from skulk_daemon.fabric.settings import FabricSettings
 from skulk_daemon.fabric.transport import FabricTransport, FrameHandler, TransportStats
-from skulk_daemon.node import Node
+from skulk_daemon.node.eventlog import read_events
+from skulk_daemon.node.node import Node
+from skulk_daemon.node.snapshot import SNAPSHOT_FILE, load_snapshot
 from skulk_daemon.serve import build_node
-from skulk_daemon.settings import resolve_settings
-from skulk_daemon.snapshot import SNAPSHOT_FILE, load_snapshot
+from skulk_daemon.system.settings import resolve_settings
 from tests.core.fabric_samples import (
     busy_state,
     events,

@@ -15,8 +15,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from skulk_core.events import IndexedEvent
-from skulk_core.fabric import (
+from skulk_core.cluster.fabric import (
     MAX_DATA_PAYLOAD_BYTES,
     MAX_EVENTS_PER_FRAME,
     DataFrame,
@@ -25,7 +24,8 @@ from skulk_core.fabric import (
     SyncRequest,
 )
 from skulk_core.ids import CommandId, NodeId
-from skulk_core.state import State
+from skulk_core.state.events import IndexedEvent
+from skulk_core.state.state import State
 from skulk_daemon.fabric.data_plane import DataPlane, StreamBroken
 from skulk_daemon.fabric.replication import (
     MAX_BUFFERED_EVENTS,

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from skulk_core.health import derive_node_health
+from skulk_core.cluster.health import derive_node_health
+from skulk_core.cluster.telemetry import HealthLevel, NodeIdentityInfo, NodeTelemetry, Participation
 from skulk_core.ids import NodeId, NodeInstallId
-from skulk_core.state import State
-from skulk_core.telemetry import HealthLevel, NodeIdentityInfo, NodeTelemetry, Participation
+from skulk_core.state.state import State
 from skulk_daemon.telemetry import hardware
 from skulk_daemon.telemetry.hardware import (
     collect_memory,

@@ -6,9 +6,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from skulk_core.cards import Memory, ModelCard
-from skulk_core.chat_templates import GEMMA3_CHAT_TEMPLATE
 from skulk_core.ids import ModelId
+from skulk_core.models.cards import Memory, ModelCard
+from skulk_core.models.chat_templates import GEMMA3_CHAT_TEMPLATE
 from skulk_daemon.models import load_installed_models
 from skulk_daemon.models.demo import DEMO_MODEL_ID
 from skulk_daemon.models.installed import scan_installed_models

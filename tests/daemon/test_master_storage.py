@@ -18,18 +18,18 @@ from typing import Any, cast
 
 import pytest
 
-from skulk_core.apply import apply
-from skulk_core.commands import RegisterNode
-from skulk_core.decide import Refused
-from skulk_core.events import IndexedEvent
 from skulk_core.ids import CommandId, NodeId
-from skulk_core.state import State
+from skulk_core.state.apply import apply
+from skulk_core.state.commands import RegisterNode
+from skulk_core.state.decide import Refused
+from skulk_core.state.events import IndexedEvent
+from skulk_core.state.state import State
 from skulk_daemon.api.errors import handle_refused
-from skulk_daemon.eventlog import EventLog, read_events
-from skulk_daemon.master import Master
-from skulk_daemon.node import CommandRefused
+from skulk_daemon.node.eventlog import EventLog, read_events
+from skulk_daemon.node.master import Master
+from skulk_daemon.node.node import CommandRefused
 from skulk_daemon.serve import build_node
-from skulk_daemon.settings import resolve_settings
+from skulk_daemon.system.settings import resolve_settings
 
 MASTER = NodeId("12D3KooWmaster")
 

@@ -10,8 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from skulk_core.tools import ToolCall
-from skulk_daemon.api.errors import ApiError
+from skulk_core.chat.tools import ToolCall
 from skulk_daemon.chat.generation import KeepAlive
 from skulk_daemon.chat.ollama_request import (
     chat_to_task,
@@ -30,6 +29,7 @@ from skulk_daemon.chat.turn import (
     TurnEvent,
 )
 from skulk_daemon.engines.base import GenerationStats
+from skulk_daemon.errors import ApiError
 from tests.daemon.test_ollama_api import WEATHER
 
 # --- request mapping and wire shaping (pure) ------------------------------------------

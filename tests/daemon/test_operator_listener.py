@@ -26,9 +26,9 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from skulk_core.operator.encoding import public_key_fingerprint
 from skulk_core.operator.package import decode_pairing_uri
 from skulk_core.operator.scopes import CHAT_WRITE, CLUSTER_READ, MODELS_READ, PAIRED_SCOPES
-from skulk_daemon.api.errors import ApiError
+from skulk_daemon.errors import ApiError
 from skulk_daemon.operator.guards import check_direct_owner, peer_kind
-from skulk_daemon.settings import DEFAULT_OPERATOR_API_PORT, resolve_settings
+from skulk_daemon.system.settings import DEFAULT_OPERATOR_API_PORT, resolve_settings
 from tests.daemon.pairing import (
     CHALLENGE,
     DEVICES,

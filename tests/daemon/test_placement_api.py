@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from skulk_core.cluster.telemetry import NodeIdentityInfo, Participation
 from skulk_core.placement import (
     PLACEMENT_INFO_PENDING,
     ClusterFacts,
@@ -21,11 +22,10 @@ from skulk_core.placement import (
     RandomIds,
     place,
 )
-from skulk_core.telemetry import NodeIdentityInfo, Participation
 from skulk_core.version import SKULK_VERSION
-from skulk_daemon.api import placement as placement_api
+from skulk_daemon.placement import service as placement_api
 from skulk_daemon.serve import build_node
-from skulk_daemon.settings import resolve_settings
+from skulk_daemon.system.settings import resolve_settings
 from skulk_daemon.telemetry.publisher import TelemetrySource
 from tests.daemon_process import DaemonProcess
 

@@ -20,7 +20,7 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import BaseModel, Field, TypeAdapter
 
-from skulk_core.tools import ToolCall
+from skulk_core.chat.tools import ToolCall
 from skulk_daemon.chat.responses_request import ResponsesRequest
 from skulk_daemon.chat.responses_wire import initial_response, json_body, sse_stream
 from skulk_daemon.chat.turn import (

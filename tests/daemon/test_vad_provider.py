@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from skulk_core.extensions.capabilities import descriptor_revision
-from skulk_daemon.capabilities.vad import VAD_DESCRIPTOR
+from skulk_daemon.providers.vad import VAD_DESCRIPTOR
 from tests.daemon_process import DaemonProcess
 from tests.extension_site import install_fixture, site_env
 

@@ -22,8 +22,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from skulk_core.gguf import read_gguf_header
 from skulk_core.ids import TaskId
+from skulk_core.models.gguf import read_gguf_header
 from skulk_daemon.engines.base import (
     ERROR_CONTEXT_LENGTH_EXCEEDED,
     ERROR_INVALID_REQUEST,

@@ -1,0 +1,1 @@
+"""Chat semantics shared by every wire format: tools, tool-call and reasoning parsing."""

@@ -1,0 +1,282 @@
+"""The fabric's wire: envelopes and messages, msgpack-encoded with msgspec.
+
+A frame on the fabric is two ZeroMQ message parts: a small :class:`Header` (protocol
+version, plane, origin node, per-origin sequence, session) and the body, one
+:data:`Body` value. The header is decoded first, so a frame from a foreign protocol
+version or a stale session is dropped without decoding its body; a body that fails
+to decode is dropped too. Nothing here performs I/O.
+
+Three planes are kept apart, each with its own handling on the receiving side:
+
+- ``control``: election, commands to the master, indexed events and state sync;
+- ``telemetry``: last-write-wins readings every ~1.5 s, which double as heartbeats;
+- ``data``: node-addressed token and media frames with per-command sequence
+  numbers, bounded per owner, never entering State or the event log; capability
+  stream frames ride it too (their openings and cancels are control messages).
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+import msgspec
+
+from skulk_core.cluster.election import ElectionMessage, Rank, Session
+from skulk_core.cluster.telemetry import NodeTelemetry
+from skulk_core.extensions.capabilities import (
+    CapabilityCall,
+    CapabilityDescriptor,
+    CapabilityResult,
+    CapabilityStreamFrame,
+)
+from skulk_core.ids import CommandId, InstanceId, NodeId
+from skulk_core.state.commands import Command
+from skulk_core.state.events import IndexedEvent
+from skulk_core.state.state import State
+
+PROTOCOL_VERSION: Final = 1
+MAX_EVENTS_PER_FRAME: Final = 512
+MAX_DATA_PAYLOAD_BYTES: Final = 8 * 1024 * 1024
+
+Plane = Literal["control", "telemetry", "data"]
+
+
+class Header(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    version: int
+    plane: Plane
+    origin: NodeId
+    seq: int
+    session: Session | None = None
+    reply_port: int = 0
+    """The sender's fabric port: with the frame's source address, how to answer it
+    even before its first beat arrives."""
+
+
+# -- telemetry plane -----------------------------------------------------------
+
+
+class PeerAddress(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    node_id: NodeId
+    address: str
+    """``host:port`` of its fabric socket, as the sender reaches it."""
+
+
+class Beat(msgspec.Struct, frozen=True, kw_only=True, tag="beat"):
+    """Liveness, identity and the latest reading; the first one is the hello.
+
+    ``fabric_port`` lets the receiver connect back; ``last_idx`` (from the master)
+    lets followers notice a gap even when every batch was lost; ``peers`` spreads
+    the mesh: a node that knows only one peer learns every other from it.
+    """
+
+    fabric_port: int
+    skulk_version: str
+    transport: str
+    rank: Rank
+    reading: NodeTelemetry | None = None
+    last_idx: int = -1
+    peers: tuple[PeerAddress, ...] = ()
+
+
+# -- control plane ---------------------------------------------------------------
+
+
+class Elect(msgspec.Struct, frozen=True, kw_only=True, tag="elect"):
+    message: ElectionMessage
+
+
+class SubmitCommand(msgspec.Struct, frozen=True, kw_only=True, tag="submit"):
+    request_id: str
+    command: Command
+
+
+class CommandOutcome(msgspec.Struct, frozen=True, kw_only=True, tag="outcome"):
+    """The master's answer: the index of the command's last event (``-1`` for none),
+    or the refusal."""
+
+    request_id: str
+    last_idx: int = -1
+    refused_code: str | None = None
+    refused_message: str | None = None
+
+
+class EventBatch(msgspec.Struct, frozen=True, kw_only=True, tag="events"):
+    """Consecutive events, and who indexed the one just before the first (so a
+    follower can tell whether the batch continues its own history)."""
+
+    events: tuple[IndexedEvent, ...]
+    prev_term: int = 0
+    prev_master: NodeId | None = None
+
+
+class SyncRequest(msgspec.Struct, frozen=True, kw_only=True, tag="sync"):
+    """ "I hold everything up to ``last_idx`` (indexed in ``last_term``); send the rest.\""""
+
+    last_idx: int
+    last_term: int
+    last_master: NodeId | None = None
+
+
+class Snapshot(msgspec.Struct, frozen=True, kw_only=True, tag="snapshot"):
+    """The master's whole State: for a follower too far behind, or diverged."""
+
+    state: State
+    last_term: int
+    last_master: NodeId | None = None
+
+
+class RunTask(msgspec.Struct, frozen=True, kw_only=True, tag="run_task"):
+    """Serve a generation on the node that hosts the instance's runner; its chunks
+    come back to the owning (API) node as ``command_id``'s data stream.
+
+    ``request`` is the engine request, msgpack-encoded by the daemon (its type is
+    not part of this pure module)."""
+
+    command_id: CommandId
+    instance_id: InstanceId
+    request: bytes
+
+
+class CancelTask(msgspec.Struct, frozen=True, kw_only=True, tag="cancel_task"):
+    """The owner stopped waiting (client gone, ``/v1/cancel``): stop the generation."""
+
+    command_id: CommandId
+
+
+class CapabilityDescribe(msgspec.Struct, frozen=True, kw_only=True, tag="cap_describe"):
+    """Ask a node for its ready capability descriptors."""
+
+    request_id: str
+
+
+class CapabilityDescribed(msgspec.Struct, frozen=True, kw_only=True, tag="cap_described"):
+    request_id: str
+    descriptors: tuple[CapabilityDescriptor, ...] = ()
+
+
+class CapabilityOpen(msgspec.Struct, frozen=True, kw_only=True, tag="cap_open"):
+    """A unary call (``stream`` false) or a stream opening, pinned by its envelope;
+    ``call.caller_node`` must be the sending node."""
+
+    call: CapabilityCall
+    stream: bool = False
+
+
+class CapabilityOutcome(msgspec.Struct, frozen=True, kw_only=True, tag="cap_outcome"):
+    """The provider node's typed answer: a unary call's result, or a stream's
+    admission (``{"admitted": true, ...}``) or refusal."""
+
+    result: CapabilityResult
+    stream: bool = False
+
+
+class CapabilityCancel(msgspec.Struct, frozen=True, kw_only=True, tag="cap_cancel"):
+    """The caller (only) ends its stream ``call_id`` on the provider node."""
+
+    call_id: str
+    message: str | None = None
+
+
+# -- data plane ------------------------------------------------------------------
+
+
+class DataFrame(msgspec.Struct, frozen=True, kw_only=True, tag="data"):
+    """One frame of a command's stream, for the node that owns the command."""
+
+    command_id: CommandId
+    seq: int
+    payload: bytes
+    final: bool = False
+
+
+class CapabilityData(msgspec.Struct, frozen=True, kw_only=True, tag="cap_data"):
+    """One capability stream frame, in either direction: provider output to the
+    caller node, caller input to the provider node. Media travels as raw bytes."""
+
+    frame: CapabilityStreamFrame
+
+
+Body = (
+    Beat
+    | Elect
+    | SubmitCommand
+    | CommandOutcome
+    | EventBatch
+    | SyncRequest
+    | Snapshot
+    | RunTask
+    | CancelTask
+    | DataFrame
+    | CapabilityDescribe
+    | CapabilityDescribed
+    | CapabilityOpen
+    | CapabilityOutcome
+    | CapabilityCancel
+    | CapabilityData
+)
+
+PLANE_OF: Final[dict[type, Plane]] = {
+    Beat: "telemetry",
+    Elect: "control",
+    SubmitCommand: "control",
+    CommandOutcome: "control",
+    EventBatch: "control",
+    SyncRequest: "control",
+    Snapshot: "control",
+    RunTask: "control",
+    CancelTask: "control",
+    DataFrame: "data",
+    CapabilityDescribe: "control",
+    CapabilityDescribed: "control",
+    CapabilityOpen: "control",
+    CapabilityOutcome: "control",
+    CapabilityCancel: "control",
+    CapabilityData: "data",
+}
+
+_encoder: Final = msgspec.msgpack.Encoder()
+_header_decoder: Final = msgspec.msgpack.Decoder(Header)
+_fields_decoder: Final = msgspec.msgpack.Decoder(list[msgspec.Raw])
+_version_decoder: Final = msgspec.msgpack.Decoder(int)
+_body_decoder: Final = msgspec.msgpack.Decoder(Body)
+
+
+class FrameError(ValueError):
+    """A frame that cannot be used; ``reason`` is the diagnostics counter it lands in."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+def encode(header: Header, body: Body) -> list[bytes]:
+    return [_encoder.encode(header), _encoder.encode(body)]
+
+
+def decode_header(frames: list[bytes]) -> Header:
+    """The header of a frame; raises :class:`FrameError` (``malformed``/``version``)."""
+    if len(frames) != 2:
+        raise FrameError("malformed", f"expected 2 parts, got {len(frames)}")
+    # NOTE: the version is read first, on its own: a frame from another protocol
+    # version may not have our header's shape at all, and must still be told apart
+    # from garbage.
+    try:
+        fields = _fields_decoder.decode(frames[0])
+        version = _version_decoder.decode(fields[0]) if fields else None
+    except msgspec.DecodeError as exc:
+        raise FrameError("malformed", str(exc)) from None
+    if version is None:
+        raise FrameError("malformed", "an empty header")
+    if version != PROTOCOL_VERSION:
+        raise FrameError("version", f"protocol {version}, expected {PROTOCOL_VERSION}")
+    try:
+        return _header_decoder.decode(frames[0])
+    except msgspec.DecodeError as exc:
+        raise FrameError("malformed", str(exc)) from None
+
+
+def decode_body(frames: list[bytes]) -> Body:
+    try:
+        return _body_decoder.decode(frames[1])
+    except msgspec.DecodeError as exc:
+        raise FrameError("malformed", str(exc)) from None

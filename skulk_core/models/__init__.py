@@ -1,0 +1,1 @@
+"""Model cards, the catalog, GGUF headers and memory arithmetic."""

@@ -1,0 +1,242 @@
+"""The ``/v1/models`` item: one catalog entry as clients see it (snake_case).
+
+Everything here derives from the catalog entry; nothing is looked up. Fields the
+spec keeps for compatibility (``remote_code_*``) carry the spec's fixed values.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+import msgspec
+
+from skulk_core.models.card_digest import card_digest
+from skulk_core.models.cards import ModelCard, ModelTask
+from skulk_core.models.catalog import CatalogEntry, CatalogSource
+
+OWNED_BY: Final = "skulk"
+
+# Tasks name what a model does; capabilities are the labels clients filter on.
+TASK_CAPABILITIES: Final[dict[ModelTask, str]] = {
+    ModelTask.TEXT_GENERATION: "text",
+    ModelTask.TEXT_EMBEDDING: "embedding",
+    ModelTask.TEXT_TO_SPEECH: "tts",
+    ModelTask.SPEECH_TO_TEXT: "stt",
+    ModelTask.TEXT_TO_IMAGE: "image",
+    ModelTask.IMAGE_TO_IMAGE: "image",
+}
+# Capabilities that also become UI badges (``tags``), in badge order.
+TAG_CAPABILITIES: Final = ("vision", "thinking", "embedding", "tts", "stt")
+
+
+class ResolvedCapabilities(msgspec.Struct, frozen=True, kw_only=True):
+    supports_thinking: bool
+    supports_thinking_toggle: bool
+    supports_vision: bool
+    supports_tools: bool
+    supports_speech_synthesis: bool
+    supports_transcription: bool
+    supports_speech_translation: bool
+    supports_audio_output: bool
+    supports_realtime_audio: bool
+    audio_response_formats: tuple[str, ...]
+
+
+class AudioInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """Declared speech metadata; empty for models that neither speak nor listen."""
+
+    kind: Literal["tts", "stt"] | None = None
+    response_formats: tuple[str, ...] = ()
+    supports_streaming: bool = False
+    supports_realtime: bool = False
+    voices: tuple[str, ...] = ()
+    default_voice: str | None = None
+    supports_voice_selection: bool = False
+    supports_reference_audio: bool = False
+    supports_translation: bool = False
+    sample_rates: tuple[int, ...] = ()
+
+
+class RuntimeInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """Speculative-decoding companions; ModelCard declares none yet, so all null."""
+
+    mtp_sidecar_repo: str | None = None
+    mtp_sidecar_revision: str | None = None
+    assistant_model_repo: str | None = None
+    assistant_model_revision: str | None = None
+    served_spec_draft_repo: str | None = None
+    served_spec_draft_revision: str | None = None
+    vllm_spec_draft_repo: str | None = None
+    vllm_spec_draft_revision: str | None = None
+
+
+class LicenseInfo(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    url: str | None
+    spdx_id: str | None
+    notice: str | None
+    display_name: str | None
+
+
+class ModelListItem(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+    name: str
+    capabilities: tuple[str, ...]
+    tags: tuple[str, ...]
+    tasks: tuple[str, ...]
+    supports_tensor: bool
+    base_model: str | None
+    artifact_repository: str
+    artifact_file: str | None
+    source_revision: str | None
+    catalog_source: CatalogSource
+    registry_card_id: str | None
+    registry_snapshot_id: str | None
+    registry_provenance: str | None
+    installed: bool
+    active_installed_identity: str | None
+    installed_verification: str | None
+    current_registry_identity: str | None
+    update_available: bool
+    advisories: tuple[str, ...]
+    remote_code_approval_required: bool
+    remote_code_trust_identity: str | None
+    remote_code_approved_for_cluster: bool
+    remote_code_approved_on_this_node: bool
+    remote_code_automatically_trusted: bool
+    audio: AudioInfo
+    music: None
+    video: None
+    license: LicenseInfo | None
+    resolved_capabilities: ResolvedCapabilities
+    runtime: RuntimeInfo
+    context_length: int | None
+    storage_size_bytes: int
+    architecture: str | None
+    quantization: str | None
+    card_digest: str
+
+
+class ModelList(msgspec.Struct, frozen=True, kw_only=True):
+    object: Literal["list"] = "list"
+    data: tuple[ModelListItem, ...]
+
+
+def card_capabilities(card: ModelCard) -> tuple[str, ...]:
+    """Functional capabilities: those implied by the tasks, then the declared ones."""
+    found = [TASK_CAPABILITIES[task] for task in card.tasks] + list(card.capabilities)
+    return tuple(dict.fromkeys(found))
+
+
+def card_tags(card: ModelCard) -> tuple[str, ...]:
+    capabilities = card_capabilities(card)
+    tags: list[str] = [tag for tag in TAG_CAPABILITIES if tag in capabilities]
+    if card.supports_tensor:
+        tags.append("tensor")
+    return tuple(tags)
+
+
+def resolved_capabilities(card: ModelCard) -> ResolvedCapabilities:
+    capabilities = card_capabilities(card)
+    speaks = ModelTask.TEXT_TO_SPEECH in card.tasks
+    toggle = "thinking_toggle" in capabilities
+    return ResolvedCapabilities(
+        supports_thinking=toggle or "thinking" in capabilities,
+        supports_thinking_toggle=toggle,
+        supports_vision="vision" in capabilities,
+        supports_tools="tools" in capabilities,
+        supports_speech_synthesis=speaks,
+        supports_transcription=ModelTask.SPEECH_TO_TEXT in card.tasks,
+        supports_speech_translation=False,
+        supports_audio_output=speaks,
+        supports_realtime_audio=False,
+        audio_response_formats=(),
+    )
+
+
+def _audio(card: ModelCard) -> AudioInfo:
+    if ModelTask.TEXT_TO_SPEECH in card.tasks:
+        return AudioInfo(kind="tts")
+    if ModelTask.SPEECH_TO_TEXT in card.tasks:
+        return AudioInfo(kind="stt")
+    return AudioInfo()
+
+
+def _installed_verification(entry: CatalogEntry) -> str | None:
+    if entry.catalog_source is CatalogSource.CUSTOM:
+        return "custom"
+    installed = entry.installed_card
+    if not entry.installed or installed is None:
+        return None
+    return "registry_verified" if installed.registry_card_id else "local_legacy"
+
+
+def model_list_item(entry: CatalogEntry) -> ModelListItem:
+    """Render one catalog entry as a ``/v1/models`` item."""
+    card = entry.card
+    license_ = card.license
+    registry = entry.registry_card
+    installed = entry.installed_card if entry.installed else None
+    current_identity = registry.registry_card_id if registry is not None else None
+    return ModelListItem(
+        id=card.model_id,
+        created=entry.installed_at if entry.installed else 0,
+        owned_by=OWNED_BY,
+        name=card.display_name or card.model_id,
+        capabilities=card_capabilities(card),
+        tags=card_tags(card),
+        tasks=tuple(task.value for task in card.tasks),
+        supports_tensor=card.supports_tensor,
+        base_model=card.base_model,
+        artifact_repository=card.source_repository or card.model_id,
+        artifact_file=card.gguf_file,
+        source_revision=card.source_revision,
+        catalog_source=entry.catalog_source,
+        registry_card_id=card.registry_card_id,
+        registry_snapshot_id=card.registry_snapshot_id,
+        registry_provenance=card.registry_provenance,
+        installed=entry.installed,
+        active_installed_identity=None if installed is None else _identity(installed),
+        installed_verification=_installed_verification(entry),
+        current_registry_identity=current_identity,
+        update_available=(
+            installed is not None
+            and current_identity is not None
+            and installed.registry_card_id != current_identity
+        ),
+        advisories=(),
+        remote_code_approval_required=False,
+        remote_code_trust_identity=None,
+        remote_code_approved_for_cluster=False,
+        remote_code_approved_on_this_node=False,
+        # Every catalog card was authorized by publication, explicit addition or
+        # the release that installed it.
+        remote_code_automatically_trusted=True,
+        audio=_audio(card),
+        music=None,
+        video=None,
+        license=None
+        if license_ is None
+        else LicenseInfo(
+            name=license_.name,
+            url=license_.url,
+            spdx_id=license_.spdx_id,
+            notice=license_.notice,
+            display_name=license_.display_name,
+        ),
+        resolved_capabilities=resolved_capabilities(card),
+        runtime=RuntimeInfo(),
+        context_length=card.context_length,
+        storage_size_bytes=card.storage_size.in_bytes,
+        architecture=card.architecture,
+        quantization=card.quantization,
+        card_digest=card_digest(card),
+    )
+
+
+def _identity(card: ModelCard) -> str:
+    """The durable identity of an installed generation: its signed id, else its digest."""
+    return card.registry_card_id or f"sha256:{card_digest(card)}"

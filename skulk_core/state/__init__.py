@@ -1,0 +1,2 @@
+"""The ordered cluster State: events, commands, ``apply``, the master's ``decide``,
+instances and runner statuses."""

@@ -1,0 +1,109 @@
+"""Commands: imperatives sent to the master, which alone turns them into events."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+
+from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId, TaskId
+from skulk_core.models.cards import ModelCard
+from skulk_core.state.shards import Instance, RunnerStatus
+from skulk_core.state.state import Connection, DownloadProgress, PlacementIntent, Task, TaskStatus
+
+
+class _Command(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag=True):
+    command_id: CommandId
+
+
+class RegisterNode(_Command, frozen=True, kw_only=True):
+    node_id: NodeId
+
+
+class RecordMasterElected(_Command, frozen=True, kw_only=True):
+    """Issued by a new master to itself: the first thing it indexes."""
+
+    master_node_id: NodeId
+    term: int
+
+
+class RemoveNode(_Command, frozen=True, kw_only=True):
+    """A node unseen past the membership timeout: fail its instances, then drop it."""
+
+    node_id: NodeId
+    reason: str
+    observed_at: datetime
+
+
+class ReportConnections(_Command, frozen=True, kw_only=True):
+    node_id: NodeId
+    connections: tuple[Connection, ...]
+
+
+class CreateInstance(_Command, frozen=True, kw_only=True):
+    """Commit an already-planned instance (the API dry-runs placement first, the
+    master checks it again against every placement ordered before it). ``intent``
+    is what was asked for, kept so a failed instance can be placed again."""
+
+    instance: Instance
+    intent: PlacementIntent | None = None
+
+
+class DeleteInstance(_Command, frozen=True, kw_only=True):
+    instance_id: InstanceId
+
+
+class ReportRunnerStatus(_Command, frozen=True, kw_only=True):
+    runner_id: RunnerId
+    status: RunnerStatus
+
+
+class ReportDownloadProgress(_Command, frozen=True, kw_only=True):
+    node_id: NodeId
+    progress: DownloadProgress
+
+
+class ReportInstanceFailure(_Command, frozen=True, kw_only=True):
+    """A runner of the instance failed for good: record why, then remove the instance."""
+
+    instance_id: InstanceId
+    error_code: str
+    error_message: str
+    node_id: NodeId
+    observed_at: datetime
+
+
+class StartTask(_Command, frozen=True, kw_only=True):
+    task: Task
+
+
+class FinishTask(_Command, frozen=True, kw_only=True):
+    """A task ended (any way). Finished tasks leave State; their outcome went to the client."""
+
+    task_id: TaskId
+    task_status: TaskStatus
+
+
+class AddCustomCard(_Command, frozen=True, kw_only=True):
+    card: ModelCard
+
+
+class RemoveCustomCard(_Command, frozen=True, kw_only=True):
+    model_id: ModelId
+
+
+Command = (
+    RegisterNode
+    | RecordMasterElected
+    | RemoveNode
+    | ReportConnections
+    | CreateInstance
+    | DeleteInstance
+    | ReportRunnerStatus
+    | ReportDownloadProgress
+    | ReportInstanceFailure
+    | StartTask
+    | FinishTask
+    | AddCustomCard
+    | RemoveCustomCard
+)

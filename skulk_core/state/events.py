@@ -1,0 +1,124 @@
+"""Events: facts in the past tense, ordered and indexed by the master only."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+
+from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId, TaskId
+from skulk_core.models.cards import ModelCard
+from skulk_core.state.shards import Instance, RunnerStatus
+from skulk_core.state.state import (
+    Connection,
+    DownloadProgress,
+    InstanceFailure,
+    PlacementIntent,
+    Task,
+    TaskStatus,
+)
+
+
+class _Event(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag=True):
+    pass
+
+
+class NodeJoined(_Event, frozen=True, kw_only=True):
+    node_id: NodeId
+
+
+class NodeLeft(_Event, frozen=True, kw_only=True):
+    node_id: NodeId
+
+
+class MasterElected(_Event, frozen=True, kw_only=True):
+    """The first event a new master indexes: who rules, since which term."""
+
+    master_node_id: NodeId
+    term: int
+
+
+class ConnectionsReported(_Event, frozen=True, kw_only=True):
+    """``node_id``'s live fabric connections, replacing what it reported before."""
+
+    node_id: NodeId
+    connections: tuple[Connection, ...]
+
+
+class InstanceCreated(_Event, frozen=True, kw_only=True):
+    instance: Instance
+    intent: PlacementIntent | None = None
+
+
+class InstanceDeleted(_Event, frozen=True, kw_only=True):
+    instance_id: InstanceId
+
+
+class InstanceFailed(_Event, frozen=True, kw_only=True):
+    """Recorded before the instance is removed, so operators see why it vanished."""
+
+    failure: InstanceFailure
+
+
+class RunnerStatusUpdated(_Event, frozen=True, kw_only=True):
+    runner_id: RunnerId
+    status: RunnerStatus
+
+
+class TaskCreated(_Event, frozen=True, kw_only=True):
+    task: Task
+
+
+class TaskStatusUpdated(_Event, frozen=True, kw_only=True):
+    task_id: TaskId
+    task_status: TaskStatus
+
+
+class TaskDeleted(_Event, frozen=True, kw_only=True):
+    task_id: TaskId
+
+
+class DownloadProgressUpdated(_Event, frozen=True, kw_only=True):
+    node_id: NodeId
+    progress: DownloadProgress
+
+
+class CustomModelCardAdded(_Event, frozen=True, kw_only=True):
+    card: ModelCard
+
+
+class CustomModelCardRemoved(_Event, frozen=True, kw_only=True):
+    model_id: ModelId
+
+
+Event = (
+    NodeJoined
+    | NodeLeft
+    | MasterElected
+    | ConnectionsReported
+    | InstanceCreated
+    | InstanceDeleted
+    | InstanceFailed
+    | RunnerStatusUpdated
+    | TaskCreated
+    | TaskStatusUpdated
+    | TaskDeleted
+    | DownloadProgressUpdated
+    | CustomModelCardAdded
+    | CustomModelCardRemoved
+)
+
+
+class IndexedEvent(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """An event with its place in the cluster's one total order."""
+
+    idx: int
+    event: Event
+    origin: NodeId
+    recorded_at: datetime
+    command_id: CommandId | None = None
+    term: int = 0
+    """The election term of the master that indexed it (log freshness, failover)."""
+    indexed_by: NodeId | None = None
+    """The master that indexed it. With ``term`` it identifies a history: two masters
+    can claim one term across a partition, never one node twice."""

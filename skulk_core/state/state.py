@@ -1,0 +1,99 @@
+"""The replicated cluster state. Changed only by :func:`skulk_core.state.apply.apply`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+import msgspec
+
+from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId, TaskId
+from skulk_core.models.cards import ModelCard
+from skulk_core.state.shards import Instance, InstanceMeta, RunnerStatus, Sharding
+
+MAX_INSTANCE_FAILURES = 64
+MAX_FAILURE_AFFECTED_NODES = 64
+
+
+class TaskStatus(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    COMPLETE = "Complete"
+    FAILED = "Failed"
+    CANCELLED = "Cancelled"
+
+
+class Task(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    task_id: TaskId
+    command_id: CommandId
+    instance_id: InstanceId
+    kind: str
+    task_status: TaskStatus
+
+
+class InstanceFailure(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    instance_id: InstanceId
+    model_id: ModelId
+    error_code: str
+    error_message: str
+    affected_node_ids: tuple[NodeId, ...]
+    recorded_at: datetime
+    system_role: str | None = None
+
+
+class DownloadProgress(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    model_id: ModelId
+    status: str
+    downloaded_bytes: int = 0
+    total_bytes: int = 0
+    error_message: str | None = None
+
+
+class Connection(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """A directed edge: ``local_node_id`` reaches ``send_back_node_id`` at ``sink_multiaddr``.
+
+    ``session`` marks a live authenticated fabric connection (proof of connectivity,
+    never a dial target) as opposed to a probe-verified advertised address.
+    """
+
+    local_node_id: NodeId
+    send_back_node_id: NodeId
+    sink_multiaddr: str
+    session: bool = False
+
+
+class PlacementIntent(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """What a placement was asked for, kept beside its instance so a failed instance
+    can be placed again the same way (its repair intent): the same shape, the same
+    exclusions and the same context window. ``repair_attempt`` counts the
+    re-placements that led to this instance."""
+
+    sharding: Sharding = Sharding.PIPELINE
+    instance_meta: InstanceMeta = InstanceMeta.MLX_RING
+    min_nodes: int = 1
+    excluded_node_ids: tuple[NodeId, ...] = ()
+    context_tokens: int | None = None
+    repair_attempt: int = 0
+
+
+class Topology(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    nodes: tuple[NodeId, ...] = ()
+    connections: tuple[Connection, ...] = ()
+
+
+class State(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """Everything ordered through the event log. Telemetry lives beside it, not in it."""
+
+    instances: dict[InstanceId, Instance] = {}
+    runners: dict[RunnerId, RunnerStatus] = {}
+    tasks: dict[TaskId, Task] = {}
+    downloads: dict[NodeId, tuple[DownloadProgress, ...]] = {}
+    last_seen: dict[NodeId, datetime] = {}
+    topology: Topology = Topology()
+    instance_failures: tuple[InstanceFailure, ...] = ()
+    placement_intents: dict[InstanceId, PlacementIntent] = {}
+    custom_model_cards: dict[ModelId, ModelCard] = {}
+    master_node_id: NodeId | None = None
+    """The master that indexed the latest ``MasterElected`` (``None`` before the first)."""
+    election_term: int = 0
+    last_event_applied_idx: int = -1

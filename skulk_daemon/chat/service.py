@@ -1,0 +1,123 @@
+"""The chat service: one turn from a normalized task to the events a wire format shapes.
+
+Every chat wire format (Chat Completions, Responses, Claude Messages, Ollama
+chat/generate, the bench route) decodes its body into a
+:class:`~skulk_daemon.chat.task.ChatTask` and asks :class:`ChatService` for a turn:
+the hooks' transform, then admission (a transformed request that admission refuses
+falls back to the request as the client sent it), then the lazy generation. The
+controller shapes ``turn.events`` into its bytes and passes them through
+``turn.respond`` so that the hooks' observers run once the response has been sent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from skulk_core.ids import CommandId
+from skulk_core.models.catalog import Catalog
+from skulk_daemon.chat.admission import Admitted, admit
+from skulk_daemon.chat.cancellation import ActiveCommands
+from skulk_daemon.chat.generation import generation_events
+from skulk_daemon.chat.hooks import NO_HOOKS, ChatHooks, ObservedEvents
+from skulk_daemon.chat.task import ChatTask
+from skulk_daemon.chat.turn import TurnEvent, turn_events
+from skulk_daemon.errors import ApiError
+from skulk_daemon.node.node import Node
+from skulk_daemon.worker.supervisor import Supervisor
+
+log = logging.getLogger("skulk.extensions")
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedTurn:
+    admitted: Admitted
+    events: AsyncIterator[TurnEvent]
+    """The turn's events, for the wire format to shape."""
+    _observed: ObservedEvents
+
+    def respond(self, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """The shaped body, unchanged; observers are scheduled after its last byte."""
+        return self._observed.respond(body)
+
+
+class ChatService:
+    """Admission, dispatch and cancellation of chat turns on this node."""
+
+    def __init__(
+        self,
+        node: Node,
+        worker: Supervisor,
+        *,
+        commands: ActiveCommands | None = None,
+        hooks: ChatHooks = NO_HOOKS,
+    ) -> None:
+        self._node = node
+        self._worker = worker
+        self._commands = commands if commands is not None else ActiveCommands()
+        self._hooks = hooks
+
+    @property
+    def commands(self) -> ActiveCommands:
+        """The in-flight commands this node can cancel (shared with embeddings)."""
+        return self._commands
+
+    def attach_hooks(self, hooks: ChatHooks) -> None:
+        """Hook ``hooks`` into every turn opened from now on (extensions, once loaded)."""
+        self._hooks = hooks
+
+    def catalog(self) -> Catalog:
+        """The node's catalog, for formats that resolve a model name themselves."""
+        return self._node.catalog()
+
+    def admit(self, task: ChatTask) -> Admitted:
+        """Admission alone (``ApiError`` when refused); nothing is dispatched."""
+        return admit(self._node, task)
+
+    async def open_turn(
+        self, task: ChatTask, *, adjust: Callable[[Admitted], Admitted] | None = None
+    ) -> OpenedTurn:
+        """Transform ``task`` (the hooks), admit it, and start its generation lazily.
+
+        Raises :class:`ApiError` for a request admission refuses. ``adjust`` rewrites the
+        admitted request before dispatch (Ollama's ``raw`` prompt).
+        """
+        transformed = await self._hooks.transform(task)
+        admitted, dispatched = self._admit_transformed(task, transformed)
+        if adjust is not None:
+            admitted = adjust(admitted)
+        events = self._events(admitted)
+        observed = self._hooks.observe_turn(dispatched, admitted.command_id, events)
+        return OpenedTurn(admitted=admitted, events=observed.events, _observed=observed)
+
+    def open_plain_turn(self, task: ChatTask) -> tuple[Admitted, AsyncIterator[TurnEvent]]:
+        """A turn without the hooks (the bench route measures the engine alone)."""
+        admitted = admit(self._node, task)
+        return admitted, self._events(admitted)
+
+    def cancel(self, command_id: CommandId) -> bool:
+        """Cancel an in-flight command; False when it is unknown or already complete."""
+        return self._commands.cancel(command_id)
+
+    def _events(self, admitted: Admitted) -> AsyncIterator[TurnEvent]:
+        return turn_events(admitted, generation_events(self._worker, self._commands, admitted))
+
+    def _admit_transformed(
+        self, original: ChatTask, transformed: ChatTask
+    ) -> tuple[Admitted, ChatTask]:
+        """Admit the transformed request; if admission refuses it, the client's own."""
+        try:
+            return admit(self._node, transformed), transformed
+        except ApiError as exc:
+            if transformed is original:
+                raise
+            # The client's own request decides: refused as sent, or served as sent.
+            admitted = admit(self._node, original)
+            log.error(
+                "the chat middleware's transformed request was refused (%s: %s); "
+                "the request runs as the client sent it",
+                exc.code,
+                exc.message,
+            )
+            return admitted, original

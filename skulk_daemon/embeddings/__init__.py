@@ -1,0 +1,1 @@
+"""Embeddings as a service: OpenAI's wire types and the admission-to-runner path."""

@@ -1,0 +1,59 @@
+"""State snapshots: the event log is bounded by folding it into a snapshot.
+
+Every ``SNAPSHOT_EVERY`` events a node (master or follower) writes its State and
+the term of its last event to ``state.snapshot`` (atomically, owner-only), then
+empties its event log. Start-up loads the snapshot and replays the log after it.
+A follower that is too far behind (or diverged) installs the master's snapshot
+the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from skulk_core.ids import NodeId
+from skulk_core.state.state import State
+from skulk_daemon.system.fsutil import atomic_write
+
+
+def positive_env(name: str, default: int) -> int:
+    raw = os.environ.get(name, "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else default
+
+
+SNAPSHOT_EVERY: Final = positive_env("SKULK_SNAPSHOT_EVERY", 1000)
+"""Events between snapshots (``SKULK_SNAPSHOT_EVERY`` overrides it, for tests)."""
+SNAPSHOT_FILE: Final = "state.snapshot"
+
+
+class StoredSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    state: State
+    last_term: int
+    last_master: NodeId | None = None
+
+
+class SnapshotCorrupt(RuntimeError):
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path} cannot be read ({reason}); move it aside to start from the log")
+
+
+_encoder: Final = msgspec.msgpack.Encoder()
+_decoder: Final = msgspec.msgpack.Decoder(StoredSnapshot)
+
+
+def save_snapshot(path: Path, state: State, last_term: int, last_master: NodeId | None) -> None:
+    snapshot = StoredSnapshot(state=state, last_term=last_term, last_master=last_master)
+    atomic_write(path, _encoder.encode(snapshot))
+
+
+def load_snapshot(path: Path) -> StoredSnapshot | None:
+    if not path.exists():
+        return None
+    try:
+        return _decoder.decode(path.read_bytes())
+    except (msgspec.DecodeError, OSError) as exc:
+        raise SnapshotCorrupt(path, str(exc)) from None

@@ -1,0 +1,1 @@
+"""Placement as a service: the master's repair loop."""

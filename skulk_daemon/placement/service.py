@@ -1,0 +1,219 @@
+"""Placement as a service: previews, plans, quick launch, exact create, delete.
+
+Each call dry-runs the pure planner (:mod:`skulk_core.placement`) against this node's
+view, and only then sends the master a command, so an impossible placement fails here
+with the reason and leaves nothing half-created behind. The master checks every
+``CreateInstance`` again against all it ordered before (cluster-wide capacity).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Final, TypeVar
+
+from skulk_core.ids import CommandId, InstanceId, NodeId, new_command_id
+from skulk_core.models.cards import ModelCard
+from skulk_core.placement import (
+    MODEL_CARD_IDENTITY_MISMATCH,
+    NO_VALID_PLACEMENT,
+    PLACEMENT_INFO_PENDING,
+    ClusterFacts,
+    CommandOwnedIds,
+    InstanceWireError,
+    Placement,
+    PlacementRefusal,
+    PlacementRequest,
+    PreviewQuery,
+    RandomIds,
+    admit_instance,
+    instance_from_wire,
+    place,
+    preview_placements,
+)
+from skulk_core.placement.previews import PlacementPreview
+from skulk_core.placement.repair import intent_of
+from skulk_core.placement.shapes import instance_meta_of, sharding_of
+from skulk_core.state.commands import CreateInstance, DeleteInstance
+from skulk_core.state.shards import Instance, RunnerStatus, Sharding
+from skulk_core.state.state import PlacementIntent
+from skulk_daemon.errors import ApiError
+from skulk_daemon.node.node import CommandRefused, Node
+from skulk_daemon.placement.protocol import (
+    DeletionAccepted,
+    ExactInstanceAccepted,
+    InstanceAccepted,
+)
+
+# A cluster that just formed gossips node telemetry a little after node identities;
+# a placement waits this long for it before answering 503 placement_info_pending.
+PLACEMENT_INFO_WAIT_SECONDS: Final = 5.0
+PLACEMENT_INFO_POLL_SECONDS: Final = 0.25
+PLACEMENT_FAILURE_HEADER: Final = "X-Skulk-Placement-Failure"
+
+_T = TypeVar("_T")
+
+
+def placement_error(refusal: PlacementRefusal) -> ApiError:
+    status = 503 if refusal.code == PLACEMENT_INFO_PENDING else 400
+    return ApiError(
+        status,
+        refusal.message,
+        code=refusal.code,
+        headers={PLACEMENT_FAILURE_HEADER: refusal.code},
+    )
+
+
+def _pending(result: object) -> bool:
+    return isinstance(result, PlacementRefusal) and result.code == PLACEMENT_INFO_PENDING
+
+
+async def plan_when_informed(node: Node, attempt: Callable[[ClusterFacts], _T]) -> _T:
+    """``attempt`` against this node's view, retried while placement info is pending."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + PLACEMENT_INFO_WAIT_SECONDS
+    result = attempt(node.placement_facts())
+    while _pending(result) and loop.time() < deadline:
+        await asyncio.sleep(PLACEMENT_INFO_POLL_SECONDS)
+        result = attempt(node.placement_facts())
+    return result
+
+
+def node_ids(values: list[str] | tuple[str, ...] | None) -> frozenset[NodeId]:
+    return frozenset(NodeId(value) for value in values or ())
+
+
+class PlacementService:
+    """This node's placement requests; one at a time from plan to applied event."""
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+        # NOTE: planning and submitting must be one step per node: two launches that
+        # both planned against the same State would both count the same free memory.
+        # Holding this lock until submit() returns (which is after the CreateInstance
+        # event is applied here) makes the second placement see the first one's
+        # committed capacity.
+        self._lock = asyncio.Lock()
+
+    def card(self, model_id: str) -> ModelCard:
+        entry = self._node.catalog().get(model_id)
+        if entry is None:
+            raise ApiError(404, f"model {model_id!r} is not in the catalog", code="model_not_found")
+        return entry.card
+
+    async def previews(self, model_id: str, query: PreviewQuery) -> list[PlacementPreview]:
+        """Every valid (and invalid, with why) placement of ``model_id``."""
+        card = self.card(model_id)
+        # NOTE: pure but not free on a large cluster (every ring of every size is
+        # weighed), so it runs off the event loop; it reads a snapshot, not the Node.
+        return await asyncio.to_thread(
+            preview_placements, card, self._node.placement_facts(), query, RandomIds()
+        )
+
+    async def plan(self, model_id: str, request: PlacementRequest) -> Placement:
+        """The placement a launch would make; reserves nothing."""
+        card = self.card(model_id)
+        result = await plan_when_informed(
+            self._node, lambda facts: place(card, facts, request, RandomIds())
+        )
+        if isinstance(result, PlacementRefusal):
+            raise placement_error(result)
+        return result
+
+    async def launch(self, model_id: str, request: PlacementRequest) -> InstanceAccepted:
+        """Plan ``model_id`` on the best nodes and order the instance."""
+        card = self.card(model_id)
+        command_id = new_command_id()
+        # The accepted command owns exactly the placement identity it creates.
+        ids = CommandOwnedIds(InstanceId(command_id))
+        async with self._lock:
+            # Planned once, under the lock: waiting for node facts happens here too, so
+            # the plan that is submitted is the plan made against the latest State.
+            result = await plan_when_informed(
+                self._node, lambda facts: place(card, facts, request, ids)
+            )
+            if isinstance(result, PlacementRefusal):
+                raise placement_error(result)
+            await self._create(
+                CreateInstance(
+                    command_id=command_id, instance=result.instance, intent=intent_of(request)
+                )
+            )
+        return InstanceAccepted(
+            command_id=command_id,
+            instance_id=result.instance.instance_id,
+            model_id=result.model_id,
+        )
+
+    async def create_exact(self, wire: object) -> ExactInstanceAccepted:
+        """Order an instance exactly as given (``/state``'s rendering), once admitted."""
+        node = self._node
+        try:
+            instance = instance_from_wire(wire)
+        except InstanceWireError as exc:
+            raise ApiError(400, str(exc), code="invalid_instance") from None
+        card = self.card(instance.shard_assignments.model_id)
+        if instance.instance_id in node.state.instances:
+            raise ApiError(
+                409, f"instance {instance.instance_id} already exists", code="instance_exists"
+            )
+        async with self._lock:
+            admitted = await plan_when_informed(
+                node, lambda facts: admit_instance(instance, card, facts, node.state)
+            )
+            if isinstance(admitted, PlacementRefusal):
+                raise placement_error(admitted)
+            command_id = new_command_id()
+            # The stamped window is the repair intent: a re-placement rebuilds it.
+            intent = PlacementIntent(
+                sharding=sharding_of(admitted) or Sharding.PIPELINE,
+                instance_meta=instance_meta_of(admitted),
+                min_nodes=len(admitted.shard_assignments.node_to_runner),
+                context_tokens=admitted.context_token_limit,
+            )
+            await self._create(
+                CreateInstance(command_id=command_id, instance=admitted, intent=intent)
+            )
+        return ExactInstanceAccepted(
+            command_id=command_id,
+            instance_id=admitted.instance_id,
+            model_id=card.model_id,
+            model_card=card,
+        )
+
+    def instance(self, instance_id: str) -> tuple[Instance, dict[str, RunnerStatus]]:
+        """One instance and its runners' statuses (those reported so far)."""
+        instance = self._instance(instance_id)
+        runners = self._node.state.runners
+        statuses = {
+            str(runner): runners[runner]
+            for runner in instance.shard_assignments.node_to_runner.values()
+            if runner in runners
+        }
+        return instance, statuses
+
+    async def delete(self, instance_id: str) -> DeletionAccepted:
+        instance = self._instance(instance_id)
+        command_id: CommandId = new_command_id()
+        # A concurrent delete that wins the race makes the master refuse with
+        # not_found, which the API answers as 404.
+        await self._node.submit(
+            DeleteInstance(command_id=command_id, instance_id=instance.instance_id)
+        )
+        return DeletionAccepted(command_id=command_id, instance_id=instance.instance_id)
+
+    def _instance(self, instance_id: str) -> Instance:
+        instance = self._node.state.instances.get(InstanceId(instance_id))
+        if instance is None:
+            raise ApiError(404, f"instance {instance_id!r} not found", code="instance_not_found")
+        return instance
+
+    async def _create(self, command: CreateInstance) -> None:
+        try:
+            await self._node.submit(command)
+        except CommandRefused as exc:
+            if exc.code in (NO_VALID_PLACEMENT, MODEL_CARD_IDENTITY_MISMATCH):
+                raise placement_error(
+                    PlacementRefusal(code=exc.code, message=exc.message)
+                ) from None
+            raise

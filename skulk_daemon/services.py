@@ -1,0 +1,63 @@
+"""The node's services, built once and handed to the HTTP layer as its dependencies.
+
+Controllers take one service each (``chat``, ``embeddings``, ``placement``, ...); this is
+where they are made, sharing one registry of cancellable commands so
+``POST /v1/cancel/{command_id}`` reaches chats and embeddings alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from skulk_daemon.capabilities.service import CapabilityService
+from skulk_daemon.chat.cancellation import ActiveCommands
+from skulk_daemon.chat.hooks import NO_HOOKS, ChatHooks
+from skulk_daemon.chat.service import ChatService
+from skulk_daemon.embeddings.service import EmbeddingService
+from skulk_daemon.fabric.cluster import ClusterAgent
+from skulk_daemon.node.node import Node
+from skulk_daemon.operator.service import OperatorPairingService
+from skulk_daemon.placement.service import PlacementService
+from skulk_daemon.worker.supervisor import Supervisor
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    node: Node
+    chat: ChatService
+    embeddings: EmbeddingService
+    placement: PlacementService
+    cluster: ClusterAgent | None = None
+    operator: OperatorPairingService | None = None
+    capabilities: CapabilityService | None = None
+
+    @classmethod
+    def build(
+        cls,
+        node: Node,
+        worker: Supervisor,
+        *,
+        hooks: ChatHooks = NO_HOOKS,
+        cluster: ClusterAgent | None = None,
+        operator: OperatorPairingService | None = None,
+        capabilities: CapabilityService | None = None,
+    ) -> Services:
+        """Every service of one node; the chat service calls ``hooks`` on every turn
+        (extensions attach theirs later, once they have loaded)."""
+        commands = ActiveCommands()
+        embeddings = EmbeddingService(node, worker, commands)
+        chat = ChatService(
+            node,
+            worker,
+            commands=commands,
+            hooks=hooks,
+        )
+        return cls(
+            node=node,
+            chat=chat,
+            embeddings=embeddings,
+            placement=PlacementService(node),
+            cluster=cluster,
+            operator=operator,
+            capabilities=capabilities,
+        )

@@ -1,0 +1,1 @@
+"""The host: settings, listening sockets, addresses, build facts and file helpers."""
