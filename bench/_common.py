@@ -7,6 +7,7 @@ reported as a ratio (see docs: CONVENTIONS.md, "Timing claims live in benchmarks
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -197,16 +198,15 @@ async def stream_chat_async(
 
 @dataclass
 class LoggedDaemon(DaemonProcess):
-    """``DaemonProcess`` whose output goes to a file: a long benchmark would
-    otherwise fill the unread stderr pipe and stall the daemon."""
+    """``DaemonProcess`` in the benchmark's own environment (not the tests'
+    ``TEST_ENV``), its log (``log_path``) started afresh at each spawn, with
+    :meth:`log_tail` for error messages."""
 
-    log_path: Path | None = None
     _log: IO[str] | None = None
 
     def spawn(self) -> subprocess.Popen[str]:
         env = {**os.environ, **self.extra_env}
         env.pop("SKULK_API_URL", None)
-        self.log_path = self.root / "daemon.log"
         self.root.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("w")
         self.process = subprocess.Popen(
@@ -215,7 +215,7 @@ class LoggedDaemon(DaemonProcess):
         return self.process
 
     def log_tail(self, lines: int = 30) -> str:
-        if self.log_path is None or not self.log_path.exists():
+        if not self.log_path.exists():
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
@@ -284,6 +284,19 @@ def wait_for_quiet(max_load: float, timeout_s: float = 900.0, poll_s: float = 60
         time.sleep(poll_s)
         load = os.getloadavg()[0]
     return load
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The options every benchmark takes: where the demo model is kept, ``--json``,
+    and the load average to wait for (:func:`wait_for_quiet`)."""
+    parser.add_argument("--models-dir", type=Path, default=DEFAULT_MODELS_DIR)
+    parser.add_argument("--json", action="store_true", help="also print one JSON line")
+    parser.add_argument(
+        "--max-load",
+        type=float,
+        default=1.5,
+        help="wait (up to 15 min) for the 1-min load average to fall this low; 0: don't",
+    )
 
 
 def print_json(payload: Mapping[str, Any]) -> None:

@@ -43,8 +43,8 @@ if __package__ in (None, ""):  # `python bench/breakdown.py`
 
 from bench._common import (
     BUILD_DIR,
-    DEFAULT_MODELS_DIR,
     DEFAULT_PROMPT,
+    add_run_options,
     chat_body,
     demo_model_path,
     machine,
@@ -56,13 +56,8 @@ from bench._common import (
 )
 from bench.concurrency import DEFAULT_LLAMA_SERVER, SLOTS, llama_server
 from bench.single_stream import GEMMA_TURN
+from skulk_core.chat.generation import EngineChunk, GenerationRequest, SamplingParams, TokenChunk
 from skulk_core.ids import TaskId
-from skulk_daemon.engines.base import (
-    EngineChunk,
-    GenerationRequest,
-    SamplingParams,
-    TokenChunk,
-)
 from skulk_daemon.engines.llama_cpp import LlamaCppEngine, LlamaCppSettings, set_llama_logging
 from skulk_daemon.runner.client import RunnerProcess
 from skulk_daemon.runner.protocol import Load
@@ -273,9 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--context", type=int, default=1024)
     parser.add_argument("--llama-server", type=Path, default=DEFAULT_LLAMA_SERVER)
-    parser.add_argument("--models-dir", type=Path, default=DEFAULT_MODELS_DIR)
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--max-load", type=float, default=1.5)
+    add_run_options(parser)
     args = parser.parse_args(argv)
     args.have_server = args.llama_server.exists()
     load_at_start = wait_for_quiet(args.max_load)

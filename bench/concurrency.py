@@ -43,9 +43,9 @@ if __package__ in (None, ""):  # `python bench/concurrency.py`
 
 from bench._common import (
     BUILD_DIR,
-    DEFAULT_MODELS_DIR,
     DEFAULT_PROMPT,
     StreamTiming,
+    add_run_options,
     chat_body,
     cpu_count,
     demo_model_path,
@@ -237,14 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--context", type=int, default=1024, help="context tokens per slot")
     parser.add_argument("--llama-server", type=Path, default=DEFAULT_LLAMA_SERVER)
-    parser.add_argument("--models-dir", type=Path, default=DEFAULT_MODELS_DIR)
-    parser.add_argument("--json", action="store_true", help="also print one JSON line")
-    parser.add_argument(
-        "--max-load",
-        type=float,
-        default=1.5,
-        help="wait (up to 15 min) for the 1-min load average to fall this low; 0: don't",
-    )
+    add_run_options(parser)
     args = parser.parse_args(argv)
     load_at_start = wait_for_quiet(args.max_load)
 

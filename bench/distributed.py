@@ -49,11 +49,11 @@ if __package__ in (None, ""):  # `python bench/distributed.py`
 
 from bench._common import (
     BUILD_DIR,
-    DEFAULT_MODELS_DIR,
     DEFAULT_PROMPT,
     DEMO_MODEL,
     READY_TIMEOUT_S,
     LoggedDaemon,
+    add_run_options,
     chat_body,
     cpu_count,
     demo_model_path,
@@ -329,11 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--streams", type=int, default=4, help="concurrent streams (pool)")
     parser.add_argument("--context", type=int, default=1024, help="context tokens per slot")
-    parser.add_argument("--models-dir", type=Path, default=DEFAULT_MODELS_DIR)
     parser.add_argument("--llama-server", type=Path, default=BUILD_DIR / "bin" / "llama-server")
     parser.add_argument("--rpc-server", type=Path, default=DEFAULT_RPC_SERVER)
-    parser.add_argument("--json", action="store_true", help="also print one JSON line")
-    parser.add_argument("--max-load", type=float, default=1.5)
+    add_run_options(parser)
     args = parser.parse_args(argv)
     load_at_start = wait_for_quiet(args.max_load)
     report: dict[str, Any] = {"benchmark": "distributed"}

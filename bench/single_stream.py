@@ -32,9 +32,9 @@ if __package__ in (None, ""):  # `python bench/single_stream.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import (
-    DEFAULT_MODELS_DIR,
     DEFAULT_PROMPT,
     StreamTiming,
+    add_run_options,
     chat_body,
     cpu_count,
     demo_model_path,
@@ -206,14 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context", type=int, default=1024, help="context tokens per sequence")
     parser.add_argument("--reps", type=int, default=7, help="measured pairs")
     parser.add_argument("--warmup", type=int, default=1, help="discarded pairs first")
-    parser.add_argument("--models-dir", type=Path, default=DEFAULT_MODELS_DIR)
-    parser.add_argument("--json", action="store_true", help="also print one JSON line")
-    parser.add_argument(
-        "--max-load",
-        type=float,
-        default=1.5,
-        help="wait (up to 15 min) for the 1-min load average to fall this low; 0: don't",
-    )
+    add_run_options(parser)
     args = parser.parse_args(argv)
     load_at_start = wait_for_quiet(args.max_load)
 

@@ -33,6 +33,16 @@ JsonFlag = Annotated[
     typer.Option("--json", help="Print the node's raw JSON response instead of tables."),
 ]
 
+# The model a generating command (`skulk chat`, `skulk bench`) sends to.
+PlacedModelArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="MODEL",
+        help="A placed model's id (`skulk instances list` shows them).",
+        show_default=False,
+    ),
+]
+
 
 @dataclass(frozen=True)
 class CliContext:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import msgspec
 
+from skulk_cli.private_files import PRIVATE_FILE_MODE, write_new_private
+
 CONFIG_HOME_ENV = "SKULK_CONFIG_HOME"
 DEFAULT_CONFIG_HOME = Path(".config") / "skulk"
 STORE_DIR_NAME = "operator"
@@ -28,7 +30,6 @@ CERTIFICATE_FILE = "gateway.pem"
 LOCK_FILE = ".lock"
 FORMAT_VERSION = 1
 _PRIVATE_DIR = 0o700
-_PRIVATE_FILE = 0o600
 
 PAIR_AGAIN_HINT = (
     "Pair again: run `skulk operator pair` on the gateway host, then "
@@ -209,7 +210,7 @@ class CredentialStore:
         import fcntl  # noqa: PLC0415
 
         self._ensure_directory()
-        fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, _PRIVATE_FILE)
+        fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, PRIVATE_FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -239,18 +240,7 @@ class CredentialStore:
 def _atomic_write(path: Path, content: bytes) -> None:
     """Write ``content`` to a fresh owner-only temp file, fsync it, rename it over ``path``."""
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _PRIVATE_FILE)
-    try:
-        os.fchmod(fd, _PRIVATE_FILE)
-        view = memoryview(content)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        temporary.unlink(missing_ok=True)
-        raise
-    os.close(fd)
+    write_new_private(temporary, content)
     os.replace(temporary, path)
     # The rename itself is durable only once the directory entry is.
     dir_fd = os.open(path.parent, os.O_RDONLY)

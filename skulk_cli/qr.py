@@ -17,6 +17,8 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 
+from skulk_cli.private_files import write_new_private
+
 # Scanners want a light quiet zone around the code; four modules is the standard's
 # figure. The terminal keeps two (plus the terminal's own margin) to stay narrow
 # enough for an ordinary window; the PNG, which has room, keeps the full four.
@@ -127,23 +129,6 @@ def write_png(data: str, path: Path) -> None:
     """
     content = png_bytes(data)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        write_new_private(path, content)
     except FileExistsError:
         raise QrOutputExists(path) from None
-    try:
-        # The mode given to open() is masked by the umask, which can only remove
-        # bits; set it exactly in case the umask was unusual.
-        os.fchmod(fd, 0o600)
-        _write_all(fd, content)
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        path.unlink(missing_ok=True)
-        raise
-    os.close(fd)
-
-
-def _write_all(fd: int, content: bytes) -> None:
-    view = memoryview(content)
-    while view:
-        view = view[os.write(fd, view) :]

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.daemon.serving import place
 from tests.daemon_process import DaemonFactory, DaemonProcess
 
 
@@ -33,3 +34,21 @@ def make_daemon(tmp_path: Path, shared_models_dir: Path) -> Iterator[DaemonFacto
 @pytest.fixture
 def daemon(make_daemon: DaemonFactory) -> DaemonProcess:
     return make_daemon().start()
+
+
+@pytest.fixture(scope="session")
+def demo_served(
+    tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
+) -> Iterator[tuple[DaemonProcess, str]]:
+    """One daemon serving the demo model, shared by the wire-format and contract suites.
+
+    Tests using it must leave it idle (no generation left running) when they end.
+    """
+    daemon = DaemonProcess(
+        root=tmp_path_factory.mktemp("demo-served"), models_dir=shared_models_dir
+    )
+    daemon.start()
+    try:
+        yield daemon, place(daemon)
+    finally:
+        daemon.kill()

@@ -10,11 +10,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 
 STARTUP_TIMEOUT_SECONDS = 120.0
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:
@@ -27,24 +28,11 @@ def free_port() -> int:
 TEST_ENV = {"SKULK_MDNS": "0", "SKULK_CLUSTER_KEY": "skulk-tests-shared-cluster-key-0001"}
 
 
-@dataclass
-class DaemonProcess:
+class NodePaths:
+    """Where a test's node keeps its things, and the URL it answers on."""
+
     root: Path
-    models_dir: Path
-    port: int = field(default_factory=free_port)
-    process: subprocess.Popen[str] | None = None
-    extra_env: dict[str, str] = field(default_factory=dict)
-    fabric_port: int = field(default_factory=free_port)
-    peers: list[str] = field(default_factory=list)
-    extra_args: list[str] = field(default_factory=list)
-
-    @property
-    def fabric_address(self) -> str:
-        return f"127.0.0.1:{self.fabric_port}"
-
-    @property
-    def log_path(self) -> Path:
-        return self.root / "daemon.log"
+    port: int
 
     @property
     def data_dir(self) -> Path:
@@ -58,11 +46,32 @@ class DaemonProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+
+@dataclass
+class DaemonProcess(NodePaths):
+    root: Path
+    models_dir: Path
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[str] | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    fabric_port: int = field(default_factory=free_port)
+    peers: list[str] = field(default_factory=list)
+    extra_args: list[str] = field(default_factory=list)
+    launcher: tuple[str, ...] = ("-m", "skulk_daemon")
+    """What ``python`` runs: the daemon's module, or a test's wrapper around it."""
+
+    @property
+    def fabric_address(self) -> str:
+        return f"127.0.0.1:{self.fabric_port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "daemon.log"
+
     def argv(self) -> list[str]:
         return [
             sys.executable,
-            "-m",
-            "skulk_daemon",
+            *self.launcher,
             "--host",
             "127.0.0.1",
             "--api-port",
@@ -88,7 +97,12 @@ class DaemonProcess:
         # otherwise block once the pipe buffer filled.
         with self.log_path.open("a") as log:
             self.process = subprocess.Popen(
-                self.argv(), env=env, stdout=log, stderr=subprocess.STDOUT, text=True
+                self.argv(),
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                text=True,
+                cwd=REPO_ROOT,
             )
         return self.process
 
@@ -133,17 +147,37 @@ class DaemonProcess:
 
     def runner_status(self, instance_id: str) -> str | None:
         """The tag of the instance's first runner status (``"RunnerReady"``), if any."""
-        state = self.get("/state").json()
-        instance = state["instances"].get(instance_id)
-        if instance is None:
-            return None
-        body = next(iter(instance.values()))
-        runner_id = next(iter(body["shardAssignments"]["runnerToShard"]))
-        status = state["runners"].get(runner_id)
-        return next(iter(status)) if status else None
+        return runner_status(self.get("/state").json(), instance_id)
 
-    def get(self, path: str, **kwargs: object) -> httpx.Response:
-        return httpx.get(f"{self.url}{path}", timeout=30.0, **kwargs)  # type: ignore[arg-type]
+    def get(self, path: str, **kwargs: Any) -> httpx.Response:
+        return httpx.get(f"{self.url}{path}", timeout=30.0, **kwargs)
+
+    def post(self, path: str, **kwargs: Any) -> httpx.Response:
+        return httpx.post(f"{self.url}{path}", **{"timeout": 30.0, **kwargs})
+
+
+def runner_status(state: dict[str, Any], instance_id: str) -> str | None:
+    """The tag of the instance's first runner status in ``state`` (``GET /state``)."""
+    instance = state["instances"].get(instance_id)
+    if instance is None:
+        return None
+    body = next(iter(instance.values()))
+    runner_id = next(iter(body["shardAssignments"]["runnerToShard"]))
+    status = state["runners"].get(runner_id)
+    return next(iter(status)) if status else None
+
+
+class Node(Protocol):
+    """What the serving helpers need of a node: a daemon process or an in-process app."""
+
+    @property
+    def url(self) -> str: ...
+
+    def get(self, path: str, **kwargs: Any) -> httpx.Response: ...
+
+    def post(self, path: str, **kwargs: Any) -> httpx.Response: ...
+
+    def runner_status(self, instance_id: str) -> str | None: ...
 
 
 class DaemonFactory(Protocol):

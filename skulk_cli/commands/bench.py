@@ -9,7 +9,7 @@ from rich.text import Text
 
 from skulk_cli import console, render_generation, views, wire_formats
 from skulk_cli.client import JsonObject, SkulkApiError
-from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, node_client
+from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, PlacedModelArg, node_client
 
 # A completion-style opening: base models (the demo model) continue it sensibly,
 # and instruction-tuned ones answer it too.
@@ -19,14 +19,7 @@ DEFAULT_MAX_TOKENS = 128
 
 def bench(
     ctx: typer.Context,
-    model: Annotated[
-        str,
-        typer.Argument(
-            metavar="MODEL",
-            help="A placed model's id (`skulk instances list` shows them).",
-            show_default=False,
-        ),
-    ],
+    model: PlacedModelArg,
     *,
     prompt: Annotated[
         str, typer.Option("--prompt", metavar="TEXT", help="The user message each run sends.")

@@ -17,7 +17,7 @@ from skulk_cli.client import (
     SkulkUnreachable,
     UnexpectedResponseError,
 )
-from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, node_client
+from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, PlacedModelArg, node_client
 from skulk_cli.wire_formats import Finish, StreamError, TextDelta, WireFormat
 
 EXIT_COMMANDS = frozenset({"/exit", "/quit"})
@@ -61,14 +61,7 @@ class Reply:
 
 def chat(
     ctx: typer.Context,
-    model: Annotated[
-        str,
-        typer.Argument(
-            metavar="MODEL",
-            help="A placed model's id (`skulk instances list` shows them).",
-            show_default=False,
-        ),
-    ],
+    model: PlacedModelArg,
     prompt: Annotated[
         str | None,
         typer.Argument(

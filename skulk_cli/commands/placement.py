@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -13,23 +12,13 @@ from rich.text import Text
 from skulk_cli import console, render, views
 from skulk_cli.client import JsonObject, SkulkApiError, SkulkClient
 from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, node_client
+from skulk_core.state.shards import InstanceMeta, Sharding
 
 # How often `skulk place` reads /state while the runners start.
 POLL_SECONDS = 0.5
 READY_STATUSES = frozenset({"RunnerReady", "RunnerRunning"})
 _INFO_PENDING = "placement_info_pending"
 _NO_VALID_PLACEMENT = "no_valid_placement"
-
-
-class Sharding(StrEnum):
-    PIPELINE = "Pipeline"
-    TENSOR = "Tensor"
-
-
-class InstanceMeta(StrEnum):
-    MLX_RING = "MlxRing"
-    MLX_JACCL = "MlxJaccl"
-    LLAMA_RPC = "LlamaRpc"
 
 
 ModelArg = Annotated[

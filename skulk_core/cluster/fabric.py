@@ -13,6 +13,10 @@ Three planes are kept apart, each with its own handling on the receiving side:
 - ``data``: node-addressed token and media frames with per-command sequence
   numbers, bounded per owner, never entering State or the event log; capability
   stream frames ride it too (their openings and cancels are control messages).
+
+A generation's request (:class:`RunTask`) and its chunks (:class:`DataFrame`) are
+the typed values of :mod:`skulk_core.chat.generation`, not pre-encoded bytes, so
+each is encoded once, with the frame that carries it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Final, Literal
 
 import msgspec
 
+from skulk_core.chat.generation import ErrorChunk, FinishChunk, GenerationRequest, TokenChunk
 from skulk_core.cluster.election import ElectionMessage, Rank, Session
 from skulk_core.cluster.telemetry import NodeTelemetry
 from skulk_core.extensions.capabilities import (
@@ -34,9 +39,13 @@ from skulk_core.state.commands import Command
 from skulk_core.state.events import IndexedEvent
 from skulk_core.state.state import State
 
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2
+"""2: ``RunTask.request`` and generation data frames carry typed values (1 carried
+them msgpack-encoded inside ``bytes``)."""
 MAX_EVENTS_PER_FRAME: Final = 512
 MAX_DATA_PAYLOAD_BYTES: Final = 8 * 1024 * 1024
+"""The largest opaque (``bytes``) data payload. A generation chunk needs no such
+bound: it holds what one token released, and the transport caps every frame."""
 
 Plane = Literal["control", "telemetry", "data"]
 
@@ -127,14 +136,11 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True, tag="snapshot"):
 
 class RunTask(msgspec.Struct, frozen=True, kw_only=True, tag="run_task"):
     """Serve a generation on the node that hosts the instance's runner; its chunks
-    come back to the owning (API) node as ``command_id``'s data stream.
-
-    ``request`` is the engine request, msgpack-encoded by the daemon (its type is
-    not part of this pure module)."""
+    come back to the owning (API) node as ``command_id``'s data stream."""
 
     command_id: CommandId
     instance_id: InstanceId
-    request: bytes
+    request: GenerationRequest
 
 
 class CancelTask(msgspec.Struct, frozen=True, kw_only=True, tag="cancel_task"):
@@ -180,12 +186,18 @@ class CapabilityCancel(msgspec.Struct, frozen=True, kw_only=True, tag="cap_cance
 # -- data plane ------------------------------------------------------------------
 
 
+DataPayload = TokenChunk | FinishChunk | ErrorChunk | bytes
+"""What one data frame carries: a generation's chunk (a tagged Struct), or opaque
+bytes (media), at most :data:`MAX_DATA_PAYLOAD_BYTES`."""
+
+
 class DataFrame(msgspec.Struct, frozen=True, kw_only=True, tag="data"):
-    """One frame of a command's stream, for the node that owns the command."""
+    """One frame of a command's stream, for the node that owns the command;
+    ``final`` marks its last (for a generation, the terminal chunk's frame)."""
 
     command_id: CommandId
     seq: int
-    payload: bytes
+    payload: DataPayload
     final: bool = False
 
 

@@ -9,12 +9,13 @@ nothing here, and a client built for a newer API should still be served.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 from skulk_core.chat.tools import NamedChoice, ToolCall, ToolChoice, ToolSpec
 from skulk_daemon.chat.images import image_from_base64
+from skulk_daemon.chat.request_types import one_or_many
 from skulk_daemon.chat.task import ChatTask, ImageInput, JsonSchemaFormat, TaskMessage
 from skulk_daemon.errors import ApiError, decode_json
 from skulk_daemon.errors import bad_request as _bad
@@ -78,9 +79,10 @@ class InputMessage(msgspec.Struct, frozen=True, kw_only=True):
 class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     description: str | None = None
-    input_schema: dict[str, Any] | None = None
-    type: str | None = None
-    """``custom`` (or absent) for a client tool; anything else is a server tool."""
+    input_schema: dict[str, Any]
+    type: Literal["custom"] | None = None
+    """``custom`` (or absent) for a client tool; a server tool (``web_search_...``) is
+    refused: Skulk runs no tools itself."""
 
 
 class ToolChoiceAuto(msgspec.Struct, frozen=True, kw_only=True, tag="auto"):
@@ -103,10 +105,30 @@ class ToolChoiceNone(msgspec.Struct, frozen=True, kw_only=True, tag="none"):
 ClaudeToolChoice = ToolChoiceAuto | ToolChoiceAny | ToolChoiceTool | ToolChoiceNone
 
 
-class ThinkingConfig(msgspec.Struct, frozen=True, kw_only=True):
-    type: Literal["enabled", "disabled", "adaptive", "between_tools"]
+class _Thinking(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     budget_tokens: int | None = None
     display: str | None = None
+
+
+class ThinkingEnabled(_Thinking, frozen=True, kw_only=True, tag="enabled"):
+    budget_tokens: Annotated[int, msgspec.Meta(ge=1)]
+    """Required and positive. Not enforced as a separate budget: the engine has none,
+    and ``max_tokens`` bounds thinking and answer alike."""
+
+
+class ThinkingDisabled(_Thinking, frozen=True, kw_only=True, tag="disabled"):
+    pass
+
+
+class ThinkingAdaptive(_Thinking, frozen=True, kw_only=True, tag="adaptive"):
+    pass
+
+
+class ThinkingBetweenTools(_Thinking, frozen=True, kw_only=True, tag="between_tools"):
+    pass
+
+
+ThinkingConfig = ThinkingEnabled | ThinkingDisabled | ThinkingAdaptive | ThinkingBetweenTools
 
 
 class OutputFormat(msgspec.Struct, frozen=True, kw_only=True):
@@ -157,18 +179,19 @@ def _image(block: ImageBlock, where: str) -> ImageInput:
             )
 
 
+def _text_block(text: str) -> TextBlock:
+    return TextBlock(text=text)
+
+
 def _tool_result(block: ToolResultBlock, name: str | None, where: str) -> TaskMessage:
     texts: list[str] = []
     images: list[ImageInput] = []
-    if isinstance(block.content, str):
-        texts.append(block.content)
-    else:
-        for n, part in enumerate(block.content or ()):
-            match part:
-                case TextBlock(text=text):
-                    texts.append(text)
-                case ImageBlock():
-                    images.append(_image(part, f"{where}.content[{n}]"))
+    for n, part in enumerate(one_or_many(block.content, _text_block)):
+        match part:
+            case TextBlock(text=text):
+                texts.append(text)
+            case ImageBlock():
+                images.append(_image(part, f"{where}.content[{n}]"))
     text = BLOCK_SEPARATOR.join(texts)
     return TaskMessage(
         role="tool",
@@ -179,7 +202,9 @@ def _tool_result(block: ToolResultBlock, name: str | None, where: str) -> TaskMe
     )
 
 
-def _user(blocks: list[ContentBlock], index: int, tool_names: dict[str, str]) -> list[TaskMessage]:
+def _user(
+    blocks: tuple[ContentBlock, ...], index: int, tool_names: dict[str, str]
+) -> list[TaskMessage]:
     """A user turn: its tool results become ``tool`` messages, then whatever text and
     images it carries become one user message after them."""
     results: list[TaskMessage] = []
@@ -202,7 +227,7 @@ def _user(blocks: list[ContentBlock], index: int, tool_names: dict[str, str]) ->
     return results
 
 
-def _assistant(blocks: list[ContentBlock], index: int) -> TaskMessage:
+def _assistant(blocks: tuple[ContentBlock, ...], index: int) -> TaskMessage:
     texts: list[str] = []
     calls: list[ToolCall] = []
     for n, block in enumerate(blocks):
@@ -231,42 +256,26 @@ def block_type(block: ContentBlock) -> str:
 
 def _messages(body: MessagesRequest) -> tuple[TaskMessage, ...]:
     out: list[TaskMessage] = []
-    if isinstance(body.system, str):
-        if body.system:
-            out.append(TaskMessage(role="system", content=body.system))
-    elif body.system:
-        out.append(
-            TaskMessage(
-                role="system", content=BLOCK_SEPARATOR.join(block.text for block in body.system)
-            )
-        )
+    if body.system:  # an empty string or list is no system turn
+        system = one_or_many(body.system, _text_block)
+        out.append(TaskMessage(role="system", content=BLOCK_SEPARATOR.join(b.text for b in system)))
     tool_names: dict[str, str] = {}
     for index, message in enumerate(body.messages):
-        if isinstance(message.content, str):
-            out.append(TaskMessage(role=message.role, content=message.content))
-        elif message.role == "assistant":
-            assistant = _assistant(message.content, index)
+        blocks = one_or_many(message.content, _text_block)
+        if message.role == "assistant":
+            assistant = _assistant(blocks, index)
             tool_names.update((call.id, call.name) for call in assistant.tool_calls)
             out.append(assistant)
         else:
-            out.extend(_user(message.content, index, tool_names))
+            out.extend(_user(blocks, index, tool_names))
     return tuple(out)
 
 
 def _tools(body: MessagesRequest) -> tuple[ToolSpec, ...]:
-    specs: list[ToolSpec] = []
-    for index, tool in enumerate(body.tools or ()):
-        if tool.type not in (None, "custom"):
-            raise _bad(
-                f"tools[{index}]: server tool type {tool.type!r} is not supported; "
-                "only client tools with an input_schema are"
-            )
-        if tool.input_schema is None:
-            raise _bad(f"tools[{index}]: input_schema is required")
-        specs.append(
-            ToolSpec(name=tool.name, description=tool.description, parameters=tool.input_schema)
-        )
-    return tuple(specs)
+    return tuple(
+        ToolSpec(name=tool.name, description=tool.description, parameters=tool.input_schema)
+        for tool in body.tools or ()
+    )
 
 
 def _tool_choice(choice: ClaudeToolChoice | None) -> ToolChoice | None:
@@ -286,15 +295,14 @@ def _tool_choice(choice: ClaudeToolChoice | None) -> ToolChoice | None:
 
 
 def _thinking(config: ThinkingConfig | None) -> bool | None:
-    """Whether to think. ``budget_tokens`` is checked but not enforced as a separate
-    budget: the engine has none, and ``max_tokens`` bounds thinking and answer alike."""
-    if config is None:
-        return None
-    if config.type == "disabled":
-        return False
-    if config.type == "enabled" and (config.budget_tokens is None or config.budget_tokens <= 0):
-        raise _bad('thinking.budget_tokens must be a positive integer when type is "enabled"')
-    return True
+    """Whether to think."""
+    match config:
+        case None:
+            return None
+        case ThinkingDisabled():
+            return False
+        case ThinkingEnabled() | ThinkingAdaptive() | ThinkingBetweenTools():
+            return True
 
 
 def to_task(body: MessagesRequest) -> ChatTask:

@@ -13,10 +13,10 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from skulk_core.chat.generation import EngineChunk as Chunk
+from skulk_core.chat.generation import ErrorChunk, FinishChunk, TokenChunk
 from skulk_daemon.chat.admission import Admitted
 from skulk_daemon.chat.cancellation import ActiveCommands
-from skulk_daemon.engines.base import EngineChunk as Chunk
-from skulk_daemon.engines.base import ErrorChunk, FinishChunk, TokenChunk
 from skulk_daemon.worker.supervisor import Supervisor
 
 KEEPALIVE_SECONDS = 10.0

@@ -9,13 +9,15 @@ here too. What cannot be honoured and would silently change the output (a
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import msgspec
 
 from skulk_core.chat.tools import ToolCall, ToolSpec
 from skulk_daemon.chat.images import image_from_base64
+from skulk_daemon.chat.openai_protocol import FunctionTool
 from skulk_daemon.chat.openai_request import tool_spec_from_openai
+from skulk_daemon.chat.request_types import json_text, one_or_many, optional_text
 from skulk_daemon.chat.task import (
     ChatTask,
     ImageInput,
@@ -23,7 +25,6 @@ from skulk_daemon.chat.task import (
     JsonSchemaFormat,
     ResponseFormat,
     TaskMessage,
-    TaskRole,
 )
 from skulk_daemon.errors import bad_request as _bad
 from skulk_daemon.errors import decode_json
@@ -31,14 +32,6 @@ from skulk_daemon.errors import decode_json
 NUM_PREDICT_DEFAULT: Final = -1
 """Ollama's "no limit" (here: the shared default output budget)."""
 THINK_LEVELS: Final = ("low", "medium", "high")
-
-
-_ROLES: Final[dict[str, TaskRole]] = {
-    "system": "system",
-    "user": "user",
-    "assistant": "assistant",
-    "tool": "tool",
-}
 
 
 class OllamaOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,11 +51,23 @@ class OllamaOptions(msgspec.Struct, frozen=True, kw_only=True):
     frequency_penalty: float | None = None
 
 
+class OllamaFunctionCall(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    arguments: str | dict[str, Any] = {}
+    """An object (Ollama's form) or JSON text (OpenAI's)."""
+
+
+class OllamaToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    id: object = None
+    """A string; any other value reads as no id."""
+    function: OllamaFunctionCall
+
+
 class OllamaMessage(msgspec.Struct, frozen=True, kw_only=True):
-    role: str
+    role: Literal["system", "user", "assistant", "tool"]
     content: str | None = None
     images: list[str] | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[OllamaToolCall] | None = None
     tool_name: str | None = None
     tool_call_id: str | None = None
     thinking: str | None = None
@@ -81,7 +86,7 @@ class _Common(msgspec.Struct, frozen=True, kw_only=True):
 
 class OllamaChatRequest(_Common, frozen=True, kw_only=True):
     messages: list[OllamaMessage] = []
-    tools: list[dict[str, Any]] | None = None
+    tools: list[FunctionTool] | None = None
 
 
 class OllamaGenerateRequest(_Common, frozen=True, kw_only=True):
@@ -122,38 +127,21 @@ def _images(raw: list[str] | None) -> tuple[ImageInput, ...]:
     return tuple(image_from_base64(data) for data in raw or ())
 
 
-def _tool_call(raw: dict[str, Any], where: str) -> ToolCall:
-    function = raw.get("function")
-    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-        raise _bad(f"{where}: a tool call needs function.name")
-    arguments = function.get("arguments", {})
-    if not isinstance(arguments, str):
-        if not isinstance(arguments, dict):
-            raise _bad(f"{where}: function.arguments must be an object")
-        arguments = msgspec.json.encode(arguments).decode()
-    call_id = raw.get("id")
+def _tool_call(call: OllamaToolCall) -> ToolCall:
+    function = call.function
     return ToolCall(
-        id=call_id if isinstance(call_id, str) else "", name=function["name"], arguments=arguments
+        id=optional_text(call.id) or "", name=function.name, arguments=json_text(function.arguments)
     )
 
 
-def _message(message: OllamaMessage, index: int) -> TaskMessage:
-    role = _ROLES.get(message.role)
-    if role is None:
-        raise _bad(
-            f"messages[{index}]: role must be system, user, assistant or tool, not {message.role!r}"
-        )
-    calls = tuple(
-        _tool_call(call, f"messages[{index}].tool_calls[{n}]")
-        for n, call in enumerate(message.tool_calls or ())
-    )
+def _message(message: OllamaMessage) -> TaskMessage:
     return TaskMessage(
-        role=role,
+        role=message.role,
         content=message.content or "",
         images=_images(message.images),
-        tool_calls=calls,
+        tool_calls=tuple(_tool_call(call) for call in message.tool_calls or ()),
         tool_call_id=message.tool_call_id,
-        name=message.tool_name if role == "tool" else None,
+        name=message.tool_name if message.role == "tool" else None,
     )
 
 
@@ -198,7 +186,6 @@ def _task(
     tools: tuple[ToolSpec, ...] = (),
 ) -> ChatTask:
     options = body.options or OllamaOptions()
-    stop = (options.stop,) if isinstance(options.stop, str) else tuple(options.stop or ())
     enable_thinking, effort = _thinking(body.think)
     return ChatTask(
         model=model,
@@ -210,7 +197,7 @@ def _task(
         min_p=options.min_p,
         # Ollama reads a negative seed as "random".
         seed=options.seed if options.seed is not None and options.seed >= 0 else None,
-        stop=stop,
+        stop=one_or_many(options.stop, str),
         frequency_penalty=options.frequency_penalty,
         presence_penalty=options.presence_penalty,
         repetition_penalty=options.repeat_penalty,
@@ -230,7 +217,7 @@ def _task(
 
 def chat_to_task(body: OllamaChatRequest, model: str) -> ChatTask:
     """``model`` is the catalog id ``body.model`` resolved to."""
-    messages = tuple(_message(m, i) for i, m in enumerate(body.messages))
+    messages = tuple(_message(m) for m in body.messages)
     tools = tuple(tool_spec_from_openai(t, i) for i, t in enumerate(body.tools or ()))
     return _task(body, messages, model=model, tools=tools)
 

@@ -23,6 +23,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from skulk_core.chat.generation import GenerationStats
 from skulk_core.chat.tools import ToolCall
 from skulk_daemon.chat.generation import KeepAlive
 from skulk_daemon.chat.turn import (
@@ -33,7 +34,6 @@ from skulk_daemon.chat.turn import (
     TurnError,
     TurnEvent,
 )
-from skulk_daemon.engines.base import GenerationStats
 
 log = logging.getLogger(__name__)
 

@@ -9,26 +9,88 @@ import msgspec
 Role = Literal["system", "user", "assistant", "developer", "tool", "function"]
 
 
-class ContentPart(msgspec.Struct, frozen=True, kw_only=True):
-    type: str
+class TextPart(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="text"):
     text: str | None = None
-    image_url: dict[str, Any] | None = None
+
+
+class InputTextPart(TextPart, frozen=True, kw_only=True, tag="input_text"):
+    """The Responses API's name for a text part, which some clients send here too."""
+
+
+class ImageUrl(msgspec.Struct, frozen=True, kw_only=True):
+    url: str
+    """An inline ``data:`` URL; any other URL is refused (see ``chat/images.py``)."""
+
+
+class ImageUrlPart(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="image_url"):
+    image_url: ImageUrl
+
+
+# Any other part type (input_audio, file...) is refused, naming the part.
+ContentPart = TextPart | InputTextPart | ImageUrlPart
+
+
+class FunctionCallIn(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    arguments: object = "{}"
+    """JSON text; any other JSON value has always been accepted and is encoded."""
+
+
+class ToolCallIn(msgspec.Struct, frozen=True, kw_only=True):
+    """An assistant-history tool call (``type`` is not read)."""
+
+    id: object = None
+    """Read as text (``str(id or "")``), whatever JSON value it is."""
+    function: FunctionCallIn
 
 
 class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
     role: Role
     content: str | list[ContentPart] | None = None
     name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCallIn] | None = None
     tool_call_id: str | None = None
 
-    def text(self) -> str:
-        """The message's text; image parts are handled (or refused) before rendering."""
-        if self.content is None:
-            return ""
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(part.text or "" for part in self.content if part.type == "text")
+
+class FunctionDef(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    description: object = None
+    """A string; any other value is ignored (see ``chat/request_types.py``)."""
+    parameters: object = None
+    """A JSON Schema object; absent, null or empty means the function takes none."""
+
+
+class FunctionTool(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool in ``{"type": "function", "function": {...}}`` form (Ollama's too); an
+    absent ``type`` means a function, any other type is refused."""
+
+    type: Literal["function"] = "function"
+    function: FunctionDef
+
+
+class TextResponseFormat(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="text"):
+    pass
+
+
+class JsonObjectResponseFormat(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="json_object"
+):
+    pass
+
+
+class JsonSchemaSpec(msgspec.Struct, frozen=True, kw_only=True):
+    schema: dict[str, Any]
+    name: object = None
+    """A string; any other value is ignored."""
+
+
+class JsonSchemaResponseFormat(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="json_schema"
+):
+    json_schema: JsonSchemaSpec
+
+
+ChatResponseFormat = TextResponseFormat | JsonObjectResponseFormat | JsonSchemaResponseFormat
 
 
 class StreamOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -53,12 +115,14 @@ class ChatCompletionRequest(msgspec.Struct, frozen=True, kw_only=True):
     repetition_context_size: int | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
-    tools: list[dict[str, Any]] | None = None
+    tools: list[FunctionTool] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    """A mode or a named function: free-form here, converted by ``to_task`` so that a
+    choice it cannot read is refused as ``invalid_tool_choice``."""
     parallel_tool_calls: bool | None = None
     enable_thinking: bool | None = None
     reasoning_effort: str | None = None
-    response_format: dict[str, Any] | None = None
+    response_format: ChatResponseFormat | None = None
     stream_options: StreamOptions | None = None
     user: str | None = None
     n: int | None = None

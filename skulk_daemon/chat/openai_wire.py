@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from skulk_core.chat.generation import GenerationStats
 from skulk_daemon.chat.admission import Admitted
 from skulk_daemon.chat.generation import KeepAlive
 from skulk_daemon.chat.openai_protocol import (
@@ -26,7 +27,6 @@ from skulk_daemon.chat.openai_protocol import (
     Usage,
 )
 from skulk_daemon.chat.turn import ContentDelta, ReasoningDelta, TurnEnd, TurnError, TurnEvent
-from skulk_daemon.engines.base import GenerationStats
 from skulk_daemon.errors import error_body
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,6 @@
-"""OpenAI Responses wire types: the response object, its output items and the
-streaming events, encoded with msgspec exactly as the SDK's types expect."""
+"""OpenAI Responses wire types: the input items and tools a request carries, and the
+response object, its output items and the streaming events, encoded with msgspec
+exactly as the SDK's types expect."""
 
 from __future__ import annotations
 
@@ -12,6 +13,112 @@ ResponseStatus = Literal["in_progress", "completed", "incomplete", "failed", "ca
 
 # The codes OpenAI's ResponseError allows; any other Skulk code travels as ``type``.
 OPENAI_ERROR_CODES = frozenset({"server_error", "rate_limit_exceeded", "invalid_prompt"})
+
+
+# --- request: input items, function tools, text.format ------------------------------
+# The request body keeps these fields as plain JSON (they are echoed back verbatim in
+# the response object, and a message item may omit its ``type``); the adapter converts
+# each into these Structs where it reads it. Unknown fields are ignored, as OpenAI does.
+
+
+class InputTextPart(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="input_text"):
+    text: object = None
+    """A string; any other value reads as empty text (see ``chat/request_types.py``)."""
+
+
+class OutputTextPart(InputTextPart, frozen=True, kw_only=True, tag="output_text"):
+    """An earlier assistant answer, replayed as text."""
+
+
+class TextPart(InputTextPart, frozen=True, kw_only=True, tag="text"):
+    pass
+
+
+class RefusalPart(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="refusal"):
+    refusal: object = None
+
+
+class InputImagePart(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="input_image"
+):
+    image_url: object = None
+    """A ``data:`` URL. Anything else (a ``file_id`` image) is refused as ``invalid_image``."""
+
+
+InputContentPart = InputTextPart | OutputTextPart | TextPart | RefusalPart | InputImagePart
+InputRole = Literal["system", "developer", "user", "assistant"]
+
+
+class InputMessage(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="message"):
+    """A message item; one sent without ``type`` is read as this."""
+
+    role: InputRole
+    content: str | list[InputContentPart] | None = None
+
+
+class InputFunctionCall(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="function_call"
+):
+    call_id: str
+    name: str
+    arguments: str = "{}"
+
+
+class InputFunctionCallOutput(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="function_call_output"
+):
+    call_id: str
+    output: str | list[InputContentPart] | None = None
+
+
+class InputReasoning(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="reasoning"):
+    """An earlier reasoning item: accepted and not replayed into the prompt."""
+
+
+class InputItemReference(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="item_reference"
+):
+    """Refused: it needs stored responses."""
+
+
+InputItem = (
+    InputMessage | InputFunctionCall | InputFunctionCallOutput | InputReasoning | InputItemReference
+)
+
+
+class FunctionTool(msgspec.Struct, frozen=True, kw_only=True):
+    """A function tool (the only kind Skulk runs; ``type`` is checked before this)."""
+
+    type: Literal["function"]
+    name: str
+    description: object = None
+    """A string; any other value is ignored."""
+    parameters: object = None
+    """A JSON Schema object; absent, null or empty means the function takes none."""
+
+
+class TextFormatText(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="text"):
+    pass
+
+
+class TextFormatJsonObject(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="json_object"
+):
+    pass
+
+
+class TextFormatJsonSchema(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="json_schema"
+):
+    schema: dict[str, Any]
+    name: object = None
+    """A string; any other value is ignored."""
+
+
+TextFormat = TextFormatText | TextFormatJsonObject | TextFormatJsonSchema
+
+
+# --- response --------------------------------------------------------------------
 
 
 class TopLogprob(msgspec.Struct, frozen=True, kw_only=True):

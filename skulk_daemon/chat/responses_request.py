@@ -12,13 +12,36 @@ refers to an earlier response can work; clients resend the whole input instead
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
 from skulk_core.chat.tools import ToolCall, ToolChoice, ToolSpec
 from skulk_daemon.chat.images import image_from_url
-from skulk_daemon.chat.openai_request import tool_choice_from_openai
+from skulk_daemon.chat.request_types import (
+    field_errors,
+    one_or_many,
+    optional_text,
+    tool_choice,
+    tool_spec,
+)
+from skulk_daemon.chat.responses_protocol import (
+    FunctionTool,
+    InputContentPart,
+    InputFunctionCall,
+    InputFunctionCallOutput,
+    InputImagePart,
+    InputItem,
+    InputItemReference,
+    InputMessage,
+    InputReasoning,
+    InputTextPart,
+    RefusalPart,
+    TextFormat,
+    TextFormatJsonObject,
+    TextFormatJsonSchema,
+    TextFormatText,
+)
 from skulk_daemon.chat.task import (
     ChatTask,
     ImageInput,
@@ -28,25 +51,36 @@ from skulk_daemon.chat.task import (
     TaskMessage,
     TaskRole,
 )
-from skulk_daemon.errors import ApiError, decode_json
 from skulk_daemon.errors import bad_request as _bad
+from skulk_daemon.errors import decode_json
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 """The ``include`` entry that asks for output-text logprobs."""
+TOOL_CHOICE_REFUSAL = (
+    'tool_choice must be "auto", "none", "required" or {"type": "function", "name": ...}'
+)
 
 
 class ResponsesRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """The body. ``input`` items, ``tools``, ``tool_choice`` and ``text`` stay plain JSON:
+    the response object echoes them back as sent, a message item may omit its
+    ``type``, and a hosted tool or a bad choice has a refusal code of its own. The
+    adapter converts each into its Struct (``responses_protocol``) where it reads it."""
+
     model: str
     input: str | list[dict[str, Any]]
+    """A string (one user message) or a list of :data:`InputItem` objects."""
     instructions: str | None = None
-    max_output_tokens: int | None = None
+    max_output_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
     temperature: float | None = None
     top_p: float | None = None
     top_logprobs: int | None = None
     tools: list[dict[str, Any]] | None = None
+    """:class:`FunctionTool` objects; any other tool type is refused (``unsupported_tool``)."""
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     text: dict[str, Any] | None = None
+    """``format`` is a :data:`TextFormat`; the rest is echoed back."""
     reasoning: dict[str, Any] | None = None
     include: list[str] | None = None
     stream: bool = False
@@ -73,43 +107,45 @@ def decode_responses_request(raw: bytes) -> ResponsesRequest:
     return decode_json(raw, _decoder)
 
 
-def _parts(raw: object, where: str) -> tuple[str, tuple[ImageInput, ...]]:
+def _text_part(text: str) -> InputTextPart:
+    return InputTextPart(text=text)
+
+
+def _parts(
+    content: str | list[InputContentPart] | None, where: str
+) -> tuple[str, tuple[ImageInput, ...]]:
     """A message's (or a function output's) content: a string or a list of parts."""
-    if raw is None or isinstance(raw, str):
-        return raw or "", ()
-    if not isinstance(raw, list):
-        raise _bad(f"{where}.content must be a string or a list of content parts")
     texts: list[str] = []
     images: list[ImageInput] = []
-    for n, part in enumerate(raw):
-        if not isinstance(part, dict):
-            raise _bad(f"{where}.content[{n}] must be an object")
-        match part.get("type"):
-            case "input_text" | "output_text" | "text":
-                text = part.get("text")
-                texts.append(text if isinstance(text, str) else "")
-            case "refusal":
-                refusal = part.get("refusal")
-                texts.append(refusal if isinstance(refusal, str) else "")
-            case "input_image":
-                url = part.get("image_url")
-                if not isinstance(url, str):
+    for n, part in enumerate(one_or_many(content, _text_part)):
+        match part:
+            case InputTextPart(text=text):
+                texts.append(optional_text(text) or "")
+            case RefusalPart(refusal=refusal):
+                texts.append(optional_text(refusal) or "")
+            case InputImagePart(image_url=image_url):
+                url = optional_text(image_url)
+                if url is None:
                     raise _bad(
                         f"{where}.content[{n}]: input_image needs image_url (a data: URL); "
                         "file_id images need a file store, which Skulk does not keep",
                         code="invalid_image",
                     )
                 images.append(image_from_url(url))
-            case other:
-                raise _bad(f"{where}.content[{n}]: content part type {other!r} is not supported")
     return "".join(texts), tuple(images)
 
 
-def _string(item: dict[str, Any], key: str, where: str) -> str:
-    value = item.get(key)
-    if not isinstance(value, str):
-        raise _bad(f"{where} needs {key} (a string)")
-    return value
+def _user_item(text: str) -> dict[str, Any]:
+    """A string ``input``: one user message."""
+    return {"type": "message", "role": "user", "content": text}
+
+
+def _item(raw: dict[str, Any], where: str) -> InputItem:
+    if raw.get("type") is None:  # a message item may omit its type (the SDKs' "easy" form)
+        raw = {**raw, "type": "message"}
+    with field_errors(where):
+        item: InputItem = msgspec.convert(raw, InputItem)
+    return item
 
 
 class _Conversation:
@@ -120,21 +156,13 @@ class _Conversation:
         self.messages: list[TaskMessage] = []
         self._call_names: dict[str, str] = {}
 
-    def message(self, item: dict[str, Any], where: str) -> None:
-        role = item.get("role")
-        if role not in _ROLES:
-            raise _bad(f"{where}.role must be one of {', '.join(_ROLES)}")
-        text, images = _parts(item.get("content"), where)
-        self.messages.append(TaskMessage(role=_ROLES[role], content=text, images=images))
+    def message(self, item: InputMessage, where: str) -> None:
+        text, images = _parts(item.content, where)
+        self.messages.append(TaskMessage(role=_ROLES[item.role], content=text, images=images))
 
-    def function_call(self, item: dict[str, Any], where: str) -> None:
-        call_id = _string(item, "call_id", where)
-        name = _string(item, "name", where)
-        arguments = item.get("arguments", "{}")
-        if not isinstance(arguments, str):
-            raise _bad(f"{where}.arguments must be a string of JSON")
-        call = ToolCall(id=call_id, name=name, arguments=arguments)
-        self._call_names[call_id] = name
+    def function_call(self, item: InputFunctionCall) -> None:
+        call = ToolCall(id=item.call_id, name=item.name, arguments=item.arguments)
+        self._call_names[item.call_id] = item.name
         last = self.messages[-1] if self.messages else None
         if last is not None and last.role == "assistant":
             self.messages[-1] = TaskMessage(
@@ -146,14 +174,14 @@ class _Conversation:
         else:
             self.messages.append(TaskMessage(role="assistant", tool_calls=(call,)))
 
-    def function_output(self, item: dict[str, Any], where: str) -> None:
-        call_id = _string(item, "call_id", where)
+    def function_output(self, item: InputFunctionCallOutput, where: str) -> None:
+        call_id = item.call_id
         if call_id not in self._call_names:
             raise _bad(
                 f"{where}: no function_call with call_id {call_id!r} precedes this output "
                 "(Skulk stores no earlier responses, so include the call in input)"
             )
-        text, images = _parts(item.get("output"), where)
+        text, images = _parts(item.output, where)
         self.messages.append(
             TaskMessage(
                 role="tool",
@@ -171,33 +199,26 @@ def _messages(body: ResponsesRequest) -> tuple[TaskMessage, ...]:
     conversation = _Conversation()
     if body.instructions:
         conversation.messages.append(TaskMessage(role="system", content=body.instructions))
-    if isinstance(body.input, str):
-        conversation.messages.append(TaskMessage(role="user", content=body.input))
-        return tuple(conversation.messages)
-    for index, item in enumerate(body.input):
+    for index, raw in enumerate(one_or_many(body.input, _user_item)):
         where = f"input[{index}]"
-        match item.get("type"):
-            case None | "message":
+        match _item(raw, where):
+            case InputMessage() as item:
                 conversation.message(item, where)
-            case "function_call":
-                conversation.function_call(item, where)
-            case "function_call_output":
+            case InputFunctionCall() as item:
+                conversation.function_call(item)
+            case InputFunctionCallOutput() as item:
                 conversation.function_output(item, where)
-            case "reasoning":
+            case InputReasoning():
                 pass  # a model's earlier thinking is not replayed into the prompt
-            case "item_reference":
+            case InputItemReference():
                 raise _bad(
                     f"{where}: item_reference needs stored responses, which Skulk does not "
                     "keep; send the item itself"
                 )
-            case other:
-                raise _bad(f"{where}: input item type {other!r} is not supported")
     return tuple(conversation.messages)
 
 
-def _tool(raw: object, index: int) -> ToolSpec:
-    if not isinstance(raw, dict):
-        raise _bad(f"tools[{index}] must be an object")
+def _tool(raw: dict[str, Any], index: int) -> ToolSpec:
     kind = raw.get("type")
     if kind != "function":
         raise _bad(
@@ -205,40 +226,28 @@ def _tool(raw: object, index: int) -> ToolSpec:
             "tools (the client executes them)",
             code="unsupported_tool",
         )
-    name = _string(raw, "name", f"tools[{index}]")
-    parameters = raw.get("parameters") or {}
-    if not isinstance(parameters, dict):
-        raise _bad(f"tools[{index}].parameters must be a JSON Schema object")
-    description = raw.get("description")
-    return ToolSpec(
-        name=name,
-        description=description if isinstance(description, str) else None,
-        parameters=parameters,
-    )
+    with field_errors(f"tools[{index}]"):
+        tool: FunctionTool = msgspec.convert(raw, FunctionTool)
+    return tool_spec(tool.name, tool.description, tool.parameters, at=f"tools[{index}].parameters")
 
 
 def _tool_choice(raw: str | dict[str, Any] | None) -> ToolChoice | None:
-    try:
-        return tool_choice_from_openai(raw)
-    except ApiError:
-        raise _bad(
-            'tool_choice must be "auto", "none", "required" or {"type": "function", "name": ...}',
-            code="invalid_tool_choice",
-        ) from None
+    return tool_choice(raw, refusal=TOOL_CHOICE_REFUSAL)
 
 
 def _format(text: dict[str, Any] | None) -> ResponseFormat | None:
-    match (text or {}).get("format"):
-        case None | {"type": "text"}:
+    raw = (text or {}).get("format")
+    if raw is None:
+        return None
+    with field_errors("text.format"):
+        format_: TextFormat = msgspec.convert(raw, TextFormat)
+    match format_:
+        case TextFormatText():
             return None
-        case {"type": "json_object"}:
+        case TextFormatJsonObject():
             return JsonObjectFormat()
-        case {"type": "json_schema", "schema": dict(schema), **rest}:
-            name = rest.get("name")
-            return JsonSchemaFormat(schema=schema, name=name if isinstance(name, str) else None)
-        case {"type": "json_schema"}:
-            raise _bad("text.format json_schema needs schema (a JSON Schema object)")
-    raise _bad('text.format.type must be "text", "json_object" or "json_schema"')
+        case TextFormatJsonSchema(schema=schema, name=name):
+            return JsonSchemaFormat(schema=schema, name=optional_text(name))
 
 
 def _refuse_stored_state(body: ResponsesRequest) -> None:
@@ -260,9 +269,6 @@ def _refuse_stored_state(body: ResponsesRequest) -> None:
 
 def to_task(body: ResponsesRequest) -> ChatTask:
     _refuse_stored_state(body)
-    if body.max_output_tokens is not None and body.max_output_tokens <= 0:
-        raise _bad("max_output_tokens must be a positive integer")
-    effort = (body.reasoning or {}).get("effort")
     logprobs = LOGPROBS_INCLUDE in (body.include or ()) or body.top_logprobs is not None
     return ChatTask(
         model=body.model,
@@ -275,5 +281,5 @@ def to_task(body: ResponsesRequest) -> ChatTask:
         tools=tuple(_tool(t, i) for i, t in enumerate(body.tools or ())),
         tool_choice=_tool_choice(body.tool_choice),
         response_format=_format(body.text),
-        reasoning_effort=effort if isinstance(effort, str) else None,
+        reasoning_effort=optional_text((body.reasoning or {}).get("effort")),
     )

@@ -14,13 +14,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Literal
 
+from skulk_core.chat.generation import EngineChunk, ErrorChunk, FinishChunk, GenerationStats
+from skulk_core.chat.generation import TokenChunk as RawToken
 from skulk_core.chat.reasoning import ReasoningSplitter
 from skulk_core.chat.tool_parsing import ToolCallSieve
 from skulk_core.chat.tools import ToolCall
 from skulk_daemon.chat.admission import Admitted
 from skulk_daemon.chat.generation import KeepAlive
-from skulk_daemon.engines.base import EngineChunk, ErrorChunk, FinishChunk, GenerationStats
-from skulk_daemon.engines.base import TokenChunk as RawToken
 
 TurnFinishReason = Literal["stop", "length", "tool_calls"]
 

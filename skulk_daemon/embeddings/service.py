@@ -18,6 +18,11 @@ from typing import Final
 
 import numpy as np
 
+from skulk_core.chat.generation import (
+    ERROR_CONTEXT_LENGTH_EXCEEDED,
+    ERROR_INVALID_REQUEST,
+    ErrorChunk,
+)
 from skulk_core.cluster.routing import select_instance
 from skulk_core.ids import CommandId, InstanceId, ModelId, TaskId, new_command_id, new_task_id
 from skulk_core.models.cards import ModelTask
@@ -27,11 +32,6 @@ from skulk_daemon.embeddings.protocol import (
     EmbeddingList,
     EmbeddingRequest,
     EmbeddingUsage,
-)
-from skulk_daemon.engines.base import (
-    ERROR_CONTEXT_LENGTH_EXCEEDED,
-    ERROR_INVALID_REQUEST,
-    ErrorChunk,
 )
 from skulk_daemon.errors import ApiError
 from skulk_daemon.errors import bad_request as _bad

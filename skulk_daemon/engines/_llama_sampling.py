@@ -14,7 +14,7 @@ from typing import Final
 import llama_cpp
 import numpy as np
 
-from skulk_daemon.engines.base import SamplingParams
+from skulk_core.chat.generation import SamplingParams
 
 MAX_TOP_LOGPROBS: Final = 20
 """OpenAI's bound on ``top_logprobs``."""

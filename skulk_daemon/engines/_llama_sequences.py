@@ -5,16 +5,16 @@ from __future__ import annotations
 import threading
 import time
 
-from skulk_core.ids import TaskId
-from skulk_daemon.engines._llama_sampling import SamplerHandle, is_plain_greedy
-from skulk_daemon.engines._text import TextStream
-from skulk_daemon.engines.base import (
+from skulk_core.chat.generation import (
     ErrorChunk,
     FinishChunk,
     FinishReason,
     GenerationRequest,
     GenerationStats,
 )
+from skulk_core.ids import TaskId
+from skulk_daemon.engines._llama_sampling import SamplerHandle, is_plain_greedy
+from skulk_daemon.engines._text import TextStream
 
 
 class Pending:

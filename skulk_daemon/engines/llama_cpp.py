@@ -32,6 +32,14 @@ from typing import Final
 
 import llama_cpp
 
+from skulk_core.chat.generation import (
+    ERROR_CONTEXT_LENGTH_EXCEEDED,
+    ERROR_ENGINE_FAILED,
+    ERROR_INVALID_REQUEST,
+    FinishReason,
+    GenerationRequest,
+    TokenChunk,
+)
 from skulk_core.ids import TaskId
 from skulk_daemon.engines import _llama_sampling as sampling
 from skulk_daemon.engines._llama_model import (
@@ -49,17 +57,7 @@ from skulk_daemon.engines._llama_sequences import (
     error_chunk,
     unserved_finish,
 )
-from skulk_daemon.engines.base import (
-    ERROR_CONTEXT_LENGTH_EXCEEDED,
-    ERROR_ENGINE_FAILED,
-    ERROR_INVALID_REQUEST,
-    ChunkSink,
-    EngineLoadError,
-    EngineStats,
-    FinishReason,
-    GenerationRequest,
-    TokenChunk,
-)
+from skulk_daemon.engines.base import ChunkSink, EngineLoadError, EngineStats
 
 __all__ = ["DEFAULT_N_BATCH", "LlamaCppEngine", "LlamaCppSettings", "set_llama_logging"]
 

@@ -32,15 +32,15 @@ import llama_cpp
 import numpy as np
 import numpy.typing as npt
 
-from skulk_core.ids import TaskId
-from skulk_daemon.engines._llama_model import LLAMA_LOG, load_model, set_llama_logging
-from skulk_daemon.engines.base import (
+from skulk_core.chat.generation import (
     ERROR_CONTEXT_LENGTH_EXCEEDED,
     ERROR_ENGINE_FAILED,
     ERROR_INVALID_REQUEST,
-    EngineLoadError,
     ErrorChunk,
 )
+from skulk_core.ids import TaskId
+from skulk_daemon.engines._llama_model import LLAMA_LOG, load_model, set_llama_logging
+from skulk_daemon.engines.base import EngineLoadError
 
 __all__ = [
     "EmbedCancelled",

@@ -202,12 +202,17 @@ class ExtensionHost:
         await self._run_stop_hooks(budget)
         await self.chat.drain(OBSERVER_DRAIN_SECONDS)
 
-    async def stop(self, budget: float = SHUTDOWN_BUDGET_SECONDS) -> None:
-        """Close discovery, then run every ``on_stop`` under one shared budget."""
+    async def stop(self, budget: float | None = None) -> None:
+        """Close discovery, then run every ``on_stop`` under one shared budget
+        (:data:`SHUTDOWN_BUDGET_SECONDS` unless ``budget`` says otherwise)."""
         if self._stopped:
             return
         self._stopped = True
-        shutdown = asyncio.ensure_future(self._shutdown(budget))
+        # NOTE: the constant is read here, not bound as the default: a test that runs
+        # the daemon with a shorter budget sets it on this module before serving.
+        shutdown = asyncio.ensure_future(
+            self._shutdown(SHUTDOWN_BUDGET_SECONDS if budget is None else budget)
+        )
         # NOTE: shielded, so a shutdown that is itself cancelled (a second signal, the
         # lifespan giving up) does not cut the hooks' budget short: the hooks keep
         # their budget while the loop lives; only this wait ends.

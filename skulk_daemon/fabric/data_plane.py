@@ -2,7 +2,9 @@
 
 The node that owns a command (the API node a client talks to) opens a
 :class:`DataStream` for it; other nodes send that command's frames to the owner,
-numbered from 0. Each stream's queue is bounded: a consumer that falls behind, or
+numbered from 0. A payload is a typed :data:`~skulk_core.cluster.fabric.DataPayload`
+(a generation's chunk, or opaque bytes), handed to the reader as it was decoded
+with its frame. Each stream's queue is bounded: a consumer that falls behind, or
 a gap in the numbering, breaks the stream loudly instead of growing memory or
 reordering silently. Frames never enter State or the event log.
 """
@@ -14,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Final
 
-from skulk_core.cluster.fabric import MAX_DATA_PAYLOAD_BYTES, DataFrame
+from skulk_core.cluster.fabric import MAX_DATA_PAYLOAD_BYTES, DataFrame, DataPayload
 from skulk_core.ids import CommandId, NodeId
 
 DEFAULT_STREAM_FRAMES: Final = 1024
@@ -32,13 +34,17 @@ class DataStats:
     overflows: int = 0
 
 
-_END: Final = object()
+class _End:
+    """The end-of-stream marker in a stream's queue."""
+
+
+_END: Final = _End()
 
 
 class DataStream:
     def __init__(self, command_id: CommandId, limit: int, on_close: Callable[[], None]) -> None:
         self.command_id = command_id
-        self._queue: asyncio.Queue[object] = asyncio.Queue(maxsize=limit)
+        self._queue: asyncio.Queue[DataPayload | _End] = asyncio.Queue(maxsize=limit)
         self._expected = 0
         self._broken: str | None = None
         self._on_close = on_close
@@ -68,29 +74,27 @@ class DataStream:
             self._queue.get_nowait()
         self._queue.put_nowait(_END)
 
-    async def next(self) -> bytes | None:
+    async def next(self) -> DataPayload | None:
         """The next payload; ``None`` after the final frame. Raises
         :class:`StreamBroken` on a lost frame (wrap it in ``asyncio.timeout``)."""
         item = await self._queue.get()
-        if item is _END:
+        if isinstance(item, _End):
             # Keep the end visible to any later call.
             self._queue.put_nowait(_END)
             if self._broken is not None:
                 raise StreamBroken(self._broken)
             return None
-        assert isinstance(item, bytes)
         return item
 
-    async def frames(self) -> AsyncIterator[bytes]:
+    async def frames(self) -> AsyncIterator[DataPayload]:
         """Payloads in order until the final frame; raises :class:`StreamBroken`."""
         try:
             while True:
                 item = await self._queue.get()
-                if item is _END:
+                if isinstance(item, _End):
                     if self._broken is not None:
                         raise StreamBroken(self._broken)
                     return
-                assert isinstance(item, bytes)
                 yield item
         finally:
             self.close()
@@ -120,10 +124,16 @@ class DataPlane:
         return stream
 
     def send(
-        self, owner: NodeId, command_id: CommandId, seq: int, payload: bytes, *, final: bool = False
+        self,
+        owner: NodeId,
+        command_id: CommandId,
+        seq: int,
+        payload: DataPayload,
+        *,
+        final: bool = False,
     ) -> bool:
         """Send one frame to ``owner`` (short-circuited when that is this node)."""
-        if len(payload) > MAX_DATA_PAYLOAD_BYTES:
+        if isinstance(payload, bytes) and len(payload) > MAX_DATA_PAYLOAD_BYTES:
             raise ValueError(f"a data frame carries at most {MAX_DATA_PAYLOAD_BYTES} bytes")
         frame = DataFrame(command_id=command_id, seq=seq, payload=payload, final=final)
         if owner == self._own_id:

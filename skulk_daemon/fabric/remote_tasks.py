@@ -4,7 +4,8 @@ The API node that accepted a request owns its command. When the instance's runne
 is elsewhere, the owner sends :class:`RunTask` to that node and reads the engine's
 chunks back from the command's data stream, in order; the serving node runs the
 generation through its own supervisor exactly as a local request would (task
-bookkeeping included) and numbers each chunk. When the owner stops reading
+bookkeeping included) and numbers each chunk. The request and the chunks travel
+as typed fabric values, encoded once with the frame that carries them. When the owner stops reading
 (the client went away, ``/v1/cancel``), it sends :class:`CancelTask`. A serving
 node that goes silent mid-stream, or a stream that loses a frame, ends the turn
 with an error chunk rather than a hang.
@@ -20,16 +21,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-import msgspec
-
-from skulk_core.cluster.fabric import CancelTask, RunTask
-from skulk_core.ids import CommandId, InstanceId, NodeId, TaskId
-from skulk_daemon.engines.base import (
+from skulk_core.chat.generation import (
     EngineChunk,
     ErrorChunk,
     FinishChunk,
     GenerationRequest,
+    TokenChunk,
 )
+from skulk_core.cluster.fabric import CancelTask, RunTask
+from skulk_core.ids import CommandId, InstanceId, NodeId, TaskId
 from skulk_daemon.fabric.data_plane import StreamBroken
 
 if TYPE_CHECKING:
@@ -43,10 +43,6 @@ LIVENESS_CHECK_SECONDS: Final = 1.0
 FIRST_FRAME_SECONDS: Final = 30.0
 """How long a serving node may take to accept a task before the owner gives up
 (it waits up to this for a loading runner)."""
-
-_encoder: Final = msgspec.msgpack.Encoder()
-_request_decoder: Final = msgspec.msgpack.Decoder(GenerationRequest)
-_chunk_decoder: Final = msgspec.msgpack.Decoder(EngineChunk)
 
 
 def _error(task_id: TaskId, code: str, message: str) -> ErrorChunk:
@@ -89,11 +85,7 @@ class RemoteTasks:
         try:
             sent = agent.send_control(
                 node,
-                RunTask(
-                    command_id=command_id,
-                    instance_id=instance_id,
-                    request=_encoder.encode(request),
-                ),
+                RunTask(command_id=command_id, instance_id=instance_id, request=request),
             )
             if not sent:
                 ended = True
@@ -123,21 +115,30 @@ class RemoteTasks:
                     ended = True
                     yield _error(task_id, "stream_broken", f"tokens from {node} were lost: {exc}")
                     return
-                if payload is None:
-                    ended = True
-                    yield _error(task_id, "incomplete_generation", "the stream ended early")
-                    return
                 first = False
-                chunk = _chunk_decoder.decode(payload)
-                if isinstance(chunk, FinishChunk | ErrorChunk):
-                    ended = True
-                yield chunk
-                if ended:
-                    return
+                match payload:
+                    case TokenChunk():
+                        yield payload
+                    case FinishChunk() | ErrorChunk():
+                        ended = True
+                        yield payload
+                        return
+                    case None:
+                        ended = True
+                        yield _error(task_id, "incomplete_generation", "the stream ended early")
+                        return
+                    case bytes():
+                        # Not a generation's chunk: the stream cannot be trusted,
+                        # and (not ``ended``) the serving node is told to stop.
+                        yield _error(
+                            task_id, "stream_broken", f"node {node} sent a non-chunk frame"
+                        )
+                        return
         finally:
             stream.close()
             if not ended:
-                # The consumer stopped early: the serving node must stop too.
+                # The consumer stopped early (or the stream went wrong): the
+                # serving node must stop too.
                 agent.send_control(node, CancelTask(command_id=command_id))
 
     def cancel(self, node: NodeId, command_id: CommandId) -> None:
@@ -147,11 +148,7 @@ class RemoteTasks:
 
     def serve(self, owner: NodeId, message: RunTask) -> None:
         worker = self._worker
-        try:
-            request = _request_decoder.decode(message.request)
-        except msgspec.DecodeError:
-            self._agent.counters.dropped["bad_task"] += 1
-            return
+        request = message.request
         command_id = message.command_id
         if worker is None or command_id in self._serving:
             return
@@ -177,7 +174,7 @@ class RemoteTasks:
             ) as chunks:
                 async for chunk in chunks:
                     final = isinstance(chunk, FinishChunk | ErrorChunk)
-                    if not data.send(owner, command_id, seq, _encoder.encode(chunk), final=final):
+                    if not data.send(owner, command_id, seq, chunk, final=final):
                         # The owner is unreachable or not reading: nobody will see
                         # the rest, so stop the runner's work now.
                         log.warning(

@@ -9,25 +9,24 @@ Parent → runner: :class:`Load` (first, once), then :class:`Generate` (or
 finally :class:`Shutdown` (or just closing stdin).
 Runner → parent: :class:`Phase` transitions, :class:`Failed` when it cannot go
 on, the engine's chunks for every generation, and one :class:`Embedded` (or an
-:class:`~skulk_daemon.engines.base.ErrorChunk`) for every embedding task.
+:class:`~skulk_core.chat.generation.ErrorChunk`) for every embedding task.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
+from collections.abc import Callable
 from typing import BinaryIO, Final, Literal
 
 import msgspec
 
+from skulk_core.chat.generation import ErrorChunk, FinishChunk, GenerationRequest, TokenChunk
 from skulk_core.ids import TaskId
-from skulk_daemon.engines.base import (
-    DEFAULT_SLOTS,
-    ErrorChunk,
-    FinishChunk,
-    GenerationRequest,
-    TokenChunk,
-)
+from skulk_daemon.engines.base import DEFAULT_SLOTS
+
+log = logging.getLogger("skulk.runner")
 
 MAX_FRAME_BYTES: Final = 64 * 1024 * 1024
 """Largest frame either side accepts: far above any prompt, small enough that a
@@ -203,3 +202,33 @@ async def read_frame_async(reader: asyncio.StreamReader) -> bytes | None:
         return await reader.readexactly(_body_length(header))
     except asyncio.IncompleteReadError:
         raise ProtocolError("the stream ended inside a frame") from None
+
+
+def serve_frames(
+    stdin: BinaryIO,
+    *,
+    generate: Callable[[GenerationRequest], None],
+    embed: Callable[[TaskId, tuple[str, ...]], None],
+    cancel: Callable[[TaskId], None],
+) -> None:
+    """The runner's main loop once it serves: hand each of the parent's frames to
+    its handler until :class:`Shutdown` or the end of stdin (the parent is gone).
+
+    A second :class:`Load` is ignored: a runner holds one model for its life.
+    Raises :class:`ProtocolError` on a frame that cannot be read."""
+    while True:
+        body = read_frame(stdin)
+        if body is None:
+            log.info("stdin closed: the parent is gone; exiting")
+            return
+        match decode_parent_message(body):
+            case Generate(request=request):
+                generate(request)
+            case Embed(task_id=task_id, inputs=inputs):
+                embed(task_id, inputs)
+            case Cancel(task_id=task_id):
+                cancel(task_id)
+            case Shutdown():
+                return
+            case Load():
+                log.warning("ignoring a second Load: this runner already holds a model")

@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol, assert_never
 
+from skulk_core.chat.generation import EngineChunk as Chunk
+from skulk_core.chat.generation import ErrorChunk, FinishChunk, GenerationRequest
 from skulk_core.cluster.worker_plan import (
     LocalRunnerPhase,
     StartRunner,
@@ -55,8 +57,7 @@ from skulk_core.state.shards import (
     serving_node,
 )
 from skulk_core.state.state import Task, TaskStatus
-from skulk_daemon.engines.base import DEFAULT_SLOTS, ErrorChunk, FinishChunk, GenerationRequest
-from skulk_daemon.engines.base import EngineChunk as Chunk
+from skulk_daemon.engines.base import DEFAULT_SLOTS
 from skulk_daemon.node.node import Node
 from skulk_daemon.runner.client import RunnerProcess
 from skulk_daemon.runner.protocol import ERROR_CANCELLED, Embedded
@@ -286,8 +287,13 @@ class Supervisor:
         await asyncio.gather(
             *(self._stop(rid) for rid in list(self._runners)), return_exceptions=True
         )
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
+        # NOTE: awaited, not just cancelled: a runner still loading is killed and
+        # reaped by its cancelled start, which needs the loop to run; a shutdown that
+        # returned first would leave that process (and its pipes) to outlive the loop.
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     # -- serving --------------------------------------------------------------------
 
@@ -316,86 +322,20 @@ class Supervisor:
             finally:
                 self._remote_tasks.pop(task_id, None)
             return
-        runner = self._runner_for(instance_id)
-        if runner is None:
-            # The reconcile loop may not have seen the instance yet.
-            self._reconcile()
-            runner = self._runner_for(instance_id)
-        if runner is None:
-            yield ErrorChunk(
-                task_id=task_id, code="instance_unavailable", message="the instance is not running"
-            )
+        runner = await self._serving_runner(instance_id, task_id)
+        if isinstance(runner, ErrorChunk):
+            yield runner
             return
-        try:
-            serving = await asyncio.wait_for(asyncio.shield(runner.settled), READY_WAIT_SECONDS)
-        except TimeoutError:
-            serving = False
-        if not serving or runner.process is None:
-            message = runner.failure or "the instance stopped before it was ready"
-            yield ErrorChunk(task_id=task_id, code="instance_unavailable", message=message)
-            return
-        self._node.report(
-            StartTask(
-                command_id=new_command_id(),
-                task=Task(
-                    task_id=task_id,
-                    command_id=command_id,
-                    instance_id=instance_id,
-                    kind="TextGeneration",
-                    task_status=TaskStatus.RUNNING,
-                ),
-            )
-        )
-        runner.active_tasks += 1
-        if runner.active_tasks == 1:
-            self._report(runner.runner_id, RunnerRunning(active_tasks=1))
-        outcome = TaskStatus.FAILED
-        try:
+        assert runner.process is not None
+        with self._task(runner, task_id, command_id, ModelTask.TEXT_GENERATION) as outcome:
             async for chunk in runner.process.generate(request):
                 if isinstance(chunk, FinishChunk):
-                    outcome = (
+                    outcome.status = (
                         TaskStatus.CANCELLED
                         if chunk.finish_reason == "cancelled"
                         else TaskStatus.COMPLETE
                     )
                 yield chunk
-        except (GeneratorExit, asyncio.CancelledError):
-            outcome = TaskStatus.CANCELLED
-            raise
-        finally:
-            runner.active_tasks -= 1
-            if runner.active_tasks == 0 and runner.phase is LocalRunnerPhase.SERVING:
-                self._report(runner.runner_id, RunnerReady())
-            self._node.report(
-                FinishTask(command_id=new_command_id(), task_id=task_id, task_status=outcome)
-            )
-
-    def cancel(self, instance_id: InstanceId, task_id: TaskId) -> None:
-        remote = self._remote_tasks.get(task_id)
-        if remote is not None:
-            remote()
-            return
-        runner = self._runner_for(instance_id)
-        if runner is not None and runner.process is not None:
-            with contextlib.suppress(Exception):
-                runner.process.cancel(task_id)
-
-    async def _serving_runner(self, instance_id: InstanceId) -> ManagedRunner | str:
-        """The instance's local runner once it serves, else why there is none."""
-        runner = self._runner_for(instance_id)
-        if runner is None:
-            # The reconcile loop may not have seen the instance yet.
-            self._reconcile()
-            runner = self._runner_for(instance_id)
-        if runner is None:
-            return "the instance is not running"
-        try:
-            serving = await asyncio.wait_for(asyncio.shield(runner.settled), READY_WAIT_SECONDS)
-        except TimeoutError:
-            serving = False
-        if not serving or runner.process is None:
-            return runner.failure or "the instance stopped before it was ready"
-        return runner
 
     async def embed(
         self,
@@ -407,19 +347,65 @@ class Supervisor:
         """Embed ``inputs`` on this node's runner for the instance, as one task in
         ``/state`` (kind ``TextEmbedding``) serving the client's ``command_id``.
         Cancelling the caller cancels the task on the runner."""
-        runner = await self._serving_runner(instance_id)
-        if isinstance(runner, str):
-            return ErrorChunk(task_id=task_id, code="instance_unavailable", message=runner)
-        process = runner.process
-        assert process is not None
+        runner = await self._serving_runner(instance_id, task_id)
+        if isinstance(runner, ErrorChunk):
+            return runner
+        assert runner.process is not None
+        with self._task(runner, task_id, command_id, ModelTask.TEXT_EMBEDDING) as outcome:
+            result = await runner.process.embed(task_id, inputs)
+            if isinstance(result, Embedded):
+                outcome.status = TaskStatus.COMPLETE
+            elif result.code == ERROR_CANCELLED:
+                outcome.status = TaskStatus.CANCELLED
+            return result
+
+    def cancel(self, instance_id: InstanceId, task_id: TaskId) -> None:
+        remote = self._remote_tasks.get(task_id)
+        if remote is not None:
+            remote()
+            return
+        runner = self._runner_for(instance_id)
+        if runner is not None and runner.process is not None:
+            with contextlib.suppress(Exception):
+                runner.process.cancel(task_id)
+
+    async def _serving_runner(
+        self, instance_id: InstanceId, task_id: TaskId
+    ) -> ManagedRunner | ErrorChunk:
+        """The instance's local runner once it serves (with a process), else the
+        ``instance_unavailable`` error that answers ``task_id``."""
+        runner = self._runner_for(instance_id)
+        if runner is None:
+            # The reconcile loop may not have seen the instance yet.
+            self._reconcile()
+            runner = self._runner_for(instance_id)
+        if runner is None:
+            return _unavailable(task_id, "the instance is not running")
+        try:
+            serving = await asyncio.wait_for(asyncio.shield(runner.settled), READY_WAIT_SECONDS)
+        except TimeoutError:
+            serving = False
+        if not serving or runner.process is None:
+            return _unavailable(
+                task_id, runner.failure or "the instance stopped before it was ready"
+            )
+        return runner
+
+    @contextlib.contextmanager
+    def _task(
+        self, runner: ManagedRunner, task_id: TaskId, command_id: CommandId, kind: ModelTask
+    ) -> Iterator[_Outcome]:
+        """One task on ``runner``, as ``/state`` shows it: started now, finished with
+        the status the body sets (failed unless it says otherwise; cancelled when the
+        caller is cancelled or stops reading), the runner running while it has any."""
         self._node.report(
             StartTask(
                 command_id=new_command_id(),
                 task=Task(
                     task_id=task_id,
                     command_id=command_id,
-                    instance_id=instance_id,
-                    kind=ModelTask.TEXT_EMBEDDING.value,
+                    instance_id=runner.instance_id,
+                    kind=kind.value,
                     task_status=TaskStatus.RUNNING,
                 ),
             )
@@ -427,21 +413,29 @@ class Supervisor:
         runner.active_tasks += 1
         if runner.active_tasks == 1:
             self._report(runner.runner_id, RunnerRunning(active_tasks=1))
-        outcome = TaskStatus.FAILED
+        outcome = _Outcome()
         try:
-            result = await process.embed(task_id, inputs)
-            if isinstance(result, Embedded):
-                outcome = TaskStatus.COMPLETE
-            elif result.code == ERROR_CANCELLED:
-                outcome = TaskStatus.CANCELLED
-            return result
-        except asyncio.CancelledError:
-            outcome = TaskStatus.CANCELLED
+            yield outcome
+        except (GeneratorExit, asyncio.CancelledError):
+            # NOTE: GeneratorExit reaches here when a generation's reader closes it
+            # early (a client gone): the task was cancelled, not failed.
+            outcome.status = TaskStatus.CANCELLED
             raise
         finally:
             runner.active_tasks -= 1
             if runner.active_tasks == 0 and runner.phase is LocalRunnerPhase.SERVING:
                 self._report(runner.runner_id, RunnerReady())
             self._node.report(
-                FinishTask(command_id=new_command_id(), task_id=task_id, task_status=outcome)
+                FinishTask(command_id=new_command_id(), task_id=task_id, task_status=outcome.status)
             )
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """How a task ended, as its body found out."""
+
+    status: TaskStatus = TaskStatus.FAILED
+
+
+def _unavailable(task_id: TaskId, message: str) -> ErrorChunk:
+    return ErrorChunk(task_id=task_id, code="instance_unavailable", message=message)

@@ -13,6 +13,14 @@ from typing import Any
 import msgspec
 from hypothesis import strategies as st
 
+from skulk_core.chat.generation import (
+    ErrorChunk,
+    FinishChunk,
+    GenerationRequest,
+    GenerationStats,
+    SamplingParams,
+    TokenChunk,
+)
 from skulk_core.cluster.election import Alive, Campaign, Coordinator, Rank, Session
 from skulk_core.cluster.fabric import (
     PROTOCOL_VERSION,
@@ -52,7 +60,7 @@ from skulk_core.extensions.capabilities import (
     CapabilityStreamFrame,
     InlineMediaAttachment,
 )
-from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, NodeInstallId, RunnerId
+from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, NodeInstallId, RunnerId, TaskId
 from skulk_core.models.cards import Memory
 from skulk_core.state.commands import CreateInstance, RegisterNode, ReportConnections
 from skulk_core.state.events import (
@@ -248,11 +256,85 @@ def sample_bodies() -> list[Body]:
         SyncRequest(last_idx=99, last_term=4, last_master=BETA),
         Snapshot(state=State(), last_term=0),
         Snapshot(state=busy_state(), last_term=3, last_master=ALPHA),
-        RunTask(command_id=CommandId("c1"), instance_id=InstanceId("i1"), request=b"\x81"),
-        CancelTask(command_id=CommandId("c1")),
-        DataFrame(command_id=CommandId("c1"), seq=0, payload=b""),
-        DataFrame(command_id=CommandId("c1"), seq=5, payload=b"\x00\xfftokens", final=True),
+        *generation_bodies(),
         *capability_bodies(),
+    ]
+
+
+def generation_request(task_id: str = "t1") -> GenerationRequest:
+    """A request with every sampling knob away from its default."""
+    return GenerationRequest(
+        task_id=TaskId(task_id),
+        prompt="<start_of_turn>user\nhi ☃<end_of_turn>\n",
+        sampling=SamplingParams(
+            max_tokens=64,
+            temperature=0.0,
+            top_p=0.9,
+            top_k=40,
+            min_p=0.05,
+            seed=7,
+            stop=("</s>", "\n\n"),
+            frequency_penalty=0.5,
+            presence_penalty=-0.5,
+            repetition_penalty=1.1,
+            repetition_context_size=32,
+            logprobs=True,
+            top_logprobs=2,
+            strict_max_tokens=True,
+            grammar='root ::= "yes" | "no"',
+        ),
+    )
+
+
+def generation_chunks(task_id: str = "t1") -> list[TokenChunk | FinishChunk | ErrorChunk]:
+    """One chunk of each kind, with their optional fields set."""
+    task = TaskId(task_id)
+    return [
+        TokenChunk(task_id=task, text="", token_id=0),
+        TokenChunk(
+            task_id=task, text="yes", token_id=9, logprob=-0.25, top_logprobs=[("yes", -0.25)]
+        ),
+        FinishChunk(
+            task_id=task,
+            finish_reason="stop",
+            prompt_tokens=12,
+            completion_tokens=2,
+            stats=GenerationStats(
+                prompt_tps=1500.0,
+                generation_tps=40.5,
+                prompt_tokens=12,
+                generation_tokens=2,
+                serving_batches=3,
+                in_flight_at_admission=1,
+                time_to_first_token_ms=12.5,
+            ),
+            stop_sequence="</s>",
+        ),
+        ErrorChunk(task_id=task, code="context_length_exceeded", message="too long"),
+    ]
+
+
+def generation_bodies() -> list[Body]:
+    """A remote generation's messages: the typed request, its typed chunks, and the
+    opaque (media) payloads the data plane also carries."""
+    command = CommandId("c1")
+    chunks = generation_chunks()
+    return [
+        RunTask(command_id=command, instance_id=InstanceId("i1"), request=generation_request()),
+        RunTask(
+            command_id=CommandId("c2"),
+            instance_id=InstanceId("i1"),
+            request=GenerationRequest(
+                task_id=TaskId("t2"), prompt="", sampling=SamplingParams(max_tokens=1)
+            ),
+        ),
+        CancelTask(command_id=command),
+        *(
+            DataFrame(command_id=command, seq=seq, payload=chunk, final=seq == len(chunks) - 1)
+            for seq, chunk in enumerate(chunks)
+        ),
+        DataFrame(command_id=command, seq=0, payload=b""),
+        DataFrame(command_id=command, seq=5, payload=b"\x00\xffmedia", final=True),
     ]
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from tests.daemon_process import DaemonProcess
+from tests.daemon_process import Node
 
 DEMO = "local/gemma-3-270m-q4_k_m"
 CONTEXT = 1024
@@ -25,12 +25,12 @@ def wait_for(predicate: Any, what: str, timeout: float = 180.0) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def place(daemon: DaemonProcess, context: int = CONTEXT, model_id: str = DEMO) -> str:
+def place(daemon: Node, context: int = CONTEXT, model_id: str = DEMO) -> str:
     """Place ``model_id`` on the daemon's node and wait until its runner is ready."""
     previews = daemon.get("/instance/previews", params={"model_id": model_id}).json()["previews"]
     assert any("error" not in p or p["error"] is None for p in previews), previews
-    placed = httpx.post(
-        f"{daemon.url}/place_instance",
+    placed = daemon.post(
+        "/place_instance",
         json={
             "model_id": model_id,
             "sharding": "Pipeline",
@@ -46,7 +46,7 @@ def place(daemon: DaemonProcess, context: int = CONTEXT, model_id: str = DEMO) -
     return instance_id
 
 
-def wait_idle(daemon: DaemonProcess, instance_id: str) -> None:
+def wait_idle(daemon: Node, instance_id: str) -> None:
     """Wait until the instance's runner is ready again with no task in flight."""
 
     def idle() -> bool:

@@ -52,15 +52,14 @@ def converged(daemons: list[DaemonProcess], members: int) -> dict[str, Any] | No
     return first if masters == {first["masterNodeId"]} else None
 
 
-@pytest.fixture
-def cluster(tmp_path: Path, shared_models_dir: Path) -> Iterator[list[DaemonProcess]]:
-    first = DaemonProcess(root=tmp_path / "a", models_dir=shared_models_dir, extra_env=FAST_ENV)
+def three_nodes(root: Path, models_dir: Path) -> Iterator[list[DaemonProcess]]:
+    first = DaemonProcess(root=root / "a", models_dir=models_dir, extra_env=FAST_ENV)
     nodes = [first]
     for name in ("b", "c"):
         nodes.append(
             DaemonProcess(
-                root=tmp_path / name,
-                models_dir=shared_models_dir,
+                root=root / name,
+                models_dir=models_dir,
                 peers=[first.fabric_address],
                 extra_env=FAST_ENV,
             )
@@ -72,6 +71,20 @@ def cluster(tmp_path: Path, shared_models_dir: Path) -> Iterator[list[DaemonProc
     finally:
         for node in nodes:
             node.kill()
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(
+    tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
+) -> Iterator[list[DaemonProcess]]:
+    """Three nodes for the tests that leave them three converged nodes (any master)."""
+    yield from three_nodes(tmp_path_factory.mktemp("cluster"), shared_models_dir)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, shared_models_dir: Path) -> Iterator[list[DaemonProcess]]:
+    """Three nodes of the test's own, for a test that kills one for good."""
+    yield from three_nodes(tmp_path, shared_models_dir)
 
 
 def node_id(daemon: DaemonProcess) -> str:
@@ -98,22 +111,93 @@ def add_cards(daemon: DaemonProcess, count: int, prefix: str) -> None:
         assert response.status_code in (200, 201), response.text
 
 
-def test_three_nodes_converge_on_one_master_and_one_state(cluster: list[DaemonProcess]) -> None:
-    view = wait_for(lambda: converged(cluster, 3), "three nodes to converge", timeout=60)
-    ids = {node_id(d) for d in cluster}
+def test_three_nodes_converge_on_one_master_and_one_state(
+    shared_cluster: list[DaemonProcess],
+) -> None:
+    view = wait_for(lambda: converged(shared_cluster, 3), "three nodes to converge", timeout=60)
+    ids = {node_id(d) for d in shared_cluster}
     assert set(view["topology"]["nodes"]) == ids
     assert view["masterNodeId"] in ids
     # Every node reports its live fabric connections as topology edges.
     edges = wait_for(
-        lambda: len(replicated(cluster[0])["topology"]["connections"]) >= 4 or None,
+        lambda: len(replicated(shared_cluster[0])["topology"]["connections"]) >= 4 or None,
         "topology edges",
         timeout=30,
     )
     assert edges
     # A command sent to any node reaches the master and is applied everywhere.
-    add_cards(cluster[2], 3, "via-c")
-    view = wait_for(lambda: converged(cluster, 3), "the cards to replicate", timeout=30)
+    add_cards(shared_cluster[2], 3, "via-c")
+    view = wait_for(lambda: converged(shared_cluster, 3), "the cards to replicate", timeout=30)
     assert {f"test/via-c-{i}" for i in range(3)} <= set(view["customModelCards"])
+
+
+def test_a_restarted_follower_catches_up_from_a_snapshot(
+    shared_cluster: list[DaemonProcess],
+) -> None:
+    view = wait_for(lambda: converged(shared_cluster, 3), "three nodes to converge", timeout=60)
+    master_id = view["masterNodeId"]
+    follower = next(d for d in shared_cluster if node_id(d) != master_id)
+    code, _ = follower.stop(signal.SIGTERM)
+    assert code == 0
+    writer = next(d for d in shared_cluster if d is not follower)
+    # More changes than the master retains: only a snapshot can bring it back.
+    add_cards(writer, 15, "while-away")
+    follower.start()
+    view = wait_for(lambda: converged(shared_cluster, 3), "the follower to catch up", timeout=60)
+    assert {f"test/while-away-{i}" for i in range(15)} <= set(view["customModelCards"])
+    assert "installed the master's snapshot" in follower.log_text()
+    # Its own data dir now holds a snapshot too: a second restart loads it from disk.
+    assert (follower.data_dir / "state.snapshot").exists()
+
+
+def test_a_process_without_the_cluster_key_is_refused(
+    shared_cluster: list[DaemonProcess], tmp_path: Path, shared_models_dir: Path
+) -> None:
+    wait_for(lambda: converged(shared_cluster, 3), "three nodes to converge", timeout=60)
+    intruder = DaemonProcess(
+        root=tmp_path / "intruder",
+        models_dir=shared_models_dir,
+        peers=[shared_cluster[0].fabric_address],
+        extra_env={"SKULK_CLUSTER_KEY": "not-the-cluster-key-at-all-000000"},
+    )
+    try:
+        intruder.start()
+        refused = wait_for(
+            lambda: diagnostics(shared_cluster[0])["refusedPeers"] or None, "a refusal", timeout=30
+        )
+        assert any("cluster key" in r["reason"] for r in refused)
+        intruder_id = node_id(intruder)
+        assert intruder_id not in replicated(shared_cluster[0])["topology"]["nodes"]
+        assert all(p["nodeId"] != intruder_id for p in diagnostics(shared_cluster[0])["peers"])
+    finally:
+        intruder.kill()
+
+
+def test_a_master_cut_off_and_back_steps_down_to_the_new_one(
+    shared_cluster: list[DaemonProcess],
+) -> None:
+    """A partition, as the old master sees it: frozen (SIGSTOP) while the others
+    elect and move on, then back (SIGCONT). One master afterwards, the newer one,
+    and the old master holds every event it missed, none twice."""
+    view = wait_for(lambda: converged(shared_cluster, 3), "three nodes to converge", timeout=60)
+    old_id = view["masterNodeId"]
+    old = next(d for d in shared_cluster if node_id(d) == old_id)
+    others = [d for d in shared_cluster if d is not old]
+    assert old.process is not None
+    old.process.send_signal(signal.SIGSTOP)
+    try:
+        wait_for(
+            lambda: {diagnostics(d)["master"] for d in others} - {old_id, None} or None,
+            "the others to elect a new master",
+            timeout=60,
+        )
+        add_cards(others[0], 4, "while-cut-off")
+    finally:
+        old.process.send_signal(signal.SIGCONT)
+    healed = wait_for(lambda: converged(shared_cluster, 3), "the cluster to heal", timeout=60)
+    assert healed["masterNodeId"] != old_id
+    assert {f"test/while-cut-off-{i}" for i in range(4)} <= set(healed["customModelCards"])
+    assert diagnostics(old)["role"] == "follower"
 
 
 def test_the_master_dies_a_new_one_is_elected_and_the_instance_keeps_serving(
@@ -180,70 +264,3 @@ def test_a_lost_node_fails_its_instances_naming_the_node(cluster: list[DaemonPro
     (failure,) = view["instanceFailures"]
     assert failure["errorCode"] == f"node_lost:{lost_id}"
     assert lost_id in failure["affectedNodeIds"]
-
-
-def test_a_restarted_follower_catches_up_from_a_snapshot(cluster: list[DaemonProcess]) -> None:
-    view = wait_for(lambda: converged(cluster, 3), "three nodes to converge", timeout=60)
-    master_id = view["masterNodeId"]
-    follower = next(d for d in cluster if node_id(d) != master_id)
-    code, _ = follower.stop(signal.SIGTERM)
-    assert code == 0
-    writer = next(d for d in cluster if d is not follower)
-    # More changes than the master retains: only a snapshot can bring it back.
-    add_cards(writer, 15, "while-away")
-    follower.start()
-    view = wait_for(lambda: converged(cluster, 3), "the follower to catch up", timeout=60)
-    assert {f"test/while-away-{i}" for i in range(15)} <= set(view["customModelCards"])
-    assert "installed the master's snapshot" in follower.log_text()
-    # Its own data dir now holds a snapshot too: a second restart loads it from disk.
-    assert (follower.data_dir / "state.snapshot").exists()
-
-
-def test_a_process_without_the_cluster_key_is_refused(
-    cluster: list[DaemonProcess], tmp_path: Path, shared_models_dir: Path
-) -> None:
-    wait_for(lambda: converged(cluster, 3), "three nodes to converge", timeout=60)
-    intruder = DaemonProcess(
-        root=tmp_path / "intruder",
-        models_dir=shared_models_dir,
-        peers=[cluster[0].fabric_address],
-        extra_env={"SKULK_CLUSTER_KEY": "not-the-cluster-key-at-all-000000"},
-    )
-    try:
-        intruder.start()
-        refused = wait_for(
-            lambda: diagnostics(cluster[0])["refusedPeers"] or None, "a refusal", timeout=30
-        )
-        assert any("cluster key" in r["reason"] for r in refused)
-        intruder_id = node_id(intruder)
-        assert intruder_id not in replicated(cluster[0])["topology"]["nodes"]
-        assert all(p["nodeId"] != intruder_id for p in diagnostics(cluster[0])["peers"])
-    finally:
-        intruder.kill()
-
-
-def test_a_master_cut_off_and_back_steps_down_to_the_new_one(
-    cluster: list[DaemonProcess],
-) -> None:
-    """A partition, as the old master sees it: frozen (SIGSTOP) while the others
-    elect and move on, then back (SIGCONT). One master afterwards, the newer one,
-    and the old master holds every event it missed, none twice."""
-    view = wait_for(lambda: converged(cluster, 3), "three nodes to converge", timeout=60)
-    old_id = view["masterNodeId"]
-    old = next(d for d in cluster if node_id(d) == old_id)
-    others = [d for d in cluster if d is not old]
-    assert old.process is not None
-    old.process.send_signal(signal.SIGSTOP)
-    try:
-        wait_for(
-            lambda: {diagnostics(d)["master"] for d in others} - {old_id, None} or None,
-            "the others to elect a new master",
-            timeout=60,
-        )
-        add_cards(others[0], 4, "while-cut-off")
-    finally:
-        old.process.send_signal(signal.SIGCONT)
-    healed = wait_for(lambda: converged(cluster, 3), "the cluster to heal", timeout=60)
-    assert healed["masterNodeId"] != old_id
-    assert {f"test/while-cut-off-{i}" for i in range(4)} <= set(healed["customModelCards"])
-    assert diagnostics(old)["role"] == "follower"

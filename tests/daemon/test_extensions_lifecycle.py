@@ -1,5 +1,9 @@
 """Extension lifetimes on real daemons (no model needed): the kill switch, and a
-shutdown whose ``on_stop`` hooks raise, take a while, or hang past the budget."""
+shutdown whose ``on_stop`` hooks raise, take a while, or hang past the budget.
+
+The shutdown runs under a 3 s budget (``tests/daemon/short_budget_daemon.py``) rather
+than the real 30 s; ``test_extensions_runtime`` checks the budget's rules on the host
+itself."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from skulk_daemon.extensions.lifecycle import SHUTDOWN_BUDGET_SECONDS
+from tests.daemon.short_budget_daemon import SHORT_BUDGET_LAUNCHER, TEST_BUDGET_SECONDS
 from tests.daemon_process import DaemonProcess
 from tests.extension_site import install_fixture, read_records, site_env, wait_record
 
@@ -58,15 +62,14 @@ def test_shutdown_runs_every_on_stop_under_one_budget_and_exits_past_a_hang(
         extra_env=site_env(
             _site(tmp_path), SKULK_PROBE_OUT=str(records), SKULK_PROBE_STOP_SECONDS="1"
         ),
+        launcher=SHORT_BUDGET_LAUNCHER,
     )
     daemon.start()
     try:
         wait_record(records, "on_start")
         # NOTE: stop() raises if the node is still running after the timeout: that is
         # the assertion that a hanging hook cannot hold the node.
-        code, log = daemon.stop(
-            signal.SIGTERM, timeout=SHUTDOWN_BUDGET_SECONDS + EXIT_MARGIN_SECONDS
-        )
+        code, log = daemon.stop(signal.SIGTERM, timeout=TEST_BUDGET_SECONDS + EXIT_MARGIN_SECONDS)
     finally:
         daemon.kill()
     assert code == 0
@@ -80,7 +83,7 @@ def test_shutdown_runs_every_on_stop_under_one_budget_and_exits_past_a_hang(
     assert kinds.index("stop_end") < kinds.index("hanger_cancelled")
     assert "extension hook-raiser: on_stop raised; skipped" in log
     assert (
-        "extension on_stop hook(s) of stop-hanger still running after the 30 s shutdown "
-        "budget; cancelled" in log
+        "extension on_stop hook(s) of stop-hanger still running after the "
+        f"{TEST_BUDGET_SECONDS:.0f} s shutdown budget; cancelled" in log
     )
     assert "on_stop of stop-hanger ignored cancellation; exiting without it" in log

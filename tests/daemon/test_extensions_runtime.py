@@ -15,6 +15,7 @@ from typing import Any, cast
 
 import pytest
 
+from skulk_core.chat.generation import GenerationStats
 from skulk_core.cluster.telemetry import (
     Accelerator,
     NodeIdentityInfo,
@@ -30,7 +31,6 @@ from skulk_core.state.state import State, Topology
 from skulk_daemon.chat.generation import KeepAlive
 from skulk_daemon.chat.task import ChatTask, TaskMessage
 from skulk_daemon.chat.turn import ContentDelta, ReasoningDelta, TurnEnd, TurnError, TurnEvent
-from skulk_daemon.engines.base import GenerationStats
 from skulk_daemon.extensions import (
     BaseChatMiddleware,
     ChatResponseSummary,
@@ -408,6 +408,50 @@ def test_on_start_runs_once_and_on_stop_hooks_share_one_budget(
     assert "extension bad: on_start raised; skipped" in caplog.text
     assert "extension bad: on_stop raised; skipped" in caplog.text
     assert "on_stop hook(s) of slow still running after the 0 s shutdown budget" in caplog.text
+
+
+class Stubborn:
+    """An ``on_stop`` that swallows its cancellation until the test lets it go."""
+
+    name = "stubborn"
+
+    def __init__(self) -> None:
+        self.cancelled = 0
+        self.release: asyncio.Event | None = None
+
+    async def on_stop(self) -> None:
+        self.release = asyncio.Event()
+        while not self.release.is_set():
+            try:
+                await self.release.wait()
+            except asyncio.CancelledError:
+                self.cancelled += 1
+
+
+def test_a_hook_that_ignores_its_cancellation_is_abandoned_not_awaited() -> None:
+    events: list[str] = []
+    stubborn = Stubborn()
+    lifetimes = ExtensionHost(
+        [
+            LoadedExtension(stubborn.name, "test 0", stubborn),
+            LoadedExtension("quick", "test 0", Lifetime("quick", 0.1, events)),
+        ],
+        CONTEXT,
+    )
+
+    async def scenario() -> float:
+        began = asyncio.get_running_loop().time()
+        await lifetimes.stop(budget=0.3)
+        took = asyncio.get_running_loop().time() - began
+        assert stubborn.release is not None
+        stubborn.release.set()  # so the loop can close
+        return took
+
+    took = asyncio.run(scenario())
+    assert events == ["quick:stop", "quick:stopped"]
+    assert stubborn.cancelled == 1
+    assert lifetimes.abandoned == ("stubborn",)
+    assert took < 0.3 + 2.5  # the budget, then the cancellation grace at most
 
 
 # -- the cluster snapshot --------------------------------------------------------------

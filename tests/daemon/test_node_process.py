@@ -1,58 +1,18 @@
-"""The real daemon as a subprocess: what a newcomer sees with curl."""
+"""The real daemon as a subprocess: restarts, signals, start-up failures and the event
+log on disk. What its routes answer is checked in-process (tests/api/test_node_api.py)."""
 
 from __future__ import annotations
 
 import signal
-import socket
 
 import httpx
 import pytest
 
 from tests.daemon_process import DaemonFactory, DaemonProcess
 
-DEMO_MODEL = "local/gemma-3-270m-q4_k_m"
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 
 pytestmark = pytest.mark.slow
-
-
-def test_node_answers_id_identity_state_models_and_docs(daemon: DaemonProcess) -> None:
-    node_id = daemon.get("/node_id").json()
-    assert isinstance(node_id, str) and node_id.startswith("12D3KooW")
-
-    identity = daemon.get("/node/identity").json()
-    assert identity["nodeId"] == node_id
-    assert identity["hostname"] == socket.gethostname()
-    assert identity["ipAddress"]
-
-    state = daemon.get("/state").json()
-    assert node_id in state["topology"]["nodes"]
-    memory = state["nodeMemory"][node_id]
-    assert 0 < memory["ramAvailable"]["inBytes"] <= memory["ramTotal"]["inBytes"]
-    assert state["nodeIdentities"][node_id]["nodeInstallId"]
-    assert state["nodeHealth"][node_id]["level"] in {"ok", "warn", "error"}
-    assert "llama_cpp" in state["nodeResources"][node_id]["backends"]
-    assert state["lastEventAppliedIdx"] >= 0
-    assert node_id in state["lastSeen"]
-
-    models = daemon.get("/v1/models").json()
-    demo = next(m for m in models["data"] if m["id"] == DEMO_MODEL)
-    assert demo["installed"] is True
-    assert demo["catalog_source"] == "installed"
-    assert daemon.get("/models").json() == models
-
-    schema = daemon.get("/api/openapi.json").json()
-    for path in ("/node_id", "/state", "/v1/models", "/config"):
-        assert path in schema["paths"]
-    assert "swagger" in daemon.get("/api/docs").text.lower()
-    assert "redoc" in daemon.get("/api/redoc").text.lower()
-
-
-def test_errors_use_the_openai_envelope(daemon: DaemonProcess) -> None:
-    response = daemon.get("/no/such/route")
-    assert response.status_code == 404
-    error = response.json()["error"]
-    assert set(error) == {"message", "type", "code"}
 
 
 def test_restart_keeps_node_id_and_replays_state(make_daemon: DaemonFactory) -> None:
@@ -149,8 +109,9 @@ def test_torn_event_log_tail_recovers_and_says_so(make_daemon: DaemonFactory) ->
 
 def test_corrupt_event_log_refuses_to_start_and_keeps_the_file(make_daemon: DaemonFactory) -> None:
     daemon = make_daemon().start()
-    daemon.stop()
-    daemon.start()
+    # One run logs several records (the node joined, it was elected master), so the
+    # damage below is inside a record with records after it.
+    assert len(daemon.get("/events").json()) > 1
     daemon.stop()
     log_path = daemon.data_dir / "events.log"
     data = bytearray(log_path.read_bytes())
@@ -160,11 +121,3 @@ def test_corrupt_event_log_refuses_to_start_and_keeps_the_file(make_daemon: Daem
     assert code == 1
     assert "corrupt at byte offset 8" in err
     assert log_path.read_bytes() == bytes(data)
-
-
-def test_events_export_is_empty_when_event_logging_is_off(make_daemon: DaemonFactory) -> None:
-    daemon = make_daemon()
-    daemon.config_home.mkdir(parents=True)
-    (daemon.config_home / "skulk.yaml").write_text("logging:\n  event_log: false\n")
-    daemon.start()
-    assert daemon.get("/events").json() == []

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from skulk_core.chat.generation import GenerationStats
 from skulk_core.chat.tools import ToolCall
 from skulk_daemon.chat.generation import KeepAlive
 from skulk_daemon.chat.ollama_request import (
@@ -28,7 +29,6 @@ from skulk_daemon.chat.turn import (
     TurnError,
     TurnEvent,
 )
-from skulk_daemon.engines.base import GenerationStats
 from skulk_daemon.errors import ApiError
 from tests.daemon.test_ollama_api import WEATHER
 

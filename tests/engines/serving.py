@@ -7,8 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from skulk_core.ids import TaskId
-from skulk_daemon.engines.base import (
+from skulk_core.chat.generation import (
     EngineChunk,
     ErrorChunk,
     FinishChunk,
@@ -16,6 +15,7 @@ from skulk_daemon.engines.base import (
     SamplingParams,
     TokenChunk,
 )
+from skulk_core.ids import TaskId
 from skulk_daemon.engines.llama_cpp import LlamaCppEngine, LlamaCppSettings, set_llama_logging
 from tests.engines.demo_model import TEST_CONTEXT_TOKENS, TEST_SLOTS
 

@@ -22,13 +22,13 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from skulk_core.ids import TaskId
-from skulk_core.models.gguf import read_gguf_header
-from skulk_daemon.engines.base import (
+from skulk_core.chat.generation import (
     ERROR_CONTEXT_LENGTH_EXCEEDED,
     ERROR_INVALID_REQUEST,
     ErrorChunk,
 )
+from skulk_core.ids import TaskId
+from skulk_core.models.gguf import read_gguf_header
 from skulk_daemon.engines.llama_embed import (
     MAX_BATCH_SEQUENCES,
     EmbedCancelled,

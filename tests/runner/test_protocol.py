@@ -8,8 +8,8 @@ import struct
 
 import pytest
 
+from skulk_core.chat.generation import GenerationRequest, SamplingParams, TokenChunk
 from skulk_core.ids import TaskId
-from skulk_daemon.engines.base import GenerationRequest, SamplingParams, TokenChunk
 from skulk_daemon.runner.protocol import (
     MAX_FRAME_BYTES,
     Cancel,
@@ -85,7 +85,7 @@ def test_the_async_reader_agrees_with_the_blocking_one() -> None:
 
 
 def test_embedding_messages_round_trip_through_frames() -> None:
-    from skulk_daemon.engines.base import ErrorChunk  # noqa: PLC0415
+    from skulk_core.chat.generation import ErrorChunk  # noqa: PLC0415
     from skulk_daemon.runner.protocol import (  # noqa: PLC0415
         ERROR_CANCELLED,
         Embed,

@@ -15,8 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from skulk_core.ids import TaskId
-from skulk_daemon.engines.base import (
+from skulk_core.chat.generation import (
     EngineChunk,
     ErrorChunk,
     FinishChunk,
@@ -24,6 +23,7 @@ from skulk_daemon.engines.base import (
     SamplingParams,
     TokenChunk,
 )
+from skulk_core.ids import TaskId
 from skulk_daemon.runner.client import (
     ERROR_CONSUMER_TOO_SLOW,
     ERROR_RUNNER_FAILED,

@@ -1,4 +1,4 @@
-"""``POST /v1/responses`` against a real daemon serving the demo model, through the
+"""``POST /v1/responses`` on the real app serving the demo model, through the
 official ``openai`` SDK (and raw HTTP where the SDK hides the wire).
 
 The demo model is a base model: prompts are completion-style and assertions are
@@ -20,6 +20,7 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import BaseModel, Field, TypeAdapter
 
+from skulk_core.chat.generation import GenerationStats
 from skulk_core.chat.tools import ToolCall
 from skulk_daemon.chat.responses_request import ResponsesRequest
 from skulk_daemon.chat.responses_wire import initial_response, json_body, sse_stream
@@ -31,9 +32,8 @@ from skulk_daemon.chat.turn import (
     TurnError,
     TurnEvent,
 )
-from skulk_daemon.engines.base import GenerationStats
+from tests.api.in_process import AppNode, Served
 from tests.daemon.serving import DEMO, sse_lines, wait_idle
-from tests.daemon_process import DaemonProcess
 
 pytestmark = pytest.mark.slow
 
@@ -63,20 +63,24 @@ LONG_STREAM = {
 
 
 @pytest.fixture(scope="module")
-def server(demo_served: tuple[DaemonProcess, str]) -> DaemonProcess:
-    return demo_served[0]
+def server(demo_app: Served) -> AppNode:
+    return demo_app.app
 
 
 @pytest.fixture(scope="module")
-def client(server: DaemonProcess) -> Iterator[openai.OpenAI]:
+def client(server: AppNode) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(
-        base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=120
+        base_url=f"{server.url}/v1",
+        api_key="unused",
+        max_retries=0,
+        timeout=120,
+        http_client=server.new_http(),
     ) as sdk:
         yield sdk
 
 
-def post(daemon: DaemonProcess, **body: Any) -> httpx.Response:
-    return httpx.post(f"{daemon.url}/v1/responses", json={"model": DEMO, **body}, timeout=120)
+def post(app: AppNode, **body: Any) -> httpx.Response:
+    return app.http.post("/v1/responses", json={"model": DEMO, **body})
 
 
 # Strict validation against the SDK's own types: its client parses leniently, so a
@@ -142,7 +146,7 @@ def test_create_returns_text_usage_and_stops_at_the_output_budget(
     assert response.tool_choice == "auto"
 
 
-def test_the_command_id_header_matches_the_response_id(server: DaemonProcess) -> None:
+def test_the_command_id_header_matches_the_response_id(server: AppNode) -> None:
     reply = post(server, input=COUNT, max_output_tokens=4)
     assert reply.status_code == 200, reply.text
     assert reply.json()["id"] == f"resp_{reply.headers['x-skulk-command-id']}"
@@ -221,10 +225,10 @@ def test_stream_events_arrive_in_order_and_deltas_join_to_the_text(
     assert 0 < final.response.usage.output_tokens <= 8
 
 
-def test_sse_wire_names_each_event_and_sends_the_command_id(server: DaemonProcess) -> None:
-    with httpx.stream(
+def test_sse_wire_names_each_event_and_sends_the_command_id(server: AppNode) -> None:
+    with server.http.stream(
         "POST",
-        f"{server.url}/v1/responses",
+        "/v1/responses",
         json={"model": DEMO, "input": COUNT, "max_output_tokens": 4, "stream": True},
         timeout=120,
     ) as response:
@@ -341,7 +345,7 @@ def test_tool_choice_naming_a_missing_tool_is_refused(client: openai.OpenAI) -> 
     assert "get_time" in str(refused.value)
 
 
-def test_hosted_tools_are_refused_clearly(server: DaemonProcess) -> None:
+def test_hosted_tools_are_refused_clearly(server: AppNode) -> None:
     reply = post(server, input=COUNT, tools=[{"type": "web_search"}])
     assert reply.status_code == 400
     error = reply.json()["error"]
@@ -349,7 +353,7 @@ def test_hosted_tools_are_refused_clearly(server: DaemonProcess) -> None:
     assert error["type"] == "invalid_request_error"
 
 
-def test_output_for_an_unknown_call_is_refused(server: DaemonProcess) -> None:
+def test_output_for_an_unknown_call_is_refused(server: AppNode) -> None:
     reply = post(
         server, input=[{"type": "function_call_output", "call_id": "call_nope", "output": "1"}]
     )
@@ -381,14 +385,14 @@ def test_unknown_model_is_404(client: openai.OpenAI) -> None:
     ],
 )
 def test_bad_requests_are_400_with_a_clear_message(
-    server: DaemonProcess, body: dict[str, Any], says: str
+    server: AppNode, body: dict[str, Any], says: str
 ) -> None:
     reply = post(server, **body)
     assert reply.status_code == 400, reply.text
     assert says in reply.json()["error"]["message"]
 
 
-def test_images_go_through_shared_admission(server: DaemonProcess) -> None:
+def test_images_go_through_shared_admission(server: AppNode) -> None:
     remote = {"type": "input_image", "image_url": "https://example.com/cat.png"}
     inline = {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}
     for part, code in ((remote, "invalid_image"), (inline, "vision_not_supported")):
@@ -401,12 +405,12 @@ def test_images_go_through_shared_admission(server: DaemonProcess) -> None:
 
 
 def test_client_disconnect_mid_stream_stops_generation(
-    demo_served: tuple[DaemonProcess, str],
+    demo_app: Served,
 ) -> None:
-    daemon, instance_id = demo_served
-    with httpx.stream(
+    app, instance_id = demo_app.app, demo_app.instance_id
+    with app.http.stream(
         "POST",
-        f"{daemon.url}/v1/responses",
+        "/v1/responses",
         json=LONG_STREAM,
         timeout=120,
     ) as response:
@@ -414,16 +418,16 @@ def test_client_disconnect_mid_stream_stops_generation(
         for event in sse_events(response):
             if event["type"] == "response.output_text.delta":
                 break
-    wait_idle(daemon, instance_id)
+    wait_idle(app, instance_id)
 
 
 def test_cancel_ends_the_stream_with_response_failed(
-    demo_served: tuple[DaemonProcess, str],
+    demo_app: Served,
 ) -> None:
-    daemon, instance_id = demo_served
-    with httpx.stream(
+    app, instance_id = demo_app.app, demo_app.instance_id
+    with app.http.stream(
         "POST",
-        f"{daemon.url}/v1/responses",
+        "/v1/responses",
         json=LONG_STREAM,
         timeout=120,
     ) as response:
@@ -432,7 +436,7 @@ def test_cancel_ends_the_stream_with_response_failed(
         for event in events:
             if event["type"] == "response.output_text.delta":
                 break
-        cancelled = httpx.post(f"{daemon.url}/v1/cancel/{command_id}", timeout=30)
+        cancelled = app.http.post(f"/v1/cancel/{command_id}")
         assert cancelled.status_code == 200
         rest = list(events)
     last = rest[-1]
@@ -441,7 +445,7 @@ def test_cancel_ends_the_stream_with_response_failed(
     assert last["response"]["error"]["message"]
     assert last["response"]["output"][0]["type"] == "message"
     assert all(event["type"] != "response.completed" for event in rest)
-    wait_idle(daemon, instance_id)
+    wait_idle(app, instance_id)
 
 
 # --- the wire shaping, fed turn events directly ------------------------------------

@@ -1,4 +1,4 @@
-"""Chat Completions beyond plain text, against a real daemon serving the demo model:
+"""Chat Completions beyond plain text, on the real app serving the demo model:
 tools and every tool_choice rule, JSON mode and schemas, logprobs, images, roles,
 and the bench routes. The demo model is a base model, so assertions are about
 shapes and the guarantees Skulk adds (grammars), not about what it says."""
@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import openai
 import pytest
 
+from tests.api.in_process import AppNode, Served
 from tests.daemon.serving import DEMO, PROMPT, sse_lines
-from tests.daemon_process import DaemonProcess
 
 pytestmark = pytest.mark.slow
 
@@ -39,18 +40,21 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 @pytest.fixture
-def daemon(demo_served: tuple[DaemonProcess, str]) -> DaemonProcess:
-    return demo_served[0]
+def app(demo_app: Served) -> AppNode:
+    return demo_app.app
 
 
 @pytest.fixture
-def client(daemon: DaemonProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{daemon.url}/v1", api_key="unused", max_retries=0)
+def client(app: AppNode) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(
+        base_url=f"{app.url}/v1", api_key="unused", max_retries=0, http_client=app.new_http()
+    ) as sdk:
+        yield sdk
 
 
-def post(daemon: DaemonProcess, path: str, **body: Any) -> httpx.Response:
+def post(app: AppNode, path: str, **body: Any) -> httpx.Response:
     payload = {"model": DEMO, "messages": PROMPT, "temperature": 0, "max_tokens": 8, **body}
-    return httpx.post(f"{daemon.url}{path}", json=payload, timeout=120)
+    return app.http.post(path, json=payload)
 
 
 def test_a_named_tool_choice_yields_that_call_with_schema_valid_arguments(
@@ -88,7 +92,7 @@ def test_required_forces_a_call_to_one_of_the_offered_tools(client: openai.OpenA
     assert names and set(names) <= {"get_weather", "lookup"}
 
 
-def test_a_streamed_tool_call_arrives_whole_in_one_frame(daemon: DaemonProcess) -> None:
+def test_a_streamed_tool_call_arrives_whole_in_one_frame(app: AppNode) -> None:
     body = {
         "model": DEMO,
         "messages": ASK,
@@ -98,7 +102,7 @@ def test_a_streamed_tool_call_arrives_whole_in_one_frame(daemon: DaemonProcess) 
         "max_tokens": 48,
         "stream": True,
     }
-    with httpx.stream("POST", f"{daemon.url}/v1/chat/completions", json=body, timeout=120) as r:
+    with app.http.stream("POST", "/v1/chat/completions", json=body) as r:
         lines = list(sse_lines(r))
     assert lines[-1] == "data: [DONE]"
     chunks = [json.loads(ln[6:]) for ln in lines if ln.startswith("data: {")]
@@ -174,20 +178,20 @@ def test_a_tool_round_trip_with_the_result_in_history(client: openai.OpenAI) -> 
         ({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}, "no tools"),
         ({"tool_choice": "required"}, "at least one tool"),
         ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
-        ({"tools": [{"type": "retrieval"}]}, "only function tools"),
+        ({"tools": [{"type": "retrieval"}]}, "`$.tools[0].type`"),
     ],
 )
 def test_tool_choices_that_cannot_be_honoured_are_400(
-    daemon: DaemonProcess, fields: dict[str, Any], needle: str
+    app: AppNode, fields: dict[str, Any], needle: str
 ) -> None:
-    response = post(daemon, "/v1/chat/completions", **fields)
+    response = post(app, "/v1/chat/completions", **fields)
     assert response.status_code == 400, response.text
     assert needle in response.json()["error"]["message"]
 
 
-def test_tool_choice_none_removes_the_tools(daemon: DaemonProcess) -> None:
-    plain = post(daemon, "/v1/chat/completions").json()["choices"][0]
-    none = post(daemon, "/v1/chat/completions", tools=[WEATHER], tool_choice="none").json()
+def test_tool_choice_none_removes_the_tools(app: AppNode) -> None:
+    plain = post(app, "/v1/chat/completions").json()["choices"][0]
+    none = post(app, "/v1/chat/completions", tools=[WEATHER], tool_choice="none").json()
     # With the tools removed, the prompt is the plain prompt: the same completion.
     assert none["choices"][0]["message"] == plain["message"]
     assert none["choices"][0]["finish_reason"] == plain["finish_reason"]
@@ -224,9 +228,9 @@ def test_a_json_schema_answer_cannot_violate_its_schema(client: openai.OpenAI) -
         assert isinstance(value["city"], str) and isinstance(value["sunny"], bool)
 
 
-def test_json_object_mode_answers_an_object(daemon: DaemonProcess) -> None:
+def test_json_object_mode_answers_an_object(app: AppNode) -> None:
     answer = post(
-        daemon,
+        app,
         "/v1/chat/completions",
         messages=[{"role": "user", "content": 'Reply in JSON like {"answer": 4}. What is 2+2?'}],
         response_format={"type": "json_object"},
@@ -238,17 +242,17 @@ def test_json_object_mode_answers_an_object(daemon: DaemonProcess) -> None:
         assert isinstance(json.loads(text), dict)
 
 
-def test_a_schema_that_cannot_be_enforced_is_400(daemon: DaemonProcess) -> None:
+def test_a_schema_that_cannot_be_enforced_is_400(app: AppNode) -> None:
     remote = {"type": "json_schema", "json_schema": {"schema": {"$ref": "https://x/s.json"}}}
-    response = post(daemon, "/v1/chat/completions", response_format=remote)
+    response = post(app, "/v1/chat/completions", response_format=remote)
     assert response.status_code == 400
     assert "remote $ref" in response.json()["error"]["message"]
-    missing = post(daemon, "/v1/chat/completions", response_format={"type": "json_schema"})
+    missing = post(app, "/v1/chat/completions", response_format={"type": "json_schema"})
     assert missing.status_code == 400
 
 
-def test_logprobs_and_top_logprobs_per_token(daemon: DaemonProcess) -> None:
-    body = post(daemon, "/v1/chat/completions", logprobs=True, top_logprobs=3, max_tokens=4)
+def test_logprobs_and_top_logprobs_per_token(app: AppNode) -> None:
+    body = post(app, "/v1/chat/completions", logprobs=True, top_logprobs=3, max_tokens=4)
     choice = body.json()["choices"][0]
     entries = choice["logprobs"]["content"]
     assert len(entries) == 4
@@ -263,42 +267,40 @@ def _png_data_url(size: int) -> str:
     return "data:image/png;base64," + base64.b64encode(b"\x89PNG" + b"\0" * size).decode()
 
 
-def test_images_are_refused_for_a_model_without_vision(daemon: DaemonProcess) -> None:
+def test_images_are_refused_for_a_model_without_vision(app: AppNode) -> None:
     image = {"type": "image_url", "image_url": {"url": _png_data_url(64)}}
     messages = [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, image]}]
-    response = post(daemon, "/v1/chat/completions", messages=messages)
+    response = post(app, "/v1/chat/completions", messages=messages)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "vision_not_supported"
     remote = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
-    response = post(
-        daemon, "/v1/chat/completions", messages=[{"role": "user", "content": [remote]}]
-    )
+    response = post(app, "/v1/chat/completions", messages=[{"role": "user", "content": [remote]}])
     assert response.status_code == 400
     assert "data: URLs" in response.json()["error"]["message"]
 
 
-def test_images_over_the_32_mib_bound_are_413(daemon: DaemonProcess) -> None:
+def test_images_over_the_32_mib_bound_are_413(app: AppNode) -> None:
     image = {"type": "image_url", "image_url": {"url": _png_data_url(25 * 1024 * 1024)}}
-    response = post(daemon, "/v1/chat/completions", messages=[{"role": "user", "content": [image]}])
+    response = post(app, "/v1/chat/completions", messages=[{"role": "user", "content": [image]}])
     assert response.status_code == 413
 
 
-def test_developer_and_function_roles_are_accepted(daemon: DaemonProcess) -> None:
+def test_developer_and_function_roles_are_accepted(app: AppNode) -> None:
     messages = [
         {"role": "developer", "content": "Answer briefly."},
         {"role": "user", "content": "Count: one, two,"},
         {"role": "assistant", "content": "three"},
         {"role": "function", "name": "lookup", "content": "four"},
     ]
-    response = post(daemon, "/v1/chat/completions", messages=messages, user="someone")
+    response = post(app, "/v1/chat/completions", messages=messages, user="someone")
     assert response.status_code == 200, response.text
     assert response.json()["choices"][0]["finish_reason"] in ("stop", "length")
 
 
 def test_bench_chat_is_a_completion_plus_stats_even_when_streaming_is_asked(
-    daemon: DaemonProcess,
+    app: AppNode,
 ) -> None:
-    response = post(daemon, "/bench/chat/completions", stream=True, max_tokens=6)
+    response = post(app, "/bench/chat/completions", stream=True, max_tokens=6)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("application/json")
     body = response.json()
@@ -311,20 +313,20 @@ def test_bench_chat_is_a_completion_plus_stats_even_when_streaming_is_asked(
     assert not any("node" in key for key in stats)
 
 
-def test_bench_chat_shares_admission(daemon: DaemonProcess) -> None:
-    assert post(daemon, "/bench/chat/completions", messages=[]).status_code == 400
-    assert post(daemon, "/bench/chat/completions", model="nope/nope").status_code == 404
+def test_bench_chat_shares_admission(app: AppNode) -> None:
+    assert post(app, "/bench/chat/completions", messages=[]).status_code == 400
+    assert post(app, "/bench/chat/completions", model="nope/nope").status_code == 404
 
 
-def test_image_routes_answer_404_until_an_image_model_is_placed(daemon: DaemonProcess) -> None:
+def test_image_routes_answer_404_until_an_image_model_is_placed(app: AppNode) -> None:
     for path in ("/v1/images/generations", "/bench/images/generations"):
         body = {"model": "exolabs/FLUX.1-schnell-4bit", "prompt": "a fox"}
-        response = httpx.post(f"{daemon.url}{path}", json=body, timeout=30)
+        response = app.http.post(path, json=body)
         assert response.status_code == 404
         assert "No instance found" in response.json()["error"]["message"]
-        response = httpx.post(f"{daemon.url}{path}", json={"model": "x"}, timeout=30)
+        response = app.http.post(path, json={"model": "x"})
         assert response.status_code == 400
     form = {"model": "exolabs/FLUX.1-schnell-4bit", "prompt": "make it snow"}
     files = {"image": ("fox.png", b"\x89PNG", "image/png")}
-    edit = httpx.post(f"{daemon.url}/bench/images/edits", data=form, files=files, timeout=30)
+    edit = app.http.post("/bench/images/edits", data=form, files=files)
     assert edit.status_code == 404

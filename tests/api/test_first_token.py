@@ -1,4 +1,4 @@
-"""The First Success Flow against a real daemon serving the demo model with llama.cpp.
+"""The First Success Flow against a real app serving the demo model with llama.cpp.
 
 The demo model is a base model: prompts are completion-style and assertions are
 about structure, token counts, stop sequences and determinism, not answers.
@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
-import signal
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,6 +15,7 @@ import openai
 import psutil
 import pytest
 
+from tests.api.in_process import AppNode, Served
 from tests.daemon.serving import (
     CONTEXT,
     DEMO,
@@ -28,33 +25,25 @@ from tests.daemon.serving import (
     wait_for,
     wait_idle,
 )
-from tests.daemon_process import DaemonProcess
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def served(
-    tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
-) -> Iterator[tuple[DaemonProcess, str]]:
-    root = tmp_path_factory.mktemp("served")
-    daemon = DaemonProcess(root=root, models_dir=shared_models_dir).start()
-    try:
-        yield daemon, place(daemon)
-    finally:
-        daemon.kill()
+@pytest.fixture
+def served(demo_app: Served) -> tuple[AppNode, str]:
+    return demo_app.app, demo_app.instance_id
 
 
-def chat(daemon: DaemonProcess, **fields: Any) -> httpx.Response:
+def chat(app: AppNode, **fields: Any) -> httpx.Response:
     body = {"model": DEMO, "messages": PROMPT, "temperature": 0, **fields}
-    return httpx.post(f"{daemon.url}/v1/chat/completions", json=body, timeout=120)
+    return app.http.post("/v1/chat/completions", json=body)
 
 
 def test_non_streaming_completion_is_complete_and_deterministic(
-    served: tuple[DaemonProcess, str],
+    served: tuple[AppNode, str],
 ) -> None:
-    daemon, _ = served
-    first = chat(daemon, max_tokens=8)
+    app, _ = served
+    first = chat(app, max_tokens=8)
     assert first.status_code == 200
     body = first.json()
     assert body["object"] == "chat.completion"
@@ -68,14 +57,14 @@ def test_non_streaming_completion_is_complete_and_deterministic(
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
     if choice["finish_reason"] == "length":
         assert usage["completion_tokens"] == 8
-    assert chat(daemon, max_tokens=8).json()["choices"][0]["message"] == choice["message"]
+    assert chat(app, max_tokens=8).json()["choices"][0]["message"] == choice["message"]
 
 
-def test_streaming_shape_command_id_stats_and_done(served: tuple[DaemonProcess, str]) -> None:
-    daemon, _ = served
+def test_streaming_shape_command_id_stats_and_done(served: tuple[AppNode, str]) -> None:
+    app, _ = served
     body = {"model": DEMO, "messages": PROMPT, "temperature": 0, "max_tokens": 6, "stream": True}
     body["stream_options"] = {"include_usage": True}
-    with httpx.stream("POST", f"{daemon.url}/v1/chat/completions", json=body, timeout=120) as r:
+    with app.http.stream("POST", "/v1/chat/completions", json=body) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
         lines = list(sse_lines(r))
@@ -95,67 +84,67 @@ def test_streaming_shape_command_id_stats_and_done(served: tuple[DaemonProcess, 
     assert finishes[-1] in {"stop", "length"}
     usage = next(c["usage"] for c in chunks if c.get("usage"))
     assert usage["completion_tokens"] == fields["generation_tokens"]
-    non_streamed = chat(daemon, max_tokens=6).json()["choices"][0]["message"]["content"]
+    non_streamed = chat(app, max_tokens=6).json()["choices"][0]["message"]["content"]
     assert text == non_streamed
 
 
-def test_stop_sequence_ends_the_turn_and_is_not_emitted(served: tuple[DaemonProcess, str]) -> None:
-    daemon, _ = served
-    full = chat(daemon, max_tokens=24).json()["choices"][0]["message"]["content"]
+def test_stop_sequence_ends_the_turn_and_is_not_emitted(served: tuple[AppNode, str]) -> None:
+    app, _ = served
+    full = chat(app, max_tokens=24).json()["choices"][0]["message"]["content"]
     words = full.split()
     assert len(words) >= 3, full
     stop = words[2]
-    stopped = chat(daemon, max_tokens=24, stop=[stop]).json()["choices"][0]
+    stopped = chat(app, max_tokens=24, stop=[stop]).json()["choices"][0]
     assert stopped["finish_reason"] == "stop"
     assert stop not in stopped["message"]["content"]
     assert full.startswith(stopped["message"]["content"])
 
 
-def test_refusals_before_dispatch(served: tuple[DaemonProcess, str]) -> None:
-    daemon, _ = served
-    unplaced = httpx.post(
-        f"{daemon.url}/v1/chat/completions",
+def test_refusals_before_dispatch(served: tuple[AppNode, str]) -> None:
+    app, _ = served
+    unplaced = app.http.post(
+        "/v1/chat/completions",
         json={"model": "org/not-placed", "messages": PROMPT},
         timeout=30,
     )
     assert unplaced.status_code == 404
     assert "No instance found" in unplaced.json()["error"]["message"]
-    assert chat(daemon, messages=[]).status_code == 400
-    assert chat(daemon, max_tokens=0).status_code == 400
-    assert chat(daemon, max_tokens=-3).status_code == 400
-    too_big = chat(daemon, max_tokens=CONTEXT)
+    assert chat(app, messages=[]).status_code == 400
+    assert chat(app, max_tokens=0).status_code == 400
+    assert chat(app, max_tokens=-3).status_code == 400
+    too_big = chat(app, max_tokens=CONTEXT)
     assert too_big.status_code == 400
     assert too_big.json()["error"]["message"].startswith("context_length_exceeded:")
-    malformed = httpx.post(f"{daemon.url}/v1/chat/completions", content=b"{not json", timeout=30)
+    malformed = app.http.post("/v1/chat/completions", content=b"{not json")
     assert malformed.status_code == 400
-    wrong_type = chat(daemon, messages="hello")
+    wrong_type = chat(app, messages="hello")
     assert wrong_type.status_code == 400
 
 
 def test_prompt_that_fills_the_window_is_refused_in_the_body(
-    served: tuple[DaemonProcess, str],
+    served: tuple[AppNode, str],
 ) -> None:
-    daemon, _ = served
+    app, _ = served
     long_prompt = [{"role": "user", "content": "one two three four " * 400}]
-    response = chat(daemon, messages=long_prompt)
+    response = chat(app, messages=long_prompt)
     assert response.status_code == 200
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error"
     assert error["message"].startswith("context_length_exceeded:")
     body = {"model": DEMO, "messages": long_prompt, "stream": True}
-    with httpx.stream("POST", f"{daemon.url}/v1/chat/completions", json=body, timeout=120) as r:
+    with app.http.stream("POST", "/v1/chat/completions", json=body) as r:
         lines = list(sse_lines(r))
     data = [ln for ln in lines if ln.startswith("data: ")]
     assert json.loads(data[0][6:])["error"]["message"].startswith("context_length_exceeded:")
     assert data[-1] == "data: [DONE]"
 
 
-def test_default_budget_is_clamped_to_the_window(served: tuple[DaemonProcess, str]) -> None:
-    daemon, _ = served
+def test_default_budget_is_clamped_to_the_window(served: tuple[AppNode, str]) -> None:
+    app, _ = served
     # No max_tokens: the 4096 default cannot fit beside a prompt that nearly fills the
     # 1024-token window, so it is clamped and the turn ends with "length" at the edge.
     prompt = [{"role": "user", "content": "a " * 990}]
-    body = chat(daemon, messages=prompt).json()
+    body = chat(app, messages=prompt).json()
     assert "error" not in body, body
     assert body["usage"]["prompt_tokens"] > 900
     assert body["choices"][0]["finish_reason"] in {"stop", "length"}
@@ -164,10 +153,10 @@ def test_default_budget_is_clamped_to_the_window(served: tuple[DaemonProcess, st
     assert body["usage"]["total_tokens"] <= CONTEXT
 
 
-def test_cancel_by_command_id(served: tuple[DaemonProcess, str]) -> None:
-    daemon, instance_id = served
+def test_cancel_by_command_id(served: tuple[AppNode, str]) -> None:
+    app, instance_id = served
     body = {"model": DEMO, "messages": PROMPT, "max_tokens": 900, "stream": True}
-    with httpx.stream("POST", f"{daemon.url}/v1/chat/completions", json=body, timeout=120) as r:
+    with app.http.stream("POST", "/v1/chat/completions", json=body) as r:
         lines = sse_lines(r)
         command_id = next(lines).removeprefix(": command_id ")
         next(ln for ln in lines if ln.startswith("data: {"))
@@ -175,41 +164,41 @@ def test_cancel_by_command_id(served: tuple[DaemonProcess, str]) -> None:
         wait_for(
             lambda: any(
                 t["commandId"] == command_id and t["instanceId"] == instance_id
-                for t in daemon.get("/state").json()["tasks"].values()
+                for t in app.get("/state").json()["tasks"].values()
             ),
             "the running task in /state",
             timeout=10,
         )
-        cancelled = httpx.post(f"{daemon.url}/v1/cancel/{command_id}", timeout=30)
+        cancelled = app.http.post(f"/v1/cancel/{command_id}")
         assert cancelled.status_code == 200
         assert cancelled.json() == {"message": "Command cancelled.", "command_id": command_id}
         rest = list(lines)
     assert rest[-1] == "data: [DONE]"
     assert any('"error"' in ln for ln in rest)
-    again = httpx.post(f"{daemon.url}/v1/cancel/{command_id}", timeout=30)
+    again = app.http.post(f"/v1/cancel/{command_id}")
     assert again.status_code == 404
     assert again.json()["error"]["message"] == "Command not found or already completed"
-    wait_idle(daemon, instance_id)
+    wait_idle(app, instance_id)
 
 
-def test_client_disconnect_frees_the_runner(served: tuple[DaemonProcess, str]) -> None:
-    daemon, instance_id = served
+def test_client_disconnect_frees_the_runner(served: tuple[AppNode, str]) -> None:
+    app, instance_id = served
     body = {"model": DEMO, "messages": PROMPT, "max_tokens": 900, "stream": True}
-    with httpx.stream("POST", f"{daemon.url}/v1/chat/completions", json=body, timeout=120) as r:
+    with app.http.stream("POST", "/v1/chat/completions", json=body) as r:
         lines = sse_lines(r)
         next(ln for ln in lines if ln.startswith("data: {"))
-    wait_idle(daemon, instance_id)
-    assert chat(daemon, max_tokens=4).status_code == 200
+    wait_idle(app, instance_id)
+    assert chat(app, max_tokens=4).status_code == 200
 
 
-def test_concurrent_requests_are_batched(served: tuple[DaemonProcess, str]) -> None:
-    daemon, _ = served
-    alone = chat(daemon, max_tokens=16).json()["choices"][0]["message"]["content"]
+def test_concurrent_requests_are_batched(served: tuple[AppNode, str]) -> None:
+    app, _ = served
+    alone = chat(app, max_tokens=16).json()["choices"][0]["message"]["content"]
 
     def one(_: int) -> tuple[str, dict[str, Any]]:
         body = {"model": DEMO, "messages": PROMPT, "temperature": 0, "max_tokens": 16}
         body["stream"] = True
-        with httpx.stream("POST", f"{daemon.url}/v1/chat/completions", json=body, timeout=120) as r:
+        with app.http.stream("POST", "/v1/chat/completions", json=body) as r:
             lines = list(sse_lines(r))
         chunks = [json.loads(ln[6:]) for ln in lines if ln.startswith("data: {")]
         text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
@@ -222,9 +211,9 @@ def test_concurrent_requests_are_batched(served: tuple[DaemonProcess, str]) -> N
     assert max(stats["in_flight_at_admission"] for _, stats in results) >= 1
 
 
-def test_openai_sdk_non_streaming_and_streaming(served: tuple[DaemonProcess, str]) -> None:
-    daemon, _ = served
-    client = openai.OpenAI(base_url=f"{daemon.url}/v1", api_key="unused")
+def test_openai_sdk_non_streaming_and_streaming(served: tuple[AppNode, str]) -> None:
+    app, _ = served
+    client = openai.OpenAI(base_url=f"{app.url}/v1", api_key="unused", http_client=app.new_http())
     completion = client.chat.completions.create(
         model=DEMO,
         messages=PROMPT,
@@ -246,24 +235,23 @@ def test_openai_sdk_non_streaming_and_streaming(served: tuple[DaemonProcess, str
         client.chat.completions.create(model="org/nothing", messages=PROMPT)  # type: ignore[arg-type]
 
 
-def _runner_pids(daemon: DaemonProcess) -> list[int]:
-    assert daemon.process is not None
-    parent = psutil.Process(daemon.process.pid)
+def _runner_pids() -> list[int]:
+    """The runner processes of this test process's nodes."""
     return [
         child.pid
-        for child in parent.children(recursive=True)
+        for child in psutil.Process().children(recursive=True)
         if "skulk_daemon.runner" in " ".join(child.cmdline())
     ]
 
 
-def test_delete_stops_the_runner_and_leaves_nothing(served: tuple[DaemonProcess, str]) -> None:
-    daemon, _ = served
-    instance_id = place(daemon, context=512)
-    pids_before = set(_runner_pids(daemon))
+def test_delete_stops_the_runner_and_leaves_nothing(served: tuple[AppNode, str]) -> None:
+    app, _ = served
+    instance_id = place(app, context=512)
+    pids_before = set(_runner_pids())
     assert len(pids_before) >= 1
-    deleted = httpx.delete(f"{daemon.url}/instance/{instance_id}", timeout=30)
+    deleted = app.http.delete(f"/instance/{instance_id}")
     assert deleted.status_code == 200
-    state = daemon.get("/state").json()
+    state = app.get("/state").json()
     assert instance_id not in state["instances"]
     known = {
         rid
@@ -271,33 +259,4 @@ def test_delete_stops_the_runner_and_leaves_nothing(served: tuple[DaemonProcess,
         for rid in next(iter(inst.values()))["shardAssignments"]["runnerToShard"]
     }
     assert set(state["runners"]) == known
-    wait_for(lambda: len(_runner_pids(daemon)) == len(pids_before) - 1, "runner exit", 30)
-
-
-def test_runner_killed_mid_stream_fails_loudly(tmp_path: Path, shared_models_dir: Path) -> None:
-    daemon = DaemonProcess(root=tmp_path, models_dir=shared_models_dir).start()
-    try:
-        instance_id = place(daemon, context=512)
-        body = {"model": DEMO, "messages": PROMPT, "max_tokens": 400, "stream": True}
-        with httpx.stream("POST", f"{daemon.url}/v1/chat/completions", json=body, timeout=120) as r:
-            lines = sse_lines(r)
-            next(ln for ln in lines if ln.startswith("data: {"))
-            for pid in _runner_pids(daemon):
-                os.kill(pid, signal.SIGKILL)
-            rest = list(lines)
-        assert rest[-1] == "data: [DONE]"
-        assert any('"error"' in ln for ln in rest)
-
-        def failure_recorded() -> dict[str, Any] | None:
-            state = daemon.get("/state").json()
-            if instance_id in state["instances"]:
-                return None
-            return next(
-                (f for f in state["instanceFailures"] if f["instanceId"] == instance_id), None
-            )
-
-        failure = wait_for(failure_recorded, "the failure to be recorded", timeout=30)
-        assert failure["errorCode"] == "runner_crashed"
-        assert failure["errorMessage"]
-    finally:
-        daemon.kill()
+    wait_for(lambda: len(_runner_pids()) == len(pids_before) - 1, "runner exit", 30)

@@ -1,11 +1,10 @@
-"""Placement and instance management against a real daemon serving the demo model."""
+"""Placement and instance management on a real node with the demo model installed."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from skulk_daemon.placement import service as placement_api
 from skulk_daemon.serve import build_node
 from skulk_daemon.system.settings import resolve_settings
 from skulk_daemon.telemetry.publisher import TelemetrySource
-from tests.daemon_process import DaemonProcess
+from tests.api.in_process import AppNode
 
 pytestmark = pytest.mark.slow
 
@@ -46,28 +45,23 @@ RUNNER_STATES = {
 }
 
 
-@pytest.fixture(scope="module")
-def node(
-    tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
-) -> Iterator[DaemonProcess]:
-    """One daemon for the module; every test leaves it with no instances."""
-    daemon = DaemonProcess(root=tmp_path_factory.mktemp("placement"), models_dir=shared_models_dir)
-    daemon.start()
-    yield daemon
-    daemon.kill()
+@pytest.fixture
+def node(bare_app: AppNode) -> AppNode:
+    """The session's bare node; every test leaves it with no instances."""
+    return bare_app
 
 
-def node_id(daemon: DaemonProcess) -> str:
-    value: str = daemon.get("/node_id").json()
+def node_id(app: AppNode) -> str:
+    value: str = app.get("/node_id").json()
     return value
 
 
-def post(daemon: DaemonProcess, path: str, **kwargs: Any) -> httpx.Response:
-    return httpx.post(f"{daemon.url}{path}", timeout=30.0, **kwargs)
+def post(app: AppNode, path: str, **kwargs: Any) -> httpx.Response:
+    return app.post(path, **kwargs)
 
 
-def delete(daemon: DaemonProcess, path: str) -> httpx.Response:
-    return httpx.delete(f"{daemon.url}{path}", timeout=30.0)
+def delete(app: AppNode, path: str) -> httpx.Response:
+    return app.http.delete(path)
 
 
 def untag(value: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -75,8 +69,8 @@ def untag(value: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return tag, body
 
 
-def previews(daemon: DaemonProcess, **params: Any) -> list[dict[str, Any]]:
-    response = daemon.get("/instance/previews", params={"model_id": DEMO, **params})
+def previews(app: AppNode, **params: Any) -> list[dict[str, Any]]:
+    response = app.get("/instance/previews", params={"model_id": DEMO, **params})
     assert response.status_code == 200, response.text
     found: list[dict[str, Any]] = response.json()["previews"]
     return found
@@ -91,7 +85,7 @@ def assert_refused(response: httpx.Response, status: int, code: str) -> str:
     return message
 
 
-def test_previews_show_one_valid_placement_of_the_demo_model(node: DaemonProcess) -> None:
+def test_previews_show_one_valid_placement_of_the_demo_model(node: AppNode) -> None:
     me = node_id(node)
     found = previews(node)
     [valid] = [p for p in found if p["error"] is None]
@@ -133,7 +127,7 @@ def test_previews_show_one_valid_placement_of_the_demo_model(node: DaemonProcess
     assert "does not support Tensor sharding" in tensor[0]["error"]
 
 
-def test_excluding_the_only_node_leaves_no_valid_preview(node: DaemonProcess) -> None:
+def test_excluding_the_only_node_leaves_no_valid_preview(node: AppNode) -> None:
     found = previews(node, excluded_node_ids=[node_id(node)])
     assert found
     assert all(p["instance"] is None and p["error_code"] == "no_valid_placement" for p in found)
@@ -141,7 +135,7 @@ def test_excluding_the_only_node_leaves_no_valid_preview(node: DaemonProcess) ->
     assert all(p["instance"] is None for p in previews(node, node_ids=["12D3KooWnobody"]))
 
 
-def test_preview_queries_are_validated_and_honoured(node: DaemonProcess) -> None:
+def test_preview_queries_are_validated_and_honoured(node: AppNode) -> None:
     for params in ({"context_tokens": 100}, {"min_nodes": 0}, {"sharding": "Diagonal"}):
         response = node.get("/instance/previews", params={"model_id": DEMO, **params})
         assert_refused(response, 400, "validation_error")
@@ -160,7 +154,7 @@ def test_preview_queries_are_validated_and_honoured(node: DaemonProcess) -> None
     assert all(p["instance"] is None and p["node_count"] == 2 for p in two)
 
 
-def test_place_creates_an_instance_and_delete_removes_it(node: DaemonProcess) -> None:
+def test_place_creates_an_instance_and_delete_removes_it(node: AppNode) -> None:
     me = node_id(node)
     placed = post(node, "/place_instance", json={"model_id": DEMO, "context_tokens": 512})
     assert placed.status_code == 200, placed.text
@@ -231,7 +225,7 @@ def test_place_creates_an_instance_and_delete_removes_it(node: DaemonProcess) ->
     ],
 )
 def test_refused_placements_leave_nothing_behind(
-    node: DaemonProcess,
+    node: AppNode,
     request_kwargs: dict[str, Any],
     status: int,
     code: str,
@@ -249,7 +243,7 @@ def test_refused_placements_leave_nothing_behind(
     assert after["instances"] == before["instances"] == {}
 
 
-def test_the_placement_endpoint_shows_what_a_launch_would_stamp(node: DaemonProcess) -> None:
+def test_the_placement_endpoint_shows_what_a_launch_would_stamp(node: AppNode) -> None:
     before = node.get("/state").json()["lastEventAppliedIdx"]
     chosen = node.get("/instance/placement", params={"model_id": DEMO})
     assert chosen.status_code == 200, chosen.text
@@ -266,7 +260,7 @@ def test_the_placement_endpoint_shows_what_a_launch_would_stamp(node: DaemonProc
     assert node.get("/state").json()["lastEventAppliedIdx"] == before
 
 
-def test_an_exact_instance_from_a_preview_is_created_as_is(node: DaemonProcess) -> None:
+def test_an_exact_instance_from_a_preview_is_created_as_is(node: AppNode) -> None:
     [valid] = [p for p in previews(node, context_tokens=1024) if p["error"] is None]
     kind, instance = untag(valid["instance"])
     assert instance["contextTokenLimit"] == 1024
@@ -317,7 +311,7 @@ def _mutated(instance: dict[str, Any], change: str) -> dict[str, Any]:
     ],
 )
 def test_invalid_exact_instances_are_refused(
-    node: DaemonProcess, change: str, status: int, code: str
+    node: AppNode, change: str, status: int, code: str
 ) -> None:
     [valid] = [p for p in previews(node) if p["error"] is None]
     before = node.get("/state").json()["lastEventAppliedIdx"]
@@ -328,7 +322,7 @@ def test_invalid_exact_instances_are_refused(
     assert node.get("/state").json()["lastEventAppliedIdx"] == before
 
 
-def test_unknown_instances_are_not_found(node: DaemonProcess) -> None:
+def test_unknown_instances_are_not_found(node: AppNode) -> None:
     assert_refused(node.get("/instance/no-such-instance"), 404, "instance_not_found")
     assert_refused(delete(node, "/instance/no-such-instance"), 404, "instance_not_found")
     assert_refused(

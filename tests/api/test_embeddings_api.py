@@ -1,12 +1,10 @@
-"""``POST /v1/embeddings`` against a real daemon serving the all-MiniLM-L6-v2 demo
-(converted to GGUF on the daemon's first start, embedded by a llama.cpp runner),
+"""``POST /v1/embeddings`` on the real app serving the all-MiniLM-L6-v2 demo
+(converted to GGUF on the node's first start, embedded by a llama.cpp runner),
 through the official ``openai`` SDK and raw HTTP."""
 
 from __future__ import annotations
 
 import base64
-import json
-import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +16,9 @@ import numpy.typing as npt
 import openai
 import pytest
 
+from tests.api.app_transport import LEAVE, ClientLeft
+from tests.api.in_process import AppNode
 from tests.daemon.serving import DEMO, place, wait_for, wait_idle
-from tests.daemon_process import DaemonProcess
 
 pytestmark = pytest.mark.slow
 
@@ -43,46 +42,41 @@ Matrix = npt.NDArray[np.float32]
 @pytest.fixture(scope="module")
 def served(
     tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
-) -> Iterator[tuple[DaemonProcess, str]]:
-    daemon = DaemonProcess(
-        root=tmp_path_factory.mktemp("embeddings-served"), models_dir=shared_models_dir
-    )
-    daemon.start()
-    try:
-        yield daemon, place(daemon, context=CONTEXT, model_id=MODEL)
-    finally:
-        daemon.kill()
+) -> Iterator[tuple[AppNode, str]]:
+    root = tmp_path_factory.mktemp("embeddings-served")
+    with AppNode(root=root, models_dir=shared_models_dir) as app:
+        yield app, place(app, context=CONTEXT, model_id=MODEL)
 
 
 @pytest.fixture(scope="module")
-def client(served: tuple[DaemonProcess, str]) -> Iterator[openai.OpenAI]:
-    daemon, _ = served
-    with openai.OpenAI(base_url=f"{daemon.url}/v1", api_key="unused", max_retries=0) as sdk:
+def client(served: tuple[AppNode, str]) -> Iterator[openai.OpenAI]:
+    app, _ = served
+    with openai.OpenAI(
+        base_url=f"{app.url}/v1", api_key="unused", max_retries=0, http_client=app.new_http()
+    ) as sdk:
         yield sdk
 
 
-def embed(daemon: DaemonProcess, **fields: Any) -> httpx.Response:
-    return httpx.post(f"{daemon.url}/v1/embeddings", json={"model": MODEL, **fields}, timeout=120)
+def embed(app: AppNode, **fields: Any) -> httpx.Response:
+    return app.post("/v1/embeddings", json={"model": MODEL, **fields})
 
 
 def matrix(vectors: list[list[float]]) -> Matrix:
     return np.asarray(vectors, dtype=np.float32)
 
 
-def test_the_demo_is_installed_and_refused_with_404_until_placed(daemon: DaemonProcess) -> None:
-    listed = {m["id"]: m for m in daemon.get("/v1/models").json()["data"]}
+def test_the_demo_is_installed_and_refused_with_404_until_placed(bare_app: AppNode) -> None:
+    listed = {m["id"]: m for m in bare_app.get("/v1/models").json()["data"]}
     assert listed[MODEL]["installed"] is True
     assert listed[MODEL]["tasks"] == ["TextEmbedding"]
     for model in (MODEL, "org/not-in-the-catalog"):
-        response = httpx.post(
-            f"{daemon.url}/v1/embeddings", json={"model": model, "input": "hi"}, timeout=30
-        )
+        response = bare_app.post("/v1/embeddings", json={"model": model, "input": "hi"})
         assert response.status_code == 404
         assert response.json()["error"]["message"] == f"No instance found for model {model}"
 
 
 def test_the_sdk_gets_unit_vectors_in_input_order(
-    served: tuple[DaemonProcess, str], client: openai.OpenAI
+    served: tuple[AppNode, str], client: openai.OpenAI
 ) -> None:
     result = client.embeddings.create(model=MODEL, input=SENTENCES, encoding_format="float")
     assert result.object == "list"
@@ -106,10 +100,10 @@ def test_the_sdk_gets_unit_vectors_in_input_order(
 
 
 def test_base64_is_the_float32_bytes_of_the_float_answer(
-    served: tuple[DaemonProcess, str], client: openai.OpenAI
+    served: tuple[AppNode, str], client: openai.OpenAI
 ) -> None:
-    daemon, _ = served
-    floats = embed(daemon, input=SENTENCES[:2], user="test-user")
+    app, _ = served
+    floats = embed(app, input=SENTENCES[:2], user="test-user")
     assert floats.status_code == 200, floats.text
     assert floats.headers["x-skulk-command-id"]
     body = floats.json()
@@ -118,7 +112,7 @@ def test_base64_is_the_float32_bytes_of_the_float_answer(
     assert [(d["object"], d["index"]) for d in body["data"]] == [("embedding", 0), ("embedding", 1)]
     assert body["usage"]["prompt_tokens"] == body["usage"]["total_tokens"] > 0
 
-    encoded = embed(daemon, input=SENTENCES[:2], encoding_format="base64").json()
+    encoded = embed(app, input=SENTENCES[:2], encoding_format="base64").json()
     decoded = np.stack(
         [np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in encoded["data"]]
     )
@@ -131,9 +125,9 @@ def test_base64_is_the_float32_bytes_of_the_float_answer(
 
 
 def test_requests_that_cannot_be_served_are_refused_with_400(
-    served: tuple[DaemonProcess, str], client: openai.OpenAI
+    served: tuple[AppNode, str], client: openai.OpenAI
 ) -> None:
-    daemon, _ = served
+    app, _ = served
     with pytest.raises(openai.BadRequestError, match="dimensions is not supported"):
         client.embeddings.create(model=MODEL, input="hi", dimensions=128)
     cases: list[tuple[dict[str, Any], str]] = [
@@ -146,58 +140,65 @@ def test_requests_that_cannot_be_served_are_refused_with_400(
         ({"model": DEMO, "input": "hi"}, f"model {DEMO} does not support embeddings"),
     ]
     for fields, message in cases:
-        response = embed(daemon, **fields)
+        response = embed(app, **fields)
         assert response.status_code == 400, (fields, response.text)
         error = response.json()["error"]
         assert message in error["message"]
         assert error["type"] == "invalid_request_error"
-    chat = httpx.post(
-        f"{daemon.url}/v1/chat/completions",
+    chat = app.post(
+        "/v1/chat/completions",
         json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]},
-        timeout=30,
     )
     assert chat.status_code == 400
     assert "does not support text generation" in chat.json()["error"]["message"]
-    assert embed(daemon, input="still serving").status_code == 200
+    assert embed(app, input="still serving").status_code == 200
 
 
-def _running_embedding(daemon: DaemonProcess) -> dict[str, Any] | None:
-    tasks = daemon.get("/state").json()["tasks"].values()
+def _running_embedding(app: AppNode) -> dict[str, Any] | None:
+    tasks = app.get("/state").json()["tasks"].values()
     return next((t for t in tasks if t["kind"] == "TextEmbedding"), None)
 
 
-def test_cancel_stops_a_running_embedding(served: tuple[DaemonProcess, str]) -> None:
-    daemon, instance_id = served
+def test_cancel_stops_a_running_embedding(served: tuple[AppNode, str]) -> None:
+    app, instance_id = served
+    # The task /state shows below must be this test's: an earlier request's has gone.
+    wait_idle(app, instance_id)
     answers: list[httpx.Response] = []
     request = threading.Thread(
-        target=lambda: answers.append(
-            httpx.post(f"{daemon.url}/v1/embeddings", json=BIG_BODY, timeout=600)
-        )
+        target=lambda: answers.append(app.post("/v1/embeddings", json=BIG_BODY, timeout=600))
     )
     request.start()
-    task = wait_for(lambda: _running_embedding(daemon), "the embedding task in /state", 60)
+    task = wait_for(lambda: _running_embedding(app), "the embedding task in /state", 60)
     assert task["taskStatus"] == "Running"
-    cancelled = httpx.post(f"{daemon.url}/v1/cancel/{task['commandId']}", timeout=30)
+    cancelled = app.post(f"/v1/cancel/{task['commandId']}")
     assert cancelled.status_code == 200, cancelled.text
     request.join(timeout=300)
     [answer] = answers
     assert answer.status_code == 499
     assert answer.json()["error"]["code"] == "cancelled"
-    wait_idle(daemon, instance_id)
-    assert embed(daemon, input="after the cancel").status_code == 200
+    wait_idle(app, instance_id)
+    assert embed(app, input="after the cancel").status_code == 200
 
 
-def test_a_client_that_disconnects_frees_the_runner(served: tuple[DaemonProcess, str]) -> None:
-    daemon, instance_id = served
-    payload = json.dumps(BIG_BODY).encode()
-    with socket.create_connection(("127.0.0.1", daemon.port), timeout=30) as sock:
-        sock.sendall(
-            b"POST /v1/embeddings HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
-            + f"Content-Length: {len(payload)}\r\n\r\n".encode()
-            + payload
-        )
-        wait_for(lambda: _running_embedding(daemon), "the embedding task in /state", 60)
+def test_a_client_that_disconnects_frees_the_runner(served: tuple[AppNode, str]) -> None:
+    app, instance_id = served
+    wait_idle(app, instance_id)
+    hang_up = threading.Event()
+    outcome: list[BaseException] = []
+
+    def request() -> None:
+        try:
+            app.post("/v1/embeddings", json=BIG_BODY, extensions={LEAVE: hang_up})
+        except ClientLeft as left:
+            outcome.append(left)
+
+    caller = threading.Thread(target=request)
+    caller.start()
+    wait_for(lambda: _running_embedding(app), "the embedding task in /state", 60)
+    hang_up.set()
+    caller.join(timeout=60)
+    assert outcome, "the client was answered before it hung up"
     # The work is cancelled on the runner, not left to finish: the next request is
     # answered after at most the batch in flight, not after ~1M tokens.
-    wait_idle(daemon, instance_id)
-    assert embed(daemon, input="after the disconnect").status_code == 200
+    wait_idle(app, instance_id)
+    assert embed(app, input="after the disconnect").status_code == 200

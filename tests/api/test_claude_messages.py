@@ -1,4 +1,4 @@
-"""``POST /v1/messages`` (Anthropic Claude Messages) against a real daemon serving the
+"""``POST /v1/messages`` (Anthropic Claude Messages) on the real app serving the
 demo model, through the official ``anthropic`` SDK and raw HTTP: plain and streamed
 messages, system prompts, a forced tool round trip, Anthropic-shaped errors, the
 SSE event sequence, cancellation and client disconnects. The demo model is a base
@@ -15,6 +15,7 @@ import anthropic
 import httpx
 import pytest
 
+from skulk_core.chat.generation import GenerationRequest, GenerationStats, SamplingParams
 from skulk_core.chat.tools import NO_TOOLS, ToolCall
 from skulk_core.ids import CommandId, InstanceId, ModelId, TaskId
 from skulk_core.models.cards import Memory, ModelCard
@@ -22,9 +23,8 @@ from skulk_daemon.chat import claude_wire
 from skulk_daemon.chat.admission import Admitted
 from skulk_daemon.chat.generation import KeepAlive
 from skulk_daemon.chat.turn import ContentDelta, ReasoningDelta, TurnEnd, TurnError, TurnEvent
-from skulk_daemon.engines.base import GenerationRequest, GenerationStats, SamplingParams
+from tests.api.in_process import AppNode, Served
 from tests.daemon.serving import DEMO, PROMPT, sse_lines, wait_idle
-from tests.daemon_process import DaemonProcess
 
 pytestmark = pytest.mark.slow
 
@@ -44,22 +44,23 @@ GREEDY = {"temperature": 0}
 
 
 @pytest.fixture
-def daemon(demo_served: tuple[DaemonProcess, str]) -> DaemonProcess:
-    return demo_served[0]
+def app(demo_app: Served) -> AppNode:
+    return demo_app.app
 
 
 @pytest.fixture
-def client(daemon: DaemonProcess) -> Iterator[anthropic.Anthropic]:
-    with anthropic.Anthropic(base_url=daemon.url, api_key="unused", max_retries=0) as client:
+def client(app: AppNode) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(
+        base_url=app.url, api_key="unused", max_retries=0, http_client=app.new_http2()
+    ) as client:
         yield client
 
 
-def post(daemon: DaemonProcess, body: dict[str, Any] | bytes) -> httpx.Response:
-    url = f"{daemon.url}/v1/messages"
+def post(app: AppNode, body: dict[str, Any] | bytes) -> httpx.Response:
     if isinstance(body, bytes):
         headers = {"Content-Type": "application/json"}
-        return httpx.post(url, content=body, headers=headers, timeout=120)
-    return httpx.post(url, json=body, timeout=120)
+        return app.post("/v1/messages", content=body, headers=headers)
+    return app.post("/v1/messages", json=body)
 
 
 def events(response: httpx.Response) -> list[tuple[str, dict[str, Any]]]:
@@ -127,18 +128,36 @@ def test_a_message_reports_usage_and_max_tokens(client: anthropic.Anthropic) -> 
     assert message.usage.output_tokens == 4
 
 
+def a_stop_inside(text: str) -> str:
+    """Two characters from the second half of ``text`` that are not blank and do not
+    start it, so that stopping at their first occurrence leaves some text before."""
+    for start in range(len(text) // 2, len(text) - 1):
+        stop = text[start : start + 2]
+        if stop.strip() and text.index(stop) > 0:
+            return stop
+    raise AssertionError(f"no stop sequence to pick in {text!r}")
+
+
 def test_a_matched_stop_sequence_is_reported_as_such(client: anthropic.Anthropic) -> None:
-    # Greedy, the demo model continues this prompt with "-1\n-2\n-3\n...".
-    message = client.messages.create(
-        model=DEMO,
-        max_tokens=16,
-        stop_sequences=["-3", "never"],
-        extra_body=GREEDY,
-        messages=PROMPT,  # type: ignore[arg-type]
-    )
-    assert message.stop_reason == "stop_sequence" and message.stop_sequence == "-3"
+    # The same greedy request twice gives the same tokens: the first answer says where
+    # the second must stop, whatever this CPU's greedy continuation is.
+    def create(**extra: Any) -> anthropic.types.Message:
+        return client.messages.create(
+            model=DEMO,
+            max_tokens=16,
+            extra_body=GREEDY,
+            messages=PROMPT,  # type: ignore[arg-type]
+            **extra,
+        )
+
+    (whole,) = create().content
+    assert whole.type == "text"
+    stop = a_stop_inside(whole.text)
+    message = create(stop_sequences=[stop, "never"])
+    assert message.stop_reason == "stop_sequence" and message.stop_sequence == stop
     (block,) = message.content
-    assert block.type == "text" and "-3" not in block.text
+    assert block.type == "text" and stop not in block.text
+    assert block.text == whole.text[: whole.text.index(stop)]
 
 
 def test_a_system_prompt_as_a_string_or_as_blocks_reaches_the_prompt(
@@ -182,9 +201,9 @@ def test_a_stream_through_the_sdk_matches_its_final_message(client: anthropic.An
     assert final.usage.input_tokens > 0 and final.usage.output_tokens == 6
 
 
-def test_the_stream_follows_anthropics_event_sequence(daemon: DaemonProcess) -> None:
+def test_the_stream_follows_anthropics_event_sequence(app: AppNode) -> None:
     body = {"model": DEMO, "max_tokens": 6, "temperature": 0, "messages": PROMPT, "stream": True}
-    with httpx.stream("POST", f"{daemon.url}/v1/messages", json=body, timeout=120) as response:
+    with app.http.stream("POST", "/v1/messages", json=body) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         command_id = response.headers["X-Skulk-Command-Id"]
@@ -249,7 +268,7 @@ def test_a_forced_tool_call_round_trip(client: anthropic.Anthropic) -> None:
             assert answer.usage.input_tokens > called.usage.input_tokens
 
 
-def test_a_streamed_tool_call_arrives_as_input_json(daemon: DaemonProcess) -> None:
+def test_a_streamed_tool_call_arrives_as_input_json(app: AppNode) -> None:
     body = {
         "model": DEMO,
         "max_tokens": 48,
@@ -259,7 +278,7 @@ def test_a_streamed_tool_call_arrives_as_input_json(daemon: DaemonProcess) -> No
         "tool_choice": {"type": "any"},
         "stream": True,
     }
-    with httpx.stream("POST", f"{daemon.url}/v1/messages", json=body, timeout=120) as response:
+    with app.http.stream("POST", "/v1/messages", json=body) as response:
         assert response.status_code == 200
         stream = events(response)
     blocks = assert_well_formed(stream)
@@ -305,34 +324,34 @@ def test_an_unknown_model_is_not_found(client: anthropic.Anthropic) -> None:
     assert "local/no-such-model" in body["error"]["message"]
 
 
-def test_bad_bodies_get_anthropic_shaped_errors(daemon: DaemonProcess) -> None:
+def test_bad_bodies_get_anthropic_shaped_errors(app: AppNode) -> None:
     message = assert_anthropic_error(
-        post(daemon, {"model": DEMO, "messages": PROMPT}), 400, "invalid_request_error"
+        post(app, {"model": DEMO, "messages": PROMPT}), 400, "invalid_request_error"
     )
     assert "max_tokens" in message
     for max_tokens in (0, -3):
         bad = {"model": DEMO, "messages": PROMPT, "max_tokens": max_tokens}
-        assert_anthropic_error(post(daemon, bad), 400, "invalid_request_error")
+        assert_anthropic_error(post(app, bad), 400, "invalid_request_error")
     message = assert_anthropic_error(
-        post(daemon, b'{"model": "x", "messages": ['), 400, "invalid_request_error"
+        post(app, b'{"model": "x", "messages": ['), 400, "invalid_request_error"
     )
     assert "JSON" in message
     assert_anthropic_error(
-        post(daemon, {"model": DEMO, "messages": "hello", "max_tokens": 4}),
+        post(app, {"model": DEMO, "messages": "hello", "max_tokens": 4}),
         400,
         "invalid_request_error",
     )
     assert_anthropic_error(
-        post(daemon, {"model": DEMO, "messages": [], "max_tokens": 4}),
+        post(app, {"model": DEMO, "messages": [], "max_tokens": 4}),
         400,
         "invalid_request_error",
     )
 
 
-def test_blocks_in_the_wrong_place_and_url_images_are_refused(daemon: DaemonProcess) -> None:
+def test_blocks_in_the_wrong_place_and_url_images_are_refused(app: AppNode) -> None:
     def with_content(role: str, content: list[dict[str, Any]]) -> httpx.Response:
         messages = [{"role": role, "content": content}]
-        return post(daemon, {"model": DEMO, "messages": messages, "max_tokens": 4})
+        return post(app, {"model": DEMO, "messages": messages, "max_tokens": 4})
 
     url_image = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
     message = assert_anthropic_error(
@@ -345,41 +364,41 @@ def test_blocks_in_the_wrong_place_and_url_images_are_refused(daemon: DaemonProc
     assert_anthropic_error(with_content("assistant", [result]), 400, "invalid_request_error")
     server_tool = {"type": "web_search_20250305", "name": "web_search"}
     body = {"model": DEMO, "messages": PROMPT, "max_tokens": 4, "tools": [server_tool]}
-    assert_anthropic_error(post(daemon, body), 400, "invalid_request_error")
+    assert_anthropic_error(post(app, body), 400, "invalid_request_error")
 
 
 def test_a_cancelled_stream_ends_with_an_error_event(
-    demo_served: tuple[DaemonProcess, str],
+    demo_app: Served,
 ) -> None:
-    daemon, instance_id = demo_served
+    app, instance_id = demo_app.app, demo_app.instance_id
     body = {"model": DEMO, "max_tokens": 900, "messages": PROMPT, "stream": True}
-    with httpx.stream("POST", f"{daemon.url}/v1/messages", json=body, timeout=120) as response:
+    with app.http.stream("POST", "/v1/messages", json=body) as response:
         command_id = response.headers["X-Skulk-Command-Id"]
         lines = sse_lines(response)
         for line in lines:
             if line == "event: content_block_delta":
                 break
-        cancelled = httpx.post(f"{daemon.url}/v1/cancel/{command_id}", timeout=30)
+        cancelled = app.http.post(f"/v1/cancel/{command_id}")
         assert cancelled.status_code == 200, cancelled.text
         rest = list(lines)
     assert rest[-2] == "event: error", rest[-4:]
     error = json.loads(rest[-1].removeprefix("data: "))
     assert error["type"] == "error" and error["error"]["type"] == "api_error"
     assert "event: message_stop" not in rest
-    wait_idle(daemon, instance_id)
+    wait_idle(app, instance_id)
 
 
 def test_a_client_that_disconnects_mid_stream_stops_the_generation(
-    demo_served: tuple[DaemonProcess, str],
+    demo_app: Served,
 ) -> None:
-    daemon, instance_id = demo_served
+    app, instance_id = demo_app.app, demo_app.instance_id
     body = {"model": DEMO, "max_tokens": 900, "messages": PROMPT, "stream": True}
-    with httpx.stream("POST", f"{daemon.url}/v1/messages", json=body, timeout=120) as response:
+    with app.http.stream("POST", "/v1/messages", json=body) as response:
         for line in sse_lines(response):
             if line == "event: content_block_delta":
                 break
     # Closing the connection must free the runner's slot, not leave 900 tokens running.
-    wait_idle(daemon, instance_id)
+    wait_idle(app, instance_id)
 
 
 # The demo model neither thinks nor mixes text with calls, so the block bookkeeping

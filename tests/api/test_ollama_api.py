@@ -1,6 +1,6 @@
-"""The Ollama-compatible API against a real daemon serving the demo model.
+"""The Ollama-compatible API on the real app serving the demo model.
 
-The official ``ollama`` SDK drives the happy paths (its host is ``<daemon>/ollama``,
+The official ``ollama`` SDK drives the happy paths (its host is ``<node>/ollama``,
 to which it appends ``/api/chat`` and friends); httpx checks the raw wire, the
 aliases and the errors. The demo model is a base model: assertions are about
 structure, token counts and done reasons, not answers. The wire shaping of tool
@@ -20,12 +20,11 @@ import ollama
 import pytest
 
 from skulk_core.version import SKULK_VERSION
+from tests.api.in_process import AppNode, Served
 from tests.daemon.serving import CONTEXT, DEMO, PROMPT, wait_for, wait_idle
-from tests.daemon_process import DaemonProcess
 
 pytestmark = pytest.mark.slow
 
-Served = tuple[DaemonProcess, str]
 COUNT = "Count: one, two, three,"
 FEW = {"num_predict": 6, "temperature": 0}
 DONE_FIELDS = {
@@ -58,17 +57,17 @@ PNG = base64.b64encode(
 
 
 @pytest.fixture(scope="module")
-def client(demo_served: Served) -> Iterator[ollama.Client]:
-    daemon, _ = demo_served
-    sdk = ollama.Client(host=f"{daemon.url}/ollama", timeout=120)
+def client(demo_app: Served) -> Iterator[ollama.Client]:
+    app = demo_app.app
+    sdk = ollama.Client(host=f"{app.url}/ollama", timeout=120, transport=app.transport)
     try:
         yield sdk
     finally:
         sdk.close()
 
 
-def post(daemon: DaemonProcess, path: str, **body: Any) -> httpx.Response:
-    return httpx.post(f"{daemon.url}{path}", json=body, timeout=120)
+def post(app: AppNode, path: str, **body: Any) -> httpx.Response:
+    return app.http.post(path, json=body)
 
 
 def chat_body(**fields: Any) -> dict[str, Any]:
@@ -111,10 +110,10 @@ def test_sdk_chat_whole_and_streamed_agree(client: ollama.Client) -> None:
     assert parts[-1].eval_count == whole.eval_count
 
 
-def test_chat_streams_ndjson_by_default(demo_served: Served) -> None:
-    daemon, _ = demo_served
+def test_chat_streams_ndjson_by_default(demo_app: Served) -> None:
+    app = demo_app.app
     body = {"model": DEMO, "messages": PROMPT, "options": FEW}
-    with httpx.stream("POST", f"{daemon.url}/ollama/api/chat", json=body, timeout=120) as r:
+    with app.http.stream("POST", "/ollama/api/chat", json=body) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("application/x-ndjson")
         assert r.headers["x-skulk-command-id"]
@@ -192,9 +191,9 @@ def test_format_schema_answer_cannot_violate_it(client: ollama.Client) -> None:
         assert isinstance(value["city"], str) and isinstance(value["sunny"], bool)
 
 
-def test_logprobs_per_token(demo_served: Served) -> None:
-    daemon, _ = demo_served
-    body = post(daemon, "/ollama/api/chat", **chat_body(logprobs=True, top_logprobs=2)).json()
+def test_logprobs_per_token(demo_app: Served) -> None:
+    app = demo_app.app
+    body = post(app, "/ollama/api/chat", **chat_body(logprobs=True, top_logprobs=2)).json()
     entries = body["logprobs"]
     assert 0 < len(entries) <= body["eval_count"]
     for entry in entries:
@@ -231,7 +230,7 @@ def test_generate_with_a_system_prompt(client: ollama.Client) -> None:
     assert with_system.prompt_eval_count > plain.prompt_eval_count
 
 
-def test_an_empty_generate_is_a_load_probe(client: ollama.Client, demo_served: Served) -> None:
+def test_an_empty_generate_is_a_load_probe(client: ollama.Client, demo_app: Served) -> None:
     probe = client.generate(model=DEMO)
     assert probe.done is True
     assert probe.done_reason == "load"
@@ -239,8 +238,8 @@ def test_an_empty_generate_is_a_load_probe(client: ollama.Client, demo_served: S
     with pytest.raises(ollama.ResponseError) as refused:
         client.generate(model="nobody/unknown")
     assert refused.value.status_code == 404
-    daemon, _ = demo_served
-    streamed = post(daemon, "/ollama/api/generate", model=DEMO)
+    app = demo_app.app
+    streamed = post(app, "/ollama/api/generate", model=DEMO)
     assert streamed.headers["content-type"].startswith("application/x-ndjson")
     assert streamed.json()["done_reason"] == "load"
 
@@ -248,7 +247,7 @@ def test_an_empty_generate_is_a_load_probe(client: ollama.Client, demo_served: S
 # --- models --------------------------------------------------------------------------
 
 
-def test_sdk_list_show_ps_and_version(client: ollama.Client, demo_served: Served) -> None:
+def test_sdk_list_show_ps_and_version(client: ollama.Client, demo_app: Served) -> None:
     listed = {model.model: model for model in client.list().models}
     demo = listed[DEMO]
     assert demo.size is not None and demo.size > 0
@@ -276,19 +275,19 @@ def test_sdk_list_show_ps_and_version(client: ollama.Client, demo_served: Served
     assert running[0].context_length == CONTEXT
     assert running[0].expires_at is not None
 
-    daemon, _ = demo_served
-    assert daemon.get("/ollama/api/version").json() == {"version": SKULK_VERSION}
+    app = demo_app.app
+    assert app.get("/ollama/api/version").json() == {"version": SKULK_VERSION}
 
 
-def test_show_takes_name_over_model_and_refuses_the_rest(demo_served: Served) -> None:
-    daemon, _ = demo_served
-    both = post(daemon, "/ollama/api/show", name=DEMO, model="nobody/unknown")
+def test_show_takes_name_over_model_and_refuses_the_rest(demo_app: Served) -> None:
+    app = demo_app.app
+    both = post(app, "/ollama/api/show", name=DEMO, model="nobody/unknown")
     assert both.status_code == 200
-    assert post(daemon, "/ollama/api/show", model=f"{DEMO}:latest").status_code == 200
-    neither = post(daemon, "/ollama/api/show")
+    assert post(app, "/ollama/api/show", model=f"{DEMO}:latest").status_code == 200
+    neither = post(app, "/ollama/api/show")
     assert neither.status_code == 400
     assert isinstance(neither.json()["error"], str)
-    unknown = post(daemon, "/ollama/api/show", name="nobody/unknown")
+    unknown = post(app, "/ollama/api/show", name="nobody/unknown")
     assert unknown.status_code == 404
     assert "nobody/unknown" in unknown.json()["error"]
 
@@ -296,30 +295,30 @@ def test_show_takes_name_over_model_and_refuses_the_rest(demo_served: Served) ->
 # --- aliases and probes -----------------------------------------------------------
 
 
-def test_alias_routes_map_onto_the_same_handlers(demo_served: Served) -> None:
-    daemon, _ = demo_served
-    tags = daemon.get("/ollama/api/tags").json()
+def test_alias_routes_map_onto_the_same_handlers(demo_app: Served) -> None:
+    app = demo_app.app
+    tags = app.get("/ollama/api/tags").json()
     for prefix in ("/ollama/api/api", "/ollama/api/v1"):
-        assert daemon.get(f"{prefix}/tags").json() == tags
-        assert daemon.get(f"{prefix}/version").json() == {"version": SKULK_VERSION}
-        assert daemon.get(f"{prefix}/ps").json()["models"][0]["model"] == DEMO
-        assert post(daemon, f"{prefix}/show", name=DEMO).status_code == 200
-        answer = post(daemon, f"{prefix}/chat", **chat_body(options={"num_predict": 4}))
+        assert app.get(f"{prefix}/tags").json() == tags
+        assert app.get(f"{prefix}/version").json() == {"version": SKULK_VERSION}
+        assert app.get(f"{prefix}/ps").json()["models"][0]["model"] == DEMO
+        assert post(app, f"{prefix}/show", name=DEMO).status_code == 200
+        answer = post(app, f"{prefix}/chat", **chat_body(options={"num_predict": 4}))
         assert answer.status_code == 200
         assert answer.json()["done"] is True
         generated = post(
-            daemon, f"{prefix}/generate", model=DEMO, prompt=COUNT, stream=False, options=FEW
+            app, f"{prefix}/generate", model=DEMO, prompt=COUNT, stream=False, options=FEW
         )
         assert generated.json()["done"] is True
 
 
-def test_head_probes_root_and_schema(demo_served: Served) -> None:
-    daemon, _ = demo_served
-    paths = daemon.get("/api/openapi.json").json()["paths"]
+def test_head_probes_root_and_schema(demo_app: Served) -> None:
+    app = demo_app.app
+    paths = app.get("/api/openapi.json").json()["paths"]
     assert {"/ollama/api/chat", "/ollama/api/v1/chat", "/ollama/api/api/tags"} <= set(paths)
     for path in ("/ollama/", "/ollama", "/ollama/api/version"):
-        assert httpx.head(f"{daemon.url}{path}", timeout=10).status_code == 200
-    root = daemon.get("/ollama/")
+        assert app.http.head(path, timeout=10).status_code == 200
+    root = app.get("/ollama/")
     assert root.status_code == 200
     assert root.text == "Ollama is running"
 
@@ -343,10 +342,10 @@ def test_head_probes_root_and_schema(demo_served: Served) -> None:
     ],
 )
 def test_chat_refusals_in_ollama_shape(
-    demo_served: Served, fields: dict[str, Any], status: int
+    demo_app: Served, fields: dict[str, Any], status: int
 ) -> None:
-    daemon, _ = demo_served
-    response = post(daemon, "/ollama/api/chat", **chat_body(**fields))
+    app = demo_app.app
+    response = post(app, "/ollama/api/chat", **chat_body(**fields))
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert isinstance(error, str) and error
@@ -359,11 +358,11 @@ def test_unknown_model_is_404_no_instance(client: ollama.Client) -> None:
     assert "No instance found for model nobody/unknown" in refused.value.error
 
 
-def test_malformed_json_is_400(demo_served: Served) -> None:
-    daemon, _ = demo_served
+def test_malformed_json_is_400(demo_app: Served) -> None:
+    app = demo_app.app
     for path in ("/ollama/api/chat", "/ollama/api/generate", "/ollama/api/show"):
-        response = httpx.post(
-            f"{daemon.url}{path}",
+        response = app.http.post(
+            f"{path}",
             content=b'{"model": ',
             headers={"Content-Type": "application/json"},
             timeout=30,
@@ -373,9 +372,9 @@ def test_malformed_json_is_400(demo_served: Served) -> None:
 
 
 @pytest.mark.parametrize("field", [{"suffix": " done"}, {"template": "{{ .Prompt }}"}])
-def test_generate_refuses_what_it_cannot_honour(demo_served: Served, field: dict[str, Any]) -> None:
-    daemon, _ = demo_served
-    response = post(daemon, "/ollama/api/generate", model=DEMO, prompt=COUNT, stream=False, **field)
+def test_generate_refuses_what_it_cannot_honour(demo_app: Served, field: dict[str, Any]) -> None:
+    app = demo_app.app
+    response = post(app, "/ollama/api/generate", model=DEMO, prompt=COUNT, stream=False, **field)
     assert response.status_code == 400
     assert isinstance(response.json()["error"], str)
 
@@ -384,15 +383,15 @@ CANCEL_DEADLINE_S = 10.0
 """Far less than the ~20 s the 900 tokens would take to finish on their own."""
 
 
-def test_client_disconnect_stops_the_generation(demo_served: Served) -> None:
-    daemon, instance_id = demo_served
+def test_client_disconnect_stops_the_generation(demo_app: Served) -> None:
+    app, instance_id = demo_app.app, demo_app.instance_id
     body = {"model": DEMO, "messages": PROMPT, "options": {"num_predict": 900}}
-    with httpx.stream("POST", f"{daemon.url}/ollama/api/chat", json=body, timeout=120) as r:
+    with app.http.stream("POST", "/ollama/api/chat", json=body) as r:
         lines = (text for text in r.iter_lines() if text.strip())
         first = json.loads(next(lines))
         assert first["done"] is False
     # NOTE: a deadline, not a speed claim: a generation nobody cancelled would still
     # be running when it passes.
-    wait_for(lambda: not daemon.get("/state").json()["tasks"], "the task to end", CANCEL_DEADLINE_S)
-    wait_idle(daemon, instance_id)
-    assert post(daemon, "/ollama/api/chat", **chat_body()).status_code == 200
+    wait_for(lambda: not app.get("/state").json()["tasks"], "the task to end", CANCEL_DEADLINE_S)
+    wait_idle(app, instance_id)
+    assert post(app, "/ollama/api/chat", **chat_body()).status_code == 200
