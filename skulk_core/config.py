@@ -1,8 +1,8 @@
 """The ``skulk.yaml`` schema, parsed strictly.
 
 Unknown keys and bad values are refused with a message naming the key. Secrets
-(``hf_token``, ``cluster.key``, ``browser_tools.search_api_key``) are stripped by
-:func:`public_view` before anything leaves the node's own files.
+(``hf_token``, ``cluster.key``, ``browser_tools.search_api_key``, ``api.keys``) are
+stripped by :func:`public_view` before anything leaves the node's own files.
 """
 
 from __future__ import annotations
@@ -114,8 +114,26 @@ class BrowserToolsConfig(_Section, frozen=True, kw_only=True):
     timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=MAX_BROWSER_TIMEOUT_SECONDS)] = 15.0
 
 
+MAX_API_KEYS = 64
+
+
+class ApiConfig(_Section, frozen=True, kw_only=True):
+    """Who may use the HTTP API beyond the spec's authority classes."""
+
+    # Optional API keys (also SKULK_API_KEYS, comma-separated): when any is set, every
+    # caller not on this machine must send one (Authorization: Bearer or x-api-key).
+    # Secrets: never shown by GET /config or logged.
+    keys: Annotated[tuple[str, ...], msgspec.Meta(max_length=MAX_API_KEYS)] = ()
+    # Browser origins allowed to call the API cross-site (CORS); none by default.
+    cors_origins: tuple[str, ...] = ()
+    # Extra names this node is reached by (a DNS name, a MagicDNS name): requests whose
+    # Host names none of this node's names or addresses are refused (DNS rebinding).
+    hostnames: tuple[str, ...] = ()
+
+
 class SkulkConfig(_Section, frozen=True, kw_only=True):
     hf_token: str | None = None
+    api: ApiConfig = ApiConfig()
     logging: LoggingConfig = LoggingConfig()
     experiments: ExperimentsConfig = ExperimentsConfig()
     model_trust: ModelTrustConfig = ModelTrustConfig()
@@ -174,7 +192,36 @@ def public_view(config: SkulkConfig) -> dict[str, Any]:
     browser_tools = document.get("browser_tools")
     if isinstance(browser_tools, dict):
         browser_tools.pop("search_api_key", None)
+    api = document.get("api")
+    if isinstance(api, dict):
+        api.pop("keys", None)
     return document
+
+
+TRUST_KEYS: tuple[str, ...] = (
+    "cluster.key",
+    "cluster.peers",
+    "cluster.mdns",
+    "model_store.models_dir",
+    "browser_tools.allow_private_addresses",
+    "browser_tools.search_url",
+    "browser_tools.search_api_key",
+    "api.keys",
+    "api.cors_origins",
+    "api.hostnames",
+)
+"""Keys that change where secrets go or whom the node trusts: ``PUT /config`` may change
+them only from this machine or through the operator gateway."""
+
+
+def trust_changes(current: SkulkConfig, merged: SkulkConfig) -> list[str]:
+    """The :data:`TRUST_KEYS` whose value differs between ``current`` and ``merged``."""
+    changed = []
+    for key in TRUST_KEYS:
+        section, name = key.split(".")
+        if getattr(getattr(current, section), name) != getattr(getattr(merged, section), name):
+            changed.append(key)
+    return changed
 
 
 def merge_update(current: SkulkConfig, incoming: SkulkConfig, present: set[str]) -> SkulkConfig:
@@ -185,7 +232,12 @@ def merge_update(current: SkulkConfig, incoming: SkulkConfig, present: set[str])
     omits them (``present`` holds the top-level keys the request carried), and a
     blank ``hf_token`` never erases a stored one. ``cluster.key`` is a secret that
     GET never shows, so an update cannot be expected to carry it: it is kept too, and so
-    is ``browser_tools.search_api_key`` for the same reason.
+    are ``browser_tools.search_api_key`` and ``api.keys`` for the same reason. The search
+    key is kept only while it goes where it went: an update that points
+    ``browser_tools.search_url`` elsewhere without supplying a key drops the stored one,
+    or the next search would hand it to the new URL. (The other secrets have no
+    destination in the config: the hub endpoint for ``hf_token`` is not configured
+    here, and ``cluster.key`` and ``api.keys`` are never sent to anyone.)
     """
     replace = msgspec.structs.replace
     merged = incoming
@@ -196,10 +248,21 @@ def merge_update(current: SkulkConfig, incoming: SkulkConfig, present: set[str])
             merged = replace(merged, **{key: getattr(current, key)})
     if merged.cluster.key is None and current.cluster.key is not None:
         merged = replace(merged, cluster=replace(merged.cluster, key=current.cluster.key))
-    current_api_key = current.browser_tools.search_api_key
-    if merged.browser_tools.search_api_key is None and current_api_key is not None:
+    if not merged.api.keys and current.api.keys:
+        merged = replace(merged, api=replace(merged.api, keys=current.api.keys))
+    tools, current_tools = merged.browser_tools, current.browser_tools
+    if (
+        tools.search_api_key is None
+        and current_tools.search_api_key is not None
+        and _search_endpoint(tools.search_url) == _search_endpoint(current_tools.search_url)
+    ):
         merged = replace(
-            merged,
-            browser_tools=replace(merged.browser_tools, search_api_key=current_api_key),
+            merged, browser_tools=replace(tools, search_api_key=current_tools.search_api_key)
         )
     return merged
+
+
+def _search_endpoint(search_url: str | None) -> str | None:
+    # The URL as the search providers read it: surrounding blanks and a trailing slash
+    # do not change where a request goes.
+    return (search_url or "").strip().rstrip("/") or None

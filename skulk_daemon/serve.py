@@ -47,6 +47,7 @@ from skulk_daemon.providers.vad import VadProvider
 from skulk_daemon.services import Services
 from skulk_daemon.system.buildinfo import source_commit
 from skulk_daemon.system.fsutil import ensure_private_dir
+from skulk_daemon.system.http_server import UVICORN_LIMITS, BoundedH11Protocol, LargeBodyLimiter
 from skulk_daemon.system.listeners import BindError, bind_listener
 from skulk_daemon.system.settings import Settings, resolve_settings
 from skulk_daemon.telemetry.publisher import TelemetrySource, run_publisher
@@ -143,6 +144,36 @@ def build_node(settings: Settings) -> Node:
     )
 
 
+def telemetry_source(node: Node) -> TelemetrySource:
+    """The readings this node publishes about itself (memory, disk, backends)."""
+    config = node.config
+    return TelemetrySource(
+        node_id=node.node_id,
+        identity=NodeIdentityInfo(
+            friendly_name=config.node.friendly_name or socket.gethostname(),
+            node_install_id=node.identity.install_id,
+            skulk_version=SKULK_VERSION,
+            skulk_commit=source_commit(),
+        ),
+        models_dir=node.models_dir,
+        participation=config.node.participation,
+        memory_reserve_bytes=int(config.node.memory_reserve_gb * 1024**3),
+    )
+
+
+def run_node_loops(
+    node: Node, source: TelemetrySource, worker: Supervisor, stop: asyncio.Event
+) -> list[asyncio.Task[None]]:
+    """Start the node's own loops, which run until ``stop`` is set: the telemetry
+    publisher and the worker's reconciliation."""
+    return [
+        asyncio.create_task(
+            run_publisher(source, node.record_telemetry, TELEMETRY_INTERVAL_SECONDS, stop)
+        ),
+        asyncio.create_task(worker.run(stop)),
+    ]
+
+
 class _Server(uvicorn.Server):
     # NOTE: uvicorn re-raises the signal it caught once serving stops, which turns a
     # clean Ctrl-C into exit 130 / -15. We own the signals instead and exit 0.
@@ -185,7 +216,11 @@ async def _start_fabric(
 
         def found(peer: DiscoveredPeer) -> None:
             if peer.addresses:
-                agent.dial(fabric_address(peer.addresses[0], peer.port))
+                agent.dial_discovered(fabric_address(peer.addresses[0], peer.port))
+
+        def departed(peer: DiscoveredPeer) -> None:
+            if peer.addresses:
+                agent.departed(fabric_address(peer.addresses[0], peer.port))
 
         # Announce the addresses the fabric is reachable on: all of them for a
         # wildcard bind, else just the one it is bound to.
@@ -195,6 +230,7 @@ async def _start_fabric(
             fabric_port=agent.transport.port,
             version=SKULK_VERSION,
             on_peer=found,
+            on_departed=departed,
             interfaces=InterfaceChoice.All if wildcard else [fabric.bind_host],
         )
         await discovery.start()
@@ -211,20 +247,8 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> None:
         sock.close()
         raise StartupError(str(exc)) from None
     node = await asyncio.to_thread(build_node, settings)
-    config = node.config
     stop = asyncio.Event()
-    source = TelemetrySource(
-        node_id=node.node_id,
-        identity=NodeIdentityInfo(
-            friendly_name=config.node.friendly_name or socket.gethostname(),
-            node_install_id=node.identity.install_id,
-            skulk_version=SKULK_VERSION,
-            skulk_commit=source_commit(),
-        ),
-        models_dir=node.models_dir,
-        participation=config.node.participation,
-        memory_reserve_bytes=int(config.node.memory_reserve_gb * 1024**3),
-    )
+    source = telemetry_source(node)
     node.record_telemetry(await asyncio.to_thread(source.read))
     background: list[asyncio.Task[None]] = []
     worker = Supervisor(node)
@@ -253,12 +277,7 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> None:
 
     async def started() -> None:
         await node.start()
-        background.append(
-            asyncio.create_task(
-                run_publisher(source, node.record_telemetry, TELEMETRY_INTERVAL_SECONDS, stop)
-            )
-        )
-        background.append(asyncio.create_task(worker.run(stop)))
+        background.extend(run_node_loops(node, source, worker, stop))
         listener.start(app)
         log.info(
             "skulk node %s serving on http://%s:%d", node.node_id, settings.host, settings.api_port
@@ -287,7 +306,14 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> None:
         on_shutdown=[stopping],
     )
     server = _Server(
-        uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=10)
+        uvicorn.Config(
+            LargeBodyLimiter(app),
+            http=BoundedH11Protocol,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=10,
+            **UVICORN_LIMITS,
+        )
     )
     loop = asyncio.get_running_loop()
 

@@ -17,7 +17,7 @@ from skulk_core.placement.results import (
     PLACEMENT_INFO_PENDING,
     PlacementRefusal,
 )
-from skulk_core.placement.rpc_pool import split_endpoint
+from skulk_core.placement.rpc_pool import endpoints_problem, split_endpoint
 from skulk_core.placement.shapes import (
     Unsupported,
     instance_meta_of,
@@ -97,9 +97,9 @@ def admit_instance(
         return _refuse(
             f"a {len(ring)}-node {backend} placement is a {expected}Instance, not {actual}Instance"
         )
-    clash = _rpc_port_clash(instance, facts)
-    if clash is not None:
-        return _refuse(clash)
+    pool_problem = _rpc_pool_problem(instance, facts)
+    if pool_problem is not None:
+        return _refuse(pool_problem)
     sites: list[Site] = []
     for share, candidate in zip(shares, ring, strict=True):
         pool = candidate.pool(backend)
@@ -114,10 +114,18 @@ def admit_instance(
     return msgspec.structs.replace(instance, context_token_limit=window.tokens)
 
 
-def _rpc_port_clash(instance: Instance, facts: ClusterFacts) -> str | None:
-    """Why a pool's donor endpoints collide with ports already held, if they do."""
+def _rpc_pool_problem(instance: Instance, facts: ClusterFacts) -> str | None:
+    """Why a pool's donor endpoints are not the donors' own, or collide with ports
+    already held, if so.
+
+    A wrong host is refused, not replaced: the caller chose this exact shape, and
+    the master's re-check (ordering.py) can only refuse, so one rule holds at both.
+    """
     if not isinstance(instance, LlamaRpcInstance):
         return None
+    misrouted = endpoints_problem(instance, facts.connections)
+    if misrouted is not None:
+        return misrouted
     for node, endpoint in instance.rpc_endpoints.items():
         parts = split_endpoint(endpoint)
         if parts is not None and parts[1] in facts.rpc_ports_in_use.get(parts[0], frozenset()):

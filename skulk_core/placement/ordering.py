@@ -18,9 +18,15 @@ from skulk_core.ids import ModelId, NodeId
 from skulk_core.models.cards import ModelCard
 from skulk_core.placement.cluster import cluster_facts
 from skulk_core.placement.exact import admit_instance
-from skulk_core.placement.results import PLACEMENT_INFO_PENDING, PlacementRefusal
+from skulk_core.placement.results import (
+    NO_VALID_PLACEMENT,
+    PLACEMENT_INFO_PENDING,
+    PlacementRefusal,
+)
+from skulk_core.placement.rpc_pool import endpoints_problem
 from skulk_core.state.commands import Command, CreateInstance
 from skulk_core.state.decide import Refused
+from skulk_core.state.shards import LlamaRpcInstance
 from skulk_core.state.state import State
 
 
@@ -39,6 +45,13 @@ def admit_command(
     if not isinstance(command, CreateInstance):
         return None
     instance = command.instance
+    # NOTE: where a pool's driver dials is judged from topology alone, before the
+    # card lookup and never waived as pending: it must not depend on whether this
+    # master can size the model, or a caller could route a driver anywhere.
+    if isinstance(instance, LlamaRpcInstance):
+        misrouted = endpoints_problem(instance, state.topology.connections)
+        if misrouted is not None:
+            return Refused(code=NO_VALID_PLACEMENT, message=misrouted)
     card = cards.get(instance.shard_assignments.model_id)
     if card is None:
         return None

@@ -5,15 +5,20 @@ layers and generates) and donors (ranks 1..), each running llama.cpp's RPC serve
 on a port the placement assigns, at the address the driver reaches it by over the
 fabric. Ports are chosen per host, so several nodes on one machine (or several
 pools on one donor) never collide, and a port a donor reported as taken is skipped.
+
+A driver dials exactly the endpoints its instance names, so they come from topology
+and never from a caller: :func:`endpoints_problem` is the check every admission of
+a pool (the API node's and the master's) applies to what it is given.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from skulk_core.ids import NodeId
-from skulk_core.state.shards import Instance, LlamaRpcInstance
+from skulk_core.state.shards import Instance, LlamaRpcInstance, RpcDonorShardMetadata
 from skulk_core.state.state import Connection, InstanceFailure
 
 RPC_PORT_BASE: Final = 52500
@@ -45,6 +50,23 @@ def multiaddr_host(multiaddr: str) -> str | None:
     if len(parts) >= 3 and parts[0] == "" and parts[1] in ("ip4", "ip6") and parts[2]:
         return parts[2]
     return None
+
+
+def _canonical(host: str) -> str:
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return host
+
+
+def donor_hosts(donor: NodeId, connections: Iterable[Connection]) -> frozenset[str]:
+    """Every address a member's fabric edge reaches ``donor`` at (canonical form)."""
+    return frozenset(
+        _canonical(host)
+        for edge in connections
+        if edge.send_back_node_id == donor
+        and (host := multiaddr_host(edge.sink_multiaddr)) is not None
+    )
 
 
 def donor_host(driver: NodeId, donor: NodeId, connections: Iterable[Connection]) -> str | None:
@@ -106,3 +128,43 @@ def assign_endpoints(
         busy.add(port)
         endpoints[donor] = join_endpoint(host, port)
     return endpoints
+
+
+def endpoints_problem(instance: LlamaRpcInstance, connections: Iterable[Connection]) -> str | None:
+    """Why the pool's ``rpcEndpoints`` are not ones placement would assign, if not.
+
+    Each donor of the pool, and no other node, is named at an address a fabric edge
+    reaches it by (what :func:`assign_endpoints` chooses from: any member's edge,
+    since the edges may change between planning and ordering) on one of the RPC
+    ports. Anything else would point the driver at a host that is not the donor.
+    """
+    assignments = instance.shard_assignments
+    donors = {
+        node
+        for node, runner in assignments.node_to_runner.items()
+        if isinstance(assignments.runner_to_shard.get(runner), RpcDonorShardMetadata)
+    }
+    missing = sorted(donors - set(instance.rpc_endpoints))
+    if missing:
+        return f"donor node {missing[0]} has no rpcEndpoints entry"
+    edges = tuple(connections)
+    for node, endpoint in instance.rpc_endpoints.items():
+        if node not in donors:
+            return f"rpcEndpoints names node {node}, which is not a donor of this pool"
+        parts = split_endpoint(endpoint)
+        if parts is None:
+            return f"donor node {node}'s RPC endpoint {endpoint!r} is not host:port"
+        host, port = parts
+        if _canonical(host) not in donor_hosts(node, edges):
+            expected = donor_host(instance.driver_node_id, node, edges)
+            known = "no fabric edge reaches it" if expected is None else f"it is {expected}"
+            return (
+                f"donor node {node}'s RPC endpoint {endpoint} is not an address the "
+                f"fabric knows that node by ({known})"
+            )
+        if not RPC_PORT_BASE <= port < RPC_PORT_BASE + RPC_PORT_SPAN:
+            return (
+                f"donor node {node}'s RPC port {port} is outside the RPC ports "
+                f"{RPC_PORT_BASE}-{RPC_PORT_BASE + RPC_PORT_SPAN - 1}"
+            )
+    return None

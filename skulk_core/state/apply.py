@@ -60,6 +60,7 @@ def _without_instance(state: State, instance_id: InstanceId) -> State:
         runners={k: v for k, v in state.runners.items() if k not in runner_ids},
         tasks={k: v for k, v in state.tasks.items() if v.instance_id != instance_id},
         placement_intents={k: v for k, v in state.placement_intents.items() if k != instance_id},
+        instance_cards={k: v for k, v in state.instance_cards.items() if k != instance_id},
     )
 
 
@@ -92,14 +93,18 @@ def _apply_event(state: State, event: Event) -> State:
             known = set(state.topology.nodes)
             edges = tuple(c for c in connections if c.send_back_node_id in known)
             return replace(state, topology=replace(state.topology, connections=kept + edges))
-        case InstanceCreated(instance=instance, intent=intent):
+        case InstanceCreated(instance=instance, intent=intent, card=card):
             intents = state.placement_intents
             if intent is not None:
                 intents = {**intents, instance.instance_id: intent}
+            cards = state.instance_cards
+            if card is not None:
+                cards = {**cards, instance.instance_id: card}
             return replace(
                 state,
                 instances={**state.instances, instance.instance_id: instance},
                 placement_intents=intents,
+                instance_cards=cards,
             )
         case InstanceDeleted(instance_id=instance_id):
             return _without_instance(state, instance_id)

@@ -47,6 +47,9 @@ class CreateInstance(_Command, frozen=True, kw_only=True):
 
     instance: Instance
     intent: PlacementIntent | None = None
+    card: ModelCard | None = None
+    """The card the placement was planned against: the instance serves with it for its
+    whole life, whatever later happens to the catalog's card of the same id."""
 
 
 class DeleteInstance(_Command, frozen=True, kw_only=True):

@@ -80,7 +80,7 @@ def decide(state: State, command: Command) -> list[Event] | Refused:
             return [ConnectionsReported(node_id=node_id, connections=connections)]
         case RemoveNode(node_id=node_id, reason=reason, observed_at=observed_at):
             return _remove_node(state, node_id, reason, observed_at)
-        case CreateInstance(instance=instance, intent=intent):
+        case CreateInstance(instance=instance, intent=intent, card=card):
             if instance.instance_id in state.instances:
                 return Refused(
                     code="instance_exists",
@@ -90,7 +90,7 @@ def decide(state: State, command: Command) -> list[Event] | Refused:
                 RunnerStatusUpdated(runner_id=runner_id, status=RunnerIdle())
                 for runner_id in instance.shard_assignments.runner_to_shard
             ]
-            return [InstanceCreated(instance=instance, intent=intent), *runners]
+            return [InstanceCreated(instance=instance, intent=intent, card=card), *runners]
         case DeleteInstance(instance_id=instance_id):
             if instance_id not in state.instances:
                 return Refused(code="not_found", message=f"instance {instance_id} not found")

@@ -48,6 +48,9 @@ class ConnectionsReported(_Event, frozen=True, kw_only=True):
 class InstanceCreated(_Event, frozen=True, kw_only=True):
     instance: Instance
     intent: PlacementIntent | None = None
+    card: ModelCard | None = None
+    """The card the instance was placed with (``None`` in logs written before cards
+    were pinned: such an instance serves with the catalog's card)."""
 
 
 class InstanceDeleted(_Event, frozen=True, kw_only=True):

@@ -93,6 +93,10 @@ class State(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     instance_failures: tuple[InstanceFailure, ...] = ()
     placement_intents: dict[InstanceId, PlacementIntent] = {}
     custom_model_cards: dict[ModelId, ModelCard] = {}
+    instance_cards: dict[InstanceId, ModelCard] = {}
+    """The card each instance was placed with. A custom card added later for the same
+    model id changes the catalog and new placements, never a running instance (its
+    chat template, tasks and files)."""
     master_node_id: NodeId | None = None
     """The master that indexed the latest ``MasterElected`` (``None`` before the first)."""
     election_term: int = 0

@@ -8,6 +8,7 @@ from datetime import datetime
 from skulk_core.cluster.telemetry import NodeHealth, NodeTelemetry
 from skulk_core.extensions.capability_nodes import STALE_AFTER_SECONDS, CapabilityNodeSummary
 from skulk_core.ids import NodeId
+from skulk_core.models.card_digest import card_digest
 from skulk_core.state.state import State
 from skulk_core.wire import JsonValue, to_wire
 
@@ -22,6 +23,11 @@ def render_state(
     to keep every reading)."""
     body = to_wire(state)
     assert isinstance(body, dict)
+    # Pinned cards are long (chat templates); /state names each by its digest.
+    body.pop("instanceCards", None)
+    body["instanceCardDigests"] = {
+        instance_id: card_digest(card) for instance_id, card in sorted(state.instance_cards.items())
+    }
     nodes = sorted(telemetry)
     body["nodeIdentities"] = {n: to_wire(telemetry[n].identity) for n in nodes}
     body["nodeMemory"] = {n: to_wire(telemetry[n].memory) for n in nodes}

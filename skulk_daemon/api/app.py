@@ -6,12 +6,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from litestar import Litestar
+from litestar.config.cors import CORSConfig
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import RedocRenderPlugin, SwaggerRenderPlugin
 
 from skulk_core.version import SKULK_VERSION
+from skulk_daemon.api import openapi
 from skulk_daemon.api.auth import AuthController
+from skulk_daemon.api.authority import AuthorityGuard, declare
 from skulk_daemon.api.bench import BenchController
 from skulk_daemon.api.browser_tools import BrowserToolsController
 from skulk_daemon.api.capabilities import CapabilitiesController
@@ -28,6 +31,7 @@ from skulk_daemon.api.openai_chat import OpenAIChatController
 from skulk_daemon.api.placement import PlacementController
 from skulk_daemon.api.responses import ResponsesController
 from skulk_daemon.api.state import StateController
+from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.services import Services
 
 CONTROLLERS = [
@@ -61,8 +65,15 @@ def create_app(
     def provider(value: object) -> Provide:
         return Provide(lambda: value, sync_to_thread=False)
 
-    return Litestar(
+    guard = AuthorityGuard(lambda: services.node.config)
+    cors = services.node.config.api.cors_origins
+    app = Litestar(
         route_handlers=CONTROLLERS,
+        # NOTE: one guard on every route: each controller (or route) declares what it
+        # requires; the app's default covers only Litestar's own documentation routes.
+        guards=[guard],
+        opt=declare(Requirement.OPEN),
+        cors_config=CORSConfig(allow_origins=list(cors)) if cors else None,
         dependencies={
             "node": provider(services.node),
             "chat": provider(services.chat),
@@ -71,6 +82,7 @@ def create_app(
             "cluster": provider(services.cluster),
             "authority": provider(services.operator),
             "capabilities": provider(services.capabilities),
+            "authority_guard": provider(guard),
         },
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         on_startup=list(on_startup),
@@ -88,3 +100,7 @@ def create_app(
             ],
         ),
     )
+    # The document is built once, here, so that a route it cannot describe fails the
+    # start rather than the first client that asks for it.
+    openapi.complete(app.openapi_schema)
+    return app

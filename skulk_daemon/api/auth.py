@@ -21,6 +21,9 @@ from litestar import Controller, Request, delete, get, post
 from litestar.datastructures import ResponseHeader
 
 from skulk_core.operator.scopes import DEVICES_MANAGE
+from skulk_daemon.api.authority import declare
+from skulk_daemon.api.openapi import OPENAI, documented, errors
+from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.errors import NO_STORE_HEADERS, ApiError, authority_api_error, decode_json
 from skulk_daemon.operator.errors import AuthorityError, NotGateway
 from skulk_daemon.operator.guards import (
@@ -168,6 +171,7 @@ async def _direct_owner_gateway(
 class AuthController(Controller):
     path = "/v1/auth"
     tags = ("Operator authentication",)
+    opt = declare(Requirement.PAIRING)
     request_max_body_size = MAX_AUTH_BODY_BYTES
     response_headers = tuple(ResponseHeader(name=k, value=v) for k, v in NO_STORE_HEADERS.items())
 
@@ -175,6 +179,8 @@ class AuthController(Controller):
         "/pairing-sessions/challenge",
         status_code=200,
         summary="Bind a device key to a pairing session or invitation attempt",
+        responses=errors(OPENAI, 400, 404, 409, 410, 413, 422, 429, 503),
+        operation_class=documented(body=ChallengeRequest),
     )
     async def challenge(
         self, request: Request[Any, Any, Any], authority: OperatorPairingService | None
@@ -194,6 +200,8 @@ class AuthController(Controller):
         "/pairing-sessions/exchange",
         status_code=200,
         summary="Exchange the device's signed proof for scoped credentials",
+        responses=errors(OPENAI, 400, 401, 404, 409, 410, 413, 422, 429, 503),
+        operation_class=documented(body=ExchangeRequest),
     )
     async def exchange(
         self, request: Request[Any, Any, Any], authority: OperatorPairingService | None
@@ -205,7 +213,13 @@ class AuthController(Controller):
         )
         return result
 
-    @post("/token", status_code=200, summary="Rotate a device's access and refresh tokens")
+    @post(
+        "/token",
+        status_code=200,
+        summary="Rotate a device's access and refresh tokens",
+        responses=errors(OPENAI, 400, 401, 413, 429, 503),
+        operation_class=documented(body=TokenRequest),
+    )
     async def token(
         self, request: Request[Any, Any, Any], authority: OperatorPairingService | None
     ) -> TokenGrant:
@@ -220,7 +234,11 @@ class AuthController(Controller):
         )
         return result
 
-    @get("/devices", summary="Paired devices (bearer with devices:manage, or the dashboard)")
+    @get(
+        "/devices",
+        summary="Paired devices (bearer with devices:manage, or the dashboard)",
+        responses=errors(OPENAI, 401, 403, 409, 503),
+    )
     async def devices(
         self, request: Request[Any, Any, Any], authority: OperatorPairingService | None
     ) -> DeviceList:
@@ -233,6 +251,7 @@ class AuthController(Controller):
         "/devices/{device_id:str}",
         status_code=204,
         summary="Revoke a paired device's credentials now",
+        responses=errors(OPENAI, 401, 403, 404, 409, 503),
     )
     async def revoke_device(
         self,
@@ -248,6 +267,8 @@ class AuthController(Controller):
         "/pairing-invitations",
         status_code=201,
         summary="Create a reusable pairing invitation (dashboard on the gateway host only)",
+        responses=errors(OPENAI, 400, 403, 409, 413, 422, 503),
+        operation_class=documented(body=InvitationRequest),
     )
     async def create_invitation(
         self, request: Request[Any, Any, Any], authority: OperatorPairingService | None
@@ -265,7 +286,11 @@ class AuthController(Controller):
             raise ApiError(500, "internal error; see the node's log", code="internal_error")
         return InvitationCreated(invitation=issue.invitation, pairing_code=issue.uri)
 
-    @get("/pairing-invitations", summary="Safe status of this gateway's invitations")
+    @get(
+        "/pairing-invitations",
+        summary="Safe status of this gateway's invitations",
+        responses=errors(OPENAI, 403, 409, 503),
+    )
     async def list_invitations(
         self, request: Request[Any, Any, Any], authority: OperatorPairingService | None
     ) -> InvitationList:
@@ -277,6 +302,7 @@ class AuthController(Controller):
         "/pairing-invitations/{invitation_id:str}",
         status_code=204,
         summary="Revoke an invitation (paired devices stay paired)",
+        responses=errors(OPENAI, 403, 404, 409, 503),
     )
     async def revoke_invitation(
         self,

@@ -16,8 +16,21 @@ import msgspec
 from litestar import Controller, MediaType, Request, post
 from litestar.response import Stream
 
-from skulk_daemon.api.images import refuse_image_request
-from skulk_daemon.api.openai_chat import MAX_CHAT_BODY_BYTES
+from skulk_core.chat.generation import GenerationStats
+from skulk_daemon.api.authority import declare
+from skulk_daemon.api.images import IMAGE_DOC, IMAGE_NEVER_SUCCEEDS, refuse_image_request
+from skulk_daemon.api.openai_chat import LATE_ERROR, MAX_CHAT_BODY_BYTES
+from skulk_daemon.api.openapi import (
+    COMMAND_ID_HEADER,
+    JSON,
+    OPENAI,
+    OpenAIError,
+    documented,
+    errors,
+    json_of,
+)
+from skulk_daemon.authority.policy import Requirement
+from skulk_daemon.chat.openai_protocol import ChatCompletion, ChatCompletionRequest
 from skulk_daemon.chat.openai_request import decode_chat_request, to_task
 from skulk_daemon.chat.openai_wire import json_body, stats_fields
 from skulk_daemon.chat.service import ChatService
@@ -26,6 +39,24 @@ from skulk_daemon.node.node import Node
 from skulk_daemon.telemetry.power import PowerMeter, PowerReading
 
 _meter = PowerMeter()
+
+
+class NodePower(msgspec.Struct, frozen=True, kw_only=True):
+    watts: float
+    sources: list[str]
+
+
+class PowerUsage(msgspec.Struct, frozen=True, kw_only=True):
+    nodes: dict[str, NodePower]
+    total_watts: float
+
+
+class BenchCompletion(ChatCompletion, frozen=True, kw_only=True):
+    """What ``POST /bench/chat/completions`` answers (for the document: the route
+    writes it from the completion and :func:`power_usage`)."""
+
+    generation_stats: GenerationStats
+    power_usage: PowerUsage | None
 
 
 def power_usage(node: Node, reading: PowerReading | None) -> dict[str, Any] | None:
@@ -39,12 +70,19 @@ def power_usage(node: Node, reading: PowerReading | None) -> dict[str, Any] | No
 
 class BenchController(Controller):
     tags = ("Benchmark",)
+    opt = declare(Requirement.OPEN)
 
     @post(
         "/bench/chat/completions",
         status_code=200,
         summary="A non-streaming chat completion plus generation stats and power usage",
         request_max_body_size=MAX_CHAT_BODY_BYTES,
+        responses=errors(OPENAI, 400, 404, 413),
+        operation_class=documented(
+            body=ChatCompletionRequest,
+            ok={JSON: json_of(BenchCompletion, OpenAIError, description=LATE_ERROR)},
+            headers=COMMAND_ID_HEADER,
+        ),
     )
     async def bench_chat(
         self,
@@ -77,8 +115,13 @@ class BenchController(Controller):
 
     @post(
         ["/bench/images/generations", "/bench/images/edits"],
+        # Edits take multipart form data (the image), as OpenAI's do.
+        opt=declare(Requirement.OPEN, json_body=False),
         status_code=200,
         summary="Image benchmarks: the same admission as the ordinary image routes",
+        response_description=IMAGE_NEVER_SUCCEEDS,
+        responses=errors(OPENAI, 400, 404, 413),
+        operation_class=IMAGE_DOC,
     )
     async def bench_images(self, request: Request[Any, Any, Any]) -> None:
         await refuse_image_request(request)

@@ -27,8 +27,12 @@ from skulk_core.extensions.capabilities import (
     CapabilityResult,
     descriptor_revision,
 )
+from skulk_daemon.api.authority import declare
+from skulk_daemon.api.openapi import OPENAI, documented, errors
+from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.capabilities.service import CapabilityService
 from skulk_daemon.errors import ApiError
+from skulk_daemon.node.node import Node
 
 MAX_CAPABILITY_BODY_BYTES: Final = 4 * 1024 * 1024
 
@@ -72,8 +76,13 @@ def _fabric(capabilities: CapabilityService | None) -> CapabilityService:
 
 class CapabilitiesController(Controller):
     tags = ("Extension Capabilities",)
+    opt = declare(Requirement.OPEN)
 
-    @get("/v1/capabilities", summary="The capability descriptors a node serves")
+    @get(
+        "/v1/capabilities",
+        summary="The capability descriptors a node serves",
+        responses=errors(OPENAI, 400, 503),
+    )
     async def describe(
         self,
         capabilities: CapabilityService | None,
@@ -93,6 +102,8 @@ class CapabilitiesController(Controller):
         status_code=200,
         summary="Call a unary capability on this node",
         request_max_body_size=MAX_CAPABILITY_BODY_BYTES,
+        responses=errors(OPENAI, 413, 422, 503),
+        operation_class=documented(body=CapabilityCall),
     )
     async def call(
         self, request: Request[Any, Any, Any], capabilities: CapabilityService | None
@@ -102,22 +113,39 @@ class CapabilitiesController(Controller):
 
     @post(
         "/v1/capabilities/stream",
+        opt=declare(Requirement.TRUSTED_FABRIC),
         status_code=200,
         summary="Open a streaming capability on this node (frames go to caller_node)",
         request_max_body_size=MAX_CAPABILITY_BODY_BYTES,
+        responses=errors(OPENAI, 413, 422, 503),
+        operation_class=documented(body=CapabilityCall),
     )
     async def stream(
-        self, request: Request[Any, Any, Any], capabilities: CapabilityService | None
+        self,
+        request: Request[Any, Any, Any],
+        capabilities: CapabilityService | None,
+        node: Node,
     ) -> CapabilityResult:
         call: CapabilityCall = _unprocessable(await request.body(), _call_decoder)
         fabric = _fabric(capabilities)
+        if call.caller_node not in node.state.topology.nodes:
+            # NOTE: a stream holds one of the node's 32 slots and sends its frames to
+            # caller_node: only a member of this cluster may be named, never a stranger.
+            raise ApiError(
+                403,
+                f"caller_node {call.caller_node!r} is not a member of this cluster",
+                code="unknown_caller",
+            )
         return await fabric.open_stream(call, fabric.emitter_for(call.caller_node))
 
     @post(
         "/v1/capabilities/stream/cancel",
+        opt=declare(Requirement.TRUSTED_FABRIC),
         status_code=200,
         summary="Cancel an admitted stream (only its caller's identity can)",
         request_max_body_size=64 * 1024,
+        responses=errors(OPENAI, 413, 422, 503),
+        operation_class=documented(body=StreamCancel),
     )
     async def cancel(
         self, request: Request[Any, Any, Any], capabilities: CapabilityService | None

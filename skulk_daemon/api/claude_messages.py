@@ -16,9 +16,28 @@ from litestar.response import Stream
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.types import ExceptionHandlersMap
 
-from skulk_daemon.api.openai_chat import MAX_CHAT_BODY_BYTES, SSE_HEADERS
-from skulk_daemon.chat.claude_request import decode_messages_request, to_task
-from skulk_daemon.chat.claude_wire import error_document, error_type, json_body, sse_stream
+from skulk_daemon.api.authority import declare
+from skulk_daemon.api.openai_chat import LATE_ERROR, MAX_CHAT_BODY_BYTES, SSE_HEADERS
+from skulk_daemon.api.openapi import (
+    CLAUDE,
+    COMMAND_ID_HEADER,
+    JSON,
+    SSE,
+    ClaudeError,
+    documented,
+    errors,
+    json_of,
+    sse_of,
+)
+from skulk_daemon.authority.policy import Requirement
+from skulk_daemon.chat.claude_request import MessagesRequest, decode_messages_request, to_task
+from skulk_daemon.chat.claude_wire import (
+    Message,
+    error_document,
+    error_type,
+    json_body,
+    sse_stream,
+)
 from skulk_daemon.chat.service import ChatService
 from skulk_daemon.errors import ApiError
 
@@ -50,8 +69,26 @@ def _unexpected(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str,
     return _respond(HTTP_500_INTERNAL_SERVER_ERROR, "internal error; see the node's log")
 
 
+MESSAGES_DOC = documented(
+    body=MessagesRequest,
+    ok={
+        JSON: json_of(Message, ClaudeError, description=f"`stream: false`; {LATE_ERROR}"),
+        SSE: sse_of(
+            description="`stream: true`: Anthropic's named events (`message_start`, "
+            "`content_block_start`/`_delta`/`_stop`, `message_delta`, `message_stop`, "
+            "`ping`), or an `error` event carrying the error envelope",
+        ),
+    },
+    headers={
+        **COMMAND_ID_HEADER,
+        "request-id": "The same id, where Anthropic's SDKs look for it",
+    },
+)
+
+
 class ClaudeMessagesController(Controller):
     tags = ("Claude",)
+    opt = declare(Requirement.OPEN)
     # NOTE: controller-level handlers take precedence over the app's OpenAI-shaped ones
     # for everything raised while handling this route.
     exception_handlers: ExceptionHandlersMap | None = {  # noqa: RUF012 (Litestar's setting)
@@ -65,6 +102,8 @@ class ClaudeMessagesController(Controller):
         status_code=200,
         summary="Anthropic Claude Messages (streaming and not)",
         request_max_body_size=MAX_CHAT_BODY_BYTES,
+        responses=errors(CLAUDE, 400, 404, 413),
+        operation_class=MESSAGES_DOC,
     )
     async def messages(
         self,

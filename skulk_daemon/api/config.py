@@ -7,7 +7,17 @@ from typing import Any
 import msgspec
 from litestar import Controller, Request, get, put
 
-from skulk_core.config import ConfigError, merge_update, parse_config, public_view
+from skulk_core.config import (
+    ConfigError,
+    SkulkConfig,
+    merge_update,
+    parse_config,
+    public_view,
+    trust_changes,
+)
+from skulk_daemon.api.authority import caller_of, declare
+from skulk_daemon.api.openapi import OPENAI, documented, errors
+from skulk_daemon.authority.policy import Caller, Requirement
 from skulk_daemon.errors import ApiError
 from skulk_daemon.node.config_store import EffectiveConfig
 from skulk_daemon.node.node import Node
@@ -17,6 +27,12 @@ class ConfigResponse(msgspec.Struct, frozen=True, kw_only=True):
     config: dict[str, Any]
     path: str
     effective: EffectiveConfig
+
+
+class WrappedConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """``PUT /config`` also takes the configuration wrapped, as ``GET`` shows it."""
+
+    config: SkulkConfig
 
 
 def _response(node: Node) -> ConfigResponse:
@@ -30,12 +46,23 @@ def _response(node: Node) -> ConfigResponse:
 
 class ConfigController(Controller):
     tags = ("Config",)
+    opt = declare(Requirement.OPEN)
 
-    @get("/config", summary="The node's configuration (secrets stripped) and effective values")
+    @get(
+        "/config",
+        summary="The node's configuration (secrets stripped) and effective values",
+        responses=errors(OPENAI),
+    )
     async def show(self, node: Node) -> ConfigResponse:
         return _response(node)
 
-    @put("/config", summary="Replace the configuration (see the preservation rules)")
+    @put(
+        "/config",
+        opt=declare(Requirement.TRUSTED_FABRIC),
+        summary="Replace the configuration (see the preservation rules)",
+        responses=errors(OPENAI, 400, 409, 413, 422),
+        operation_class=documented(body=(SkulkConfig, WrappedConfig)),
+    )
     async def update(self, node: Node, request: Request[Any, Any, Any]) -> ConfigResponse:
         try:
             document = msgspec.json.decode(await request.body())
@@ -60,5 +87,13 @@ class ConfigController(Controller):
                 code="model_trust_immutable",
             )
         merged = merge_update(current, incoming, set(document))
+        protected = trust_changes(current, merged)
+        if protected and caller_of(request) not in (Caller.LOOPBACK, Caller.OPERATOR):
+            raise ApiError(
+                403,
+                f"changing {', '.join(protected)} is accepted only from this machine "
+                "(localhost) or from a paired device through the operator gateway",
+                code="loopback_required",
+            )
         node.config_store.save(merged)
         return _response(node)

@@ -14,7 +14,14 @@ from typing import Any, Final, TypeVar
 
 from litestar import Controller, Request, Response, post
 
-from skulk_daemon.embeddings.protocol import EmbeddingList, decode_embedding_request
+from skulk_daemon.api.authority import declare
+from skulk_daemon.api.openapi import COMMAND_ID_HEADER, OPENAI, documented, errors
+from skulk_daemon.authority.policy import Requirement
+from skulk_daemon.embeddings.protocol import (
+    EmbeddingList,
+    EmbeddingRequest,
+    decode_embedding_request,
+)
 from skulk_daemon.embeddings.service import STATUS_CANCELLED, EmbeddingService
 from skulk_daemon.errors import ApiError
 
@@ -54,12 +61,15 @@ async def unless_disconnected(
 
 class EmbeddingsController(Controller):
     tags = ("OpenAI",)
+    opt = declare(Requirement.OPEN)
 
     @post(
         "/v1/embeddings",
         status_code=200,
         summary="OpenAI Embeddings",
         request_max_body_size=MAX_EMBEDDINGS_BODY_BYTES,
+        responses=errors(OPENAI, 400, 404, 413, STATUS_CANCELLED, 503),
+        operation_class=documented(body=EmbeddingRequest, headers=COMMAND_ID_HEADER),
     )
     async def create_embeddings(
         self,

@@ -13,9 +13,23 @@ from typing import Any
 import msgspec
 from litestar import Controller, Request, post
 
+from skulk_daemon.api.authority import declare
+from skulk_daemon.api.openapi import JSON, OPENAI, documented, errors
+from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.errors import ApiError
 
 MAX_IMAGE_EDIT_BODY_BYTES = 32 * 1024 * 1024
+
+
+class ImageRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """The fields admission checks; others are accepted and not read yet."""
+
+    model: str
+    prompt: str
+
+
+IMAGE_DOC = documented(body=ImageRequest, body_media_types=(JSON, "multipart/form-data"))
+IMAGE_NEVER_SUCCEEDS = "Never given yet: no image engine exists, so every valid request ends in 404"
 
 
 async def _fields(request: Request[Any, Any, Any]) -> dict[str, Any]:
@@ -44,12 +58,18 @@ async def refuse_image_request(request: Request[Any, Any, Any]) -> None:
 
 class ImagesController(Controller):
     tags = ("Images",)
+    opt = declare(Requirement.OPEN)
 
     @post(
         ["/v1/images/generations", "/v1/images/edits"],
+        # Edits take multipart form data (the image), as OpenAI's do.
+        opt=declare(Requirement.OPEN, json_body=False),
         status_code=200,
         summary="Generate or edit images with a placed image model",
         request_max_body_size=MAX_IMAGE_EDIT_BODY_BYTES,
+        response_description=IMAGE_NEVER_SUCCEEDS,
+        responses=errors(OPENAI, 400, 404, 413),
+        operation_class=IMAGE_DOC,
     )
     async def images(self, request: Request[Any, Any, Any]) -> None:
         await refuse_image_request(request)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
-from litestar import Controller, delete, get, post
+from litestar import Controller, Request, delete, get, post
 from litestar.params import Parameter
 
 from skulk_core.ids import ModelId, new_command_id
@@ -21,6 +21,9 @@ from skulk_core.models.requirements import (
 )
 from skulk_core.placement.context import DEFAULT_CONTEXT_TOKENS, MAX_CONTEXT_TOKENS
 from skulk_core.state.commands import AddCustomCard, RemoveCustomCard
+from skulk_daemon.api.authority import caller_of, declare
+from skulk_daemon.api.openapi import OPENAI, errors
+from skulk_daemon.authority.policy import Caller, Requirement
 from skulk_daemon.errors import ApiError
 from skulk_daemon.node.node import Node
 
@@ -43,12 +46,21 @@ def _known(node: Node, model_id: str) -> CatalogEntry:
 
 class ModelsController(Controller):
     tags = ("Models",)
+    opt = declare(Requirement.OPEN)
 
-    @get(["/v1/models", "/models"], summary="Every model in this node's catalog")
+    @get(
+        ["/v1/models", "/models"],
+        summary="Every model in this node's catalog",
+        responses=errors(OPENAI),
+    )
     async def list_models(self, node: Node) -> ModelList:
         return ModelList(data=tuple(model_list_item(entry) for entry in node.catalog().entries()))
 
-    @get("/models/requirements", summary="Storage and memory one card needs at a context size")
+    @get(
+        "/models/requirements",
+        summary="Storage and memory one card needs at a context size",
+        responses=errors(OPENAI, 400, 404, 422),
+    )
     async def requirements(
         self,
         node: Node,
@@ -72,12 +84,30 @@ class ModelsController(Controller):
         except ContextOutOfRangeError as exc:
             raise ApiError(422, str(exc), code="context_tokens_out_of_range") from None
 
-    @post("/models/add-card", status_code=200, summary="Add an exact unsigned custom card")
-    async def add_card(self, node: Node, data: AddCardRequest) -> ModelListItem:
+    @post(
+        "/models/add-card",
+        opt=declare(Requirement.DIRECT_LOOPBACK, service_bearer=True),
+        status_code=200,
+        summary="Add an exact unsigned custom card",
+        responses=errors(OPENAI, 400, 409, 413, 503, 504),
+    )
+    async def add_card(
+        self, node: Node, data: AddCardRequest, request: Request[Any, Any, Any]
+    ) -> ModelListItem:
+        # The qualification service bearer installs qualification-only cards, and never
+        # replaces a card it did not install.
+        service = caller_of(request) is Caller.SERVICE_BEARER
         try:
-            card = normalize_custom_card(data.model_card)
+            card = normalize_custom_card(data.model_card, qualification_only=service)
         except CardRejectedError as exc:
             raise ApiError(400, str(exc), code="invalid_model_card") from None
+        existing = node.state.custom_model_cards.get(card.model_id)
+        if service and existing is not None and not existing.qualification_only:
+            raise ApiError(
+                403,
+                "the qualification credential cannot replace a card it did not install",
+                code="service_bearer_scope",
+            )
         # submit returns once the resulting event is applied here, so the catalog
         # read below sees the card this request added.
         await node.submit(AddCustomCard(command_id=new_command_id(), card=card))
@@ -87,12 +117,25 @@ class ModelsController(Controller):
         return model_list_item(entry)
 
     @delete(
-        "/models/custom/{model_id:path}", status_code=200, summary="Remove an operator custom card"
+        "/models/custom/{model_id:path}",
+        opt=declare(Requirement.TRUSTED_FABRIC, service_bearer=True),
+        status_code=200,
+        summary="Remove an operator custom card",
+        responses=errors(OPENAI, 404, 503),
     )
-    async def remove_custom_card(self, node: Node, model_id: str) -> CustomCardDeleted:
+    async def remove_custom_card(
+        self, node: Node, model_id: str, request: Request[Any, Any, Any]
+    ) -> CustomCardDeleted:
         # A ``:path`` parameter keeps its leading slash; model ids contain slashes.
         alias = ModelId(model_id.removeprefix("/"))
-        if alias not in node.state.custom_model_cards:
+        existing = node.state.custom_model_cards.get(alias)
+        if existing is None:
             raise ApiError(404, f"no custom card for {alias!r}", code="not_found")
+        if caller_of(request) is Caller.SERVICE_BEARER and not existing.qualification_only:
+            raise ApiError(
+                403,
+                "the qualification credential can remove only the qualification cards it installed",
+                code="service_bearer_scope",
+            )
         await node.submit(RemoveCustomCard(command_id=new_command_id(), model_id=alias))
         return CustomCardDeleted(model_id=alias)

@@ -7,6 +7,9 @@ import socket
 import msgspec
 from litestar import Controller, MediaType, Response, get, post
 
+from skulk_daemon.api.authority import declare
+from skulk_daemon.api.openapi import OPENAI, errors
+from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.node.node import Node
 from skulk_daemon.system.fsutil import atomic_write
 from skulk_daemon.system.netinfo import preferred_ipv4
@@ -24,23 +27,43 @@ class OnboardingStatus(msgspec.Struct, frozen=True, kw_only=True):
 
 class NodeController(Controller):
     tags = ("Node",)
+    opt = declare(Requirement.OPEN)
 
-    @get("/node_id", summary="This node's id, as a JSON string", media_type=MediaType.JSON)
+    @get(
+        "/node_id",
+        summary="This node's id, as a JSON string",
+        media_type=MediaType.JSON,
+        responses=errors(OPENAI),
+    )
     async def node_id(self, node: Node) -> Response[bytes]:
         # Litestar sends a bare str as is; clients parse this route as a JSON string.
         return Response(content=msgspec.json.encode(node.node_id), media_type=MediaType.JSON)
 
-    @get("/node/identity", summary="This node's id, hostname and preferred address")
+    @get(
+        "/node/identity",
+        summary="This node's id, hostname and preferred address",
+        responses=errors(OPENAI),
+    )
     async def identity(self, node: Node) -> NodeIdentityResponse:
         return NodeIdentityResponse(
             node_id=node.node_id, hostname=socket.gethostname(), ip_address=preferred_ipv4()
         )
 
-    @get("/onboarding", summary="Whether the dashboard onboarding flow was completed here")
+    @get(
+        "/onboarding",
+        summary="Whether the dashboard onboarding flow was completed here",
+        responses=errors(OPENAI),
+    )
     async def onboarding(self, node: Node) -> OnboardingStatus:
         return OnboardingStatus(completed=node.settings.onboarding_marker_path.exists())
 
-    @post("/onboarding", status_code=200, summary="Mark onboarding complete on this node")
+    @post(
+        "/onboarding",
+        opt=declare(Requirement.TRUSTED_FABRIC),
+        status_code=200,
+        summary="Mark onboarding complete on this node",
+        responses=errors(OPENAI),
+    )
     async def complete_onboarding(self, node: Node) -> OnboardingStatus:
         atomic_write(node.settings.onboarding_marker_path, b"completed\n")
         return OnboardingStatus(completed=True)

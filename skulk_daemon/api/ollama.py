@@ -17,12 +17,14 @@ import msgspec
 from litestar import Controller, MediaType, Request, Response, get, head, post
 from litestar.exceptions import HTTPException
 from litestar.handlers import HTTPRouteHandler
+from litestar.openapi.spec import Operation
 from litestar.response import Stream
 from litestar.types import ExceptionHandlersMap, Method
 from litestar.types.internal_types import PathParameterDefinition
 
 from skulk_core.chat.reasoning import prompt_opens_thinking
 from skulk_core.version import SKULK_VERSION
+from skulk_daemon.api.authority import declare
 from skulk_daemon.api.ollama_models import (
     OllamaPs,
     OllamaShow,
@@ -33,8 +35,23 @@ from skulk_daemon.api.ollama_models import (
     show,
     tags,
 )
+from skulk_daemon.api.ollama_replies import OllamaChatReply, OllamaGenerateReply
+from skulk_daemon.api.openapi import (
+    COMMAND_ID_HEADER,
+    JSON,
+    OLLAMA,
+    OllamaError,
+    documented,
+    errors,
+    json_of,
+    lines_of,
+)
+from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.chat.admission import Admitted
 from skulk_daemon.chat.ollama_request import (
+    OllamaChatRequest,
+    OllamaGenerateRequest,
+    OllamaShowRequest,
     chat_to_task,
     decode_chat,
     decode_generate,
@@ -80,6 +97,24 @@ def _operation_id(
     words = [c if isinstance(c, str) else c.name for c in components]
     words += [method.lower(), *handler.handler_name.split("_")]
     return "".join(word.title() for word in words)
+
+
+def _reply_doc(body: type[msgspec.Struct], reply: type[msgspec.Struct]) -> type[Operation]:
+    late = "after the first line, a failure is an error line in place of the rest"
+    return documented(
+        body=body,
+        ok={
+            NDJSON: lines_of(
+                reply,
+                OllamaError,
+                description=f"`stream: true` (the default): one object per line; {late}",
+            ),
+            JSON: json_of(
+                reply, OllamaError, description="`stream: false`: the whole answer, or the error"
+            ),
+        },
+        headers=COMMAND_ID_HEADER,
+    )
 
 
 def _error(
@@ -150,6 +185,7 @@ def _raw_prompt(admitted: Admitted, prompt: str) -> Admitted:
 
 class OllamaController(Controller):
     tags = ("Ollama",)
+    opt = declare(Requirement.OPEN)
     exception_handlers = OLLAMA_EXCEPTION_HANDLERS
 
     @post(
@@ -158,6 +194,8 @@ class OllamaController(Controller):
         status_code=200,
         summary="Ollama chat (NDJSON stream by default)",
         request_max_body_size=MAX_OLLAMA_BODY_BYTES,
+        responses=errors(OLLAMA, 400, 404, 413),
+        operation_class=_reply_doc(OllamaChatRequest, OllamaChatReply),
     )
     async def chat(
         self,
@@ -178,6 +216,8 @@ class OllamaController(Controller):
         status_code=200,
         summary="Ollama generate (NDJSON stream by default)",
         request_max_body_size=MAX_OLLAMA_BODY_BYTES,
+        responses=errors(OLLAMA, 400, 404, 413),
+        operation_class=_reply_doc(OllamaGenerateRequest, OllamaGenerateReply),
     )
     async def generate(
         self,
@@ -201,12 +241,22 @@ class OllamaController(Controller):
             kind="generate", name=body.model, turn=turn, stream=body.stream, started_ns=started_ns
         )
 
-    @get(_paths("tags"), operation_id=_operation_id, summary="Models whose downloads are complete")
+    @get(
+        _paths("tags"),
+        operation_id=_operation_id,
+        summary="Models whose downloads are complete",
+        responses=errors(OLLAMA),
+    )
     async def list_tags(self, node: Node) -> OllamaTags:
         return tags(node.catalog(), node.state)
 
     @post(
-        _paths("show"), operation_id=_operation_id, status_code=200, summary="One model's details"
+        _paths("show"),
+        operation_id=_operation_id,
+        status_code=200,
+        summary="One model's details",
+        responses=errors(OLLAMA, 400, 404, 413),
+        operation_class=documented(body=OllamaShowRequest, body_required=False),
     )
     async def show_model(self, request: Request[Any, Any, Any], node: Node) -> OllamaShow:
         body = decode_show(await request.body())
@@ -218,7 +268,12 @@ class OllamaController(Controller):
             raise ApiError(404, f"model {name!r} not found", code="model_not_found")
         return show(entry)
 
-    @get(_paths("ps"), operation_id=_operation_id, summary="Models with a placed instance")
+    @get(
+        _paths("ps"),
+        operation_id=_operation_id,
+        summary="Models with a placed instance",
+        responses=errors(OLLAMA),
+    )
     async def list_running(self, node: Node) -> OllamaPs:
         return running(node.catalog(), node.state)
 
@@ -226,6 +281,7 @@ class OllamaController(Controller):
         _paths("version"),
         operation_id=_operation_id,
         summary="The Skulk version (a compatibility probe)",
+        responses=errors(OLLAMA),
     )
     async def version(self) -> OllamaVersion:
         return OllamaVersion(version=SKULK_VERSION)
@@ -235,10 +291,16 @@ class OllamaController(Controller):
         operation_id=_operation_id,
         status_code=200,
         summary="Version probe",
+        responses=errors(OLLAMA),
     )
     async def probe(self) -> None:
         return None
 
-    @get("/ollama", media_type=MediaType.TEXT, summary="Ollama's liveness text")
+    @get(
+        "/ollama",
+        media_type=MediaType.TEXT,
+        summary="Ollama's liveness text",
+        responses=errors(OLLAMA),
+    )
     async def root(self) -> str:
         return RUNNING_TEXT

@@ -8,6 +8,24 @@ from litestar import Controller, MediaType, Request, post
 from litestar.response import Stream
 
 from skulk_core.ids import CommandId
+from skulk_daemon.api.authority import declare
+from skulk_daemon.api.openapi import (
+    COMMAND_ID_HEADER,
+    JSON,
+    OPENAI,
+    SSE,
+    OpenAIError,
+    documented,
+    errors,
+    json_of,
+    sse_of,
+)
+from skulk_daemon.authority.policy import Requirement
+from skulk_daemon.chat.openai_protocol import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+)
 from skulk_daemon.chat.openai_request import decode_chat_request, to_task
 from skulk_daemon.chat.openai_wire import json_body, sse_stream
 from skulk_daemon.chat.service import ChatService
@@ -18,15 +36,40 @@ MAX_CHAT_BODY_BYTES: Final = 40 * 1024 * 1024
 
 SSE_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
+LATE_ERROR: Final = (
+    "once the answer has started (status 200 sent), a failure arrives as the error "
+    "envelope in its place"
+)
+"""Why a success body may be an error envelope (JSON bodies and SSE streams alike)."""
+
+CHAT_COMPLETION_DOC: Final = documented(
+    body=ChatCompletionRequest,
+    ok={
+        JSON: json_of(ChatCompletion, OpenAIError, description=f"`stream: false`; {LATE_ERROR}"),
+        SSE: sse_of(
+            ChatCompletionChunk,
+            OpenAIError,
+            description="`stream: true`: chunks (or the error envelope), between comment "
+            "lines (`: command_id ...`, `: keep-alive`, `: generation_stats {...}`), then "
+            "`data: [DONE]`",
+            done="[DONE]",
+        ),
+    },
+    headers=COMMAND_ID_HEADER,
+)
+
 
 class OpenAIChatController(Controller):
     tags = ("OpenAI",)
+    opt = declare(Requirement.OPEN)
 
     @post(
         "/v1/chat/completions",
         status_code=200,
         summary="OpenAI Chat Completions (streaming and not)",
         request_max_body_size=MAX_CHAT_BODY_BYTES,
+        responses=errors(OPENAI, 400, 404, 413),
+        operation_class=CHAT_COMPLETION_DOC,
     )
     async def chat_completions(
         self,
@@ -47,7 +90,12 @@ class OpenAIChatController(Controller):
             turn.respond(json_body(admitted, events)), media_type=MediaType.JSON, headers=headers
         )
 
-    @post("/v1/cancel/{command_id:str}", status_code=200, summary="Cancel an in-flight command")
+    @post(
+        "/v1/cancel/{command_id:str}",
+        status_code=200,
+        summary="Cancel an in-flight command",
+        responses=errors(OPENAI, 404),
+    )
     async def cancel(self, command_id: str, chat: ChatService) -> dict[str, str]:
         if not chat.cancel(CommandId(command_id)):
             raise ApiError(404, "Command not found or already completed", code="command_not_found")

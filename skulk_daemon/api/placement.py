@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import msgspec
 from litestar import Controller, delete, get, post
 from litestar.params import Parameter
 
@@ -17,8 +18,13 @@ from skulk_core.placement import (
     PlacementRequest,
     PreviewQuery,
 )
-from skulk_core.state.shards import InstanceMeta, Sharding
+from skulk_core.placement.previews import PlacementPreview
+from skulk_core.placement.results import Placement
+from skulk_core.state.shards import Instance, InstanceMeta, RunnerStatus, Sharding
 from skulk_core.wire import JsonValue, to_wire
+from skulk_daemon.api.authority import declare
+from skulk_daemon.api.openapi import JSON, OPENAI, documented, errors, wire_of
+from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.placement.protocol import (
     CreateInstanceRequest,
     DeletionAccepted,
@@ -48,10 +54,27 @@ ContextParam = Annotated[
 ]
 
 
+class PreviewList(msgspec.Struct, frozen=True, kw_only=True):
+    previews: list[PlacementPreview]
+
+
+class InstanceView(msgspec.Struct, frozen=True, kw_only=True):
+    instance: Instance
+    runners: dict[str, RunnerStatus]
+    """Runner id → its status, for those reported so far."""
+
+
 class PlacementController(Controller):
     tags = ("Placement",)
+    opt = declare(Requirement.TRUSTED_FABRIC)
 
-    @get("/instance/previews", summary="Every valid (and invalid, with why) placement")
+    @get(
+        "/instance/previews",
+        opt=declare(Requirement.OPEN),
+        summary="Every valid (and invalid, with why) placement",
+        responses=errors(OPENAI, 400, 404),
+        operation_class=documented(ok={JSON: wire_of(PreviewList)}),
+    )
     async def previews(
         self,
         placement: PlacementService,
@@ -75,7 +98,13 @@ class PlacementController(Controller):
         previews = await placement.previews(model_id, query)
         return {"previews": [to_wire(preview) for preview in previews]}
 
-    @get("/instance/placement", summary="The placement a launch would make; reserves nothing")
+    @get(
+        "/instance/placement",
+        opt=declare(Requirement.OPEN),
+        summary="The placement a launch would make; reserves nothing",
+        responses=errors(OPENAI, 400, 404, 503),
+        operation_class=documented(ok={JSON: wire_of(Placement)}),
+    )
     async def placement(
         self,
         placement: PlacementService,
@@ -100,7 +129,12 @@ class PlacementController(Controller):
         assert isinstance(rendered, dict)
         return rendered
 
-    @post("/place_instance", status_code=200, summary="Place a model on the best nodes")
+    @post(
+        "/place_instance",
+        status_code=200,
+        summary="Place a model on the best nodes",
+        responses=errors(OPENAI, 400, 404, 409, 413, 503),
+    )
     async def place_instance(
         self, placement: PlacementService, data: PlaceInstanceRequest
     ) -> InstanceAccepted:
@@ -113,13 +147,24 @@ class PlacementController(Controller):
         )
         return await placement.launch(data.model_id, request)
 
-    @post("/instance", status_code=200, summary="Create an instance from an exact placement")
+    @post(
+        "/instance",
+        status_code=200,
+        summary="Create an instance from an exact placement",
+        responses=errors(OPENAI, 400, 404, 409, 413, 503),
+    )
     async def create_instance(
         self, placement: PlacementService, data: CreateInstanceRequest
     ) -> ExactInstanceAccepted:
         return await placement.create_exact(data.instance)
 
-    @get("/instance/{instance_id:str}", summary="One instance and its runners' statuses")
+    @get(
+        "/instance/{instance_id:str}",
+        opt=declare(Requirement.OPEN),
+        summary="One instance and its runners' statuses",
+        responses=errors(OPENAI, 404),
+        operation_class=documented(ok={JSON: wire_of(InstanceView)}),
+    )
     async def get_instance(
         self, placement: PlacementService, instance_id: str
     ) -> dict[str, JsonValue]:
@@ -129,7 +174,12 @@ class PlacementController(Controller):
             "runners": {runner: to_wire(status) for runner, status in statuses.items()},
         }
 
-    @delete("/instance/{instance_id:str}", status_code=200, summary="Delete an instance")
+    @delete(
+        "/instance/{instance_id:str}",
+        status_code=200,
+        summary="Delete an instance",
+        responses=errors(OPENAI, 404, 503),
+    )
     async def delete_instance(
         self, placement: PlacementService, instance_id: str
     ) -> DeletionAccepted:

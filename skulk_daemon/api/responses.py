@@ -8,25 +8,62 @@ the ``X-Skulk-Command-Id`` header and works with ``POST /v1/cancel/{command_id}`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from litestar import Controller, MediaType, Request, post
 from litestar.response import Stream
 
+from skulk_daemon.api.authority import declare
 from skulk_daemon.api.openai_chat import MAX_CHAT_BODY_BYTES, SSE_HEADERS
-from skulk_daemon.chat.responses_request import decode_responses_request, to_task
+from skulk_daemon.api.openapi import (
+    COMMAND_ID_HEADER,
+    JSON,
+    OPENAI,
+    SSE,
+    documented,
+    errors,
+    json_of,
+    sse_of,
+)
+from skulk_daemon.authority.policy import Requirement
+from skulk_daemon.chat.responses_protocol import ResponseEvent, ResponseObject
+from skulk_daemon.chat.responses_request import (
+    ResponsesRequest,
+    decode_responses_request,
+    to_task,
+)
 from skulk_daemon.chat.responses_wire import initial_response, json_body, sse_stream
 from skulk_daemon.chat.service import ChatService
+
+RESPONSES_DOC = documented(
+    body=ResponsesRequest,
+    ok={
+        JSON: json_of(
+            ResponseObject,
+            description="`stream: false`; a generation that fails once started is a "
+            "response with status `failed` (or `cancelled`) and an `error`",
+        ),
+        SSE: sse_of(
+            *get_args(ResponseEvent),
+            description="`stream: true`: `event:`/`data:` pairs of Responses stream events, "
+            "with comment lines (`: command_id ...`, `: keep-alive`)",
+        ),
+    },
+    headers=COMMAND_ID_HEADER,
+)
 
 
 class ResponsesController(Controller):
     tags = ("OpenAI",)
+    opt = declare(Requirement.OPEN)
 
     @post(
         "/v1/responses",
         status_code=200,
         summary="OpenAI Responses (streaming and not; stateless)",
         request_max_body_size=MAX_CHAT_BODY_BYTES,
+        responses=errors(OPENAI, 400, 404, 413),
+        operation_class=RESPONSES_DOC,
     )
     async def create_response(
         self,

@@ -6,13 +6,27 @@ import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from itertools import islice
+from typing import Any
 
 import msgspec
-from litestar import Controller, MediaType, get
+from litestar import Controller, MediaType, Request, get
 from litestar.response import Stream
 
+from skulk_core.cluster.telemetry import (
+    NodeHealth,
+    NodeIdentityInfo,
+    NodeMemory,
+    NodeResources,
+    NodeSystem,
+)
+from skulk_core.extensions.capability_nodes import CapabilityNodeSummary
+from skulk_core.state.events import IndexedEvent
+from skulk_core.state.state import State
 from skulk_core.state.wire import render_state
 from skulk_core.wire import JsonValue, to_wire
+from skulk_daemon.api.authority import TRUSTED_CALLERS, caller_of, declare
+from skulk_daemon.api.openapi import JSON, OPENAI, documented, errors, wire_of
+from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.node.eventlog import read_events
 from skulk_daemon.node.node import Node
 
@@ -21,15 +35,56 @@ _json = msgspec.json.Encoder()
 _EXPORT_BATCH = 256
 
 
+class CapabilityNodeReading(CapabilityNodeSummary, frozen=True, kw_only=True):
+    """A capability node as ``/state`` lists it: with when its host last reported."""
+
+    observed_at: datetime
+
+
+class StateDocument(State, frozen=True, kw_only=True):
+    """What ``GET /state`` answers (for the document; :func:`render_state` writes it):
+    State, plus the telemetry kept beside it, per node id."""
+
+    node_identities: dict[str, NodeIdentityInfo]
+    node_memory: dict[str, NodeMemory]
+    node_system: dict[str, NodeSystem]
+    node_resources: dict[str, NodeResources]
+    node_health: dict[str, NodeHealth]
+    node_capabilities: dict[str, list[str]]
+    capability_nodes: dict[str, list[CapabilityNodeReading]]
+
+
 class StateController(Controller):
     tags = ("State",)
+    opt = declare(Requirement.OPEN)
 
-    @get("/state", summary="The cluster state as this node sees it")
-    async def state(self, node: Node) -> dict[str, JsonValue]:
+    @get(
+        "/state",
+        summary="The cluster state as this node sees it",
+        responses=errors(OPENAI),
+        operation_class=documented(ok={JSON: wire_of(StateDocument)}),
+    )
+    async def state(self, node: Node, request: Request[Any, Any, Any]) -> dict[str, JsonValue]:
         view = node.view()
-        return render_state(view.state, view.telemetry, view.health, datetime.now(UTC))
+        document = render_state(view.state, view.telemetry, view.health, datetime.now(UTC))
+        if caller_of(request) not in TRUSTED_CALLERS:
+            # A running task's command id is what cancels it: it stays a capability of
+            # the client that received it, not something any reader of /state learns.
+            tasks = document.get("tasks")
+            if isinstance(tasks, dict):
+                for task in tasks.values():
+                    if isinstance(task, dict):
+                        task.pop("commandId", None)
+        return document
 
-    @get("/events", summary="The retained event log as one JSON array", media_type=MediaType.JSON)
+    @get(
+        "/events",
+        opt=declare(Requirement.TRUSTED_FABRIC),
+        summary="The retained event log as one JSON array",
+        media_type=MediaType.JSON,
+        responses=errors(OPENAI),
+        operation_class=documented(ok={JSON: wire_of(list[IndexedEvent])}),
+    )
     async def events(self, node: Node) -> Stream:
         if not node.config.logging.event_log:
             return Stream(iter([b"[]"]), media_type=MediaType.JSON)

@@ -5,6 +5,7 @@
 """
 
 from skulk_daemon.browser.errors import BrowserToolError
-from skulk_daemon.browser.serving import extract_page, fetch_settings, open_url, web_search
+from skulk_daemon.browser.fetch import fetch_settings
+from skulk_daemon.browser.serving import extract_page, open_url, web_search
 
 __all__ = ["BrowserToolError", "extract_page", "fetch_settings", "open_url", "web_search"]

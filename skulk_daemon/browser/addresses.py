@@ -4,6 +4,9 @@ A URL's host is resolved once, every address it resolves to is checked, and the
 fetcher then connects to a checked address (see ``fetch.py``), so a DNS answer that
 changes between the check and the connection (rebinding) cannot slip a private
 address through.
+
+A refusal names the address only when the caller spelled it out: what an internal
+name resolves to is itself something a caller probing the LAN should not learn.
 """
 
 from __future__ import annotations
@@ -25,6 +28,11 @@ ALLOW_HINT = "set browser_tools.allow_private_addresses to allow LAN pages"
 # NAT64's well-known prefix carries an IPv4 address in its last 32 bits; a NAT64
 # gateway would connect to that IPv4 address, so that is the one to judge.
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+# IETF protocol assignments (RFC 6890). NOTE: listed explicitly because Python 3.11's
+# ``ipaddress`` calls only 192.0.0.0/29 and 192.0.0.170/31 of it private and the rest
+# (192.0.0.8, say) global. Newer Pythons exempt 192.0.0.9 and 192.0.0.10 (anycast
+# relays), which serve no web pages either, so the whole block is refused.
+_IETF_PROTOCOL_ASSIGNMENTS = ipaddress.IPv4Network("192.0.0.0/24")
 
 
 def _embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
@@ -65,6 +73,8 @@ def refusal(address: IPAddress, *, allow_private: bool) -> tuple[str, bool] | No
         return "a link-local address", True
     if address.is_reserved:
         return "a reserved address", True
+    if address in _IETF_PROTOCOL_ASSIGNMENTS:
+        return "an IETF protocol assignment address", True
     if address.is_private:
         return "a private address", True
     if not address.is_global:
@@ -77,6 +87,18 @@ def parse_literal(host: str) -> IPAddress | None:
     try:
         return ipaddress.ip_address(host)
     except ValueError:
+        return None
+
+
+def _numeric_ipv4(host: str) -> ipaddress.IPv4Address | None:
+    """The address a numeric IPv4 spelling names (``2130706433``, ``127.1``, ``0x7f.1``).
+
+    The resolver turns these into an address without asking DNS, so naming that
+    address in a refusal tells the caller nothing it did not write itself.
+    """
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except (OSError, ValueError):
         return None
 
 
@@ -111,7 +133,11 @@ async def resolve_allowed(
         if refused is None:
             continue
         reason, liftable = refused
-        where = f"{address} is" if literal is not None else f"{host} resolves to {address},"
         hint = f"; {ALLOW_HINT}" if liftable else ""
-        raise AddressRefused(f"refused: {where} {reason}{hint}")
+        if literal is not None:
+            raise AddressRefused(f"refused: {address} is {reason}{hint}")
+        if _numeric_ipv4(host) == address:
+            raise AddressRefused(f"refused: {host} resolves to {address}, {reason}{hint}")
+        kind = "a non-public address" if liftable else "an address no setting allows"
+        raise AddressRefused(f"refused: {host} resolves to {kind}{hint}")
     return addresses

@@ -28,17 +28,17 @@ TITLE_BODY_BYTES = 512 * 1024
 _BLANK_LINES = re.compile(r"\n{3,}")
 
 
-def fetch_settings(config: BrowserToolsConfig) -> FetchSettings:
-    return FetchSettings(
-        allow_private=config.allow_private_addresses, timeout_seconds=config.timeout_seconds
-    )
+async def web_search(
+    request: WebSearchRequest, config: BrowserToolsConfig, settings: FetchSettings | None = None
+) -> WebSearchResponse:
+    """Search through the configured provider, whose URL is held to the SSRF policy.
 
-
-async def web_search(request: WebSearchRequest, config: BrowserToolsConfig) -> WebSearchResponse:
+    ``settings`` default to the config's; tests pass a resolver or transport.
+    """
     query = request.query.strip()
     if not query:
         raise InvalidRequest("query must not be blank")
-    provider = search_provider(config)
+    provider = search_provider(config, settings)
     hits = await provider.search(query, request.top_k)
     return WebSearchResponse(query=request.query, provider=provider.name, results=hits)
 

@@ -12,6 +12,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from skulk_core.chat.generation import GenerationRequest, SamplingParams
 from skulk_core.chat.reasoning import ThinkingControls, prompt_opens_thinking, resolve_thinking
 from skulk_core.chat.tools import ToolChoiceError, ToolOffer, resolve_tool_choice
 from skulk_core.cluster.routing import select_instance
@@ -26,7 +27,6 @@ from skulk_daemon.chat.grammars import (
 )
 from skulk_daemon.chat.prompt import PromptError, render_prompt
 from skulk_daemon.chat.task import ChatTask, JsonObjectFormat, JsonSchemaFormat
-from skulk_daemon.engines.base import GenerationRequest, SamplingParams
 from skulk_daemon.errors import ApiError, bad_request
 from skulk_daemon.node.node import Node
 
@@ -143,7 +143,8 @@ def admit(node: Node, task: ChatTask) -> Admitted:
     instance = select_instance(node.state, ModelId(task.model))
     if entry is None or instance is None:
         raise ApiError(404, f"No instance found for model {task.model}", code="model_not_found")
-    card = entry.card
+    # The instance serves with the card it was placed with, whatever the catalog says now.
+    card = node.state.instance_cards.get(instance.instance_id, entry.card)
     _check_images(task, card)
     limit = instance.context_token_limit
     if task.max_tokens is not None and limit is not None and task.max_tokens >= limit:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -24,10 +25,24 @@ from skulk_core.chat.tools import ToolSpec
 
 MAX_SCHEMA_BYTES = 64 * 1024
 """A schema larger than this is refused: its grammar would be enormous."""
+MAX_SCHEMA_REPETITION = 4096
+"""The largest ``minLength``/``maxLength``/``minItems``/``maxItems``/``minProperties``/
+``maxProperties`` and regex ``{n,m}`` count a schema may ask for. The converter spells a
+repetition out rule by rule, so the grammar grows with the count: ``minLength: 50000000``
+once took the API 1.7 s and a quarter of a gigabyte."""
+MAX_GRAMMAR_BYTES = 256 * 1024
+"""A grammar larger than this is refused (it travels in every request to the runner)."""
+
+_COUNTED = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
+_REGEX_COUNT = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
 
 
 class GrammarError(ValueError):
     """A schema that cannot become a grammar; the message is for the client."""
+
+
+class GrammarTooLarge(GrammarError):
+    """A schema whose bounds would make an enormous grammar (never silently relaxed)."""
 
 
 @functools.cache
@@ -58,15 +73,45 @@ def json_schema_grammar(schema: dict[str, Any]) -> str:
     """
     text = json.dumps(schema)
     if len(text.encode()) > MAX_SCHEMA_BYTES:
-        raise GrammarError(f"the JSON schema is larger than {MAX_SCHEMA_BYTES} bytes")
+        raise GrammarTooLarge(f"the JSON schema is larger than {MAX_SCHEMA_BYTES} bytes")
     _refuse_remote_refs(schema)
+    _refuse_large_counts(schema)
     try:
         grammar: str = _converter().json_schema_to_gbnf(text)
     except (ValueError, KeyError, TypeError, AssertionError, RecursionError) as exc:
         raise GrammarError(f"the JSON schema cannot be enforced: {exc}") from None
     except Exception as exc:  # the converter raises bare Exceptions for unsupported forms
         raise GrammarError(f"the JSON schema cannot be enforced: {exc}") from None
+    if len(grammar) > MAX_GRAMMAR_BYTES:
+        raise GrammarTooLarge(
+            f"the JSON schema's grammar would be {len(grammar)} bytes, more than the "
+            f"{MAX_GRAMMAR_BYTES} allowed; ask for smaller lengths or fewer items"
+        )
     return grammar
+
+
+def _refuse_large_counts(node: object) -> None:
+    if isinstance(node, dict):
+        for key in _COUNTED:
+            value = node.get(key)
+            if isinstance(value, int | float) and value > MAX_SCHEMA_REPETITION:
+                raise GrammarTooLarge(
+                    f"{key} {value:g} is more than the {MAX_SCHEMA_REPETITION} a schema may ask for"
+                )
+        pattern = node.get("pattern")
+        if isinstance(pattern, str):
+            for match in _REGEX_COUNT.finditer(pattern):
+                counts = [int(group) for group in match.groups() if group]
+                if any(count > MAX_SCHEMA_REPETITION for count in counts):
+                    raise GrammarTooLarge(
+                        f"the pattern repeats {match.group(0)} times, more than the "
+                        f"{MAX_SCHEMA_REPETITION} a schema may ask for"
+                    )
+        for value in node.values():
+            _refuse_large_counts(value)
+    elif isinstance(node, list):
+        for value in node:
+            _refuse_large_counts(value)
 
 
 def _refuse_remote_refs(node: object) -> None:
@@ -90,6 +135,8 @@ def tool_call_grammar(tools: Sequence[ToolSpec]) -> str:
         parameters: dict[str, Any] = tool.parameters or {"type": "object"}
         try:
             json_schema_grammar(parameters)
+        except GrammarTooLarge:
+            raise
         except GrammarError:
             parameters = {"type": "object"}
         options.append(

@@ -11,6 +11,7 @@ controller shapes ``turn.events`` into its bytes and passes them through
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -84,7 +85,9 @@ class ChatService:
         admitted request before dispatch (Ollama's ``raw`` prompt).
         """
         transformed = await self._hooks.transform(task)
-        admitted, dispatched = self._admit_transformed(task, transformed)
+        # NOTE: off the event loop: admission renders the card's chat template and
+        # compiles grammars, both bounded but not free; beats and other requests go on.
+        admitted, dispatched = await asyncio.to_thread(self._admit_transformed, task, transformed)
         if adjust is not None:
             admitted = adjust(admitted)
         events = self._events(admitted)

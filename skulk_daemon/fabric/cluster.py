@@ -70,7 +70,13 @@ from skulk_daemon.fabric.data_plane import DataPlane
 from skulk_daemon.fabric.forwarding import CommandForwarding
 from skulk_daemon.fabric.link import CapabilityMessage, LinkCounters
 from skulk_daemon.fabric.membership import Membership
-from skulk_daemon.fabric.peers import Peer, PeerBook, fabric_address, parse_peer
+from skulk_daemon.fabric.peers import (
+    Peer,
+    PeerBook,
+    PendingDials,
+    fabric_address,
+    parse_peer,
+)
 from skulk_daemon.fabric.remote_capabilities import RemoteCapabilities
 from skulk_daemon.fabric.remote_tasks import RemoteTasks
 from skulk_daemon.fabric.replication import CatchUp, RetainedTail, continues
@@ -101,6 +107,8 @@ class ClusterAgent:
         self._clock = clock
         self.transport = transport(self._on_frames)
         self.peers = PeerBook(own_id=node.node_id)
+        self._pending = PendingDials()
+        self._explicit = frozenset(settings.peers)
         now = clock()
         self.election = Election(
             rank=self._rank(),
@@ -154,9 +162,34 @@ class ClusterAgent:
         await self.transport.close()
 
     def dial(self, address: str) -> None:
-        """Connect to ``address`` (explicit, discovered or learned)."""
+        """Connect to ``address`` (explicit, or learned from a member's beat)."""
         if self.peers.want(address):
             self.transport.connect(address)
+
+    def dial_discovered(self, address: str) -> None:
+        """Connect to an address mDNS announced: bounded, and hung up on unless it
+        answers as a member within the grace (anyone on the LAN can announce)."""
+        if not self._is_member(address) and not self._pending.admit(address, self._clock()):
+            self.counters.dropped["discovery_limit"] += 1
+            return
+        self.dial(address)
+
+    def departed(self, address: str) -> None:
+        """mDNS says the service at ``address`` left: hang up unless a member is there."""
+        if self._is_member(address) or address in self._explicit:
+            return
+        self._pending.answered(address)
+        self.peers.dial.discard(address)
+        self.transport.disconnect(address)
+
+    def _is_member(self, address: str) -> bool:
+        return any(peer.address == address for peer in self.peers.by_node.values())
+
+    def _hang_up_unanswered(self, now: float) -> None:
+        for address in self._pending.expired(now):
+            if not self._is_member(address) and address not in self._explicit:
+                self.peers.dial.discard(address)
+                self.transport.disconnect(address)
 
     # -- sending ---------------------------------------------------------------------
 
@@ -230,6 +263,7 @@ class ClusterAgent:
             self.membership.remove_unseen(now)
         elif self.catch_up.has_gap:
             self._request_sync(now)
+        self._hang_up_unanswered(now)
 
     def _beat(self, now: float) -> None:
         live = sorted(self.peers.live(now, self.election.peer_timeout), key=lambda p: p.node_id)
@@ -359,6 +393,7 @@ class ClusterAgent:
         )
         if moved is not None:
             self.transport.disconnect(moved)
+        self._pending.answered(address)
         self.transport.connect(address)
         for known in beat.peers:
             if known.node_id != self.node.node_id and known.node_id not in self.peers.by_node:

@@ -55,6 +55,10 @@ RESOLVE_TIMEOUT_MS: Final = 3000
 # Rejection reasons kept for diagnostics (oldest dropped): a LAN can announce
 # any number of names, and the count keeps growing regardless.
 REJECTIONS_MAX: Final = 256
+MAX_DISCOVERED_PEERS: Final = 256
+"""Services tracked at once; announcements beyond are ignored (and counted)."""
+MAX_RESOLVING: Final = 16
+"""Announcements resolved at once; a flood waits for nothing, it is ignored (and counted)."""
 # Characters kept from the end of the node id in our instance and host names.
 INSTANCE_SUFFIX_LENGTH: Final = 12
 
@@ -241,6 +245,7 @@ class MdnsDiscovery:
         fabric_port: int,
         version: str,
         on_peer: PeerHandler,
+        on_departed: PeerHandler | None = None,
         interfaces: InterfaceChoice | list[str] = InterfaceChoice.All,
         ip_version: IPVersion | None = None,
     ) -> None:
@@ -260,6 +265,8 @@ class MdnsDiscovery:
         self._fabric_port = fabric_port
         self._version = version
         self._on_peer = on_peer
+        self._on_departed = on_departed
+        self._ignored = 0
         self._interfaces = interfaces
         self._ip_version = resolved_version
         self._label = instance_label(node_id)
@@ -294,6 +301,11 @@ class MdnsDiscovery:
     def peers(self) -> dict[str, DiscoveredPeer]:
         """The last valid announcement per service name (a copy)."""
         return dict(self._peers)
+
+    @property
+    def ignored_count(self) -> int:
+        """How many announcements were ignored past the bounds (a flood)."""
+        return self._ignored
 
     @property
     def malformed_count(self) -> int:
@@ -406,7 +418,20 @@ class MdnsDiscovery:
             # Liveness belongs to the fabric heartbeat; forgetting the service
             # means its return is reported as new.
             log.debug("mDNS: %s left", name)
-            self._peers.pop(name, None)
+            departed = self._peers.pop(name, None)
+            if departed is not None and self._on_departed is not None:
+                try:
+                    self._on_departed(departed)
+                except Exception:
+                    log.exception("mDNS: the departure handler failed for %s", departed.node_id)
+            return
+        full = name not in self._peers and len(self._peers) >= MAX_DISCOVERED_PEERS
+        if full or len(self._resolving) >= MAX_RESOLVING:
+            # NOTE: bounded, so that thousands of fake services cost a counter, not
+            # thousands of resolutions, sockets and file descriptors.
+            self._ignored += 1
+            if self._ignored == 1 or self._ignored % 1000 == 0:
+                log.warning("mDNS: %d announcements ignored past the bounds", self._ignored)
             return
         task = asyncio.get_running_loop().create_task(self._resolve(name))
         self._resolving[name] = task

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 from skulk_core.cluster.election import Rank
 from skulk_core.ids import NodeId
@@ -70,3 +71,41 @@ class PeerBook:
 
     def live(self, now: float, timeout: float) -> list[Peer]:
         return [p for p in self.by_node.values() if now - p.heard_at <= timeout]
+
+
+MAX_PENDING_DIALS: Final = 32
+"""Discovered addresses dialed and not yet heard from as a member, at most. Each dial
+is a socket and a file descriptor: a flood of fake mDNS services must not exhaust them."""
+DIAL_GRACE_SECONDS: Final = 30.0
+"""A discovered address that sends no beat in this long is hung up on and forgotten."""
+
+
+@dataclass(slots=True)
+class PendingDials:
+    """Discovered addresses dialed that have not answered as a member yet."""
+
+    limit: int = MAX_PENDING_DIALS
+    grace: float = DIAL_GRACE_SECONDS
+    since: dict[str, float] = field(default_factory=dict)
+    refused: int = 0
+    """Discovered addresses not dialed because ``limit`` were pending."""
+
+    def admit(self, address: str, now: float) -> bool:
+        """Whether to dial ``address``; counts a refusal when the limit is reached."""
+        if address in self.since:
+            return True
+        if len(self.since) >= self.limit:
+            self.refused += 1
+            return False
+        self.since[address] = now
+        return True
+
+    def answered(self, address: str) -> None:
+        self.since.pop(address, None)
+
+    def expired(self, now: float) -> list[str]:
+        """Addresses past their grace, removed from the pending set."""
+        gone = [address for address, at in self.since.items() if now - at > self.grace]
+        for address in gone:
+            del self.since[address]
+        return gone

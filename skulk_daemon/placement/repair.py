@@ -98,6 +98,7 @@ class RepairAgent:
                 command_id=command_id,
                 instance=planned.instance,
                 intent=intent_of(request, intent.repair_attempt + 1),
+                card=entry.card,
             )
             try:
                 await self._node.submit(command)

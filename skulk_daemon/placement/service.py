@@ -136,7 +136,10 @@ class PlacementService:
                 raise placement_error(result)
             await self._create(
                 CreateInstance(
-                    command_id=command_id, instance=result.instance, intent=intent_of(request)
+                    command_id=command_id,
+                    instance=result.instance,
+                    intent=intent_of(request),
+                    card=card,
                 )
             )
         return InstanceAccepted(
@@ -172,7 +175,7 @@ class PlacementService:
                 context_tokens=admitted.context_token_limit,
             )
             await self._create(
-                CreateInstance(command_id=command_id, instance=admitted, intent=intent)
+                CreateInstance(command_id=command_id, instance=admitted, intent=intent, card=card)
             )
         return ExactInstanceAccepted(
             command_id=command_id,

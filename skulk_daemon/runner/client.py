@@ -24,14 +24,14 @@ from typing import Final
 
 import msgspec
 
-from skulk_core.ids import TaskId
-from skulk_daemon.engines.base import (
+from skulk_core.chat.generation import (
     EngineChunk,
     ErrorChunk,
     FinishChunk,
     GenerationRequest,
     TokenChunk,
 )
+from skulk_core.ids import TaskId
 from skulk_daemon.runner.protocol import (
     PARENT_PID_ENV,
     Cancel,
@@ -178,14 +178,19 @@ class RunnerProcess:
             **(env or {}),
             PARENT_PID_ENV: str(os.getpid()),
         }
+        # NOTE: -P keeps the working directory (and a script's) off sys.path, and the
+        # runner starts in "/": a module planted where the daemon was started from can
+        # never be imported as part of the runner.
         process = await asyncio.create_subprocess_exec(
             sys.executable,
+            "-P",
             "-m",
             "skulk_daemon.runner",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=child_env,
+            cwd="/",
         )
         runner = cls(process, on_phase, on_exit, queue_chunks)
         try:

@@ -15,26 +15,24 @@ import sys
 import threading
 from typing import BinaryIO, Final, Protocol
 
+from skulk_core.chat.generation import ERROR_INVALID_REQUEST, ErrorChunk
 from skulk_core.ids import TaskId
-from skulk_daemon.engines.base import ERROR_INVALID_REQUEST, Engine, EngineLoadError, ErrorChunk
+from skulk_daemon.engines.base import Engine, EngineLoadError
 from skulk_daemon.runner.protocol import (
     ERROR_CANCELLED,
     PARENT_PID_ENV,
     VERBOSE_ENV,
-    Cancel,
-    Embed,
     Embedded,
     Failed,
-    Generate,
     Load,
     Phase,
     ProtocolError,
     RunnerMessage,
     RunnerPhase,
-    Shutdown,
     decode_parent_message,
     encode_frame,
     read_frame,
+    serve_frames,
 )
 from skulk_daemon.runner.rpc_roles import DriverGates, donor_lost, serve_donor
 
@@ -102,7 +100,7 @@ def _failed(outbox: _Outbox, exc: Exception) -> int:
     return EXIT_FAILED
 
 
-def _bring_up(engine: _Loadable, outbox: _Outbox) -> bool:
+def _bring_up(engine: _Loadable, outbox: _Outbox, ready_detail: str = "") -> bool:
     """Load and warm ``engine``, reporting each phase; False once it has failed."""
     try:
         engine.load()
@@ -112,7 +110,7 @@ def _bring_up(engine: _Loadable, outbox: _Outbox) -> bool:
     except (EngineLoadError, ValueError) as exc:
         _failed(outbox, exc)
         return False
-    outbox.phase("ready")
+    outbox.phase("ready", ready_detail)
     return True
 
 
@@ -129,6 +127,15 @@ def _serve(stdin: BinaryIO, outbox: _Outbox) -> int:
         return _serve_embeddings(stdin, outbox, first)
     if first.mode == "rpc_donor":
         return serve_donor(stdin, outbox.send, first)
+    gates: DriverGates | None = None
+    if first.pool is not None:
+        # NOTE: before llama.cpp is imported (its import starts a thread): the
+        # gates move this process into a private namespace, which an unprivileged
+        # process may enter only while it has a single thread.
+        try:
+            gates = DriverGates(first.pool, donor_lost(outbox.send, EXIT_FAILED))
+        except (ValueError, OSError) as exc:
+            return _failed(outbox, exc)
     try:
         # NOTE: imported only now, so the parent hears "loading" before the
         # native library is mapped, and a broken install is reported as Failed.
@@ -147,11 +154,9 @@ def _serve(stdin: BinaryIO, outbox: _Outbox) -> int:
         outbox.send(Failed(message=message))
         os._exit(EXIT_FAILED)
 
-    gates: DriverGates | None = None
     try:
         offload: RpcOffload | None = None
-        if first.pool is not None:
-            gates = DriverGates(first.pool, donor_lost(outbox.send, EXIT_FAILED))
+        if gates is not None:
             offload = RpcOffload(endpoints=gates.endpoints, layers=gates.layers)
         settings = LlamaCppSettings(
             first.model_path,
@@ -163,24 +168,16 @@ def _serve(stdin: BinaryIO, outbox: _Outbox) -> int:
         engine: Engine = LlamaCppEngine(settings, outbox.send, on_fatal=on_fatal)
     except ValueError as exc:
         return _failed(outbox, exc)
-    if not _bring_up(engine, outbox):
+    if not _bring_up(engine, outbox, "" if gates is None else gates.isolation.fact):
         return EXIT_FAILED
-    while True:
-        body = read_frame(stdin)
-        if body is None:
-            log.info("stdin closed: the parent is gone; exiting")
-            break
-        match decode_parent_message(body):
-            case Generate(request=request):
-                engine.submit(request)
-            case Embed(task_id=task_id):
-                outbox.send(_wrong_mode(task_id, "generates text; it does not embed"))
-            case Cancel(task_id=task_id):
-                engine.cancel(task_id)
-            case Shutdown():
-                break
-            case Load():
-                log.warning("ignoring a second Load: this runner already holds a model")
+    serve_frames(
+        stdin,
+        generate=engine.submit,
+        embed=lambda task_id, _: outbox.send(
+            _wrong_mode(task_id, "generates text; it does not embed")
+        ),
+        cancel=engine.cancel,
+    )
     outbox.phase("shutting_down")
     if gates is not None:
         gates.close()
@@ -241,22 +238,14 @@ def _serve_embeddings(stdin: BinaryIO, outbox: _Outbox, load: Load) -> int:
         return _failed(outbox, exc)
     if not _bring_up(engine, outbox):
         return EXIT_FAILED
-    while True:
-        body = read_frame(stdin)
-        if body is None:
-            log.info("stdin closed: the parent is gone; exiting")
-            break
-        match decode_parent_message(body):
-            case Embed(task_id=task_id, inputs=inputs):
-                engine.submit(task_id, inputs)
-            case Generate(request=request):
-                outbox.send(_wrong_mode(request.task_id, "serves embeddings, not generation"))
-            case Cancel(task_id=task_id):
-                engine.cancel(task_id)
-            case Shutdown():
-                break
-            case Load():
-                log.warning("ignoring a second Load: this runner already holds a model")
+    serve_frames(
+        stdin,
+        generate=lambda request: outbox.send(
+            _wrong_mode(request.task_id, "serves embeddings, not generation")
+        ),
+        embed=engine.submit,
+        cancel=engine.cancel,
+    )
     outbox.phase("shutting_down")
     engine.unload()
     outbox.phase("shutdown")

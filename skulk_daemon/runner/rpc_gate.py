@@ -1,19 +1,24 @@
 """The gate in front of llama.cpp's RPC server: only cluster members get through.
 
 llama.cpp's RPC server trusts whoever connects (it is a remote memory and compute
-device with no authentication). So a donor binds it to loopback on a private port
-and exposes a :class:`GateServer` on the port the placement assigned, on the
-fabric's interface. Every connection must first answer a challenge with an HMAC
-keyed by a secret derived from the cluster key and bound to the pool's instance
-id; a peer that is not a cluster member (or belongs to another pool) is refused
-and logged without its answer. A driver reaches its donors through a local
-:class:`GateClient` per donor, which answers the challenge and then relays bytes
-both ways, so llama.cpp on the driver talks to ``127.0.0.1:<port>`` as if the
-donor were local.
+device with no authentication). So a donor runs it where only the donor itself can
+reach it (runner/rpc_netns.py) and exposes a :class:`GateServer` on the port the
+placement assigned, on the fabric's interface. A driver reaches its donors through a
+local :class:`GateClient` per donor, which llama.cpp on the driver talks to as if
+the donor were local.
 
-Handshake: server sends ``MAGIC || nonce(32)``; client sends
-``HMAC-SHA256(key, DOMAIN || nonce || instance_id)``; the server closes the
-connection on a wrong answer or after ``HANDSHAKE_TIMEOUT_SECONDS``.
+Handshake (both sides prove they hold the pool's key, bound to the instance id and
+both fresh nonces)::
+
+    gate   -> driver  MAGIC || gate_nonce(32)
+    driver -> gate    driver_nonce(32) || HMAC(key, DRIVER || gate_nonce || driver_nonce || id)
+    gate   -> driver  HMAC(key, GATE || gate_nonce || driver_nonce || id)
+
+The gate closes on a wrong answer, the driver on a wrong proof (an impostor on the
+donor's address, or another pool's gate), either after
+``HANDSHAKE_TIMEOUT_SECONDS``. Then the relay is sealed (runner/rpc_relay.py) with
+per-connection keys from ``derive_rpc_relay_keys``: someone who relays the handshake
+between the two learns neither key, so can read and alter nothing.
 """
 
 from __future__ import annotations
@@ -28,93 +33,40 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
+from skulk_daemon.fabric.keys import derive_rpc_relay_keys
+from skulk_daemon.runner.rpc_relay import recv_exactly, relay_sealed
+
 log = logging.getLogger("skulk.runner.rpc_gate")
 
-MAGIC: Final = b"SKULK-RPC-GATE/1"
-DOMAIN: Final = b"skulk-rpc-gate-v1\x00"
+MAGIC: Final = b"SKULK-RPC-GATE/2"
+DRIVER_DOMAIN: Final = b"skulk-rpc-gate-v2 driver\x00"
+GATE_DOMAIN: Final = b"skulk-rpc-gate-v2 gate\x00"
 NONCE_BYTES: Final = 32
-ANSWER_BYTES: Final = 32
+PROOF_BYTES: Final = 32
 HANDSHAKE_TIMEOUT_SECONDS: Final = 5.0
-_CHUNK: Final = 256 * 1024
+
+Dial = Callable[[], socket.socket]
+"""Opens a connected socket to a donor's gate (the driver's namespace cannot)."""
 
 
-def gate_answer(key: bytes, nonce: bytes, instance_id: str) -> bytes:
-    return hmac.new(key, DOMAIN + nonce + instance_id.encode(), hashlib.sha256).digest()
-
-
-def _recv_exactly(sock: socket.socket, count: int) -> bytes:
-    data = bytearray()
-    while len(data) < count:
-        chunk = sock.recv(count - len(data))
-        if not chunk:
-            raise ConnectionError("the peer closed the connection during the handshake")
-        data += chunk
-    return bytes(data)
-
-
-def _nodelay(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
-def _pump(
-    source: socket.socket,
-    sink: socket.socket,
-    stopped: Callable[[socket.socket], None],
-    done: Callable[[], None],
-) -> None:
-    """Copy ``source`` to ``sink`` until either side closes; then report which side
-    stopped (before shutting both down, so the other direction cannot claim it)."""
-    buffer = bytearray(_CHUNK)
-    view = memoryview(buffer)
-    try:
-        while True:
-            count = source.recv_into(buffer)
-            if not count:
-                break
-            sink.sendall(view[:count])
-    except OSError:
-        pass
-    finally:
-        stopped(source)
-        for sock in (source, sink):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        done()
-
-
-def _relay(a: socket.socket, b: socket.socket, on_end: Callable[[socket.socket], None]) -> None:
-    """Relay ``a`` ⇄ ``b`` on two threads. When both directions have stopped, close
-    both and call ``on_end`` with the socket whose side ended first."""
-    first: list[socket.socket] = []
-    finished: list[bool] = []
-    lock = threading.Lock()
-
-    def stopped(source: socket.socket) -> None:
-        with lock:
-            if not first:
-                first.append(source)
-
-    def done() -> None:
-        with lock:
-            finished.append(True)
-            last = len(finished) == 2
-        if last:
-            a.close()
-            b.close()
-            on_end(first[0])
-
-    for source, sink in ((a, b), (b, a)):
-        threading.Thread(target=_pump, args=(source, sink, stopped, done), daemon=True).start()
+def proof(
+    domain: bytes, key: bytes, gate_nonce: bytes, driver_nonce: bytes, instance: str
+) -> bytes:
+    """One side's answer: ``domain`` is :data:`DRIVER_DOMAIN` or :data:`GATE_DOMAIN`."""
+    message = domain + gate_nonce + driver_nonce + instance.encode()
+    return hmac.new(key, message, hashlib.sha256).digest()
 
 
 class GateServer:
-    """Admits authenticated peers on ``host:port`` and relays them to ``target``."""
+    """Admits authenticated peers on ``host:port`` and relays them to a target.
 
-    def __init__(
-        self, host: str, port: int, *, target: tuple[str, int], key: bytes, instance_id: str
-    ) -> None:
-        self._target = target
+    The listening socket is created here, in the caller's network namespace: a donor
+    makes it before it moves into its private one, so the gate stays on the fabric
+    while the target (reached from the relay threads, started later) is inside.
+    """
+
+    def __init__(self, host: str, port: int, *, key: bytes, instance_id: str) -> None:
+        self._target = ("127.0.0.1", 0)
         self._key = key
         self._instance_id = instance_id
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -133,7 +85,9 @@ class GateServer:
         host, port = self._listener.getsockname()[:2]
         return str(host), int(port)
 
-    def start(self) -> None:
+    def start(self, target: tuple[str, int]) -> None:
+        """Admit peers from now on, relaying them to ``target``."""
+        self._target = target
         threading.Thread(target=self._accept_loop, name="rpc-gate", daemon=True).start()
 
     def close(self) -> None:
@@ -149,29 +103,45 @@ class GateServer:
             threading.Thread(target=self._admit, args=(peer, address), daemon=True).start()
 
     def _admit(self, peer: socket.socket, address: tuple[str, int]) -> None:
-        nonce = os.urandom(NONCE_BYTES)
+        gate_nonce = os.urandom(NONCE_BYTES)
         try:
             peer.settimeout(HANDSHAKE_TIMEOUT_SECONDS)
-            peer.sendall(MAGIC + nonce)
-            answer = _recv_exactly(peer, ANSWER_BYTES)
-        except (OSError, ConnectionError):
+            peer.sendall(MAGIC + gate_nonce)
+            reply = recv_exactly(peer, NONCE_BYTES + PROOF_BYTES)
+        except OSError:
             self._refuse(peer, address, "no answer to the gate's challenge")
             return
-        if not hmac.compare_digest(answer, gate_answer(self._key, nonce, self._instance_id)):
+        driver_nonce, answer = reply[:NONCE_BYTES], reply[NONCE_BYTES:]
+        expected = proof(DRIVER_DOMAIN, self._key, gate_nonce, driver_nonce, self._instance_id)
+        if not hmac.compare_digest(answer, expected):
             self._refuse(peer, address, "wrong answer: not a member of this cluster's pool")
             return
-        peer.settimeout(None)
         try:
             upstream = socket.create_connection(self._target, timeout=HANDSHAKE_TIMEOUT_SECONDS)
         except OSError as exc:
             log.error("the local RPC server at %s:%d is unreachable: %s", *self._target, exc)
             peer.close()
             return
-        upstream.settimeout(None)
+        try:
+            peer.sendall(proof(GATE_DOMAIN, self._key, gate_nonce, driver_nonce, self._instance_id))
+        except OSError:
+            upstream.close()
+            peer.close()
+            return
         for sock in (peer, upstream):
-            _nodelay(sock)
+            sock.settimeout(None)
+        to_donor, to_driver = derive_rpc_relay_keys(
+            self._key, self._instance_id, driver_nonce, gate_nonce
+        )
         log.info("admitted RPC peer %s:%d", address[0], address[1])
-        _relay(peer, upstream, lambda _first: log.info("RPC peer %s:%d left", *address[:2]))
+
+        def ended(first: socket.socket, why: str | None) -> None:
+            if why is not None:
+                log.warning("closed RPC peer %s:%d: %s", address[0], address[1], why)
+            else:
+                log.info("RPC peer %s:%d left", address[0], address[1])
+
+        relay_sealed(upstream, peer, send_key=to_driver, receive_key=to_donor, on_end=ended)
 
     def _refuse(self, peer: socket.socket, address: tuple[str, int], why: str) -> None:
         self.refused += 1
@@ -179,11 +149,24 @@ class GateServer:
         peer.close()
 
 
+class GateImpostor(ConnectionError):
+    """What answered on a donor's address could not prove it holds the pool's key."""
+
+
+def _dial_direct(remote: tuple[str, int]) -> Dial:
+    return lambda: socket.create_connection(remote, timeout=HANDSHAKE_TIMEOUT_SECONDS)
+
+
 class GateClient:
-    """A loopback port that reaches one donor's gate, answering its challenge.
+    """A loopback port that reaches one donor's gate, after both have proved the key.
+
+    The listener is created here, in the caller's network namespace (a driver's
+    private one, so no other process can connect to it); connections to the donor
+    come from ``dial`` (by default, a plain connect from here).
 
     ``on_lost`` runs (once) when an admitted connection to the donor ends from the
-    donor's side: the donor went away, which the driver cannot survive.
+    donor's side, or the donor cannot be reached or authenticated: the driver cannot
+    survive that.
     """
 
     def __init__(
@@ -193,11 +176,13 @@ class GateClient:
         key: bytes,
         instance_id: str,
         on_lost: Callable[[str], None],
+        dial: Dial | None = None,
     ) -> None:
         self._remote = remote
         self._key = key
         self._instance_id = instance_id
         self._on_lost = on_lost
+        self._dial = dial or _dial_direct(remote)
         self._lost = threading.Event()
         self._closing = False
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -225,29 +210,59 @@ class GateClient:
                 return
             threading.Thread(target=self._connect, args=(local,), daemon=True).start()
 
+    def _handshake(self, remote: socket.socket) -> tuple[bytes, bytes]:
+        """Both sides' proofs; the relay keys ``(to donor, to driver)``."""
+        host, port = self._remote
+        remote.settimeout(HANDSHAKE_TIMEOUT_SECONDS)
+        challenge = recv_exactly(remote, len(MAGIC) + NONCE_BYTES)
+        if not challenge.startswith(MAGIC):
+            raise GateImpostor(f"{host}:{port} does not speak the Skulk RPC gate")
+        gate_nonce = challenge[len(MAGIC) :]
+        driver_nonce = os.urandom(NONCE_BYTES)
+        remote.sendall(
+            driver_nonce
+            + proof(DRIVER_DOMAIN, self._key, gate_nonce, driver_nonce, self._instance_id)
+        )
+        try:
+            answer = recv_exactly(remote, PROOF_BYTES)
+        except ConnectionError:
+            raise ConnectionError("the donor's gate refused this driver") from None
+        expected = proof(GATE_DOMAIN, self._key, gate_nonce, driver_nonce, self._instance_id)
+        if not hmac.compare_digest(answer, expected):
+            raise GateImpostor(
+                f"the gate at {host}:{port} did not prove it holds this cluster's key "
+                "(an impostor, or another pool's gate); refused"
+            )
+        remote.settimeout(None)
+        return derive_rpc_relay_keys(self._key, self._instance_id, driver_nonce, gate_nonce)
+
     def _connect(self, local: socket.socket) -> None:
         host, port = self._remote
+        remote: socket.socket | None = None
         try:
-            remote = socket.create_connection((host, port), timeout=HANDSHAKE_TIMEOUT_SECONDS)
-            challenge = _recv_exactly(remote, len(MAGIC) + NONCE_BYTES)
-            if not challenge.startswith(MAGIC):
-                raise ConnectionError("the donor's port does not speak the Skulk RPC gate")
-            remote.sendall(gate_answer(self._key, challenge[len(MAGIC) :], self._instance_id))
-            remote.settimeout(None)
-        except (OSError, ConnectionError) as exc:
+            remote = self._dial()
+            to_donor, to_driver = self._handshake(remote)
+        except OSError as exc:
             local.close()
-            self._lose(f"cannot reach the RPC donor at {host}:{port}: {exc}")
+            if remote is not None:
+                remote.close()
+            if isinstance(exc, GateImpostor):
+                self._lose(str(exc))
+            else:
+                self._lose(f"cannot reach the RPC donor at {host}:{port}: {exc}")
             return
-        for sock in (local, remote):
-            _nodelay(sock)
+        connected = remote
 
-        def ended(first: socket.socket) -> None:
+        def ended(first: socket.socket, why: str | None) -> None:
             # Only the donor's side ending first is a loss: llama.cpp closes
             # its own connections when it no longer needs them.
-            if first is remote:
-                self._lose(f"the RPC donor at {host}:{port} closed the connection")
+            if first is connected:
+                if why is None:
+                    self._lose(f"the RPC donor at {host}:{port} closed the connection")
+                else:
+                    self._lose(f"closed the relay to the RPC donor at {host}:{port}: {why}")
 
-        _relay(local, remote, ended)
+        relay_sealed(local, remote, send_key=to_donor, receive_key=to_driver, on_end=ended)
 
     def _lose(self, why: str) -> None:
         if self._closing or self._lost.is_set():

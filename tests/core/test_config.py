@@ -129,3 +129,31 @@ def test_search_api_key_is_secret_and_kept_across_put() -> None:
     assert merge_update(current, parse_config(replaced), set(replaced)).browser_tools == (
         BrowserToolsConfig(search_api_key="sk-new")
     )
+
+
+def test_search_api_key_is_dropped_when_search_url_points_elsewhere() -> None:
+    current = parse_config(
+        {
+            "browser_tools": {
+                "search_provider": "searxng",
+                "search_url": "https://searx.example.org",
+                "search_api_key": "sk-search-secret",
+            }
+        }
+    )
+
+    def put(browser_tools: dict[str, object]) -> BrowserToolsConfig:
+        document = {"browser_tools": {"search_provider": "searxng", **browser_tools}}
+        return merge_update(current, parse_config(document), set(document)).browser_tools
+
+    # A new destination without a new key: the stored key does not follow it.
+    assert put({"search_url": "https://collector.example"}).search_api_key is None
+    assert put({}).search_api_key is None
+    # The same destination (spelled with a trailing slash or blanks) keeps it.
+    assert put({"search_url": "https://searx.example.org"}).search_api_key == "sk-search-secret"
+    assert put({"search_url": " https://searx.example.org/ "}).search_api_key == (
+        "sk-search-secret"
+    )
+    # A new destination with its own key keeps the key that came with it.
+    moved = put({"search_url": "https://searx2.example.org", "search_api_key": "sk-new"})
+    assert (moved.search_url, moved.search_api_key) == ("https://searx2.example.org", "sk-new")

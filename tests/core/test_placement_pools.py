@@ -16,6 +16,7 @@ from skulk_core.placement import (
     PlacementRefusal,
     PlacementRequest,
     PreviewQuery,
+    admit_instance,
     place,
     preview_placements,
 )
@@ -24,6 +25,7 @@ from skulk_core.placement.ordering import admit_command
 from skulk_core.placement.repair import MAX_REPAIR_ATTEMPTS, intent_of, repair_request
 from skulk_core.placement.rpc_pool import (
     RPC_PORT_BASE,
+    RPC_PORT_SPAN,
     assign_endpoints,
     multiaddr_host,
     ports_in_use,
@@ -178,6 +180,71 @@ def test_an_exact_pool_is_checked_like_a_planned_one() -> None:
         missing, driver_node_id=B, rpc_endpoints={B: f"h:{RPC_PORT_BASE}"}
     )
     assert "driver must hold device rank 0" in str(instance_shares(card, wrong_driver))
+
+
+def _a_planned_pool() -> tuple[LlamaRpcInstance, NodeId]:
+    cluster = facts(telemetry("a", 8 * GIB), telemetry("b", 8 * GIB), connected=True)
+    instance = pooled(place(gguf_card(), cluster, PlacementRequest(min_nodes=2), CountingIds()))
+    (donor,) = instance.rpc_endpoints
+    return instance, donor
+
+
+@pytest.mark.parametrize(
+    ("endpoints", "why"),
+    [
+        ({"donor": f"203.0.113.9:{RPC_PORT_BASE}"}, "is not an address the fabric knows"),
+        ({"donor": f"[::1]:{RPC_PORT_BASE}"}, "is not an address the fabric knows"),
+        ({"donor": f"donor.example:{RPC_PORT_BASE}"}, "is not an address the fabric knows"),
+        ({"donor": "HOST:22"}, "is outside the RPC ports"),
+        ({"donor": f"HOST:{RPC_PORT_BASE + RPC_PORT_SPAN}"}, "is outside the RPC ports"),
+        ({"donor": f"HOST:{RPC_PORT_BASE}", "driver": "HOST:1"}, "which is not a donor"),
+    ],
+)
+def test_an_exact_pool_naming_a_host_other_than_its_donors_is_refused(
+    endpoints: dict[str, str], why: str
+) -> None:
+    instance, donor = _a_planned_pool()
+    host = instance.rpc_endpoints[donor].rsplit(":", 1)[0]
+    named = {
+        (donor if node == "donor" else instance.driver_node_id): endpoint.replace("HOST", host)
+        for node, endpoint in endpoints.items()
+    }
+    # The shard names the same port, so only the endpoint rule can refuse it.
+    port = int(named[donor].rsplit(":", 1)[1])
+    runner = instance.shard_assignments.node_to_runner[donor]
+    shard = instance.shard_assignments.runner_to_shard[runner]
+    assert isinstance(shard, RpcDonorShardMetadata)
+    assignments = msgspec.structs.replace(
+        instance.shard_assignments,
+        runner_to_shard={
+            **instance.shard_assignments.runner_to_shard,
+            runner: msgspec.structs.replace(shard, rpc_port=port),
+        },
+    )
+    forged = msgspec.structs.replace(instance, shard_assignments=assignments, rpc_endpoints=named)
+    cluster = facts(telemetry("a", 8 * GIB), telemetry("b", 8 * GIB), connected=True)
+    refusal = admit_instance(forged, gguf_card(), cluster, State())
+    assert isinstance(refusal, PlacementRefusal), refusal
+    assert refusal.code == NO_VALID_PLACEMENT
+    assert why in refusal.message
+    if "not a donor" not in why:
+        assert f"donor node {donor}" in refusal.message
+    # The master refuses it too, even when it cannot size the model to judge the rest.
+    state = State(topology=Topology(nodes=(A, B), connections=cluster.connections))
+    ordered = admit_command(
+        state, CreateInstance(command_id=CommandId("c"), instance=forged), {}, {}
+    )
+    assert isinstance(ordered, Refused) and why in ordered.message
+
+
+def test_an_exact_pool_at_its_donors_fabric_address_is_admitted() -> None:
+    instance, donor = _a_planned_pool()
+    cluster = facts(telemetry("a", 8 * GIB), telemetry("b", 8 * GIB), connected=True)
+    admitted = admit_instance(instance, gguf_card(), cluster, State())
+    assert isinstance(admitted, LlamaRpcInstance), admitted
+    assert admitted.rpc_endpoints == instance.rpc_endpoints
+    host = instance.rpc_endpoints[donor].rsplit(":", 1)[0]
+    assert host == ("10.0.0.1" if donor == A else "10.0.0.2")
 
 
 def _create(result: Placement | PlacementRefusal, command: str) -> CreateInstance:

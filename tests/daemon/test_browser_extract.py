@@ -173,6 +173,10 @@ def test_content_kind_and_sniffing() -> None:
         ("fe80::1", "a link-local address"),
         ("fc00::1", "a private address"),
         ("100.64.0.1", "not a publicly routable address"),
+        # Python 3.11 calls 192.0.0.8 global; the policy refuses all of 192.0.0.0/24.
+        ("192.0.0.8", "an IETF protocol assignment address"),
+        ("192.0.0.255", "an IETF protocol assignment address"),
+        ("::ffff:192.0.0.8", "mapped to 192.0.0.8, an IETF protocol assignment address"),
         ("240.0.0.1", "a reserved address"),
         ("0.0.0.0", "an unspecified address"),
         ("::", "an unspecified address"),
@@ -214,8 +218,9 @@ def test_every_resolved_address_is_checked() -> None:
     resolver = _table({"mixed.test": ["93.184.216.34", "10.0.0.7"], "ok.test": ["8.8.8.8"]})
     with pytest.raises(AddressRefused) as refused:
         asyncio.run(resolve_allowed("mixed.test", 80, allow_private=False, resolver=resolver))
+    # What an internal name resolves to is not told to whoever asked.
     assert str(refused.value) == (
-        "refused: mixed.test resolves to 10.0.0.7, a private address; "
+        "refused: mixed.test resolves to a non-public address; "
         "set browser_tools.allow_private_addresses to allow LAN pages"
     )
     allowed = asyncio.run(resolve_allowed("ok.test", 80, allow_private=False, resolver=resolver))
@@ -228,6 +233,32 @@ def test_literal_addresses_are_not_resolved() -> None:
     resolver = _table({})
     with pytest.raises(AddressRefused, match=r"^refused: 127\.0\.0\.1 is a loopback address; set"):
         asyncio.run(resolve_allowed("127.0.0.1", 80, allow_private=False, resolver=resolver))
+    with pytest.raises(AddressRefused, match=r"^refused: 192\.0\.0\.8 is an IETF protocol"):
+        asyncio.run(resolve_allowed("192.0.0.8", 80, allow_private=False, resolver=resolver))
+
+
+def test_refusals_name_only_addresses_the_caller_wrote() -> None:
+    resolver = _table(
+        {
+            "internal.example": ["10.20.30.40"],
+            "multicast.example": ["224.0.0.9"],
+            "2130706433": ["127.0.0.1"],
+        }
+    )
+    with pytest.raises(AddressRefused) as internal:
+        asyncio.run(resolve_allowed("internal.example", 80, allow_private=False, resolver=resolver))
+    assert str(internal.value).startswith(
+        "refused: internal.example resolves to a non-public address; set "
+    )
+    assert "10.20.30.40" not in str(internal.value)
+    with pytest.raises(AddressRefused) as multicast:
+        asyncio.run(resolve_allowed("multicast.example", 80, allow_private=True, resolver=resolver))
+    assert str(multicast.value) == (
+        "refused: multicast.example resolves to an address no setting allows"
+    )
+    # A number is an address in another spelling: naming it tells the caller nothing.
+    with pytest.raises(AddressRefused, match=r"2130706433 resolves to 127\.0\.0\.1, a loopback"):
+        asyncio.run(resolve_allowed("2130706433", 80, allow_private=False, resolver=resolver))
 
 
 @pytest.mark.parametrize(

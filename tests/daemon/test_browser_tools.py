@@ -400,7 +400,9 @@ def test_web_search_through_duckduckgo(make_daemon: DaemonFactory, site: str) ->
     daemon = make_daemon()
     daemon.config_home.mkdir(parents=True)
     (daemon.config_home / "skulk.yaml").write_text(
-        yaml.safe_dump({"browser_tools": {"search_url": f"{site}/ddg/html/"}})
+        yaml.safe_dump(
+            {"browser_tools": {"search_url": f"{site}/ddg/html/", "allow_private_addresses": True}}
+        )
     )
     daemon.start()
     response = _post(daemon, "web_search", {"query": "red fox"})
@@ -530,7 +532,7 @@ def test_a_name_that_rebinds_to_loopback_is_refused_on_the_hop() -> None:
         return httpx.Response(301, headers={"Location": "/again"})
 
     settings = FetchSettings(resolver=rebinding, transport=httpx.MockTransport(public_internet))
-    with pytest.raises(AddressRefused, match=r"rebind\.example resolves to 127\.0\.0\.1"):
+    with pytest.raises(AddressRefused, match=r"rebind\.example resolves to a non-public address"):
         asyncio.run(fetch("http://rebind.example/", settings, _whole_body))
 
 
@@ -560,7 +562,9 @@ def test_extract_page_marks_a_cut_body_as_truncated(site: str) -> None:
 
 def test_searxng_errors_name_the_fix(site: str) -> None:
     config = BrowserToolsConfig(
-        search_provider=SearchProviderName.SEARXNG, search_url=f"{site}/nowhere"
+        search_provider=SearchProviderName.SEARXNG,
+        search_url=f"{site}/nowhere",
+        allow_private_addresses=True,
     )
     with pytest.raises(UpstreamError, match=r"SearXNG \(127\.0\.0\.1:\d+\) answered HTTP 404"):
         asyncio.run(serving.web_search(WebSearchRequest(query="fox"), config))

@@ -1,6 +1,7 @@
 """A GGUF model pooled over two nodes with llama.cpp's RPC backend (``LlamaRpc``):
 the driver holds the first layers and generates, the donor lends its memory for the
-rest through an RPC server that only cluster members can reach. Killing the donor
+rest through an RPC server that only cluster members can reach, and no other
+process on the machine can reach the runners' llama.cpp sockets. Killing the donor
 fails the pool loudly, naming it, and the cluster places the model again."""
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ import httpx
 import psutil
 import pytest
 
-from skulk_daemon.runner.rpc_gate import MAGIC, NONCE_BYTES
+from skulk_daemon.runner.rpc_dialer import HELPER_NAME
+from skulk_daemon.runner.rpc_gate import MAGIC, NONCE_BYTES, PROOF_BYTES
 from tests.daemon.serving import DEMO, sse_lines, wait_for, wait_idle
 from tests.daemon.serving import PROMPT as CHAT
 from tests.daemon.test_cluster import converged, node_id
 from tests.daemon_process import DaemonProcess
+from tests.security.test_rpc_isolation import loopback_listeners, netns
 
 pytestmark = pytest.mark.slow
 
@@ -114,12 +117,14 @@ def delete(daemon: DaemonProcess, instance_id: str) -> None:
     assert httpx.delete(f"{daemon.url}/instance/{instance_id}", timeout=30).status_code == 200
 
 
-def donor_runner_pids(daemon: DaemonProcess) -> list[int]:
+def runner_pids(daemon: DaemonProcess) -> list[int]:
+    """The daemon's runners (not a driver's dialing helper, a fork of it)."""
     assert daemon.process is not None
     return [
         child.pid
         for child in psutil.Process(daemon.process.pid).children(recursive=True)
         if "skulk_daemon.runner" in " ".join(child.cmdline())
+        and child.name() != HELPER_NAME.decode()
     ]
 
 
@@ -191,10 +196,29 @@ def test_a_peer_without_the_cluster_key_is_refused_by_the_donor(
         challenge = outsider.recv(len(MAGIC) + NONCE_BYTES)
         assert challenge.startswith(MAGIC)
         # A llama.cpp RPC client's first bytes are not an answer to the challenge.
-        outsider.sendall(b"\x00" * 32)
+        outsider.sendall(b"\x00" * (NONCE_BYTES + PROOF_BYTES))
         outsider.settimeout(10)
         assert outsider.recv(1) == b""  # refused: closed without serving anything
     # The pool is unharmed.
+    assert complete(first).json()["response"] == reference
+
+
+def test_no_other_process_reaches_the_pools_llama_cpp_sockets(
+    pool: tuple[DaemonProcess, DaemonProcess], reference: str
+) -> None:
+    first, second = pool
+    served_pool(first)
+    runners = runner_pids(first) + runner_pids(second)
+    assert len(runners) == 2
+    for pid in runners:
+        # The donor's llama.cpp server, the driver's gate client: each listens on
+        # 127.0.0.1 in its runner's own namespace, and is refused from this one.
+        assert netns(pid) != netns(os.getpid())
+        listening = loopback_listeners(pid)
+        assert listening
+        for port in listening:
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", port), timeout=5).close()
     assert complete(first).json()["response"] == reference
 
 
@@ -210,7 +234,7 @@ def test_killing_the_donor_fails_the_pool_visibly_and_it_is_placed_again(
     with httpx.stream("POST", f"{driver.url}/v1/chat/completions", json=request, timeout=120) as r:
         lines = sse_lines(r)
         next(ln for ln in lines if ln.startswith("data: {"))
-        donor_pids = [p for p in donor_runner_pids(donor)]
+        donor_pids = runner_pids(donor)
         assert donor_pids
         for pid in donor_pids:
             os.kill(pid, signal.SIGKILL)

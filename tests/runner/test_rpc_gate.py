@@ -1,6 +1,7 @@
 """The gate in front of a donor's llama.cpp RPC server, over real loopback sockets:
 members relay bytes both ways, strangers are refused, and a donor that goes away is
-reported to the driver (while the driver closing its own connections is not)."""
+reported to the driver (while the driver closing its own connections is not).
+Tampering, impostors and eavesdroppers are in tests/security/test_rpc_relay.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from skulk_daemon.runner.rpc_gate import MAGIC, NONCE_BYTES, GateClient, GateServer, gate_answer
+from skulk_daemon.runner.rpc_gate import (
+    DRIVER_DOMAIN,
+    MAGIC,
+    NONCE_BYTES,
+    GateClient,
+    GateServer,
+    proof,
+)
 
 KEY = b"k" * 32
 INSTANCE = "instance-1"
@@ -24,6 +32,7 @@ class EchoServer:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.connections: list[socket.socket] = []
+        self.received = 0
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -35,10 +44,10 @@ class EchoServer:
             self.connections.append(conn)
             threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
 
-    @staticmethod
-    def _echo(conn: socket.socket) -> None:
+    def _echo(self, conn: socket.socket) -> None:
         with contextlib.suppress(OSError):
             while data := conn.recv(65536):
+                self.received += len(data)
                 conn.sendall(data)
 
     def hang_up(self) -> None:
@@ -49,16 +58,23 @@ class EchoServer:
         self.listener.close()
 
 
+@contextlib.contextmanager
+def echo_gate() -> Iterator[tuple[EchoServer, GateServer]]:
+    """A donor's gate in front of an :class:`EchoServer`, on loopback."""
+    echo = EchoServer()
+    gate = GateServer("127.0.0.1", 0, key=KEY, instance_id=INSTANCE)
+    gate.start(("127.0.0.1", echo.port))
+    try:
+        yield echo, gate
+    finally:
+        gate.close()
+        echo.hang_up()
+
+
 @pytest.fixture
 def donor() -> Iterator[tuple[EchoServer, GateServer]]:
-    echo = EchoServer()
-    gate = GateServer(
-        "127.0.0.1", 0, target=("127.0.0.1", echo.port), key=KEY, instance_id=INSTANCE
-    )
-    gate.start()
-    yield echo, gate
-    gate.close()
-    echo.hang_up()
+    with echo_gate() as pair:
+        yield pair
 
 
 class Lost:
@@ -79,7 +95,14 @@ def _client(gate: GateServer, lost: list[str], key: bytes = KEY) -> GateClient:
     return client
 
 
-def _roundtrip(client: GateClient, payload: bytes) -> bytes:
+def answer(key: bytes, challenge: bytes, instance: str = INSTANCE) -> bytes:
+    """What a driver sends back for ``challenge`` (MAGIC || gate nonce)."""
+    driver_nonce = b"d" * NONCE_BYTES
+    gate_nonce = challenge[len(MAGIC) :]
+    return driver_nonce + proof(DRIVER_DOMAIN, key, gate_nonce, driver_nonce, instance)
+
+
+def roundtrip(client: GateClient, payload: bytes) -> bytes:
     host, port = client.endpoint.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=5) as sock:
         sock.sendall(payload)
@@ -96,7 +119,7 @@ def test_a_member_relays_bytes_both_ways(donor: tuple[EchoServer, GateServer]) -
     lost: list[str] = []
     client = _client(gate, lost)
     payload = bytes(range(256)) * 4096  # 1 MiB: several relay chunks
-    assert _roundtrip(client, payload) == payload
+    assert roundtrip(client, payload) == payload
     # The driver closing its own connection is not a lost donor.
     assert lost == []
     client.close()
@@ -109,8 +132,7 @@ def test_a_wrong_key_is_refused_before_reaching_the_server(
     with socket.create_connection(gate.address, timeout=5) as outsider:
         challenge = outsider.recv(len(MAGIC) + NONCE_BYTES)
         assert challenge.startswith(MAGIC)
-        nonce = challenge[len(MAGIC) :]
-        outsider.sendall(gate_answer(b"x" * 32, nonce, INSTANCE))
+        outsider.sendall(answer(b"x" * 32, challenge))
         assert outsider.recv(1) == b""
     assert gate.refused == 1
     assert echo.connections == []
@@ -119,8 +141,8 @@ def test_a_wrong_key_is_refused_before_reaching_the_server(
 def test_an_answer_for_another_pool_is_refused(donor: tuple[EchoServer, GateServer]) -> None:
     _, gate = donor
     with socket.create_connection(gate.address, timeout=5) as outsider:
-        nonce = outsider.recv(len(MAGIC) + NONCE_BYTES)[len(MAGIC) :]
-        outsider.sendall(gate_answer(KEY, nonce, "another-instance"))
+        challenge = outsider.recv(len(MAGIC) + NONCE_BYTES)
+        outsider.sendall(answer(KEY, challenge, "another-instance"))
         assert outsider.recv(1) == b""
     assert gate.refused == 1
 

@@ -1,19 +1,21 @@
 """The search-provider seam: one protocol, one module per provider, ``registry.py`` chooses.
 
-Provider hosts are chosen by the operator, so the SSRF policy does not apply to them;
-the results are returned to the client, never fetched here.
+Provider requests go through ``fetch.py`` like any page: the configured URL is held
+to the same SSRF policy (no loopback or LAN search server unless
+``browser_tools.allow_private_addresses`` is on), redirects are checked hop by hop,
+and the body is decoded within a bound. The results are returned to the client,
+never fetched here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Protocol
 
-import httpx
 import msgspec
 
-from skulk_daemon.browser.errors import UpstreamError, UpstreamTimeout
-from skulk_daemon.browser.fetch import USER_AGENT
+from skulk_daemon.browser.errors import UpstreamError
+from skulk_daemon.browser.fetch import FetchSettings, Outbound, fetch_request
 
 MIN_TOP_K = 1
 MAX_TOP_K = 10
@@ -23,7 +25,6 @@ MAX_QUERY_CHARS = 2000
 MAX_SEARCH_RESPONSE_BYTES = 2 * 1024 * 1024
 MAX_RESULT_TITLE_CHARS = 300
 MAX_SNIPPET_CHARS = 1000
-MAX_SEARCH_REDIRECTS = 5
 
 
 class SearchHit(msgspec.Struct, frozen=True, kw_only=True):
@@ -50,55 +51,14 @@ class ProviderResponse(msgspec.Struct, frozen=True, kw_only=True):
     body: bytes
 
 
-async def provider_request(
-    *,
-    label: str,
-    method: str,
-    url: str,
-    timeout_seconds: float,
-    params: Mapping[str, str] | None = None,
-    data: Mapping[str, str] | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> ProviderResponse:
-    """One bounded request to a provider; transport failures become ``BrowserToolError``."""
-    client = httpx.AsyncClient(
-        follow_redirects=True,
-        max_redirects=MAX_SEARCH_REDIRECTS,
-        timeout=httpx.Timeout(timeout_seconds),
-        headers={"User-Agent": USER_AGENT},
-    )
-    try:
-        async with client:
-            request = client.build_request(
-                method, url, params=params, data=data, headers=dict(headers or {})
-            )
-            response = await client.send(request, stream=True)
-            try:
-                body = await _read_limited(response)
-            finally:
-                await response.aclose()
-    except httpx.TimeoutException:
-        raise UpstreamTimeout(
-            f"{label} did not answer within {timeout_seconds:g} seconds"
-        ) from None
-    except httpx.HTTPError as exc:
-        # NOTE: the message names the provider, not the request: the request's
-        # headers may carry the API key.
-        raise UpstreamError(f"{label} could not be reached: {type(exc).__name__}: {exc}") from None
-    return ProviderResponse(status_code=response.status_code, body=body)
-
-
-async def _read_limited(response: httpx.Response) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > MAX_SEARCH_RESPONSE_BYTES:
-            raise UpstreamError(
-                f"the search response is larger than {MAX_SEARCH_RESPONSE_BYTES} bytes"
-            )
-        chunks.append(chunk)
-    return b"".join(chunks)
+async def provider_request(outbound: Outbound, settings: FetchSettings) -> ProviderResponse:
+    """One bounded request to a provider; failures become ``BrowserToolError``."""
+    page = await fetch_request(outbound, settings, lambda _: MAX_SEARCH_RESPONSE_BYTES)
+    if page.body_truncated:
+        raise UpstreamError(
+            f"{outbound.label} sent a search response larger than {MAX_SEARCH_RESPONSE_BYTES} bytes"
+        )
+    return ProviderResponse(status_code=page.status_code, body=page.body)
 
 
 def _clean(text: str | None, limit: int) -> str:

@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 from bs4 import BeautifulSoup, Tag
 
 from skulk_daemon.browser.errors import UpstreamError
+from skulk_daemon.browser.fetch import FetchSettings, Outbound
 from skulk_daemon.browser.search.base import SearchHit, provider_request, ranked
 from skulk_daemon.browser.search.searxng import host_of
 
@@ -22,20 +23,20 @@ DEFAULT_DUCKDUCKGO_URL = "https://html.duckduckgo.com/html/"
 class DuckDuckGoProvider:
     name = "duckduckgo"
 
-    def __init__(self, base_url: str = DEFAULT_DUCKDUCKGO_URL, *, timeout_seconds: float) -> None:
+    def __init__(self, base_url: str = DEFAULT_DUCKDUCKGO_URL, *, settings: FetchSettings) -> None:
         self._url = base_url
-        self._timeout = timeout_seconds
+        self._settings = settings
         self._label = f"DuckDuckGo ({host_of(base_url)})"
 
     async def search(self, query: str, top_k: int) -> list[SearchHit]:
-        response = await provider_request(
-            label=self._label,
-            method="POST",
+        outbound = Outbound(
             url=self._url,
-            data={"q": query},
+            method="POST",
+            form={"q": query},
             headers={"Accept": "text/html", "Referer": self._url},
-            timeout_seconds=self._timeout,
+            label=self._label,
         )
+        response = await provider_request(outbound, self._settings)
         if response.status_code == 202:
             raise UpstreamError(
                 f"{self._label} answered with its bot check (HTTP 202); try again later or "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from skulk_daemon.browser.errors import UpstreamError
+from skulk_daemon.browser.fetch import FetchSettings, Outbound
 from skulk_daemon.browser.search.base import SearchHit, provider_request, ranked
 
 
@@ -24,25 +25,23 @@ _decoder = msgspec.json.Decoder(_Results)
 class SearxngProvider:
     name = "searxng"
 
-    def __init__(self, base_url: str, *, timeout_seconds: float, api_key: str | None) -> None:
+    def __init__(self, base_url: str, *, settings: FetchSettings, api_key: str | None) -> None:
         self._endpoint = base_url.rstrip("/") + "/search"
-        self._timeout = timeout_seconds
+        self._settings = settings
         self._api_key = api_key
         self._label = f"SearXNG ({host_of(base_url)})"
 
     async def search(self, query: str, top_k: int) -> list[SearchHit]:
-        headers = {"Accept": "application/json"}
-        if self._api_key:
-            # For instances behind an authenticating reverse proxy.
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        response = await provider_request(
-            label=self._label,
-            method="GET",
+        # For instances behind an authenticating reverse proxy.
+        credentials = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        outbound = Outbound(
             url=self._endpoint,
             params={"q": query, "format": "json"},
-            headers=headers,
-            timeout_seconds=self._timeout,
+            headers={"Accept": "application/json"},
+            credentials=credentials,
+            label=self._label,
         )
+        response = await provider_request(outbound, self._settings)
         if response.status_code == 403:
             raise UpstreamError(
                 f"{self._label} refused the JSON API (HTTP 403); enable it with "

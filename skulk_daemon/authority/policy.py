@@ -1,0 +1,212 @@
+"""The one request-authority policy: a pure decision over what a request shows.
+
+Each route declares a :class:`Requirement`. :func:`decide` takes the facts of one
+request (:class:`RequestFacts`, read from the ASGI scope by the guard) and answers the
+:class:`Caller` it may act as, or the :class:`Refusal` it gets, with a sentence saying
+how to get access. In order:
+
+1. A request the operator listener admitted (its bearer and scope already checked) acts
+   as the operator gateway; the browser checks do not apply to a bearer credential.
+2. ``Host`` must name this node (DNS rebinding): else 421.
+3. A body on a route that takes JSON must say ``application/json`` (a web page can send
+   ``text/plain`` without a CORS preflight; this closes that door): else 415.
+4. A cross-site ``Origin`` on anything but a safe method is refused (CSRF), unless it is
+   one of this node's names, a configured CORS origin, or, from a trusted-fabric peer,
+   an origin of the same trust classes (a dashboard browsed from another LAN machine).
+5. The route's requirement; then the optional API keys, required from every caller that
+   is not on this machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+from skulk_daemon.authority.peers import PeerClass
+
+
+class Requirement(StrEnum):
+    OPEN = "open"
+    """Reads and inference: any caller that reaches the port (API keys, when configured,
+    from callers not on this machine)."""
+    TRUSTED_FABRIC = "trusted_fabric"
+    """Mutations: a loopback or trusted-fabric (private LAN, CGNAT) socket peer with no
+    proxy headers, or the operator gateway."""
+    DIRECT_LOOPBACK = "direct_loopback"
+    """What changes where secrets go or what the node trusts: a loopback socket peer
+    with no proxy headers, or the operator gateway."""
+    PAIRING = "pairing"
+    """``/v1/auth/*``: the pairing authority (pre-auth, bearer, direct owner) is applied
+    by the routes themselves; the browser checks still apply."""
+
+
+class Caller(StrEnum):
+    """What an admitted request may act as; services read it for finer rules."""
+
+    LOOPBACK = "loopback"
+    TRUSTED_FABRIC = "trusted_fabric"
+    OPERATOR = "operator"
+    SERVICE_BEARER = "service_bearer"
+    OTHER = "other"
+
+
+SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestFacts:
+    method: str
+    peer: PeerClass
+    forwarded: str | None
+    """The first proxy-forwarding header the request carries."""
+    host: str | None
+    """The ``Host`` header's host, ``None`` when missing, repeated or malformed."""
+    host_is_own: bool
+    origin: str | None
+    """The ``Origin`` header as sent (``None`` when absent)."""
+    origin_is_own: bool = False
+    origin_class: PeerClass = PeerClass.UNKNOWN
+    origin_allowed: bool = False
+    """The origin is one of the configured CORS origins."""
+    content_type: str | None = None
+    """Media type only, lower-case (``application/json``)."""
+    has_body: bool = False
+    operator: bool = False
+    api_keys_configured: bool = False
+    api_key_valid: bool = False
+    service_bearer: bool = False
+    """The request presented the exact-card qualification token (and it matched)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    status: int
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class RouteAuthority:
+    """What one route declares."""
+
+    requirement: Requirement
+    json_body: bool = True
+    """The route's body, when it has one, is JSON."""
+    service_bearer: bool = False
+    """The exact-card qualification token is accepted here (add-card and its cleanup)."""
+
+
+def is_json(content_type: str | None) -> bool:
+    if content_type is None:
+        return False
+    return content_type == "application/json" or (
+        content_type.startswith("application/") and content_type.endswith("+json")
+    )
+
+
+def _origin_ok(facts: RequestFacts) -> bool:
+    if facts.origin is None or facts.origin_is_own or facts.origin_allowed:
+        return True
+    return facts.peer.trusted_fabric and facts.origin_class.trusted_fabric
+
+
+def decide(facts: RequestFacts, route: RouteAuthority) -> Caller | Refusal:
+    """The caller this request acts as, or why it is refused."""
+    if facts.operator:
+        return Caller.OPERATOR
+    if facts.host is None or not facts.host_is_own:
+        return Refusal(
+            421,
+            "misdirected_host",
+            "the request's Host header does not name this node; address it by its IP "
+            "address, hostname or localhost, or add the name you use to api.hostnames "
+            "in skulk.yaml",
+        )
+    json_expected = facts.method in BODY_METHODS and facts.has_body and route.json_body
+    if json_expected and not is_json(facts.content_type):
+        return Refusal(
+            415,
+            "unsupported_media_type",
+            "this route takes a JSON body: send it with Content-Type: application/json",
+        )
+    if facts.method not in SAFE_METHODS and not _origin_ok(facts):
+        return Refusal(
+            403,
+            "cross_origin",
+            "this request comes from a web page on another site (its Origin is not this "
+            "node); open the page this node serves, or add its origin to api.cors_origins "
+            "in skulk.yaml",
+        )
+    if route.service_bearer and facts.service_bearer:
+        return Caller.SERVICE_BEARER
+    caller = _caller(facts)
+    refusal = _required(facts, route.requirement, caller)
+    if refusal is not None:
+        return refusal
+    remote = facts.peer is not PeerClass.LOOPBACK
+    if facts.api_keys_configured and remote and not facts.api_key_valid:
+        return Refusal(
+            401,
+            "invalid_api_key",
+            "this node requires an API key from callers on other machines: send "
+            "'Authorization: Bearer <key>' with one of the keys in api.keys "
+            "(SKULK_API_KEYS)",
+        )
+    return caller
+
+
+def _caller(facts: RequestFacts) -> Caller:
+    if facts.forwarded is not None:
+        return Caller.OTHER
+    if facts.peer is PeerClass.LOOPBACK:
+        return Caller.LOOPBACK
+    if facts.peer.trusted_fabric:
+        return Caller.TRUSTED_FABRIC
+    return Caller.OTHER
+
+
+def _required(facts: RequestFacts, requirement: Requirement, caller: Caller) -> Refusal | None:
+    match requirement:
+        case Requirement.OPEN | Requirement.PAIRING:
+            return None
+        case Requirement.TRUSTED_FABRIC:
+            if facts.forwarded is not None:
+                return _forwarded(facts.forwarded)
+            if caller in (Caller.LOOPBACK, Caller.TRUSTED_FABRIC):
+                return None
+            return Refusal(
+                403,
+                "untrusted_peer",
+                "this change is accepted only from this machine, the node's private "
+                "network, or a paired device through the operator gateway (skulk "
+                "operator pair)",
+            )
+        case Requirement.DIRECT_LOOPBACK:
+            if facts.forwarded is not None:
+                return _forwarded(facts.forwarded)
+            if caller is not Caller.LOOPBACK:
+                return Refusal(
+                    403,
+                    "loopback_required",
+                    "this change is accepted only from this machine (localhost) or from a "
+                    "paired device through the operator gateway (skulk operator pair)",
+                )
+            if facts.origin is not None and facts.origin_class is not PeerClass.LOOPBACK:
+                return Refusal(
+                    403,
+                    "cross_origin",
+                    "this change is accepted only from a page this node serves on "
+                    "localhost; the request's Origin names another site",
+                )
+            return None
+
+
+def _forwarded(header: str) -> Refusal:
+    return Refusal(
+        403,
+        "forwarded_request",
+        f"the request carries the proxy header {header}; this change needs a direct "
+        "connection to the node (or a paired device through the operator gateway)",
+    )

@@ -1,0 +1,91 @@
+"""Another machine on the LAN: a network namespace on a veth pair, with callers in it.
+
+The host side of the pair carries one address in each trust class the policy tells
+apart, and the namespace its twin: a request from the namespace to ``10.77.0.1`` comes
+from a private-LAN peer, to ``100.77.0.1`` from a CGNAT peer, and to ``198.51.100.1``
+(TEST-NET-2) from a public one. Traffic never leaves this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+PRIVATE_HOST = "10.77.0.1"
+CGNAT_HOST = "100.77.0.1"
+PUBLIC_HOST = "198.51.100.1"
+_PAIRS = (
+    ("10.77.0.1", "10.77.0.2"),
+    ("100.77.0.1", "100.77.0.2"),
+    ("198.51.100.1", "198.51.100.2"),
+)
+
+# Requests made from inside the namespace: one interpreter start for a whole batch.
+_CALLER = """
+import json, sys, httpx
+results = []
+for request in json.load(sys.stdin):
+    try:
+        r = httpx.request(timeout=30, **request)
+        body = r.text
+        results.append({"status": r.status_code, "body": body, "headers": dict(r.headers)})
+    except httpx.HTTPError as exc:
+        results.append({"status": None, "body": repr(exc), "headers": {}})
+json.dump(results, sys.stdout)
+"""
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+@dataclass(frozen=True)
+class Lan:
+    namespace: str
+
+    def requests(self, *requests: dict[str, Any]) -> list[dict[str, Any]]:
+        """Make ``requests`` (``httpx.request`` keyword arguments) from the other machine."""
+        done = subprocess.run(
+            ["ip", "netns", "exec", self.namespace, sys.executable, "-c", _CALLER],
+            input=json.dumps(list(requests)),
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+        results: list[dict[str, Any]] = json.loads(done.stdout)
+        return results
+
+    def request(self, **request: Any) -> dict[str, Any]:
+        return self.requests(request)[0]
+
+
+@contextmanager
+def lan() -> Iterator[Lan]:
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("network namespaces need root and iproute2")
+    tag = f"{os.getpid() % 100000}"
+    namespace, host_if, ns_if = f"skulk-lan-{tag}", f"skh{tag}", f"skn{tag}"
+    _ip("netns", "add", namespace)
+    try:
+        _ip("link", "add", host_if, "type", "veth", "peer", "name", ns_if)
+        _ip("link", "set", ns_if, "netns", namespace)
+        for host, peer in _PAIRS:
+            _ip("addr", "add", f"{host}/24", "dev", host_if)
+            _ip("-n", namespace, "addr", "add", f"{peer}/24", "dev", ns_if)
+        _ip("link", "set", host_if, "up")
+        _ip("-n", namespace, "link", "set", ns_if, "up")
+        _ip("-n", namespace, "link", "set", "lo", "up")
+        yield Lan(namespace)
+    finally:
+        subprocess.run(["ip", "link", "del", host_if], capture_output=True, check=False)
+        subprocess.run(["ip", "netns", "del", namespace], capture_output=True, check=False)

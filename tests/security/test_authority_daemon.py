@@ -1,0 +1,242 @@
+"""The request-authority policy on a real daemon, from real peers of each trust class.
+
+One daemon listens on every address; callers are this machine (loopback) and another
+"machine" in a network namespace reaching it as a private-LAN, a CGNAT or a public
+peer (see lan.py). Each refusal is checked for its status and envelope, and for
+leaving nothing changed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.daemon_process import DaemonProcess
+from tests.security.lan import CGNAT_HOST, PRIVATE_HOST, PUBLIC_HOST, Lan, lan
+
+pytestmark = pytest.mark.slow
+
+API_KEY = "sk-skulk-test-0123456789abcdef0123456789"
+DEMO = "local/gemma-3-270m-q4_k_m"
+PLACE = {"model_id": DEMO, "min_nodes": 1, "context_tokens": 1024}
+
+
+@pytest.fixture(scope="module")
+def network() -> Iterator[Lan]:
+    with lan() as made:
+        yield made
+
+
+def _daemon(root: Path, models: Path, **env: str) -> Iterator[DaemonProcess]:
+    daemon = DaemonProcess(
+        root=root, models_dir=models, extra_args=["--host", "0.0.0.0"], extra_env=env
+    )
+    daemon.start()
+    try:
+        yield daemon
+    finally:
+        daemon.kill()
+
+
+@pytest.fixture(scope="module")
+def node(
+    network: Lan, tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
+) -> Iterator[DaemonProcess]:
+    # The namespace exists before the daemon starts, so its addresses are the node's own.
+    yield from _daemon(tmp_path_factory.mktemp("authority"), shared_models_dir)
+
+
+@pytest.fixture(scope="module")
+def keyed(
+    network: Lan, tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
+) -> Iterator[DaemonProcess]:
+    yield from _daemon(tmp_path_factory.mktemp("keyed"), shared_models_dir, SKULK_API_KEYS=API_KEY)
+
+
+def _url(daemon: DaemonProcess, host: str, path: str) -> str:
+    return f"http://{host}:{daemon.port}{path}"
+
+
+def _refused(result: dict[str, Any], status: int, code: str) -> None:
+    assert result["status"] == status, result
+    body = httpx.Response(200, text=result["body"]).json()
+    assert body["error"]["code"] == code, body
+    assert body["error"]["message"], body
+
+
+def _instances(daemon: DaemonProcess) -> dict[str, Any]:
+    instances: dict[str, Any] = daemon.get("/state").json()["instances"]
+    return instances
+
+
+def _config(daemon: DaemonProcess) -> dict[str, Any]:
+    config: dict[str, Any] = daemon.get("/config").json()["config"]
+    return config
+
+
+def test_a_public_peer_reads_but_cannot_change_anything(node: DaemonProcess, network: Lan) -> None:
+    config_before = _config(node)
+    results = network.requests(
+        {"method": "GET", "url": _url(node, PUBLIC_HOST, "/v1/models")},
+        {"method": "GET", "url": _url(node, PUBLIC_HOST, "/state")},
+        {"method": "POST", "url": _url(node, PUBLIC_HOST, "/place_instance"), "json": PLACE},
+        {"method": "PUT", "url": _url(node, PUBLIC_HOST, "/config"), "json": config_before},
+        {"method": "DELETE", "url": _url(node, PUBLIC_HOST, "/instance/anything")},
+        {"method": "DELETE", "url": _url(node, PUBLIC_HOST, "/models/custom/a/b")},
+        {"method": "POST", "url": _url(node, PUBLIC_HOST, "/onboarding"), "json": {}},
+        {"method": "GET", "url": _url(node, PUBLIC_HOST, "/events")},
+        {
+            "method": "POST",
+            "url": _url(node, PUBLIC_HOST, "/models/add-card"),
+            "json": {"model_card": {}},
+        },
+    )
+    models, state, *changes = results
+    assert models["status"] == 200
+    assert state["status"] == 200
+    for refused in changes[:-1]:
+        _refused(refused, 403, "untrusted_peer")
+    _refused(changes[-1], 403, "loopback_required")
+    assert _instances(node) == {}
+    assert _config(node) == config_before
+
+
+def test_private_lan_and_cgnat_peers_are_the_trusted_fabric(
+    node: DaemonProcess, network: Lan
+) -> None:
+    config = _config(node)
+    lowered = {**config, "logging": {**config["logging"], "level": "debug"}}
+    retarget = {**config, "cluster": {**config["cluster"], "peers": ["203.0.113.9:52416"]}}
+    private, cgnat, secrets, add_card = network.requests(
+        {"method": "PUT", "url": _url(node, PRIVATE_HOST, "/config"), "json": lowered},
+        {"method": "PUT", "url": _url(node, CGNAT_HOST, "/config"), "json": config},
+        {"method": "PUT", "url": _url(node, PRIVATE_HOST, "/config"), "json": retarget},
+        {
+            "method": "POST",
+            "url": _url(node, PRIVATE_HOST, "/models/add-card"),
+            "json": {"model_card": {}},
+        },
+    )
+    assert private["status"] == 200, private
+    assert cgnat["status"] == 200, cgnat
+    # What changes whom the node trusts is for this machine or the operator gateway.
+    _refused(secrets, 403, "loopback_required")
+    _refused(add_card, 403, "loopback_required")
+    assert _config(node)["cluster"]["peers"] == config["cluster"]["peers"]
+
+
+def test_proxied_and_cross_site_requests_are_refused(node: DaemonProcess, network: Lan) -> None:
+    forwarded, cross_site, lan_page = network.requests(
+        {
+            "method": "POST",
+            "url": _url(node, PRIVATE_HOST, "/place_instance"),
+            "json": PLACE,
+            "headers": {"X-Forwarded-For": "10.77.0.9"},
+        },
+        {
+            "method": "POST",
+            "url": _url(node, PRIVATE_HOST, "/place_instance"),
+            "json": PLACE,
+            "headers": {"Origin": "https://evil.example"},
+        },
+        {
+            "method": "GET",
+            "url": _url(node, PRIVATE_HOST, "/state"),
+            "headers": {"Origin": "https://evil.example"},
+        },
+    )
+    _refused(forwarded, 403, "forwarded_request")
+    _refused(cross_site, 403, "cross_origin")
+    assert lan_page["status"] == 200  # reading is not a change
+    assert _instances(node) == {}
+
+
+def test_dns_rebinding_and_simple_requests_are_refused_on_loopback(node: DaemonProcess) -> None:
+    rebound = httpx.post(
+        f"{node.url}/place_instance", json=PLACE, headers={"Host": "evil.example"}, timeout=30
+    )
+    assert rebound.status_code == 421
+    assert rebound.json()["error"]["code"] == "misdirected_host"
+    read = httpx.get(f"{node.url}/state", headers={"Host": "evil.example:52415"}, timeout=30)
+    assert read.status_code == 421
+    simple = httpx.post(
+        f"{node.url}/place_instance",
+        content=httpx.Response(200, json=PLACE).content,
+        headers={"Content-Type": "text/plain"},
+        timeout=30,
+    )
+    assert simple.status_code == 415
+    assert simple.json()["error"]["code"] == "unsupported_media_type"
+    page = httpx.put(
+        f"{node.url}/config",
+        json=_config(node),
+        headers={"Origin": "https://evil.example"},
+        timeout=30,
+    )
+    assert page.status_code == 403
+    assert _instances(node) == {}
+    # Every refusal is counted by reason.
+    counted = node.get("/v1/diagnostics/node").json()["authorityRefusals"]
+    assert counted["misdirected_host"] >= 2
+    assert counted["unsupported_media_type"] >= 1
+    assert counted["cross_origin"] >= 1
+
+
+def test_api_keys_are_required_from_other_machines_only(keyed: DaemonProcess, network: Lan) -> None:
+    bare, bearer, anthropic_style, wrong = network.requests(
+        {"method": "GET", "url": _url(keyed, PRIVATE_HOST, "/v1/models")},
+        {
+            "method": "GET",
+            "url": _url(keyed, PRIVATE_HOST, "/v1/models"),
+            "headers": {"Authorization": f"Bearer {API_KEY}"},
+        },
+        {
+            "method": "GET",
+            "url": _url(keyed, PRIVATE_HOST, "/v1/models"),
+            "headers": {"x-api-key": API_KEY},
+        },
+        {
+            "method": "GET",
+            "url": _url(keyed, PRIVATE_HOST, "/v1/models"),
+            "headers": {"Authorization": f"Bearer {API_KEY}x"},
+        },
+    )
+    _refused(bare, 401, "invalid_api_key")
+    assert bare["headers"].get("www-authenticate") == "Bearer"
+    assert bearer["status"] == 200
+    assert anthropic_style["status"] == 200
+    _refused(wrong, 401, "invalid_api_key")
+    assert keyed.get("/v1/models").status_code == 200  # this machine needs no key
+    # The key is a secret: never in GET /config, never in the log.
+    assert API_KEY not in httpx.get(f"{keyed.url}/config", timeout=30).text
+    assert API_KEY not in keyed.log_text()
+
+
+def test_the_official_sdk_passes_its_api_key(keyed: DaemonProcess, network: Lan) -> None:
+    script = (
+        "import openai, sys\n"
+        f"client = openai.OpenAI(base_url='http://{PRIVATE_HOST}:{keyed.port}/v1', "
+        f"api_key=sys.argv[1], max_retries=0)\n"
+        "print(len(client.models.list().data))\n"
+        "wrong = openai.OpenAI(base_url=client.base_url, api_key='wrong', max_retries=0)\n"
+        "try:\n"
+        "    wrong.models.list()\n"
+        "except openai.AuthenticationError:\n"
+        "    print('refused')\n"
+    )
+    done = subprocess.run(
+        ["ip", "netns", "exec", network.namespace, sys.executable, "-c", script, API_KEY],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    count, refused = done.stdout.split()
+    assert int(count) >= 1
+    assert refused == "refused"

@@ -1,0 +1,117 @@
+"""The API server's own bounds: slow headers are cut off, large bodies are rationed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from skulk_daemon.system import http_server
+from skulk_daemon.system.http_server import BoundedH11Protocol, LargeBodyLimiter
+
+
+async def _hello(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            pass
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    while (await receive()).get("more_body"):
+        pass
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any) -> AsyncIterator[int]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app,
+        http=BoundedH11Protocol,
+        lifespan="off",
+        log_level="error",
+        **http_server.UVICORN_LIMITS,
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:  # noqa: ASYNC110 (uvicorn exposes a flag, not an event)
+        await asyncio.sleep(0.01)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        await task
+
+
+def test_a_client_that_never_finishes_its_headers_is_disconnected(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(http_server, "HEADER_TIMEOUT_SECONDS", 0.5)
+
+    async def scenario() -> None:
+        async with serving(_hello) as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            await writer.drain()
+            # The server closes the connection: EOF arrives well before our own timeout.
+            assert await asyncio.wait_for(reader.read(), timeout=5) == b""
+            writer.close()
+            # A client that sends its request in time is served as before.
+            async with httpx.AsyncClient() as client:
+                response = await client.get(f"http://127.0.0.1:{port}/")
+            assert response.text == "ok"
+
+    asyncio.run(scenario())
+
+
+def test_a_slow_answer_is_not_cut_off_by_the_header_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(http_server, "HEADER_TIMEOUT_SECONDS", 0.3)
+
+    async def slow(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await asyncio.sleep(1.0)
+        await send({"type": "http.response.body", "body": b"late"})
+
+    async def scenario() -> None:
+        async with serving(slow) as port, httpx.AsyncClient() as client:
+            assert (await client.get(f"http://127.0.0.1:{port}/")).text == "late"
+
+    asyncio.run(scenario())
+
+
+def test_large_bodies_beyond_the_limit_are_503_while_small_ones_pass() -> None:
+    release = asyncio.Event()
+
+    async def holding(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await release.wait()
+        await _hello(scope, receive, send)
+
+    async def scenario() -> None:
+        async with serving(LargeBodyLimiter(holding, limit=1)) as port:
+            url = f"http://127.0.0.1:{port}/"
+            big = b"x" * (http_server.LARGE_BODY_BYTES + 1)
+            async with httpx.AsyncClient(timeout=10) as client:
+                first = asyncio.create_task(client.post(url, content=big))
+                await asyncio.sleep(0.3)
+                second = await client.post(url, content=big)
+                assert second.status_code == 503
+                assert second.headers["retry-after"] == "1"
+                assert second.json()["error"]["code"] == "too_many_large_bodies"
+                small = asyncio.create_task(client.post(url, content=b"{}"))
+                await asyncio.sleep(0.1)
+                release.set()
+                assert (await first).status_code == 200
+                assert (await small).status_code == 200
+
+    asyncio.run(scenario())
