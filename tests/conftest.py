@@ -40,7 +40,7 @@ def daemon(make_daemon: DaemonFactory) -> DaemonProcess:
 def demo_served(
     tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
 ) -> Iterator[tuple[DaemonProcess, str]]:
-    """One daemon serving the demo model, shared by the wire-format and contract suites.
+    """One daemon serving the demo model, shared by the contract and security suites.
 
     Tests using it must leave it idle (no generation left running) when they end.
     """

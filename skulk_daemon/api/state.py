@@ -54,6 +54,19 @@ class StateDocument(State, frozen=True, kw_only=True):
     capability_nodes: dict[str, list[CapabilityNodeReading]]
 
 
+def without_command_ids(document: dict[str, JsonValue]) -> None:
+    """Leave running tasks' command ids out of a ``/state`` document.
+
+    A command id is what cancels a generation (``POST /v1/cancel/{id}``): it stays a
+    capability of the client that received it, not something any reader learns.
+    """
+    tasks = document.get("tasks")
+    if isinstance(tasks, dict):
+        for task in tasks.values():
+            if isinstance(task, dict):
+                task.pop("commandId", None)
+
+
 class StateController(Controller):
     tags = ("State",)
     opt = declare(Requirement.OPEN)
@@ -68,13 +81,7 @@ class StateController(Controller):
         view = node.view()
         document = render_state(view.state, view.telemetry, view.health, datetime.now(UTC))
         if caller_of(request) not in TRUSTED_CALLERS:
-            # A running task's command id is what cancels it: it stays a capability of
-            # the client that received it, not something any reader of /state learns.
-            tasks = document.get("tasks")
-            if isinstance(tasks, dict):
-                for task in tasks.values():
-                    if isinstance(task, dict):
-                        task.pop("commandId", None)
+            without_command_ids(document)
         return document
 
     @get(

@@ -115,8 +115,15 @@ def test_refusals_before_dispatch(served: tuple[AppNode, str]) -> None:
     too_big = chat(app, max_tokens=CONTEXT)
     assert too_big.status_code == 400
     assert too_big.json()["error"]["message"].startswith("context_length_exceeded:")
-    malformed = app.http.post("/v1/chat/completions", content=b"{not json")
+    malformed = app.http.post(
+        "/v1/chat/completions",
+        content=b"{not json",
+        headers={"Content-Type": "application/json"},
+    )
     assert malformed.status_code == 400
+    # Without a JSON content type the body is refused unread (a cross-site form post).
+    untyped = app.http.post("/v1/chat/completions", content=b"{not json")
+    assert untyped.status_code == 415
     wrong_type = chat(app, messages="hello")
     assert wrong_type.status_code == 400
 

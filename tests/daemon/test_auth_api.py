@@ -190,7 +190,10 @@ def test_challenge_refusals(gateway: Gateway) -> None:
         _error(post(deviceName=name), 422)
     assert _error(post(nonce=7), 400)["code"] == "invalid_request"
     assert gateway.api.post(CHALLENGE, json={"nonce": nonce}).status_code == 400
-    assert gateway.api.post(CHALLENGE, content=b"{nonce").status_code == 400
+    malformed = gateway.api.post(
+        CHALLENGE, content=b"{nonce", headers={"Content-Type": "application/json"}
+    )
+    assert malformed.status_code == 400
     oversized = gateway.api.post(CHALLENGE, json={"nonce": nonce, "deviceName": "x" * 9000})
     _error(oversized, 413)
 
@@ -330,7 +333,9 @@ def test_dashboard_invitation_bounds(gateway: Gateway) -> None:
         ({"Origin": "http://evil.example"}, "cross_origin", "origin"),
         ({"Origin": "null"}, "cross_origin", "origin"),
         ({"Referer": "http://evil.example/pairing"}, "cross_origin", "referer"),
-        ({"Host": "evil.example"}, "untrusted_host", "host"),
+        # A Host naming no name of this node is refused for every route, first (DNS
+        # rebinding), with 421 rather than the direct-owner guard's own 403.
+        ({"Host": "evil.example"}, "misdirected_host", "host"),
         ({"X-Skulk-Dashboard": None}, "dashboard_header_required", "x-skulk-dashboard"),
         ({"X-Skulk-Dashboard": "pairing-v2"}, "dashboard_header_required", "x-skulk-dashboard"),
     ],
@@ -357,8 +362,9 @@ def test_direct_owner_refusals_say_what_to_change(
         gateway.api.build_request("GET", DEVICES, headers=headers),
         gateway.api.build_request("DELETE", f"{DEVICES}/{uuid.uuid4()}", headers=headers),
     ]
+    status = 421 if code == "misdirected_host" else 403
     for request in requests:
-        error = _error(gateway.api.send(request), 403)
+        error = _error(gateway.api.send(request), status)
         assert error["code"] == code
         assert hint in error["message"].lower()
     after = len(gateway.api.get(INVITATIONS, headers=admitted).json()["invitations"])

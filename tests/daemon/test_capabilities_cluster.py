@@ -229,7 +229,12 @@ def test_a_body_that_is_not_an_envelope_is_422(pair: Pair) -> None:
             response = pair.post(pair.b, route, body)
             assert response.status_code == 422, (route, body, response.text)
             assert response.json()["error"]["code"] == "invalid_envelope"
-        raw = httpx.post(f"{pair.b.url}/v1/capabilities/{route}", content=b"{not json", timeout=10)
+        raw = httpx.post(
+            f"{pair.b.url}/v1/capabilities/{route}",
+            content=b"{not json",
+            headers={"Content-Type": "application/json"},
+            timeout=10,
+        )
         assert raw.status_code == 422
     cancel = pair.post(pair.b, "stream/cancel", {"call_id": "x"})
     assert cancel.status_code == 422

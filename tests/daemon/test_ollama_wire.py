@@ -30,7 +30,7 @@ from skulk_daemon.chat.turn import (
     TurnEvent,
 )
 from skulk_daemon.errors import ApiError
-from tests.daemon.test_ollama_api import WEATHER
+from tests.api.test_ollama_api import WEATHER
 
 # --- request mapping and wire shaping (pure) ------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -47,11 +48,18 @@ COUNTING = "1, 2, 3, 4, 5, 6, 7, 8,"
 HANG_GUARD_S = 120.0  # only stops a broken test from hanging; not a timing claim
 
 
-def request(task_id: str, prompt: str, max_tokens: int) -> GenerationRequest:
+# The only continuation this grammar allows: known by construction, on any CPU.
+FORCED = " 4\n\n2 + 2 = 4"
+FORCED_GRAMMAR = f"root ::= {json.dumps(FORCED)}"
+
+
+def request(
+    task_id: str, prompt: str, max_tokens: int, grammar: str | None = None
+) -> GenerationRequest:
     return GenerationRequest(
         task_id=TaskId(task_id),
         prompt=prompt,
-        sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0),
+        sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0, grammar=grammar),
     )
 
 
@@ -76,12 +84,13 @@ def test_phases_arrive_in_order_and_generation_streams(demo_gguf: Path) -> None:
         runner = await RunnerProcess.start(load(demo_gguf), phases.append, on_exit=exits.append)
         try:
             assert phases == ["loading", "loaded", "warming_up", "ready"]
-            chunks = await drain(runner, request("t", "2 + 2 =", 4))
+            chunks = await drain(runner, request("t", "2 + 2 =", 4, FORCED_GRAMMAR))
         finally:
             returncode = await runner.shutdown(10.0)
         *tokens, end = chunks
         assert all(isinstance(c, TokenChunk) for c in tokens)
-        assert "".join(c.text for c in tokens if isinstance(c, TokenChunk)).startswith(" 4")
+        text = "".join(c.text for c in tokens if isinstance(c, TokenChunk))
+        assert text.startswith(" 4") and FORCED.startswith(text)
         assert isinstance(end, FinishChunk)
         assert (end.finish_reason, end.completion_tokens) == ("length", 4)
 

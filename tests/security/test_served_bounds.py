@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 from tests.daemon.serving import DEMO
@@ -88,3 +89,38 @@ def test_a_replaced_card_never_reaches_a_running_instance(
     finally:
         removed = httpx.delete(f"{daemon.url}/models/custom/{DEMO}", timeout=30)
         assert removed.status_code == 200, removed.text
+
+
+def test_runners_start_with_a_private_path_and_working_directory(
+    demo_served: tuple[DaemonProcess, str],
+) -> None:
+    daemon, _ = demo_served
+    assert daemon.process is not None
+    runners = [
+        child
+        for child in psutil.Process(daemon.process.pid).children(recursive=True)
+        if "skulk_daemon.runner" in child.cmdline()
+    ]
+    assert runners
+    for runner in runners:
+        # -P: the directory the daemon started in is never on the runner's sys.path.
+        assert "-P" in runner.cmdline()
+        assert runner.cwd() == "/"
+
+
+def test_a_capability_stream_cannot_name_a_stranger_as_its_caller(
+    demo_served: tuple[DaemonProcess, str],
+) -> None:
+    daemon, _ = demo_served
+    node_id = daemon.get("/node_id").json()
+    call = {
+        "call_id": "c1",
+        "capability_id": "vad",
+        "version": "1.0.0",
+        "descriptor_revision": "sha256:" + "0" * 64,
+        "caller_node": "12D3KooWstrangerstrangerstranger",
+        "target_node": node_id,
+    }
+    refused = _post(daemon, "/v1/capabilities/stream", call)
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["error"]["code"] == "unknown_caller"
