@@ -120,22 +120,22 @@ class AuthorityGuard:
     ) -> None:
         self._config = config
         self._names = own_names or OwnNames()
-        self._environ = environ
+        # NOTE: the environment is read once; skulk.yaml's keys are read live.
+        self._env_keys = tuple(
+            k.strip() for k in (environ(API_KEYS_ENV) or "").split(",") if k.strip()
+        )
+        token = (environ(SERVICE_TOKEN_ENV) or "").strip()
+        self._service_token = token if len(token) >= MIN_SERVICE_TOKEN_CHARS else None
         self.refusals: Counter[str] = Counter()
 
     def api_keys(self) -> tuple[str, ...]:
-        from_env = tuple(k.strip() for k in (self._environ(API_KEYS_ENV) or "").split(","))
-        return tuple(k for k in (*self._config().api.keys, *from_env) if k)
-
-    def _service_token(self) -> str | None:
-        token = (self._environ(SERVICE_TOKEN_ENV) or "").strip()
-        return token if len(token) >= MIN_SERVICE_TOKEN_CHARS else None
+        return tuple(k for k in self._config().api.keys if k) + self._env_keys
 
     def facts(self, connection: ASGIConnection[Any, Any, Any, Any]) -> RequestFacts:
         scope = connection.scope
         headers = _headers(connection)
         config = self._config()
-        self._names.configured = config.api.hostnames
+        names = config.api.hostnames
         hosts = _values(headers, "host")
         host = split_host(hosts[0]) if len(hosts) == 1 else None
         origins = _values(headers, "origin")
@@ -149,15 +149,15 @@ class AuthorityGuard:
         )
         keys = self.api_keys()
         presented = _presented_secrets(headers)
-        token = self._service_token()
+        token = self._service_token
         return RequestFacts(
             method=str(scope.get("method", "GET")).upper(),
             peer=classify(client[0] if client else None),
             forwarded=forwarding_header([name for name, _ in headers]),
             host=host,
-            host_is_own=host is not None and self._names.is_own(host),
+            host_is_own=host is not None and self._names.is_own(host, names),
             origin=origin,
-            origin_is_own=named is not None and self._names.is_own(named),
+            origin_is_own=named is not None and self._names.is_own(named, names),
             origin_class=classify_name(named),
             origin_allowed=origin is not None
             and origin.lower().rstrip("/")

@@ -91,7 +91,7 @@ class BenchController(Controller):
         chat: ChatService,
     ) -> Stream:
         body = msgspec.structs.replace(decode_chat_request(await request.body()), stream=False)
-        admitted, events = chat.open_plain_turn(to_task(body))
+        admitted, events = await chat.open_plain_turn(to_task(body))
         begin = await _meter.start()
         reading: list[PowerReading | None] = []
 

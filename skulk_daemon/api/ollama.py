@@ -230,7 +230,7 @@ class OllamaController(Controller):
         if is_load_probe(body):
             # Admission decides whether the model is served (404 if not placed); the
             # request is never dispatched, so nothing is generated.
-            chat.admit(ChatTask(model=model, messages=(TaskMessage(role="user"),)))
+            await chat.admit(ChatTask(model=model, messages=(TaskMessage(role="user"),)))
             probe = line(load_probe("generate", body.model))
             return Response(probe, media_type=NDJSON if body.stream else MediaType.JSON)
         turn = await chat.open_turn(

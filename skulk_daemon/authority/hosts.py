@@ -63,15 +63,16 @@ class OwnNames:
     def names(self, *, max_age: float = REFRESH_SECONDS) -> frozenset[str]:
         now = self.clock()
         if self._read_at is None or now - self._read_at >= max_age:
-            self._names = frozenset(
-                {*self.hostnames(), *self.addresses(), *_lower(self.configured)}
-            )
+            self._names = frozenset({*self.hostnames(), *self.addresses()})
             self._read_at = now
         return self._names
 
-    def is_own(self, host: str) -> bool:
+    def is_own(self, host: str, configured: Iterable[str] = ()) -> bool:
         """Whether ``host`` (a bare host, as :func:`~skulk_daemon.authority.peers.split_host`
-        gives it) names this node."""
+        gives it) names this node; ``configured`` are the operator's names right now
+        (``api.hostnames``, read live, so a config change applies at once)."""
+        if host in _lower((*self.configured, *configured)):
+            return True
         if host == "localhost" or host.endswith(".localhost"):
             return True
         try:

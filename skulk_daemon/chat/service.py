@@ -72,9 +72,9 @@ class ChatService:
         """The node's catalog, for formats that resolve a model name themselves."""
         return self._node.catalog()
 
-    def admit(self, task: ChatTask) -> Admitted:
+    async def admit(self, task: ChatTask) -> Admitted:
         """Admission alone (``ApiError`` when refused); nothing is dispatched."""
-        return admit(self._node, task)
+        return await asyncio.to_thread(admit, self._node, task)
 
     async def open_turn(
         self, task: ChatTask, *, adjust: Callable[[Admitted], Admitted] | None = None
@@ -85,8 +85,8 @@ class ChatService:
         admitted request before dispatch (Ollama's ``raw`` prompt).
         """
         transformed = await self._hooks.transform(task)
-        # NOTE: off the event loop: admission renders the card's chat template and
-        # compiles grammars, both bounded but not free; beats and other requests go on.
+        # NOTE: admission runs off the event loop (here and in admit()): it renders the
+        # card's chat template and compiles grammars, bounded but not free.
         admitted, dispatched = await asyncio.to_thread(self._admit_transformed, task, transformed)
         if adjust is not None:
             admitted = adjust(admitted)
@@ -94,9 +94,9 @@ class ChatService:
         observed = self._hooks.observe_turn(dispatched, admitted.command_id, events)
         return OpenedTurn(admitted=admitted, events=observed.events, _observed=observed)
 
-    def open_plain_turn(self, task: ChatTask) -> tuple[Admitted, AsyncIterator[TurnEvent]]:
+    async def open_plain_turn(self, task: ChatTask) -> tuple[Admitted, AsyncIterator[TurnEvent]]:
         """A turn without the hooks (the bench route measures the engine alone)."""
-        admitted = admit(self._node, task)
+        admitted = await self.admit(task)
         return admitted, self._events(admitted)
 
     def cancel(self, command_id: CommandId) -> bool:

@@ -182,10 +182,7 @@ class EmbeddingService:
         chosen = model or self.placed_model()
         if chosen is None:
             return None
-        admitted = self.admit(EmbeddingRequest(model=chosen, input=list(texts)))
-        result = await self._worker.embed(
-            admitted.instance_id, admitted.task_id, admitted.inputs, admitted.command_id
-        )
+        result = await self.run(self.admit(EmbeddingRequest(model=chosen, input=list(texts))))
         if not isinstance(result, Embedded):
             log.warning("embed_texts: the runner refused (%s): %s", result.code, result.message)
             return None

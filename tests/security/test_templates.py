@@ -45,6 +45,13 @@ def test_a_hostile_template_fails_its_request_quickly(template: str) -> None:
 
 def test_the_bound_is_the_rendered_size() -> None:
     assert MAX_PROMPT_CHARS >= 1024 * 1024
+    # Output is counted as it streams: a template just past the bound is refused, one
+    # just under it renders.
+    chunk = MAX_PROMPT_CHARS // 8
+    under = "{% for i in range(8) %}{{ 'x' * " + str(chunk) + " }}{% endfor %}"
+    assert len(render_prompt(card(under), ASK)) == 8 * chunk
+    with pytest.raises(PromptError):
+        render_prompt(card(under + "y"), ASK)
 
 
 def test_real_templates_still_render() -> None:
