@@ -1,12 +1,28 @@
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests import log_secrets
+
 from tests.daemon.serving import place
 from tests.daemon_process import DaemonFactory, DaemonProcess
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_secret_in_any_log() -> Iterator[None]:
+    """Fails the run if a registered key, token or pairing secret reached a log."""
+    sniffer = log_secrets.RecordSniffer()
+    logging.getLogger().addHandler(sniffer)
+    try:
+        yield
+    finally:
+        logging.getLogger().removeHandler(sniffer)
+    found = log_secrets.findings()
+    assert not found, "secrets in logs:\n" + "\n".join(found)
 
 
 @pytest.fixture(scope="session")

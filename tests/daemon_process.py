@@ -14,6 +14,8 @@ from typing import Any, Protocol
 
 import httpx
 
+from tests import log_secrets
+
 STARTUP_TIMEOUT_SECONDS = 120.0
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,6 +94,8 @@ class DaemonProcess(NodePaths):
         # Tests run without mDNS (explicit peers only) and share one cluster key.
         env = {**os.environ, **TEST_ENV, **self.extra_env}
         env.pop("SKULK_API_URL", None)
+        log_secrets.register_environment(env)
+        log_secrets.watch_log(self.log_path)
         self.root.mkdir(parents=True, exist_ok=True)
         # NOTE: the log goes to a file, not a pipe nobody reads: a chatty daemon would
         # otherwise block once the pipe buffer filled.

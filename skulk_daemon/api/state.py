@@ -20,8 +20,10 @@ from skulk_core.cluster.telemetry import (
     NodeSystem,
 )
 from skulk_core.extensions.capability_nodes import CapabilityNodeSummary
+from skulk_core.ids import CommandId, InstanceId, TaskId
+from skulk_core.models.cards import ModelCard
 from skulk_core.state.events import IndexedEvent
-from skulk_core.state.state import State
+from skulk_core.state.state import State, TaskStatus
 from skulk_core.state.wire import render_state
 from skulk_core.wire import JsonValue, to_wire
 from skulk_daemon.api.authority import TRUSTED_CALLERS, caller_of, declare
@@ -41,9 +43,27 @@ class CapabilityNodeReading(CapabilityNodeSummary, frozen=True, kw_only=True):
     observed_at: datetime
 
 
+class TaskReading(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """A task as ``/state`` lists it: its command id (what cancels it) only for callers
+    on this machine or the trusted fabric."""
+
+    task_id: TaskId
+    command_id: CommandId | msgspec.UnsetType = msgspec.UNSET
+    instance_id: InstanceId
+    kind: str
+    task_status: TaskStatus
+
+
 class StateDocument(State, frozen=True, kw_only=True):
     """What ``GET /state`` answers (for the document; :func:`render_state` writes it):
-    State, plus the telemetry kept beside it, per node id."""
+    State, plus the telemetry kept beside it, per node id. Pinned cards are named by
+    their digests (``instanceCardDigests``), never listed whole."""
+
+    # The document narrows State's own fields to what is rendered (a subtype would
+    # not: an id may be absent, the cards are digests), so these two override.
+    tasks: dict[TaskId, TaskReading] = msgspec.field(default_factory=dict)  # type: ignore[assignment]
+    instance_cards: dict[InstanceId, ModelCard] | msgspec.UnsetType = msgspec.UNSET  # type: ignore[assignment]
+    instance_card_digests: dict[InstanceId, str] = msgspec.field(default_factory=dict)
 
     node_identities: dict[str, NodeIdentityInfo]
     node_memory: dict[str, NodeMemory]

@@ -31,6 +31,7 @@ from skulk_core.operator.transcripts import (
 from skulk_daemon.operator.clock import ManualClock
 from skulk_daemon.operator.service import AUTHORITY_DIR, OperatorPairingService
 from skulk_daemon.operator.store import AuthorityStore
+from tests import log_secrets
 
 CHALLENGE = "/v1/auth/pairing-sessions/challenge"
 EXCHANGE = "/v1/auth/pairing-sessions/exchange"
@@ -147,6 +148,7 @@ def pair(client: httpx.Client, uri: str, device: Device) -> Device:
     exchanged = client.post(EXCHANGE, json=proof(uri, device, challenged.json()))
     assert exchanged.status_code == 200, exchanged.text
     device.credentials = exchanged.json()
+    log_secrets.register("pairing", device.credentials, decode_pairing_uri(uri).nonce)
     return device
 
 
@@ -164,6 +166,7 @@ def relay_provisioning(
     }
     path.write_text(json.dumps(document))
     path.chmod(0o600)
+    log_secrets.register("relay provisioning", document)
     return path
 
 
@@ -180,6 +183,7 @@ def pair_in_process(service: OperatorPairingService, uri: str, device: Device) -
     body = proof(uri, device, msgspec.to_builtins(challenged))
     issued = service.exchange(body["nonce"], body["signature"])
     device.credentials = msgspec.to_builtins(issued)
+    log_secrets.register("pairing", device.credentials, package.nonce)
     return device
 
 

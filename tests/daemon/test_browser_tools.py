@@ -40,6 +40,7 @@ from skulk_daemon.browser.errors import (
 )
 from skulk_daemon.browser.fetch import FetchSettings, fetch
 from skulk_daemon.browser.protocol import ExtractPageRequest, WebSearchRequest
+from tests import log_secrets
 from tests.daemon_process import DaemonFactory, DaemonProcess
 
 ARTICLE_PARAGRAPH = "Red foxes hunt at dusk, listening for voles under the snow. " * 4
@@ -76,6 +77,12 @@ DDG_RESULTS = """<html><body>
  href="//duckduckgo.com/l/?uddg=https%3A%2F%2Ffox.example%2F&rut=1">Fox {q}</a></h2>
 <a class="result__snippet">All about {q}.</a></div></div>
 </body></html>"""
+
+
+SEARCH_KEY = "sk-browser-secret"
+log_secrets.register("browser_tools.search_api_key", SEARCH_KEY)
+# (path, Authorization header) of every request the fake SearXNG answered, in order.
+SEARCH_AUTH: list[tuple[str, str | None]] = []
 
 
 class _Pages(BaseHTTPRequestHandler):
@@ -129,7 +136,8 @@ class _Pages(BaseHTTPRequestHandler):
             self._send(200, b"late", "text/plain")
         elif path == "/echo-host":
             self._send(200, (self.headers.get("Host") or "").encode(), "text/plain")
-        elif path == "/searx/search":
+        elif path in ("/searx/search", "/moved/search"):
+            SEARCH_AUTH.append((path, self.headers.get("Authorization")))
             query = parse_qs(parts.query)
             if query.get("format") != ["json"]:
                 self._send(403, b"Forbidden", "text/html")
@@ -223,7 +231,7 @@ def lan_daemon(
             "allow_private_addresses": True,
             "search_provider": "searxng",
             "search_url": f"{site}/searx/",
-            "search_api_key": "sk-browser-secret",
+            "search_api_key": SEARCH_KEY,
             "timeout_seconds": 2,
         },
     )
@@ -391,7 +399,7 @@ def test_web_search_through_searxng(lan_daemon: DaemonProcess) -> None:
     assert len(default_k["results"]) == 5
 
     config = lan_daemon.get("/config").text
-    assert "sk-browser-secret" not in config
+    assert SEARCH_KEY not in config
     assert json.loads(config)["config"]["browser_tools"]["search_provider"] == "searxng"
 
 
@@ -568,3 +576,25 @@ def test_searxng_errors_name_the_fix(site: str) -> None:
     )
     with pytest.raises(UpstreamError, match=r"SearXNG \(127\.0\.0\.1:\d+\) answered HTTP 404"):
         asyncio.run(serving.web_search(WebSearchRequest(query="fox"), config))
+
+
+@pytest.mark.slow
+def test_a_search_url_moved_elsewhere_never_receives_the_stored_key(
+    lan_daemon: DaemonProcess, site: str
+) -> None:
+    # Last in the module: it changes the shared daemon's search provider for good.
+    SEARCH_AUTH.clear()
+    assert _post(lan_daemon, "web_search", {"query": "fox"}).status_code == 200
+    assert SEARCH_AUTH == [("/searx/search", f"Bearer {SEARCH_KEY}")]
+
+    config = lan_daemon.get("/config").json()["config"]
+    for url in (f"{site}/moved/", f"{site}/searx/"):
+        tools = {**config["browser_tools"], "search_url": url}
+        changed = httpx.put(
+            f"{lan_daemon.url}/config", json={**config, "browser_tools": tools}, timeout=30
+        )
+        assert changed.status_code == 200, changed.text
+        assert _post(lan_daemon, "web_search", {"query": "fox"}).status_code == 200
+    # The key went with the old destination: neither the new URL nor the old one, set
+    # again afterwards, is sent it.
+    assert SEARCH_AUTH[1:] == [("/moved/search", None), ("/searx/search", None)]

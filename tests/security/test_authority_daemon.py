@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.daemon.serving import PROMPT, place, sse_lines, wait_idle
 from tests.daemon_process import DaemonProcess
 from tests.security.lan import CGNAT_HOST, PRIVATE_HOST, PUBLIC_HOST, Lan, lan
 
@@ -240,3 +241,37 @@ def test_the_official_sdk_passes_its_api_key(keyed: DaemonProcess, network: Lan)
     count, refused = done.stdout.split()
     assert int(count) >= 1
     assert refused == "refused"
+
+
+def test_only_the_trusted_fabric_sees_what_cancels_a_generation(
+    node: DaemonProcess, network: Lan
+) -> None:
+    # Last of the `node` tests: it places the demo model (and deletes it again).
+    instance_id = place(node)
+    body = {"model": DEMO, "messages": PROMPT, "max_tokens": 900, "stream": True}
+    try:
+        with httpx.stream("POST", f"{node.url}/v1/chat/completions", json=body, timeout=120) as r:
+            lines = sse_lines(r)
+            command = next(ln for ln in lines if ln.startswith(": command_id ")).split()[-1]
+            next(ln for ln in lines if ln.startswith("data: {"))
+            public, private = network.requests(
+                {"method": "GET", "url": _url(node, PUBLIC_HOST, "/state")},
+                {"method": "GET", "url": _url(node, PRIVATE_HOST, "/state")},
+            )
+            local = node.get("/state").json()["tasks"]
+            seen = {
+                name: httpx.Response(200, text=result["body"]).json()["tasks"]
+                for name, result in (("public", public), ("private", private))
+            }
+            # Everyone sees that a generation runs; only this machine and the LAN see
+            # the id that cancels it.
+            assert [t["taskId"] for t in seen["public"].values()] == list(local)
+            assert all("commandId" not in task for task in seen["public"].values())
+            assert command not in public["body"]
+            assert [t["commandId"] for t in seen["private"].values()] == [command]
+            assert [t["commandId"] for t in local.values()] == [command]
+            assert node.post(f"/v1/cancel/{command}").status_code == 200
+            list(lines)
+    finally:
+        wait_idle(node, instance_id)
+        assert httpx.delete(f"{node.url}/instance/{instance_id}", timeout=30).status_code == 200
