@@ -49,7 +49,9 @@ from skulk_daemon.system.buildinfo import source_commit
 from skulk_daemon.system.fsutil import ensure_private_dir
 from skulk_daemon.system.http_server import UVICORN_LIMITS, BoundedH11Protocol, LargeBodyLimiter
 from skulk_daemon.system.listeners import BindError, bind_listener
+from skulk_daemon.system.netinfo import advertised_api_urls
 from skulk_daemon.system.settings import Settings, resolve_settings
+from skulk_daemon.system.stopping import StopGuard
 from skulk_daemon.telemetry.publisher import TelemetrySource, run_publisher
 from skulk_daemon.worker.supervisor import Supervisor
 
@@ -158,6 +160,7 @@ def telemetry_source(node: Node) -> TelemetrySource:
         models_dir=node.models_dir,
         participation=config.node.participation,
         memory_reserve_bytes=int(config.node.memory_reserve_gb * 1024**3),
+        api_urls=advertised_api_urls(node.settings.host, node.settings.api_port),
     )
 
 
@@ -237,7 +240,7 @@ async def _start_fabric(
     return agent, discovery
 
 
-async def _serve(settings: Settings, args: argparse.Namespace) -> None:
+async def _serve(settings: Settings, args: argparse.Namespace, guard: StopGuard) -> None:
     sock = bind_api_socket(settings.host, settings.api_port)
     try:
         authority = OperatorPairingService.open(settings.data_dir)
@@ -286,19 +289,28 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> None:
 
     async def stopping() -> None:
         # First: capability discovery closes, then the extensions' on_stop hooks.
+        guard.step("the extensions' on_stop hooks")
         await extensions.stop()
         stop.set()
+        guard.step("the operator listener to close")
         await listener.close()
+        guard.step("the telemetry and worker loops to end")
         for task in background:
             await task
+        guard.step("the repair agent to close")
         await repair.close()
+        guard.step("the runners to stop")
         await worker.shutdown()
+        guard.step("the node's reports to reach the master")
         with contextlib.suppress(TimeoutError):
             # Reports need a master; one that has gone must not hang the shutdown.
             await asyncio.wait_for(node.flush_reports(), SHUTDOWN_FLUSH_SECONDS)
         if discovery is not None:
+            guard.step("mDNS discovery to close")
             await discovery.close()
+        guard.step("the fabric to close")
         await agent.close()
+        guard.step("the HTTP server to finish")
 
     app = create_app(
         services,
@@ -318,18 +330,22 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
 
     def request_stop(signame: str) -> None:
-        log.info("received %s, stopping", signame)
-        server.should_exit = True
+        # NOTE: a second signal exits inside signalled(); the first sets should_exit,
+        # and the guard's deadline (a thread) bounds whatever the stop then awaits.
+        if guard.signalled(signame):
+            server.should_exit = True
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, request_stop, sig.name)
     try:
         await server.serve(sockets=[sock])
     finally:
+        guard.step("the node to close")
         stop.set()
         await listener.close()
         node.close()
         sock.close()
+        guard.step("the event loop's remaining tasks and threads")
     if not server.started:
         raise StartupError("the HTTP server failed to start; see the log above")
     if extensions.abandoned:
@@ -357,10 +373,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             models_dir=args.models_dir,
             operator_api_port=args.operator_api_port,
         )
-        asyncio.run(_serve(settings, args))
+        guard = StopGuard()
+        asyncio.run(_serve(settings, args, guard))
     except (StartupError, ValueError) as exc:
         print(f"skulk: {exc}", file=sys.stderr)
         return 1
+    guard.done()
     log.info("stopped cleanly")
     return 0
 

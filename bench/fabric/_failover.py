@@ -195,8 +195,9 @@ async def failover_section(args: argparse.Namespace, root: Path) -> dict[str, An
                 run["restarted_self_elected"] = self_elected(dead, offset)
         finally:
             http.close()
-    # The election's own window: followers give up on a master 4 s after last hearing
-    # it (it beat every 1.5 s, so 2.5-4 s after the kill), then campaign for 1 s.
+    # The election's own window: followers give up on a master 1.25 s (plus up to
+    # 0.5 s of jitter) after last hearing it (it beats every 0.5 s), then campaign
+    # for 0.4 s. The jitter is left out of the window's upper end.
     beat = FabricSettings().beat_seconds
     window = (
         DEFAULT_MASTER_TIMEOUT_SECONDS - beat + DEFAULT_CAMPAIGN_SECONDS,

@@ -1,20 +1,34 @@
-"""Master election: a pure, bully-style state machine with terms.
+"""Master election: a pure, bully-style state machine with terms, built to settle.
 
 Every node ranks itself by :class:`Rank`: a forced master first (``--force-master``),
 then the freshest replicated history (the term and index of the last event it
-holds, Raft's up-to-date rule, so a new master never lacks events another node
-has applied), then the node id as the tiebreak. The highest-ranked live node
-becomes master.
+holds, Raft's up-to-date rule), then the node id as the tiebreak. A campaign is
+bounded in time: the candidate proposes a new term; any live node that outranks it
+answers ``Alive`` and campaigns itself; a candidate that hears no such answer before
+its deadline declares itself with ``Coordinator``. There is no quorum: a node alone
+(a two-machine cluster whose peer died) elects itself and keeps serving.
 
-A campaign is bounded in time. The candidate announces itself with a new term;
-any live node that outranks it answers ``Alive`` and campaigns itself; a candidate
-that hears no such answer before its deadline declares itself with ``Coordinator``.
-Each term has at most one master, and the winner's ``(master, term)`` session tags
-all later traffic, so messages from a stale session can be dropped.
+What keeps a settled cluster settled:
 
-To keep a settled cluster settled, a follower does not depose a master it merely
-ties with on history: only strictly fresher history (or ``--force-master``) starts
-a campaign against a sitting master.
+* **A master's standing counts its term.** A master's first act is to write an event
+  in its new term, so from then on its history is fresher than any history from an
+  older term, whatever rank it announced when it won. A master is therefore compared
+  as ``(forced, term, ∞, node id)``: only a forced node, or one holding events from a
+  *newer* term, can outrank it. (Comparing announced histories instead let two
+  masters whose heads diverged depose each other forever: each new winner's first
+  event made its history fresher than the rank the other had just announced.)
+* **Claims are ordered by (forced, term, node id)**, never by announced history, so
+  the order does not change when the winner writes. A follower never deposes a
+  sitting master on history; a master that sees a better claim steps down, one that
+  sees a worse claim answers with its own.
+* **Leader stickiness.** A follower that heard its master within
+  ``sticky_seconds`` answers a campaign the master outranks with ``Incumbent``, and
+  the master itself answers with ``Alive`` and its ``Coordinator``; the candidate
+  stands down. Proposed terms are not adopted until someone wins them, so a failed
+  campaign (a node on a lossy link) leaves every other node's term alone.
+* **Randomized timeouts.** The silence after which a follower gives up on its master,
+  the first campaign after discovery and every retry are jittered, so simultaneous
+  candidates are the exception, not the rule.
 
 The machine performs no I/O: :meth:`Election.handle` and :meth:`Election.tick` take
 the time and return :data:`Action` values for the fabric to carry out.
@@ -22,6 +36,8 @@ the time and return :data:`Action` values for the fabric to carry out.
 
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -29,12 +45,23 @@ import msgspec
 
 from skulk_core.ids import NodeId
 
-DEFAULT_CAMPAIGN_SECONDS = 1.0
+DEFAULT_CAMPAIGN_SECONDS = 0.4
 """How long a candidate waits for a better-ranked node to answer."""
-DEFAULT_COORDINATOR_WAIT_SECONDS = 2.5
+DEFAULT_COORDINATOR_WAIT_SECONDS = 1.0
 """How long a node that deferred to a better-ranked candidate waits for it to win."""
-DEFAULT_MASTER_TIMEOUT_SECONDS = 4.0
-"""Silence from the master after which followers elect a new one."""
+DEFAULT_MASTER_TIMEOUT_SECONDS = 1.25
+"""Silence from the master after which a follower campaigns (plus jitter); the master
+beats every 0.5 s, so this is two missed beats and a margin."""
+DEFAULT_JITTER_SECONDS = 0.5
+"""The most a timeout is randomly lengthened by, drawn afresh each time."""
+DEFAULT_STICKY_SECONDS = 1.0
+"""A follower that heard its master this recently vetoes campaigns against it. Below
+the master timeout, so when the master dies nobody vetoes the first candidate."""
+DEFAULT_PEER_TIMEOUT_SECONDS = 4.0
+"""Silence after which a peer no longer counts as live (a candidate with no live peer
+wins at once)."""
+
+_Key = tuple[bool, int, float, str]
 
 
 class Rank(msgspec.Struct, frozen=True, kw_only=True):
@@ -52,6 +79,12 @@ class Rank(msgspec.Struct, frozen=True, kw_only=True):
         return (self.forced, self.last_term, self.last_index)
 
 
+def standing(forced: bool, term: int, master: NodeId) -> _Key:
+    """A sitting master's rank: its first event in ``term`` makes its history newer
+    than any history from an older term, and no other node writes in ``term``."""
+    return (forced, term, math.inf, master)
+
+
 class Session(msgspec.Struct, frozen=True, kw_only=True):
     """Who is master, and since which term."""
 
@@ -65,7 +98,7 @@ class Campaign(msgspec.Struct, frozen=True, kw_only=True, tag="campaign"):
 
 
 class Alive(msgspec.Struct, frozen=True, kw_only=True, tag="alive"):
-    """ "I outrank you and am campaigning myself" (the bully's answer)."""
+    """ "I outrank you" (the bully's answer): a better candidate, or the master."""
 
     term: int
     rank: Rank
@@ -76,7 +109,17 @@ class Coordinator(msgspec.Struct, frozen=True, kw_only=True, tag="coordinator"):
     rank: Rank
 
 
-ElectionMessage = Campaign | Alive | Coordinator
+class Incumbent(msgspec.Struct, frozen=True, kw_only=True, tag="incumbent"):
+    """ "The master of ``term`` is alive and outranks you": a follower's veto."""
+
+    term: int
+    rank: Rank
+    """The vetoing follower's own rank (for term bookkeeping)."""
+    master: NodeId
+    forced: bool = False
+
+
+ElectionMessage = Campaign | Alive | Coordinator | Incumbent
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,27 +160,42 @@ class Election:
     campaign_seconds: float = DEFAULT_CAMPAIGN_SECONDS
     coordinator_wait_seconds: float = DEFAULT_COORDINATOR_WAIT_SECONDS
     master_timeout_seconds: float = DEFAULT_MASTER_TIMEOUT_SECONDS
+    jitter_seconds: float = DEFAULT_JITTER_SECONDS
+    sticky_seconds: float = DEFAULT_STICKY_SECONDS
+    peer_timeout: float = DEFAULT_PEER_TIMEOUT_SECONDS
+    rng: random.Random = field(default_factory=random.Random)
     term: int = 0
+    """The current session's term (or, while campaigning, the proposed one)."""
     role: Role = "follower"
     session: Session | None = None
+    master_forced: bool = False
+    """Whether the current session's master is forced (its claim's first key)."""
     deadline: float | None = None
     """When the current campaign (or the wait for a coordinator) ends."""
     master_heard_at: float = 0.0
     peers: dict[NodeId, float] = field(default_factory=dict)
     """Live peers and when each was last heard from."""
-    peer_timeout: float = DEFAULT_MASTER_TIMEOUT_SECONDS
+    seen_term: int = 0
+    """The highest term seen anywhere: a new proposal goes above it."""
+    patience: float = 0.0
+    """This session's master timeout, jitter included."""
 
     def __post_init__(self) -> None:
         # A new term must be newer than any term in the node's own history, or a
         # master elected now would write events that look older than ones it holds.
         self.term = max(self.term, self.rank.last_term)
+        self.seen_term = max(self.seen_term, self.term)
+        self.patience = self._jittered(self.master_timeout_seconds)
+        # The first campaign after discovery is jittered too: nodes started together
+        # must not all propose at the same instant.
+        self.discovery_grace = self._jittered(self.discovery_grace) if self.discovery_grace else 0.0
 
     # -- inputs ---------------------------------------------------------------
 
     def update_rank(self, rank: Rank) -> None:
         """The node's history grew (or it was forced); ranks only ever compare live."""
         self.rank = rank
-        self.term = max(self.term, rank.last_term)
+        self.seen_term = max(self.seen_term, rank.last_term)
 
     def heard_from(self, peer: NodeId, now: float) -> None:
         """Any traffic from ``peer``: it is alive (and if it is the master, so is the session)."""
@@ -152,16 +210,16 @@ class Election:
 
     def handle(self, sender: NodeId, message: ElectionMessage, now: float) -> list[Action]:
         self.heard_from(sender, now)
-        if self.role != "master":
-            # Terms only move forward: never campaign below a term some history holds.
-            self.term = max(self.term, message.rank.last_term)
+        self.seen_term = max(self.seen_term, message.term, message.rank.last_term)
         match message:
-            case Campaign(term=term, rank=rank):
-                return self._on_campaign(sender, term, rank, now)
-            case Alive(term=term, rank=rank):
-                return self._on_alive(term, rank, now)
+            case Campaign(rank=rank):
+                return self._on_campaign(sender, rank, now)
+            case Alive(rank=rank):
+                return self._on_alive(rank, now)
             case Coordinator(term=term, rank=rank):
                 return self._on_coordinator(sender, term, rank, now)
+            case Incumbent(term=term, master=master, forced=forced):
+                return self._on_incumbent(term, master, forced, now)
 
     def tick(self, now: float) -> list[Action]:
         """Advance time: start, finish or restart campaigns as deadlines pass."""
@@ -176,23 +234,30 @@ class Election:
                     return self._win(now)
                 return []
             case "follower":
+                if self.session is not None:
+                    if now - self.master_heard_at > self.patience:
+                        return self._campaign(now)
+                    return []
                 waited = now - self.started_at
-                if self.session is None and (
-                    waited < self.discovery_grace or (not self.peers and waited < self.lonely_grace)
-                ):
+                if waited < self.discovery_grace or (not self.peers and waited < self.lonely_grace):
                     return []
-                if self.session is None:
-                    if self.deadline is None or now >= self.deadline:
-                        return self._campaign(self.term + 1, now)
-                    return []
-                if now - self.master_heard_at > self.master_timeout_seconds:
-                    return self._campaign(self.term + 1, now)
+                if self.deadline is None or now >= self.deadline:
+                    return self._campaign(now)
                 return []
 
     # -- transitions ----------------------------------------------------------
 
-    def _campaign(self, term: int, now: float) -> list[Action]:
-        self.term = max(self.term, term)
+    def _jittered(self, seconds: float) -> float:
+        return seconds + self.rng.uniform(0.0, self.jitter_seconds)
+
+    def _own_key(self) -> _Key:
+        if self.role == "master":
+            return standing(self.rank.forced, self.term, self.rank.node_id)
+        return self.rank.key()
+
+    def _campaign(self, now: float) -> list[Action]:
+        self.term = max(self.term, self.seen_term, self.rank.last_term) + 1
+        self.seen_term = self.term
         self.role = "candidate"
         self.session = None
         if not self._live_peers(now):
@@ -205,65 +270,101 @@ class Election:
         self.role = "master"
         self.deadline = None
         self.session = Session(master=self.rank.node_id, term=self.term)
+        self.master_forced = self.rank.forced
         self.master_heard_at = now
         return [
             Broadcast(Coordinator(term=self.term, rank=self.rank)),
             SessionChanged(self.session),
         ]
 
-    def _defer(self, term: int, now: float) -> None:
+    def _defer(self, now: float) -> None:
         """Someone better is campaigning: wait for their Coordinator, then retry."""
-        self.term = max(self.term, term)
         self.role = "follower"
         self.session = None
-        self.deadline = now + self.coordinator_wait_seconds
+        self.deadline = now + self._jittered(self.coordinator_wait_seconds)
 
-    def _on_campaign(self, sender: NodeId, term: int, rank: Rank, now: float) -> list[Action]:
-        if self.rank.key() > rank.key():
-            if self.role == "master" and term <= self.term:
-                # A candidate behind the times: our standing term settles it.
-                return [
-                    SendTo(sender, Alive(term=self.term, rank=self.rank)),
-                    Broadcast(Coordinator(term=self.term, rank=self.rank)),
-                ]
-            # NOTE: a master asked in a newer term does not simply re-assert: others
-            # moved on without it (it may have been cut off, and another master may
-            # hold events it lacks), so it campaigns like everyone else and the
-            # freshest history wins.
-            term = max(term, self.term)
-            answer: list[Action] = [SendTo(sender, Alive(term=term, rank=self.rank))]
-            if self.role != "candidate" or self.term < term:
-                answer += self._campaign(term, now)
-            return answer
-        self._defer(max(term, self.term), now)
-        return []
-
-    def _on_alive(self, term: int, rank: Rank, now: float) -> list[Action]:
-        if rank.key() > self.rank.key() and self.role == "candidate":
-            self._defer(term, now)
-        return []
-
-    def _on_coordinator(self, sender: NodeId, term: int, rank: Rank, now: float) -> list[Action]:
-        if term < self.term:
-            # A stale master announcing itself: tell it who rules now.
-            if self.role == "master":
-                return [SendTo(sender, Coordinator(term=self.term, rank=self.rank))]
-            return []
-        if term == self.term and self.role == "master" and self.rank.key() > rank.key():
-            # Two claims for one term (a race, a healed partition): the better rank keeps it.
-            return [SendTo(sender, Coordinator(term=self.term, rank=self.rank))]
-        if self.rank.history() > rank.history():
-            # Strictly fresher history (or forced): depose it with a newer term.
-            return self._campaign(term + 1, now)
+    def _follow(self, master: NodeId, term: int, forced: bool, now: float) -> list[Action]:
         self.term = term
         self.role = "follower"
         self.deadline = None
         self.master_heard_at = now
-        session = Session(master=sender, term=term)
+        self.master_forced = forced
+        self.patience = self._jittered(self.master_timeout_seconds)
+        session = Session(master=master, term=term)
         if session == self.session:
             return []
         self.session = session
         return [SessionChanged(session)]
+
+    def _on_campaign(self, sender: NodeId, rank: Rank, now: float) -> list[Action]:
+        if self.role == "master":
+            if self._own_key() > rank.key():
+                # NOTE: the candidate has not adopted its proposed term (nobody does
+                # until a Coordinator), so our standing Coordinator still rules it.
+                return [
+                    SendTo(sender, Alive(term=self.term, rank=self.rank)),
+                    SendTo(sender, Coordinator(term=self.term, rank=self.rank)),
+                ]
+            self._defer(now)  # forced, or holding events from a newer term
+            return []
+        session = self.session
+        if (
+            session is not None
+            and now - self.master_heard_at <= self.sticky_seconds
+            and standing(self.master_forced, session.term, session.master) > rank.key()
+        ):
+            # Leader stickiness: the master we hear is alive and outranks the candidate.
+            veto = Incumbent(
+                term=session.term, rank=self.rank, master=session.master, forced=self.master_forced
+            )
+            return [SendTo(sender, veto)]
+        if self.rank.key() > rank.key():
+            answer: list[Action] = [SendTo(sender, Alive(term=self.term, rank=self.rank))]
+            if self.role != "candidate":
+                answer += self._campaign(now)
+            return answer
+        self._defer(now)
+        return []
+
+    def _on_alive(self, rank: Rank, now: float) -> list[Action]:
+        if self.role == "candidate" and rank.key() > self.rank.key():
+            self._defer(now)
+        return []
+
+    def _on_incumbent(self, term: int, master: NodeId, forced: bool, now: float) -> list[Action]:
+        if (
+            self.role == "candidate"
+            and master != self.rank.node_id
+            and standing(forced, term, master) > self.rank.key()
+        ):
+            self._defer(now)
+        return []
+
+    def _on_coordinator(self, sender: NodeId, term: int, rank: Rank, now: float) -> list[Action]:
+        session = self.session
+        if session is not None and session == Session(master=sender, term=term):
+            self.master_heard_at = now
+            return []
+        claim = (rank.forced, term, sender)
+        if self.role == "master":
+            if claim < (self.rank.forced, self.term, self.rank.node_id):
+                # A stale or lesser master announcing itself: tell it who rules now.
+                return [SendTo(sender, Coordinator(term=self.term, rank=self.rank))]
+            return self._follow(sender, term, rank.forced, now)
+        if self.rank.forced and not rank.forced:
+            return self._campaign(now)  # a forced node never follows an unforced one
+        if session is not None:
+            if claim < (self.master_forced, self.term, session.master):
+                return []  # stale, or the lesser of two claims for one term
+            return self._follow(sender, term, rank.forced, now)
+        # No session (starting, campaigning or deferring): follow a master whose
+        # standing is at least our history; a node holding events from a newer term
+        # than the claim's must not throw them away for it, so it campaigns instead.
+        if standing(rank.forced, term, sender) > self.rank.key():
+            return self._follow(sender, term, rank.forced, now)
+        if self.role == "candidate":
+            return []
+        return self._campaign(now)
 
     def _live_peers(self, now: float) -> list[NodeId]:
         return [p for p, seen in self.peers.items() if now - seen <= self.peer_timeout]

@@ -76,6 +76,8 @@ class NodeResources(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     data_transport: str
     zenoh_connected_peers: int | None = None
     capability_conflicts: tuple[HealthReason, ...] = ()
+    api_urls: tuple[str, ...] = ()
+    """Where other nodes may reach this node's HTTP API (diagnostics fan-out)."""
 
 
 class HealthLevel(StrEnum):

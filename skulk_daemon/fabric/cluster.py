@@ -1,6 +1,6 @@
 """The cluster agent: the node's life on the fabric.
 
-It carries out what the pure parts decide. Every ~1.5 s it sends a :class:`Beat`
+It carries out what the pure parts decide. Every 0.5 s it sends a :class:`Beat`
 (identity, rank, latest telemetry, last applied index) to every peer; beats are
 the liveness signal and how a joining node learns the sitting master. It drives
 the :class:`~skulk_core.cluster.election.Election`, turns its sessions into the node's
@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from skulk_core.cluster.election import (
+    DEFAULT_PEER_TIMEOUT_SECONDS,
     Action,
     Broadcast,
     Coordinator,
@@ -115,7 +116,7 @@ class ClusterAgent:
             started_at=now,
             discovery_grace=settings.discovery_grace_seconds,
             lonely_grace=LONELY_GRACE_SECONDS if settings.peers else 0.0,
-            peer_timeout=max(4.0, settings.beat_seconds * 3),
+            peer_timeout=max(DEFAULT_PEER_TIMEOUT_SECONDS, settings.beat_seconds * 3),
         )
         self.catch_up = CatchUp()
         self.tail = RetainedTail()

@@ -11,7 +11,10 @@ class FabricSettings:
     port: int = 52416
     peers: tuple[str, ...] = ()
     force_master: bool = False
-    beat_seconds: float = 1.5
+    beat_seconds: float = 0.5
+    """How often a node beats to every peer; the election's master timeout
+    (skulk_core.cluster.election.DEFAULT_MASTER_TIMEOUT_SECONDS) is two beats and a
+    margin, which is what bounds failover."""
     node_timeout_seconds: float = 10.0
     """Unseen this long, a node is removed from the cluster (by the master)."""
     settle_seconds: float = 5.0

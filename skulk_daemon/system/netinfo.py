@@ -26,3 +26,27 @@ def preferred_ipv4() -> str:
         return socket.gethostname()
     candidates.sort(key=lambda ip: (not ip.is_private, int(ip)))
     return str(candidates[0])
+
+
+def advertised_api_urls(host: str, port: int) -> tuple[str, ...]:
+    """The URLs other nodes may reach this node's API on: every IPv4 address for a
+    wildcard bind (private ranges first, loopback last), else the bound host."""
+    if host not in ("0.0.0.0", "", "::"):
+        return (f"http://{_url_host(host)}:{port}",)
+    found: list[ipaddress.IPv4Address] = []
+    for addresses in psutil.net_if_addrs().values():
+        for address in addresses:
+            if address.family != socket.AF_INET:
+                continue
+            try:
+                ip = ipaddress.IPv4Address(address.address)
+            except ValueError:
+                continue
+            if not (ip.is_link_local or ip.is_unspecified) and ip not in found:
+                found.append(ip)
+    found.sort(key=lambda ip: (ip.is_loopback, not ip.is_private, int(ip)))
+    return tuple(f"http://{ip}:{port}" for ip in found[:8])
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host

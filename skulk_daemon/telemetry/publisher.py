@@ -65,6 +65,7 @@ class TelemetrySource:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         gossip: CapabilityGossip | None = None,
         memory_reserve_bytes: int = 0,
+        api_urls: tuple[str, ...] = (),
     ) -> None:
         self.node_id = node_id
         self.identity = identity
@@ -75,6 +76,7 @@ class TelemetrySource:
         self._clock = clock
         self.gossip = gossip
         self.memory_reserve_bytes = memory_reserve_bytes
+        self.api_urls = api_urls
         self._accelerator: Accelerator | None = None
         self._accelerator_reasons: tuple[HealthReason, ...] = ()
         self._accelerator_probed_at: float | None = None
@@ -100,6 +102,7 @@ class TelemetrySource:
                 api_available=self.api_available,
                 data_transport=self.data_transport,
                 capability_conflicts=(*self._accelerator_reasons, *conflicts),
+                api_urls=self.api_urls,
             ),
             observed_at=self._clock(),
             capabilities=tags,

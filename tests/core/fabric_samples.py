@@ -21,7 +21,7 @@ from skulk_core.chat.generation import (
     SamplingParams,
     TokenChunk,
 )
-from skulk_core.cluster.election import Alive, Campaign, Coordinator, Rank, Session
+from skulk_core.cluster.election import Alive, Campaign, Coordinator, Incumbent, Rank, Session
 from skulk_core.cluster.fabric import (
     PROTOCOL_VERSION,
     Beat,
@@ -228,6 +228,7 @@ def sample_bodies() -> list[Body]:
         Elect(message=Campaign(term=2, rank=rank())),
         Elect(message=Alive(term=2, rank=rank(BETA))),
         Elect(message=Coordinator(term=2, rank=rank(GAMMA))),
+        Elect(message=Incumbent(term=2, rank=rank(BETA), master=GAMMA, forced=True)),
         SubmitCommand(
             request_id="r1", command=RegisterNode(command_id=CommandId("c1"), node_id=BETA)
         ),
@@ -304,8 +305,10 @@ def generation_chunks(task_id: str = "t1") -> list[TokenChunk | FinishChunk | Er
                 generation_tps=40.5,
                 prompt_tokens=12,
                 generation_tokens=2,
-                serving_batches=3,
-                in_flight_at_admission=1,
+                serving_batches=True,
+                in_flight_at_admission=2,
+                max_in_flight_at_admission=3,
+                cached_tokens=8,
                 time_to_first_token_ms=12.5,
             ),
             stop_sequence="</s>",

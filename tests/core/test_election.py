@@ -45,7 +45,9 @@ class Net:
     ) -> None:
         node = NodeId(name)
         rank = Rank(node_id=node, last_term=last_term, last_index=last_index, forced=forced)
-        self.nodes[node] = Election(rank=rank, started_at=self.now)
+        self.nodes[node] = Election(
+            rank=rank, started_at=self.now, rng=random.Random(self.rng.random())
+        )
         self.up.add(node)
 
     def linked(self, a: NodeId, b: NodeId) -> bool:
@@ -122,7 +124,7 @@ class Net:
 def test_a_cluster_of_one_is_master_at_once_after_discovery() -> None:
     net = Net(random.Random(1))
     net.add("a")
-    net.run(1.6)
+    net.run(2.1)  # the discovery grace (1.5 s) plus at most its jitter
     assert net.agreed() == "a"
 
 
