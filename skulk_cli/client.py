@@ -116,6 +116,28 @@ class SkulkClient:
         """``GET /config``: ``config`` (secrets stripped), ``path`` and ``effective``."""
         return self._request("GET", "/config")
 
+    def diagnostics(self, node_id: str | None = None) -> JsonObject:
+        """``GET /v1/diagnostics/node``, or another member's through ``/cluster/{id}``."""
+        path = "/v1/diagnostics/node" if node_id is None else f"/v1/diagnostics/cluster/{node_id}"
+        return self._request("GET", path)
+
+    def cluster_diagnostics(self) -> JsonObject:
+        """``GET /v1/diagnostics/cluster``: every member, unreachable ones ``ok: false``."""
+        return self._request("GET", "/v1/diagnostics/cluster")
+
+    def cluster_timeline(self) -> JsonObject:
+        """``GET /v1/diagnostics/cluster/timeline``: every rank's recorder, merged."""
+        return self._request("GET", "/v1/diagnostics/cluster/timeline")
+
+    def capture(self, body: JsonObject, node_id: str | None = None) -> JsonObject:
+        """``POST .../capture`` on this node or another member."""
+        path = (
+            "/v1/diagnostics/node/capture"
+            if node_id is None
+            else f"/v1/diagnostics/cluster/{node_id}/capture"
+        )
+        return self._request("POST", path, body=body, timeout=30.0)
+
     def put_config(self, document: JsonObject) -> JsonObject:
         """``PUT /config`` with the full desired document; 422 when it is invalid."""
         return self._request("PUT", "/config", body={"config": document})

@@ -12,6 +12,7 @@ from skulk_cli.commands import (
     bench,
     chat,
     config,
+    diagnostics,
     instances,
     models,
     operator,
@@ -48,6 +49,8 @@ app.command("chat")(chat.chat)
 app.command("bench")(bench.bench)
 app.add_typer(config.app, name="config")
 app.add_typer(operator.app, name="operator")
+app.command("doctor")(diagnostics.doctor)
+app.add_typer(diagnostics.app, name="diagnostics")
 
 
 @app.callback(invoke_without_command=True)

@@ -13,11 +13,13 @@ from skulk_daemon.capabilities.service import CapabilityService
 from skulk_daemon.chat.cancellation import ActiveCommands
 from skulk_daemon.chat.hooks import NO_HOOKS, ChatHooks
 from skulk_daemon.chat.service import ChatService
+from skulk_daemon.diagnostics.service import DiagnosticsService
 from skulk_daemon.embeddings.service import EmbeddingService
 from skulk_daemon.fabric.cluster import ClusterAgent
 from skulk_daemon.node.node import Node
 from skulk_daemon.operator.service import OperatorPairingService
 from skulk_daemon.placement.service import PlacementService
+from skulk_daemon.telemetry.metrics import NodeMetrics
 from skulk_daemon.worker.supervisor import Supervisor
 
 
@@ -27,6 +29,8 @@ class Services:
     chat: ChatService
     embeddings: EmbeddingService
     placement: PlacementService
+    diagnostics: DiagnosticsService
+    metrics: NodeMetrics
     cluster: ClusterAgent | None = None
     operator: OperatorPairingService | None = None
     capabilities: CapabilityService | None = None
@@ -57,6 +61,10 @@ class Services:
             chat=chat,
             embeddings=embeddings,
             placement=PlacementService(node),
+            diagnostics=DiagnosticsService(
+                node, worker, cluster=cluster, capabilities=capabilities
+            ),
+            metrics=NodeMetrics(node, worker, cluster),
             cluster=cluster,
             operator=operator,
             capabilities=capabilities,

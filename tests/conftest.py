@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from tests import log_secrets
-
 from tests.daemon.serving import place
 from tests.daemon_process import DaemonFactory, DaemonProcess
 

@@ -47,9 +47,8 @@ def _is_secret_field(name: str) -> bool:
 def register_environment(env: dict[str, str]) -> None:
     """The secret-named variables of a daemon's environment (comma lists split)."""
     for name, value in env.items():
-        if name.startswith("SKULK_") or name.startswith("HF_"):
-            if _SECRET_NAME.search(name):
-                register(name, *value.split(","))
+        if name.startswith(("SKULK_", "HF_")) and _SECRET_NAME.search(name):
+            register(name, *value.split(","))
 
 
 def watch_log(path: Path) -> None:

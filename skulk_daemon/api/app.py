@@ -8,6 +8,7 @@ from typing import Any
 from litestar import Litestar
 from litestar.config.cors import CORSConfig
 from litestar.di import Provide
+from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import RedocRenderPlugin, SwaggerRenderPlugin
 
@@ -24,6 +25,7 @@ from skulk_daemon.api.diagnostics import DiagnosticsController
 from skulk_daemon.api.embeddings import EmbeddingsController
 from skulk_daemon.api.errors import EXCEPTION_HANDLERS
 from skulk_daemon.api.images import ImagesController
+from skulk_daemon.api.metrics import MetricsController
 from skulk_daemon.api.models import ModelsController
 from skulk_daemon.api.node import NodeController
 from skulk_daemon.api.ollama import OllamaController
@@ -33,6 +35,7 @@ from skulk_daemon.api.responses import ResponsesController
 from skulk_daemon.api.state import StateController
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.services import Services
+from skulk_daemon.telemetry.metrics import MetricsMiddleware
 
 CONTROLLERS = [
     NodeController,
@@ -49,6 +52,7 @@ CONTROLLERS = [
     BrowserToolsController,
     PlacementController,
     DiagnosticsController,
+    MetricsController,
     AuthController,
     CapabilitiesController,
 ]
@@ -66,12 +70,14 @@ def create_app(
         return Provide(lambda: value, sync_to_thread=False)
 
     guard = AuthorityGuard(lambda: services.node.config)
+    services.metrics.refusals = guard.refusals
     cors = services.node.config.api.cors_origins
     app = Litestar(
         route_handlers=CONTROLLERS,
         # NOTE: one guard on every route: each controller (or route) declares what it
         # requires; the app's default covers only Litestar's own documentation routes.
         guards=[guard],
+        middleware=[DefineMiddleware(MetricsMiddleware, metrics=services.metrics)],
         opt=declare(Requirement.OPEN),
         cors_config=CORSConfig(allow_origins=list(cors)) if cors else None,
         dependencies={
@@ -79,6 +85,8 @@ def create_app(
             "chat": provider(services.chat),
             "embeddings": provider(services.embeddings),
             "placement": provider(services.placement),
+            "diagnostics": provider(services.diagnostics),
+            "metrics": provider(services.metrics),
             "cluster": provider(services.cluster),
             "authority": provider(services.operator),
             "capabilities": provider(services.capabilities),

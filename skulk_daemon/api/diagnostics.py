@@ -1,43 +1,128 @@
-"""``GET /v1/diagnostics/node``: this node's view of the cluster fabric.
+"""``/v1/diagnostics/*``: this node's bundle, doctor, captures and cancels, and the
+cluster-wide sweeps (every member's bundle, the merged runner timeline).
 
-The spec's full node bundle (process tree, flight recorders, doctor checks) is
-not built yet; this route serves the parts that exist: the node's role in the
-cluster, its peers, and the fabric's frame counters (what was dropped and why,
-which peers were refused and why), plus the data plane's stream counters.
+Handlers are thin: :class:`~skulk_daemon.diagnostics.service.DiagnosticsService` does
+the work. Everything here is for operators, so it takes trusted-fabric authority
+(this machine, the LAN, or the operator gateway); the only action, a cooperative
+task cancel, is the same requirement.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from litestar import Controller, get
+import msgspec
+from litestar import Controller, get, post
 
-from skulk_core.version import SKULK_VERSION
 from skulk_daemon.api.authority import AuthorityGuard, declare
 from skulk_daemon.api.openapi import OPENAI, errors
 from skulk_daemon.authority.policy import Requirement
-from skulk_daemon.fabric.cluster import ClusterAgent
-from skulk_daemon.node.node import Node
+from skulk_daemon.diagnostics.service import CancelRequest, CaptureRequest, DiagnosticsService
+
+_PROXY_STATUSES = (400, 404, 502)
 
 
 class DiagnosticsController(Controller):
+    path = "/v1/diagnostics"
     tags = ("Diagnostics",)
-    opt = declare(Requirement.OPEN)
+    opt = declare(Requirement.TRUSTED_FABRIC)
 
     @get(
-        "/v1/diagnostics/node",
-        summary="This node's role, peers and fabric counters",
+        "/node",
+        summary="This node's diagnostics bundle: runtime, resources, runners, doctor",
         responses=errors(OPENAI),
     )
     async def node_bundle(
-        self, node: Node, cluster: ClusterAgent | None, authority_guard: AuthorityGuard
+        self, diagnostics: DiagnosticsService, authority_guard: AuthorityGuard
     ) -> dict[str, Any]:
-        state = node.state
-        return {
-            "nodeId": node.node_id,
-            "skulkVersion": SKULK_VERSION,
-            "lastEventAppliedIdx": state.last_event_applied_idx,
-            "cluster": None if cluster is None else cluster.diagnostics(),
-            # Requests the authority policy refused since start, by reason.
-            "authorityRefusals": dict(sorted(authority_guard.refusals.items())),
-        }
+        return await diagnostics.bundle(authority_guard.refusals)
+
+    @post(
+        "/node/capture",
+        status_code=200,
+        summary="Capture a bounded snapshot of one runner (or the node), with samples",
+        responses=errors(OPENAI, 400, 404),
+    )
+    async def capture(
+        self, diagnostics: DiagnosticsService, data: CaptureRequest
+    ) -> dict[str, Any]:
+        return await diagnostics.capture(data)
+
+    @post(
+        "/node/runners/{runner_id:str}/cancel",
+        status_code=200,
+        summary="Ask a local runner to cancel one task, cooperatively",
+        responses=errors(OPENAI, 400, 404),
+    )
+    async def cancel(
+        self, diagnostics: DiagnosticsService, runner_id: str, data: CancelRequest
+    ) -> dict[str, Any]:
+        return diagnostics.cancel(runner_id, data)
+
+    @get(
+        "/cluster",
+        summary="Every member's bundle; unreachable members as ok false",
+        responses=errors(OPENAI),
+    )
+    async def cluster(
+        self, diagnostics: DiagnosticsService, authority_guard: AuthorityGuard
+    ) -> dict[str, Any]:
+        return await diagnostics.cluster(authority_guard.refusals)
+
+    @get(
+        "/cluster/timeline",
+        summary="Every rank's runner flight recorder, merged by time",
+        responses=errors(OPENAI),
+    )
+    async def timeline(
+        self, diagnostics: DiagnosticsService, authority_guard: AuthorityGuard
+    ) -> dict[str, Any]:
+        return await diagnostics.timeline(authority_guard.refusals)
+
+    @get(
+        "/cluster/{node_id:str}",
+        summary="One member's bundle (this node's own when it is the one named)",
+        responses=errors(OPENAI, *_PROXY_STATUSES),
+    )
+    async def peer_bundle(
+        self, diagnostics: DiagnosticsService, authority_guard: AuthorityGuard, node_id: str
+    ) -> dict[str, Any]:
+        if node_id == diagnostics.node_id:
+            return await diagnostics.bundle(authority_guard.refusals)
+        return await diagnostics.peer(node_id, "GET", "/v1/diagnostics/node")
+
+    @post(
+        "/cluster/{node_id:str}/capture",
+        status_code=200,
+        summary="Capture on one member",
+        responses=errors(OPENAI, *_PROXY_STATUSES),
+    )
+    async def peer_capture(
+        self, diagnostics: DiagnosticsService, node_id: str, data: CaptureRequest
+    ) -> dict[str, Any]:
+        if node_id == diagnostics.node_id:
+            return await diagnostics.capture(data)
+        return await diagnostics.peer(node_id, "POST", "/v1/diagnostics/node/capture", _wire(data))
+
+    @post(
+        "/cluster/{node_id:str}/runners/{runner_id:str}/cancel",
+        status_code=200,
+        summary="Cancel one task on one member's runner",
+        responses=errors(OPENAI, *_PROXY_STATUSES),
+    )
+    async def peer_cancel(
+        self,
+        diagnostics: DiagnosticsService,
+        node_id: str,
+        runner_id: str,
+        data: CancelRequest,
+    ) -> dict[str, Any]:
+        if node_id == diagnostics.node_id:
+            return diagnostics.cancel(runner_id, data)
+        path = f"/v1/diagnostics/node/runners/{runner_id}/cancel"
+        return await diagnostics.peer(node_id, "POST", path, _wire(data))
+
+
+def _wire(data: CaptureRequest | CancelRequest) -> dict[str, Any]:
+    wire: dict[str, Any] = msgspec.to_builtins(data)
+    return wire

@@ -107,6 +107,19 @@ class CapabilityService:
         """This node's ready descriptors (discovery's heavy layer)."""
         return [r.descriptor for r in self._registry.ready()]
 
+    def diagnostics(self) -> dict[str, object]:
+        """Counters for the diagnostics bundle: no call ids, inputs or outputs."""
+        return {
+            "providers": sorted(f"{d.id}@{d.version}" for d in self.describe_local()),
+            "unaryCalls": {"active": self._call_slots.used, "limit": self._call_slots.limit},
+            "streams": {
+                "active": self._stream_slots.used,
+                "limit": self._stream_slots.limit,
+                "serving": len(self._serving),
+                "calling": len(self._receiving),
+            },
+        }
+
     def revisions(self) -> dict[str, str]:
         return {r.qualified_id: r.revision for r in self._registry.ready()}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -61,6 +62,7 @@ from skulk_daemon.engines.base import DEFAULT_SLOTS
 from skulk_daemon.node.node import Node
 from skulk_daemon.runner.client import RunnerProcess
 from skulk_daemon.runner.protocol import ERROR_CANCELLED, Embedded
+from skulk_daemon.worker.flight import FlightRecorder
 from skulk_daemon.worker.launch import Launcher, LaunchRefused
 
 log = logging.getLogger(__name__)
@@ -106,6 +108,13 @@ class ManagedRunner:
     failure: str | None = None
     # Lends memory to an RPC pool rather than serving the model itself.
     donor: bool = False
+    device_rank: int = 0
+    world_size: int = 1
+    # What the runner last reported (loading ... ready, running), and since when
+    # (monotonic): what diagnostics show and the doctor times.
+    reported: str = "starting"
+    reported_since: float = field(default_factory=time.monotonic)
+    tasks: set[TaskId] = field(default_factory=set)
     # Resolved once: True when the runner serves, False when it failed to.
     settled: asyncio.Future[bool] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
@@ -121,6 +130,10 @@ class Supervisor:
         self._remote: RemoteGenerate | None = None
         self._remote_tasks: dict[TaskId, Callable[[], None]] = {}
         self._launcher = Launcher(node, slots)
+        self.flight = FlightRecorder()
+        self.on_generation_end: Callable[[ModelId, Chunk, str], None] | None = None
+        """Called with each generation's last chunk (finish or error) and whether it was
+        served ``"local"``ly or by a ``"remote"`` node (metrics)."""
 
     def attach_remote(self, remote: RemoteGenerate) -> None:
         """Serve instances whose runner is on another node through ``remote``."""
@@ -176,11 +189,15 @@ class Supervisor:
                         instance_id=instance.instance_id,
                         model_id=instance.shard_assignments.model_id,
                         donor=isinstance(shard, RpcDonorShardMetadata),
+                        device_rank=shard.device_rank,
+                        world_size=shard.world_size,
                     )
                     self._runners[runner_id] = runner
+                    self._mark(runner, "start", "starting", instance.instance_id)
                     self._spawn_task(self._start(runner, instance, shard))
                 case StopRunner(runner_id=runner_id):
                     self._runners[runner_id].phase = LocalRunnerPhase.STOPPING
+                    self._mark(self._runners[runner_id], "stop", "stopping")
                     self._spawn_task(self._stop(runner_id))
                 case _:
                     assert_never(action)
@@ -192,6 +209,21 @@ class Supervisor:
 
     # -- runner lifecycle -----------------------------------------------------------
 
+    def _mark(
+        self,
+        runner: ManagedRunner,
+        event: str,
+        reported: str,
+        detail: str = "",
+        task_id: TaskId | None = None,
+    ) -> None:
+        """Record ``event`` in the flight recorder; ``reported`` is the runner's phase
+        from now on (its clock restarts only when the phase changes)."""
+        if reported != runner.reported:
+            runner.reported = reported
+            runner.reported_since = time.monotonic()
+        self.flight.record(runner.runner_id, event, reported, detail, task_id)
+
     def _report(self, runner_id: RunnerId, status: RunnerStatus) -> None:
         self._node.report(
             ReportRunnerStatus(command_id=new_command_id(), runner_id=runner_id, status=status)
@@ -199,6 +231,7 @@ class Supervisor:
 
     async def _start(self, runner: ManagedRunner, instance: Instance, shard: ShardMetadata) -> None:
         self._report(runner.runner_id, RunnerLoading())
+        self._mark(runner, "phase", "loading")
         try:
             load = await self._launcher.load_for(
                 instance, shard, lambda: runner.phase is LocalRunnerPhase.STOPPING
@@ -234,6 +267,7 @@ class Supervisor:
 
     def _on_phase(self, runner: ManagedRunner, phase: str) -> None:
         status = _PHASE_STATUS.get(phase)
+        self._mark(runner, "phase", phase)
         if status is not None and runner.phase is not LocalRunnerPhase.STOPPING:
             self._report(runner.runner_id, status)
 
@@ -249,6 +283,7 @@ class Supervisor:
     def _fail(self, runner: ManagedRunner, code: str, message: str) -> None:
         log.error("runner %s failed: %s", runner.runner_id, message)
         runner.failure = message
+        self._mark(runner, "failed", "failed", f"{code}: {message}")
         runner.phase = LocalRunnerPhase.EXITED
         if not runner.settled.done():
             runner.settled.set_result(False)
@@ -278,6 +313,7 @@ class Supervisor:
         if runner.process is not None:
             await runner.process.shutdown(STOP_TIMEOUT_SECONDS)
         runner.phase = LocalRunnerPhase.EXITED
+        self._mark(runner, "exited", "exited")
         self._runners.pop(runner.runner_id, None)
 
     async def shutdown(self) -> None:
@@ -294,6 +330,36 @@ class Supervisor:
         # reaped by its cancelled start, which needs the loop to run; a shutdown that
         # returned first would leave that process (and its pipes) to outlive the loop.
         await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- diagnostics ----------------------------------------------------------------
+
+    def runners(self) -> list[ManagedRunner]:
+        """This node's runners (a copy of the list; the runners themselves are live)."""
+        return list(self._runners.values())
+
+    def runner_pids(self) -> dict[int, RunnerId]:
+        return {
+            r.process.pid: r.runner_id
+            for r in self._runners.values()
+            if r.process is not None and r.process.pid is not None
+        }
+
+    def cancel_runner_task(self, runner_id: RunnerId, task_id: TaskId | None) -> TaskId | None:
+        """Ask ``runner_id`` to cancel ``task_id`` (or its only task); the task asked,
+        or None when the runner does not know it."""
+        runner = self._runners.get(runner_id)
+        if runner is None:
+            return None
+        if task_id is None:
+            if len(runner.tasks) != 1:
+                return None
+            task_id = next(iter(runner.tasks))
+        if task_id not in runner.tasks or runner.process is None:
+            return None
+        self._mark(runner, "cancel_requested", runner.reported, "diagnostics", task_id)
+        with contextlib.suppress(Exception):
+            runner.process.cancel(task_id)
+        return task_id
 
     # -- serving --------------------------------------------------------------------
 
@@ -318,17 +384,20 @@ class Supervisor:
             self._remote_tasks[task_id] = lambda: remote.cancel(host, command_id)
             try:
                 async for chunk in remote.generate(host, instance_id, request, command_id):
+                    self._ended(instance_id, chunk, "remote")
                     yield chunk
             finally:
                 self._remote_tasks.pop(task_id, None)
             return
         runner = await self._serving_runner(instance_id, task_id)
         if isinstance(runner, ErrorChunk):
+            self._ended(instance_id, runner, "local")
             yield runner
             return
         assert runner.process is not None
         with self._task(runner, task_id, command_id, ModelTask.TEXT_GENERATION) as outcome:
             async for chunk in runner.process.generate(request):
+                self._ended(instance_id, chunk, "local")
                 if isinstance(chunk, FinishChunk):
                     outcome.status = (
                         TaskStatus.CANCELLED
@@ -336,6 +405,14 @@ class Supervisor:
                         else TaskStatus.COMPLETE
                     )
                 yield chunk
+
+    def _ended(self, instance_id: InstanceId, chunk: Chunk, served: str) -> None:
+        if self.on_generation_end is None or not isinstance(chunk, FinishChunk | ErrorChunk):
+            return
+        instance = self._node.state.instances.get(instance_id)
+        model = instance.shard_assignments.model_id if instance is not None else ModelId("")
+        with contextlib.suppress(Exception):  # metrics never break a generation
+            self.on_generation_end(model, chunk, served)
 
     async def embed(
         self,
@@ -411,6 +488,8 @@ class Supervisor:
             )
         )
         runner.active_tasks += 1
+        runner.tasks.add(task_id)
+        self._mark(runner, "task_started", "running", kind.value, task_id)
         if runner.active_tasks == 1:
             self._report(runner.runner_id, RunnerRunning(active_tasks=1))
         outcome = _Outcome()
@@ -423,7 +502,16 @@ class Supervisor:
             raise
         finally:
             runner.active_tasks -= 1
-            if runner.active_tasks == 0 and runner.phase is LocalRunnerPhase.SERVING:
+            runner.tasks.discard(task_id)
+            idle = runner.active_tasks == 0 and runner.phase is LocalRunnerPhase.SERVING
+            self._mark(
+                runner,
+                "task_finished",
+                "ready" if idle else runner.reported,
+                outcome.status.value,
+                task_id,
+            )
+            if idle:
                 self._report(runner.runner_id, RunnerReady())
             self._node.report(
                 FinishTask(command_id=new_command_id(), task_id=task_id, task_status=outcome.status)

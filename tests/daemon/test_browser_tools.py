@@ -82,7 +82,7 @@ DDG_RESULTS = """<html><body>
 SEARCH_KEY = "sk-browser-secret"
 log_secrets.register("browser_tools.search_api_key", SEARCH_KEY)
 # (path, Authorization header) of every request the fake SearXNG answered, in order.
-SEARCH_AUTH: list[tuple[str, str | None]] = []
+seen_searches: list[tuple[str, str | None]] = []
 
 
 class _Pages(BaseHTTPRequestHandler):
@@ -137,7 +137,7 @@ class _Pages(BaseHTTPRequestHandler):
         elif path == "/echo-host":
             self._send(200, (self.headers.get("Host") or "").encode(), "text/plain")
         elif path in ("/searx/search", "/moved/search"):
-            SEARCH_AUTH.append((path, self.headers.get("Authorization")))
+            seen_searches.append((path, self.headers.get("Authorization")))
             query = parse_qs(parts.query)
             if query.get("format") != ["json"]:
                 self._send(403, b"Forbidden", "text/html")
@@ -583,9 +583,9 @@ def test_a_search_url_moved_elsewhere_never_receives_the_stored_key(
     lan_daemon: DaemonProcess, site: str
 ) -> None:
     # Last in the module: it changes the shared daemon's search provider for good.
-    SEARCH_AUTH.clear()
+    seen_searches.clear()
     assert _post(lan_daemon, "web_search", {"query": "fox"}).status_code == 200
-    assert SEARCH_AUTH == [("/searx/search", f"Bearer {SEARCH_KEY}")]
+    assert seen_searches == [("/searx/search", f"Bearer {SEARCH_KEY}")]
 
     config = lan_daemon.get("/config").json()["config"]
     for url in (f"{site}/moved/", f"{site}/searx/"):
@@ -597,4 +597,4 @@ def test_a_search_url_moved_elsewhere_never_receives_the_stored_key(
         assert _post(lan_daemon, "web_search", {"query": "fox"}).status_code == 200
     # The key went with the old destination: neither the new URL nor the old one, set
     # again afterwards, is sent it.
-    assert SEARCH_AUTH[1:] == [("/moved/search", None), ("/searx/search", None)]
+    assert seen_searches[1:] == [("/moved/search", None), ("/searx/search", None)]

@@ -101,4 +101,3 @@ def test_a_flood_of_fake_services_leaves_the_node_bounded(
         assert len(node.get("/state").json()["topology"]["nodes"]) == 1
     finally:
         node.kill()
-

@@ -1,0 +1,110 @@
+"""`skulk doctor` and `skulk diagnostics ...`: why a node or the cluster misbehaves."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from skulk_cli import console, render_diagnostics
+from skulk_cli.client import JsonObject
+from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, node_client
+
+app = typer.Typer(
+    help="Diagnostics of this node or the cluster: bundles, the runner timeline, captures.",
+    no_args_is_help=True,
+)
+
+NodeArg = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="[NODE]",
+        help="A member's node id (`skulk diagnostics cluster` lists them); default this node.",
+        show_default=False,
+    ),
+]
+
+
+def doctor(ctx: typer.Context, node: NodeArg = None, json_output: JsonFlag = False) -> None:
+    """Run the node doctor: engine build, disk, memory, peers, cluster key, versions,
+    clocks, ports and stuck runners, each with a fix.
+
+    Exits 1 when any check fails, so scripts can act on it.
+    """
+    cli = CliContext.of(ctx)
+    with node_client(cli) as client:
+        bundle = client.diagnostics(node)
+    if cli.wants_json(json_output):
+        console.emit_json(bundle.get("doctor", []))
+    else:
+        console.show(render_diagnostics.doctor(bundle))
+    if render_diagnostics.failed(bundle):
+        raise typer.Exit(EXIT_REFUSED)
+
+
+@app.command("node")
+def node_bundle(ctx: typer.Context, node: NodeArg = None, json_output: JsonFlag = False) -> None:
+    """Show a node's bundle: runtime, runners, processes and doctor (`--json`: all of it)."""
+    cli = CliContext.of(ctx)
+    with node_client(cli) as client:
+        bundle = client.diagnostics(node)
+    if cli.wants_json(json_output):
+        console.emit_json(bundle)
+        return
+    console.show(render_diagnostics.node(bundle))
+
+
+@app.command("cluster")
+def cluster(ctx: typer.Context, json_output: JsonFlag = False) -> None:
+    """Ask every member for its bundle; unreachable members are listed as such."""
+    cli = CliContext.of(ctx)
+    with node_client(cli) as client:
+        report = client.cluster_diagnostics()
+    if cli.wants_json(json_output):
+        console.emit_json(report)
+        return
+    console.show(render_diagnostics.cluster(report))
+
+
+@app.command("timeline")
+def timeline(ctx: typer.Context, json_output: JsonFlag = False) -> None:
+    """Every rank's runner phases, merged by time: where a distributed load hangs."""
+    cli = CliContext.of(ctx)
+    with node_client(cli) as client:
+        merged = client.cluster_timeline()
+    if cli.wants_json(json_output):
+        console.emit_json(merged)
+        return
+    console.show(render_diagnostics.timeline(merged))
+
+
+@app.command("capture")
+def capture(
+    ctx: typer.Context,
+    *,
+    runner: Annotated[
+        str | None, typer.Option("--runner", help="The runner to capture.", show_default=False)
+    ] = None,
+    task: Annotated[
+        str | None, typer.Option("--task", help="Only this task's entries.", show_default=False)
+    ] = None,
+    samples: Annotated[
+        bool, typer.Option("--samples", help="Sample the processes' threads too.")
+    ] = False,
+    seconds: Annotated[
+        float, typer.Option("--seconds", min=0.0, max=10.0, help="How long to sample.")
+    ] = 1.0,
+    node: Annotated[
+        str | None,
+        typer.Option("--node", help="Capture on this member instead.", show_default=False),
+    ] = None,
+) -> None:
+    """Capture a bounded snapshot (flight recorders, memory, thread samples) as JSON."""
+    cli = CliContext.of(ctx)
+    body: JsonObject = {"includeProcessSamples": samples, "sampleDurationSeconds": seconds}
+    if runner is not None:
+        body["runnerId"] = runner
+    if task is not None:
+        body["taskId"] = task
+    with node_client(cli) as client:
+        console.emit_json(client.capture(body, node))

@@ -1,0 +1,86 @@
+"""Asking other nodes' APIs for their diagnostics, fail-fast.
+
+Each topology member advertises its API URLs in telemetry. One attempt per URL
+with a short timeout, all members at once: one unroutable address cannot stall the
+sweep, and a member no URL answers for is an explicit ``ok: false`` entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import httpx
+
+from skulk_core.ids import NodeId
+from skulk_daemon.node.node import Node
+
+PROBE_TIMEOUT_SECONDS: Final = 3.0
+# A proxied capture may sample processes for up to its own bound.
+CAPTURE_TIMEOUT_SECONDS: Final = 20.0
+NO_ROUTE: Final = "no reachable API route"
+
+
+@dataclass(frozen=True, slots=True)
+class PeerAnswer:
+    node_id: NodeId
+    status: int | None
+    body: Any
+    url: str | None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200 and self.error is None
+
+
+def api_urls(node: Node, node_id: NodeId) -> tuple[str, ...]:
+    reading = node.view().telemetry.get(node_id)
+    return () if reading is None else reading.resources.api_urls
+
+
+def _headers(node: Node) -> dict[str, str]:
+    keys = [*node.config.api.keys, *os.environ.get("SKULK_API_KEYS", "").split(",")]
+    key = next((k.strip() for k in keys if k.strip()), None)
+    headers = {"Accept": "application/json"}
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    return headers
+
+
+async def ask(
+    node: Node,
+    node_id: NodeId,
+    method: str,
+    path: str,
+    *,
+    body: Any = None,
+    budget_seconds: float = PROBE_TIMEOUT_SECONDS,
+) -> PeerAnswer:
+    """``method path`` on ``node_id``'s API: the first advertised URL that answers."""
+    urls = api_urls(node, node_id)
+    if not urls:
+        return PeerAnswer(node_id, None, None, None, f"{NO_ROUTE} (none advertised)")
+    errors: list[str] = []
+    async with httpx.AsyncClient(timeout=budget_seconds, headers=_headers(node)) as client:
+        for url in urls:
+            try:
+                response = await client.request(method, f"{url}{path}", json=body)
+            except httpx.HTTPError as exc:
+                errors.append(f"{url}: {type(exc).__name__}")
+                continue
+            try:
+                parsed = response.json()
+            except ValueError:
+                parsed = {"error": {"message": response.text[:200]}}
+            return PeerAnswer(node_id, response.status_code, parsed, url)
+    return PeerAnswer(node_id, None, None, None, f"{NO_ROUTE} ({'; '.join(errors)})")
+
+
+async def ask_all(
+    node: Node, node_ids: Sequence[NodeId], method: str, path: str
+) -> list[PeerAnswer]:
+    return list(await asyncio.gather(*(ask(node, n, method, path) for n in node_ids)))
