@@ -60,6 +60,24 @@ class DiagnosticsController(Controller):
         return diagnostics.cancel(runner_id, data)
 
     @get(
+        "/performance-envelopes",
+        summary="This node's throughput and latency against concurrency, per model",
+        responses=errors(OPENAI),
+    )
+    async def performance_envelopes(self, diagnostics: DiagnosticsService) -> dict[str, Any]:
+        return diagnostics.performance_envelopes()
+
+    @get(
+        "/performance-envelopes/cluster",
+        summary="Every member's performance envelopes; unreachable ones as failures",
+        responses=errors(OPENAI),
+    )
+    async def cluster_performance_envelopes(
+        self, diagnostics: DiagnosticsService
+    ) -> dict[str, Any]:
+        return await diagnostics.cluster_performance_envelopes()
+
+    @get(
         "/cluster",
         summary="Every member's bundle; unreachable members as ok false",
         responses=errors(OPENAI),

@@ -20,13 +20,15 @@ from typing import Any, Final
 import msgspec
 import psutil
 
+from skulk_core.chat.generation import EngineChunk, FinishChunk
 from skulk_core.diagnostics.cluster import (
     cluster_version_status,
     merge_timeline,
     node_version_status,
 )
 from skulk_core.diagnostics.doctor import run_doctor
-from skulk_core.ids import NodeId, RunnerId, TaskId
+from skulk_core.diagnostics.envelopes import EnvelopeKey, Envelopes, Sample
+from skulk_core.ids import ModelId, NodeId, RunnerId, TaskId
 from skulk_core.state.shards import serving_node
 from skulk_core.version import SKULK_VERSION
 from skulk_daemon.capabilities.service import CapabilityService
@@ -68,6 +70,9 @@ class DiagnosticsService:
         self._worker = worker
         self._cluster = cluster
         self._capabilities = capabilities
+        self.envelopes = Envelopes()
+        if worker is not None:
+            worker.generation_listeners.append(self._observe)
 
     @property
     def node_id(self) -> NodeId:
@@ -270,6 +275,54 @@ class DiagnosticsService:
                 code="runner_not_found",
             )
         return runner
+
+    # -- performance envelopes ------------------------------------------------------
+
+    def _observe(self, model_id: ModelId, chunk: EngineChunk, served: str) -> None:
+        if served != "local" or not isinstance(chunk, FinishChunk):
+            return
+        stats = chunk.stats
+        self.envelopes.add(
+            self._envelope_key(model_id),
+            Sample(
+                concurrency=stats.in_flight_at_admission,
+                ttft_ms=stats.time_to_first_token_ms,
+                decode_tps=stats.generation_tps,
+            ),
+        )
+
+    def _envelope_key(self, model_id: ModelId) -> EnvelopeKey:
+        reading = self._node.own_telemetry()
+        hardware, backend = "unknown", "cpu"
+        if reading is not None:
+            accelerator = reading.system.accelerator
+            hardware = (
+                f"{accelerator.vendor} {accelerator.name} x{accelerator.count}"
+                if accelerator is not None
+                else f"cpu {reading.system.cpu_model} x{reading.system.cpu_count}"
+            )
+            backend = reading.resources.backends[0] if reading.resources.backends else backend
+        entry = self._node.catalog().get(model_id)
+        quantization = (entry.card.quantization if entry is not None else None) or "unknown"
+        return EnvelopeKey(hardware, model_id, f"llama.cpp/{backend}", quantization)
+
+    def performance_envelopes(self) -> dict[str, Any]:
+        """``GET /v1/diagnostics/performance-envelopes``: this node's curves."""
+        return {"nodeId": self._node.node_id, "envelopes": self.envelopes.report()}
+
+    async def cluster_performance_envelopes(self) -> dict[str, Any]:
+        """Every member's envelopes; unreachable members as explicit failures."""
+        others = [n for n in self._members() if n != self._node.node_id]
+        path = "/v1/diagnostics/performance-envelopes"
+        answers = await fanout.ask_all(self._node, others, "GET", path)
+        nodes: list[dict[str, Any]] = [{"ok": True, **self.performance_envelopes()}]
+        for answer in answers:
+            if answer.ok and isinstance(answer.body, dict):
+                nodes.append({"ok": True, **answer.body, "nodeId": answer.node_id})
+            else:
+                error = answer.error or _error_text(answer.status, answer.body)
+                nodes.append({"nodeId": answer.node_id, "ok": False, "error": error})
+        return {"nodes": nodes}
 
     # -- the cluster ----------------------------------------------------------------
 

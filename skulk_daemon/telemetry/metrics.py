@@ -76,7 +76,7 @@ class NodeMetrics:
         )
         self.registry.register(_LiveCollector(node, worker, cluster, lambda: self.refusals))
         if worker is not None:
-            worker.on_generation_end = self.generation_ended
+            worker.generation_listeners.append(self.generation_ended)
 
     def generation_ended(self, model_id: ModelId, chunk: EngineChunk, served: str) -> None:
         match chunk:

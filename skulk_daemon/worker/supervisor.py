@@ -131,9 +131,10 @@ class Supervisor:
         self._remote_tasks: dict[TaskId, Callable[[], None]] = {}
         self._launcher = Launcher(node, slots)
         self.flight = FlightRecorder()
-        self.on_generation_end: Callable[[ModelId, Chunk, str], None] | None = None
-        """Called with each generation's last chunk (finish or error) and whether it was
-        served ``"local"``ly or by a ``"remote"`` node (metrics)."""
+        self.generation_listeners: list[Callable[[ModelId, Chunk, str], None]] = []
+        """Each is called with every generation's last chunk (finish or error) and
+        whether it was served ``"local"``ly or by a ``"remote"`` node (metrics,
+        performance envelopes); a listener that raises is ignored."""
 
     def attach_remote(self, remote: RemoteGenerate) -> None:
         """Serve instances whose runner is on another node through ``remote``."""
@@ -407,12 +408,13 @@ class Supervisor:
                 yield chunk
 
     def _ended(self, instance_id: InstanceId, chunk: Chunk, served: str) -> None:
-        if self.on_generation_end is None or not isinstance(chunk, FinishChunk | ErrorChunk):
+        if not self.generation_listeners or not isinstance(chunk, FinishChunk | ErrorChunk):
             return
         instance = self._node.state.instances.get(instance_id)
         model = instance.shard_assignments.model_id if instance is not None else ModelId("")
-        with contextlib.suppress(Exception):  # metrics never break a generation
-            self.on_generation_end(model, chunk, served)
+        for listener in self.generation_listeners:
+            with contextlib.suppress(Exception):  # observers never break a generation
+                listener(model, chunk, served)
 
     async def embed(
         self,

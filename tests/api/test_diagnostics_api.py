@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from tests.api.in_process import Served
+from tests.daemon.serving import DEMO
 
 DOCTOR_FIELDS = {
     "checkId",
@@ -117,3 +118,22 @@ def test_a_one_node_cluster_sweep_and_timeline(demo_app: Served) -> None:
     assert timeline["entries"] == sorted(timeline["entries"], key=lambda e: e["at"])
     own = app.get(f"/v1/diagnostics/cluster/{entry['nodeId']}").json()
     assert own["runtime"]["nodeId"] == entry["nodeId"]
+
+
+def test_a_generation_feeds_this_nodes_performance_envelope(demo_app: Served) -> None:
+    app = demo_app.app
+    body = {
+        "model": DEMO,
+        "messages": [{"role": "user", "content": "Count: one, two,"}],
+        "max_tokens": 4,
+        "temperature": 0,
+    }
+    assert app.post("/v1/chat/completions", json=body).status_code == 200
+    report = app.get("/v1/diagnostics/performance-envelopes").json()
+    [envelope] = [e for e in report["envelopes"] if e["modelId"] == DEMO]
+    assert envelope["engine"].startswith("llama.cpp/")
+    assert envelope["quantization"] != "unknown"
+    assert envelope["buckets"][0]["concurrency"] >= 1
+    assert envelope["buckets"][0]["p50TtftMs"] > 0
+    cluster = app.get("/v1/diagnostics/performance-envelopes/cluster").json()
+    assert [n["ok"] for n in cluster["nodes"]] == [True]
