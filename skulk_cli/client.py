@@ -121,6 +121,21 @@ class SkulkClient:
         path = "/v1/diagnostics/node" if node_id is None else f"/v1/diagnostics/cluster/{node_id}"
         return self._request("GET", path)
 
+    def restart(
+        self,
+        *,
+        node_install_id: str | None = None,
+        node_id: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    ) -> JsonObject:
+        """``POST /admin/restart``: restart a node in place (the API node with no target)."""
+        params = tuple(
+            (name, value)
+            for name, value in (("node_install_id", node_install_id), ("node_id", node_id))
+            if value is not None
+        )
+        return self._request("POST", "/admin/restart", params=params or None, timeout=timeout)
+
     def cluster_diagnostics(self) -> JsonObject:
         """``GET /v1/diagnostics/cluster``: every member, unreachable ones ``ok: false``."""
         return self._request("GET", "/v1/diagnostics/cluster")
@@ -137,6 +152,19 @@ class SkulkClient:
             else f"/v1/diagnostics/cluster/{node_id}/capture"
         )
         return self._request("POST", path, body=body, timeout=30.0)
+
+    def set_tracing(self, enabled: bool) -> JsonObject:
+        """``PUT /v1/tracing``: trace new requests cluster-wide (or stop)."""
+        return self._request("PUT", "/v1/tracing", body={"enabled": enabled})
+
+    def traces(self) -> JsonObject:
+        """``GET /v1/traces/cluster``: every member's trace records, by task."""
+        return self._request("GET", "/v1/traces/cluster")
+
+    def trace(self, task_id: str, view: str = "") -> JsonObject:
+        """``GET /v1/traces/cluster/{id}[/stats|/raw]``: one task across the cluster."""
+        suffix = f"/{view}" if view else ""
+        return self._request("GET", f"/v1/traces/cluster/{task_id}{suffix}")
 
     def put_config(self, document: JsonObject) -> JsonObject:
         """``PUT /config`` with the full desired document; 422 when it is invalid."""

@@ -17,8 +17,10 @@ from skulk_cli.commands import (
     models,
     operator,
     placement,
+    restart,
     serve,
     status,
+    trace,
 )
 from skulk_cli.context import CliContext
 
@@ -51,6 +53,8 @@ app.add_typer(config.app, name="config")
 app.add_typer(operator.app, name="operator")
 app.command("doctor")(diagnostics.doctor)
 app.add_typer(diagnostics.app, name="diagnostics")
+app.command("restart")(restart.restart)
+app.add_typer(trace.app, name="trace")
 
 
 @app.callback(invoke_without_command=True)

@@ -39,6 +39,7 @@ from skulk_daemon.node.eventlog import EventLog, EventLogCorrupt
 from skulk_daemon.node.identity import IdentityError, load_identity
 from skulk_daemon.node.node import Node
 from skulk_daemon.node.snapshot import SNAPSHOT_FILE, SnapshotCorrupt, load_snapshot
+from skulk_daemon.node_admin.restart import RestartLatch, reexec
 from skulk_daemon.operator.errors import AuthorityError
 from skulk_daemon.operator.listener import ListenerBindError, OperatorListener
 from skulk_daemon.operator.service import OperatorPairingService
@@ -240,7 +241,12 @@ async def _start_fabric(
     return agent, discovery
 
 
-async def _serve(settings: Settings, args: argparse.Namespace, guard: StopGuard) -> None:
+async def _serve(
+    settings: Settings,
+    args: argparse.Namespace,
+    guard: StopGuard,
+    restart: RestartLatch | None = None,
+) -> None:
     sock = bind_api_socket(settings.host, settings.api_port)
     try:
         authority = OperatorPairingService.open(settings.data_dir)
@@ -270,7 +276,12 @@ async def _serve(settings: Settings, args: argparse.Namespace, guard: StopGuard)
     agent.capabilities.attach(capabilities)
     source.gossip = capabilities.gossip
     services = Services.build(
-        node, worker, cluster=agent, operator=authority, capabilities=capabilities
+        node,
+        worker,
+        cluster=agent,
+        operator=authority,
+        capabilities=capabilities,
+        restart=restart,
     )
     # Installed extensions load here, before the app exists: a refused one is logged.
     extensions = ExtensionHost.open(
@@ -337,6 +348,9 @@ async def _serve(settings: Settings, args: argparse.Namespace, guard: StopGuard)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, request_stop, sig.name)
+    if restart is not None:
+        # POST /admin/restart stops the node as SIGTERM would; main() then re-executes.
+        restart.attach(lambda: request_stop("a restart request"))
     try:
         await server.serve(sockets=[sock])
     finally:
@@ -374,12 +388,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             operator_api_port=args.operator_api_port,
         )
         guard = StopGuard()
-        asyncio.run(_serve(settings, args, guard))
+        restart = RestartLatch()
+        asyncio.run(_serve(settings, args, guard, restart))
     except (StartupError, ValueError) as exc:
         print(f"skulk: {exc}", file=sys.stderr)
         return 1
     guard.done()
     log.info("stopped cleanly")
+    if restart.requested:
+        reexec()
     return 0
 
 

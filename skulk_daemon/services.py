@@ -14,9 +14,13 @@ from skulk_daemon.chat.cancellation import ActiveCommands
 from skulk_daemon.chat.hooks import NO_HOOKS, ChatHooks
 from skulk_daemon.chat.service import ChatService
 from skulk_daemon.diagnostics.service import DiagnosticsService
+from skulk_daemon.diagnostics.trace_service import TraceService
+from skulk_daemon.diagnostics.tracing import MasterTraces, Tracer, TraceStore
 from skulk_daemon.embeddings.service import EmbeddingService
 from skulk_daemon.fabric.cluster import ClusterAgent
 from skulk_daemon.node.node import Node
+from skulk_daemon.node_admin.restart import RestartLatch
+from skulk_daemon.node_admin.service import NodeAdminService
 from skulk_daemon.operator.service import OperatorPairingService
 from skulk_daemon.placement.service import PlacementService
 from skulk_daemon.telemetry.metrics import NodeMetrics
@@ -31,9 +35,11 @@ class Services:
     placement: PlacementService
     diagnostics: DiagnosticsService
     metrics: NodeMetrics
+    traces: TraceService
     cluster: ClusterAgent | None = None
     operator: OperatorPairingService | None = None
     capabilities: CapabilityService | None = None
+    admin: NodeAdminService | None = None
 
     @classmethod
     def build(
@@ -45,10 +51,15 @@ class Services:
         cluster: ClusterAgent | None = None,
         operator: OperatorPairingService | None = None,
         capabilities: CapabilityService | None = None,
+        restart: RestartLatch | None = None,
     ) -> Services:
         """Every service of one node; the chat service calls ``hooks`` on every turn
-        (extensions attach theirs later, once they have loaded)."""
+        (extensions attach theirs later, once they have loaded). ``restart`` is the
+        latch ``serve.py`` re-executes the process on; without it a restart is refused."""
         commands = ActiveCommands()
+        store = TraceStore(node.settings.data_dir, node.node_id)
+        worker.tracer = Tracer(store)
+        node.on_ordered(MasterTraces(store).ordered)
         embeddings = EmbeddingService(node, worker, commands)
         chat = ChatService(
             node,
@@ -65,7 +76,9 @@ class Services:
                 node, worker, cluster=cluster, capabilities=capabilities
             ),
             metrics=NodeMetrics(node, worker, cluster),
+            traces=TraceService(node, store),
             cluster=cluster,
             operator=operator,
             capabilities=capabilities,
+            admin=NodeAdminService(node, restart=restart),
         )

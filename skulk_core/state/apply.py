@@ -24,6 +24,7 @@ from skulk_core.state.events import (
     TaskCreated,
     TaskDeleted,
     TaskStatusUpdated,
+    TracingSet,
 )
 from skulk_core.state.state import MAX_INSTANCE_FAILURES, State, Topology
 
@@ -141,5 +142,7 @@ def _apply_event(state: State, event: Event) -> State:
                     k: v for k, v in state.custom_model_cards.items() if k != model_id
                 },
             )
+        case TracingSet(enabled=enabled):
+            return replace(state, tracing_enabled=enabled)
         case _:
             assert_never(event)

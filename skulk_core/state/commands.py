@@ -95,6 +95,12 @@ class RemoveCustomCard(_Command, frozen=True, kw_only=True):
     model_id: ModelId
 
 
+class SetTracing(_Command, frozen=True, kw_only=True):
+    """Trace new requests cluster-wide (or stop tracing them)."""
+
+    enabled: bool
+
+
 Command = (
     RegisterNode
     | RecordMasterElected
@@ -109,4 +115,5 @@ Command = (
     | FinishTask
     | AddCustomCard
     | RemoveCustomCard
+    | SetTracing
 )

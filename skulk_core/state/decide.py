@@ -27,6 +27,7 @@ from skulk_core.state.commands import (
     ReportDownloadProgress,
     ReportInstanceFailure,
     ReportRunnerStatus,
+    SetTracing,
     StartTask,
 )
 from skulk_core.state.events import (
@@ -44,6 +45,7 @@ from skulk_core.state.events import (
     RunnerStatusUpdated,
     TaskCreated,
     TaskDeleted,
+    TracingSet,
 )
 from skulk_core.state.shards import RunnerIdle
 from skulk_core.state.state import (
@@ -138,6 +140,10 @@ def decide(state: State, command: Command) -> list[Event] | Refused:
             if model_id not in state.custom_model_cards:
                 return Refused(code="not_found", message=f"no custom card for {model_id}")
             return [CustomModelCardRemoved(model_id=model_id)]
+        case SetTracing(enabled=enabled):
+            if enabled == state.tracing_enabled:
+                return []
+            return [TracingSet(enabled=enabled)]
         case _:
             assert_never(command)
 

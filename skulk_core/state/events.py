@@ -90,6 +90,12 @@ class CustomModelCardAdded(_Event, frozen=True, kw_only=True):
     card: ModelCard
 
 
+class TracingSet(_Event, frozen=True, kw_only=True):
+    """Requests admitted from now on are traced on every node (or no longer are)."""
+
+    enabled: bool
+
+
 class CustomModelCardRemoved(_Event, frozen=True, kw_only=True):
     model_id: ModelId
 
@@ -109,6 +115,7 @@ Event = (
     | DownloadProgressUpdated
     | CustomModelCardAdded
     | CustomModelCardRemoved
+    | TracingSet
 )
 
 

@@ -97,6 +97,8 @@ class State(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """The card each instance was placed with. A custom card added later for the same
     model id changes the catalog and new placements, never a running instance (its
     chat template, tasks and files)."""
+    tracing_enabled: bool = False
+    """Whether new requests are traced (``PUT /v1/tracing``), on every node."""
     master_node_id: NodeId | None = None
     """The master that indexed the latest ``MasterElected`` (``None`` before the first)."""
     election_term: int = 0

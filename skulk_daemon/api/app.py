@@ -28,17 +28,21 @@ from skulk_daemon.api.images import ImagesController
 from skulk_daemon.api.metrics import MetricsController
 from skulk_daemon.api.models import ModelsController
 from skulk_daemon.api.node import NodeController
+from skulk_daemon.api.node_admin import NodeAdminController
 from skulk_daemon.api.ollama import OllamaController
 from skulk_daemon.api.openai_chat import OpenAIChatController
 from skulk_daemon.api.placement import PlacementController
 from skulk_daemon.api.responses import ResponsesController
 from skulk_daemon.api.state import StateController
+from skulk_daemon.api.traces import TracesController
 from skulk_daemon.authority.policy import Requirement
+from skulk_daemon.node_admin.service import NodeAdminService
 from skulk_daemon.services import Services
 from skulk_daemon.telemetry.metrics import MetricsMiddleware
 
 CONTROLLERS = [
     NodeController,
+    NodeAdminController,
     StateController,
     ConfigController,
     ModelsController,
@@ -53,6 +57,7 @@ CONTROLLERS = [
     PlacementController,
     DiagnosticsController,
     MetricsController,
+    TracesController,
     AuthController,
     CapabilitiesController,
 ]
@@ -87,9 +92,11 @@ def create_app(
             "placement": provider(services.placement),
             "diagnostics": provider(services.diagnostics),
             "metrics": provider(services.metrics),
+            "traces": provider(services.traces),
             "cluster": provider(services.cluster),
             "authority": provider(services.operator),
             "capabilities": provider(services.capabilities),
+            "admin": provider(services.admin or NodeAdminService(services.node)),
             "authority_guard": provider(guard),
         },
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]

@@ -170,7 +170,7 @@ class RemoteTasks:
         data = self._agent.data
         try:
             async with contextlib.aclosing(
-                worker.generate(instance_id, request, command_id)
+                worker.generate(instance_id, request, command_id, origin=owner)
             ) as chunks:
                 async for chunk in chunks:
                     final = isinstance(chunk, FinishChunk | ErrorChunk)

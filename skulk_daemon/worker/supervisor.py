@@ -64,6 +64,7 @@ from skulk_daemon.runner.client import RunnerProcess
 from skulk_daemon.runner.protocol import ERROR_CANCELLED, Embedded
 from skulk_daemon.worker.flight import FlightRecorder
 from skulk_daemon.worker.launch import Launcher, LaunchRefused
+from skulk_daemon.worker.observers import GenerationObserver, TraceOpener
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,8 @@ class Supervisor:
         self._remote_tasks: dict[TaskId, Callable[[], None]] = {}
         self._launcher = Launcher(node, slots)
         self.flight = FlightRecorder()
+        self.tracer: TraceOpener | None = None
+        """Records traced generations (``PUT /v1/tracing``); see diagnostics/tracing.py."""
         self.generation_listeners: list[Callable[[ModelId, Chunk, str], None]] = []
         """Each is called with every generation's last chunk (finish or error) and
         whether it was served ``"local"``ly or by a ``"remote"`` node (metrics,
@@ -374,21 +377,34 @@ class Supervisor:
         return None
 
     async def generate(
-        self, instance_id: InstanceId, request: GenerationRequest, command_id: CommandId
+        self,
+        instance_id: InstanceId,
+        request: GenerationRequest,
+        command_id: CommandId,
+        *,
+        origin: NodeId | None = None,
     ) -> AsyncGenerator[Chunk, None]:
         """Run ``request`` on this node's runner for the instance; ``command_id`` is the
-        client-facing command the task serves (what ``/state`` shows on the task)."""
+        client-facing command the task serves (what ``/state`` shows on the task).
+        ``origin`` is the API node that asked over the fabric (None: this one)."""
         task_id = TaskId(request.task_id)
         host = self._remote_host(instance_id)
         if host is not None and self._remote is not None:
             remote = self._remote
             self._remote_tasks[task_id] = lambda: remote.cancel(host, command_id)
+            trace = self._trace(task_id, instance_id, origin is None, None, host)
+            last: Chunk | None = None
             try:
                 async for chunk in remote.generate(host, instance_id, request, command_id):
                     self._ended(instance_id, chunk, "remote")
+                    if trace is not None:
+                        trace.chunk(chunk)
+                    last = chunk
                     yield chunk
             finally:
                 self._remote_tasks.pop(task_id, None)
+                if trace is not None:
+                    trace.finish(last)
             return
         runner = await self._serving_runner(instance_id, task_id)
         if isinstance(runner, ErrorChunk):
@@ -396,16 +412,41 @@ class Supervisor:
             yield runner
             return
         assert runner.process is not None
-        with self._task(runner, task_id, command_id, ModelTask.TEXT_GENERATION) as outcome:
-            async for chunk in runner.process.generate(request):
-                self._ended(instance_id, chunk, "local")
-                if isinstance(chunk, FinishChunk):
-                    outcome.status = (
-                        TaskStatus.CANCELLED
-                        if chunk.finish_reason == "cancelled"
-                        else TaskStatus.COMPLETE
-                    )
-                yield chunk
+        lane = f"runner rank {runner.device_rank}"
+        trace = self._trace(task_id, instance_id, origin is None, lane, None)
+        last = None
+        try:
+            with self._task(runner, task_id, command_id, ModelTask.TEXT_GENERATION) as outcome:
+                async for chunk in runner.process.generate(request):
+                    self._ended(instance_id, chunk, "local")
+                    if trace is not None:
+                        trace.chunk(chunk)
+                    last = chunk
+                    if isinstance(chunk, FinishChunk):
+                        outcome.status = (
+                            TaskStatus.CANCELLED
+                            if chunk.finish_reason == "cancelled"
+                            else TaskStatus.COMPLETE
+                        )
+                    yield chunk
+        finally:
+            if trace is not None:
+                trace.finish(last)
+
+    def _trace(
+        self,
+        task_id: TaskId,
+        instance_id: InstanceId,
+        api: bool,
+        lane: str | None,
+        host: NodeId | None,
+    ) -> GenerationObserver | None:
+        """A recorder for this generation when tracing is on (cluster-wide, in State)."""
+        if self.tracer is None or not self._node.state.tracing_enabled:
+            return None
+        instance = self._node.state.instances.get(instance_id)
+        model = instance.shard_assignments.model_id if instance is not None else ModelId("")
+        return self.tracer.open(task_id, model, api=api, serving_lane=lane, host=host)
 
     def _ended(self, instance_id: InstanceId, chunk: Chunk, served: str) -> None:
         if not self.generation_listeners or not isinstance(chunk, FinishChunk | ErrorChunk):

@@ -39,6 +39,7 @@ SKIPPED: Final = {
     "and suites share (a generated id cannot find it, but a mutated one is not worth the risk)",
     "PUT /config": "rewrites the shared daemon's skulk.yaml; a valid generated config can "
     "turn off what other operations (and suites) rely on",
+    "POST /admin/restart": "restarts the shared daemon under the other operations",
     "POST /v1/tools/web_search": "searches the internet, which a test must not reach",
     "POST /v1/tools/open_url": "fetches arbitrary URLs from the internet",
     "POST /v1/tools/extract_page": "fetches arbitrary URLs from the internet",

@@ -15,7 +15,9 @@ import pytest
 
 from tests.api.in_process import AppNode
 
-BODYLESS: Final = frozenset({"POST /onboarding", "POST /v1/cancel/{command_id}"})
+BODYLESS: Final = frozenset(
+    {"POST /onboarding", "POST /v1/cancel/{command_id}", "POST /admin/restart"}
+)
 """Operations with a method that may carry a body, which take none."""
 
 SERVING: Final = ("/v1/chat/completions", "/v1/messages", "/v1/responses", "/v1/embeddings")

@@ -72,6 +72,8 @@ def test_check_reports_changed_missing_and_obsolete_files(tmp_path: Path) -> Non
                 "operator",
                 "doctor",
                 "diagnostics",
+                "trace",
+                "restart",
             },
         ),
         ("skulk diagnostics ''", {"node", "cluster", "timeline", "capture"}),

@@ -12,7 +12,9 @@ import httpx
 import openai
 import pytest
 
+from tests.chrome_trace import lanes, parse_chrome_trace
 from tests.daemon.serving import DEMO, PROMPT, sse_lines, wait_for, wait_idle
+from tests.daemon.test_cli_against_daemon import skulk
 from tests.daemon.test_cluster import converged, node_id
 from tests.daemon_process import DaemonProcess
 
@@ -119,3 +121,44 @@ def test_a_client_leaving_the_front_node_frees_the_remote_runner(
         next(ln for ln in lines if ln.startswith("data: {"))
     wait_idle(host, instance_id)
     assert chat(front, max_tokens=2).status_code == 200
+
+
+def test_a_routed_request_is_traced_on_every_node_it_crossed(
+    pair: tuple[DaemonProcess, DaemonProcess, str], tmp_path: Path
+) -> None:
+    front, host, _ = pair
+    assert httpx.put(f"{front.url}/v1/tracing", json={"enabled": True}, timeout=30).json() == {
+        "enabled": True
+    }
+    try:
+        # The switch is ordered through State: the host sees it too.
+        wait_for(lambda: host.get("/v1/tracing").json()["enabled"], "B to trace as well")
+        assert chat(front).status_code == 200
+
+        def complete() -> str | None:
+            for trace in front.get("/v1/traces/cluster").json()["traces"]:
+                record = front.get(f"/v1/traces/cluster/{trace['taskId']}").json()
+                lanes_seen = {s["lane"] for s in record["spans"]}
+                if {"api", "runner rank 0", "master"} <= lanes_seen:
+                    return str(trace["taskId"])
+            return None
+
+        task_id = wait_for(complete, "a trace spanning API, master and runner", timeout=20)
+        raw = front.get(f"/v1/traces/cluster/{task_id}/raw")
+        found = lanes(parse_chrome_trace(raw.text))
+        assert found[f"node {node_id(front)}"] >= {"api"}
+        assert found[f"node {node_id(host)}"] >= {"runner rank 0"}
+        assert any("master" in lanes_of for lanes_of in found.values())
+        record = front.get(f"/v1/traces/cluster/{task_id}").json()
+        assert record["sourceNodes"] == sorted([node_id(front), node_id(host)])
+        request = next(s for s in record["spans"] if s["name"] == "request")
+        assert request["args"]["servedBy"] == node_id(host)
+        # The CLI: list, and export what Perfetto opens.
+        listed = skulk(front, "--json", "trace", "list")
+        assert task_id in [t["taskId"] for t in json.loads(listed.stdout)["traces"]]
+        exported = tmp_path / "trace.json"
+        done = skulk(front, "trace", "export", task_id, "-o", str(exported))
+        assert done.returncode == 0, done.stderr
+        assert lanes(parse_chrome_trace(exported.read_text())) == found
+    finally:
+        httpx.put(f"{front.url}/v1/tracing", json={"enabled": False}, timeout=30)
