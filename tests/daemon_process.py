@@ -61,6 +61,8 @@ class DaemonProcess(NodePaths):
     extra_args: list[str] = field(default_factory=list)
     launcher: tuple[str, ...] = ("-m", "skulk_daemon")
     """What ``python`` runs: the daemon's module, or a test's wrapper around it."""
+    bind_host: str = "127.0.0.1"
+    """The daemon's ``--host`` (``0.0.0.0`` for one reached on a namespace's address)."""
 
     @property
     def fabric_address(self) -> str:
@@ -75,7 +77,7 @@ class DaemonProcess(NodePaths):
             sys.executable,
             *self.launcher,
             "--host",
-            "127.0.0.1",
+            self.bind_host,
             "--api-port",
             str(self.port),
             "--data-dir",
@@ -114,7 +116,13 @@ class DaemonProcess(NodePaths):
         return self.log_path.read_text() if self.log_path.exists() else ""
 
     def start(self) -> DaemonProcess:
-        process = self.spawn()
+        self.spawn()
+        return self.wait_ready()
+
+    def wait_ready(self) -> DaemonProcess:
+        """Until the spawned daemon answers ``/node_id`` (killed if it never does)."""
+        process = self.process
+        assert process is not None
         deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
             if process.poll() is not None:

@@ -91,7 +91,8 @@ log = logging.getLogger(__name__)
 DATA_TRANSPORT: Final = "zmq"
 TICK_SECONDS: Final = 0.1
 LONELY_GRACE_SECONDS: Final = 10.0
-"""With explicit peers none of which answers, how long before serving alone."""
+"""With explicit or discovered peers none of which answers, how long before serving
+alone."""
 
 
 class ClusterAgent:
@@ -173,6 +174,10 @@ class ClusterAgent:
         if not self._is_member(address) and not self._pending.admit(address, self._clock()):
             self.counters.dropped["discovery_limit"] += 1
             return
+        # A node that knows of peers must not elect itself before they answer: one
+        # restarted beside a sitting master would otherwise claim the master's term
+        # alone and, on the tiebreak, depose it (as explicit peers do, see lonely_grace).
+        self.election.lonely_grace = max(self.election.lonely_grace, LONELY_GRACE_SECONDS)
         self.dial(address)
 
     def departed(self, address: str) -> None:
