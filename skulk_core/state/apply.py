@@ -26,7 +26,7 @@ from skulk_core.state.events import (
     TaskStatusUpdated,
     TracingSet,
 )
-from skulk_core.state.state import MAX_INSTANCE_FAILURES, State, Topology
+from skulk_core.state.state import MAX_INSTANCE_FAILURES, MAX_REIGNS, Reign, State, Topology
 
 
 class OutOfOrderEvent(Exception):
@@ -44,6 +44,15 @@ def apply(state: State, indexed: IndexedEvent) -> State:
     if indexed.idx != expected:
         raise OutOfOrderEvent(expected, indexed.idx)
     next_state = _apply_event(state, indexed.event)
+    if isinstance(indexed.event, MasterElected):
+        reign = Reign(
+            term=indexed.event.term,
+            master_node_id=indexed.event.master_node_id,
+            first_idx=indexed.idx,
+        )
+        next_state = msgspec.structs.replace(
+            next_state, reigns=(*next_state.reigns, reign)[-MAX_REIGNS:]
+        )
     last_seen = {**next_state.last_seen, indexed.origin: indexed.recorded_at}
     return msgspec.structs.replace(
         next_state, last_seen=last_seen, last_event_applied_idx=indexed.idx

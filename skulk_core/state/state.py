@@ -81,6 +81,20 @@ class Topology(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     connections: tuple[Connection, ...] = ()
 
 
+MAX_REIGNS = 64
+"""Reigns kept in State (oldest dropped): enough to tell a partition's histories apart."""
+
+
+class Reign(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """One master's rule: the term it was elected in, and the index it began at.
+    (term, master) identifies a history; the same term can be claimed on both sides of
+    a partition, never by one node twice."""
+
+    term: int
+    master_node_id: NodeId
+    first_idx: int
+
+
 class State(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """Everything ordered through the event log. Telemetry lives beside it, not in it."""
 
@@ -102,4 +116,6 @@ class State(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     master_node_id: NodeId | None = None
     """The master that indexed the latest ``MasterElected`` (``None`` before the first)."""
     election_term: int = 0
+    reigns: tuple[Reign, ...] = ()
+    """The latest :data:`MAX_REIGNS` reigns of this history, oldest first."""
     last_event_applied_idx: int = -1

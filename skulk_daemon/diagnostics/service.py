@@ -121,6 +121,9 @@ class DiagnosticsService:
             "cluster": cluster,
             "dataPlane": None if cluster is None else cluster.get("dataPlane"),
             "providers": (None if self._capabilities is None else self._capabilities.diagnostics()),
+            # Changes this node made on the losing side of a partition, resubmitted
+            # when it healed: each applied or refused with its reason.
+            "partitionRecoveries": list(node.recovery.outcomes),
             # Requests the authority policy refused since start, by reason.
             "authorityRefusals": dict(sorted(refusals.items())),
         }

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,17 +35,21 @@ from skulk_core.state.apply import apply
 from skulk_core.state.commands import Command, RecordMasterElected, RegisterNode
 from skulk_core.state.decide import Refused
 from skulk_core.state.events import IndexedEvent
+from skulk_core.state.recovery import lost_changes, replay
 from skulk_core.state.state import State
 from skulk_daemon.node.config_store import ConfigStore
 from skulk_daemon.node.eventlog import EventLog
 from skulk_daemon.node.identity import NodeIdentity
 from skulk_daemon.node.master import Master, NotMaster
+from skulk_daemon.node.recovery import PartitionRecovery
 from skulk_daemon.node.snapshot import SNAPSHOT_EVERY, SNAPSHOT_FILE, StoredSnapshot, save_snapshot
 from skulk_daemon.system.settings import Settings
 
 log = logging.getLogger(__name__)
 
 NO_MASTER_WAIT_SECONDS: Final = 15.0
+RECENT_EVENTS: Final = 4096
+"""Applied events kept in memory for a healed partition's recovery."""
 """How long a command waits for a master to be elected (or re-elected) before it
 is refused with 503."""
 
@@ -98,6 +103,11 @@ class Node:
         snapshot: StoredSnapshot | None = None,
     ) -> None:
         self.settings = settings
+        # The latest events applied here, whatever the log kept: what a healed
+        # partition's losing side reads its own changes back from.
+        self._recent: deque[IndexedEvent] = deque(replayed[-RECENT_EVENTS:], maxlen=RECENT_EVENTS)
+        self.recovery = PartitionRecovery()
+        self._recovering: set[asyncio.Task[None]] = set()
         self.identity = identity
         self.config_store = config_store
         self.event_log = event_log
@@ -354,7 +364,9 @@ class Node:
     async def install_snapshot(
         self, state: State, last_term: int, last_master: NodeId | None
     ) -> None:
-        """Replace State with the master's (this node was too far behind, or diverged)."""
+        """Replace State with the master's (this node was too far behind, or diverged).
+        What this node asked for in a history the master's lacks is submitted again."""
+        lost = lost_changes(self._recent, state, self.node_id)
         async with self._log_lock:
             path = self.settings.data_dir / SNAPSHOT_FILE
             await asyncio.to_thread(save_snapshot, path, state, last_term, last_master)
@@ -364,10 +376,24 @@ class Node:
             self._last_master = last_master
             self._snapshot_idx = state.last_event_applied_idx
             log.info("installed the master's snapshot at index %d", state.last_event_applied_idx)
+            self._recent.clear()
         self._after_apply()
+        if lost:
+            log.warning(
+                "the snapshot replaces %d change(s) this node made while partitioned; "
+                "submitting them again",
+                len(lost),
+            )
+            task = asyncio.get_running_loop().create_task(
+                self.recovery.run(replay(lost, state), self.submit)
+            )
+            self._recovering.add(task)
+            task.add_done_callback(self._recovering.discard)
 
     def _apply(self, events: Iterable[IndexedEvent]) -> None:
         state = self._state
+        events = list(events)
+        self._recent.extend(events)
         for event in events:
             state = apply(state, event)
             self._last_term, self._last_master = event.term, event.indexed_by
