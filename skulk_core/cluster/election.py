@@ -60,6 +60,12 @@ the master timeout, so when the master dies nobody vetoes the first candidate.""
 DEFAULT_PEER_TIMEOUT_SECONDS = 4.0
 """Silence after which a peer no longer counts as live (a candidate with no live peer
 wins at once)."""
+DEFAULT_ISOLATION_GRACE_SECONDS = 10.0
+"""How long a follower that lost its master and hears no peer at all waits before
+ruling alone: a cable blip must not make it master of a newer term (which would win
+on the heal and replace the rest of the cluster's history), while a two-node cluster
+whose peer died still gets its survivor as master. The master's own membership
+timeout (10 s) is the same bound: by then the rest has dropped this node anyway."""
 
 _Key = tuple[bool, int, float, str]
 
@@ -163,6 +169,7 @@ class Election:
     jitter_seconds: float = DEFAULT_JITTER_SECONDS
     sticky_seconds: float = DEFAULT_STICKY_SECONDS
     peer_timeout: float = DEFAULT_PEER_TIMEOUT_SECONDS
+    isolation_grace: float = DEFAULT_ISOLATION_GRACE_SECONDS
     rng: random.Random = field(default_factory=random.Random)
     term: int = 0
     """The current session's term (or, while campaigning, the proposed one)."""
@@ -235,9 +242,16 @@ class Election:
                 return []
             case "follower":
                 if self.session is not None:
-                    if now - self.master_heard_at > self.patience:
-                        return self._campaign(now)
-                    return []
+                    silent = now - self.master_heard_at
+                    if silent <= self.patience:
+                        return []
+                    # Peers beat every 0.5 s: one heard within half the patience is
+                    # alive now; if none is, this node is cut off, maybe by a blip.
+                    window = self.patience / 2
+                    heard = any(now - seen <= window for seen in self.peers.values())
+                    if not heard and silent < self.isolation_grace:
+                        return []
+                    return self._campaign(now)
                 waited = now - self.started_at
                 if waited < self.discovery_grace or (not self.peers and waited < self.lonely_grace):
                     return []

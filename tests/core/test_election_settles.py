@@ -15,7 +15,7 @@ import statistics
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skulk_core.cluster.election import Election, Rank
+from skulk_core.cluster.election import DEFAULT_ISOLATION_GRACE_SECONDS, Election, Rank
 from skulk_daemon.fabric.settings import FabricSettings
 from tests.core.election_old_rules import OldElection
 from tests.core.election_sim import LanSim, Machine
@@ -141,9 +141,36 @@ def test_the_survivor_of_a_two_node_cluster_elects_itself() -> None:
         master = sim.agreed()
         assert master is not None
         sim.kill(master)
-        sim.run(5)
+        # Hearing nobody at all, it first waits out the isolation grace (a blip?).
+        sim.run(DEFAULT_ISOLATION_GRACE_SECONDS - 1)
+        assert sim.agreed() is None
+        sim.run(3)
         (survivor,) = sim.live()
         assert sim.agreed() == survivor
+
+
+def test_a_follower_cut_off_briefly_does_not_take_over_on_its_return() -> None:
+    """A follower's cable pulled for a few seconds: it hears nobody, so it neither
+    campaigns nor rules alone in a newer term, and on its return it follows the master
+    it had; the master and its term stay (before, it came back as master of a newer
+    term and replaced the others' history)."""
+    for seed in range(10):
+        sim = settled(3, seed)
+        master = sim.agreed()
+        assert master is not None
+        before = sim.nodes[master].machine.session
+        cut = next(n for n in sorted(sim.live()) if n != master)
+        others = [n for n in sim.live() if n != cut]
+        for peer in others:
+            sim.links[(cut, peer)].down = True
+            sim.links[(peer, cut)].down = True
+        sim.run(6)
+        for peer in others:
+            sim.links[(cut, peer)].down = False
+            sim.links[(peer, cut)].down = False
+        sim.run(3)
+        assert sim.agreed() == master
+        assert sim.nodes[master].machine.session == before
 
 
 def test_a_follower_that_cannot_hear_the_master_does_not_depose_it() -> None:
