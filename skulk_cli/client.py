@@ -257,6 +257,18 @@ class SkulkClient:
             self._http.stream("POST", path, json=body, timeout=_generation()),
         )
 
+    def metrics_text(self) -> str:
+        """``GET /metrics``: the node's Prometheus text."""
+        import httpx  # noqa: PLC0415 - loaded by __init__ already
+
+        try:
+            response = self._http.get("/metrics", timeout=DEFAULT_TIMEOUT_SECONDS)
+        except httpx.TransportError as exc:
+            raise SkulkUnreachable(self.base_url, _describe_transport(exc)) from exc
+        if response.is_error:
+            raise api_error(response)
+        return response.text
+
     def cancel(self, command_id: str) -> JsonObject:
         """``POST /v1/cancel/{command_id}``: stop an in-flight generation."""
         return self._request("POST", f"/v1/cancel/{quote(command_id, safe='')}")

@@ -20,6 +20,7 @@ from skulk_cli.commands import (
     restart,
     serve,
     status,
+    top,
     trace,
 )
 from skulk_cli.context import CliContext
@@ -55,6 +56,7 @@ app.command("doctor")(diagnostics.doctor)
 app.add_typer(diagnostics.app, name="diagnostics")
 app.command("restart")(restart.restart)
 app.add_typer(trace.app, name="trace")
+app.command("top")(top.top)
 
 
 @app.callback(invoke_without_command=True)

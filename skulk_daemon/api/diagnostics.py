@@ -60,6 +60,14 @@ class DiagnosticsController(Controller):
         return diagnostics.cancel(runner_id, data)
 
     @get(
+        "/telemetry",
+        summary="This node's telemetry transport: capacities, depth, publishes, failures",
+        responses=errors(OPENAI),
+    )
+    async def telemetry(self, diagnostics: DiagnosticsService) -> dict[str, Any]:
+        return diagnostics.telemetry()
+
+    @get(
         "/performance-envelopes",
         summary="This node's throughput and latency against concurrency, per model",
         responses=errors(OPENAI),

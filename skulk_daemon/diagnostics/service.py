@@ -279,6 +279,16 @@ class DiagnosticsService:
             )
         return runner
 
+    def telemetry(self) -> dict[str, Any]:
+        """``GET /v1/diagnostics/telemetry``: the telemetry transport's aggregates."""
+        if self._cluster is None:
+            return {"nodeId": self._node.node_id, "fabric": False}
+        return {
+            "nodeId": self._node.node_id,
+            "fabric": True,
+            **self._cluster.telemetry_stats.report(),
+        }
+
     # -- performance envelopes ------------------------------------------------------
 
     def _observe(self, model_id: ModelId, chunk: EngineChunk, served: str) -> None:

@@ -22,6 +22,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, Final
 
 from skulk_core.cluster.election import (
@@ -82,6 +83,7 @@ from skulk_daemon.fabric.remote_capabilities import RemoteCapabilities
 from skulk_daemon.fabric.remote_tasks import RemoteTasks
 from skulk_daemon.fabric.replication import CatchUp, RetainedTail, continues
 from skulk_daemon.fabric.settings import FabricSettings
+from skulk_daemon.fabric.telemetry_stats import TelemetryStats
 from skulk_daemon.fabric.transport import FabricTransport
 from skulk_daemon.node.eventlog import read_events
 from skulk_daemon.node.node import Node
@@ -125,6 +127,8 @@ class ClusterAgent:
         self.remote = RemoteTasks(self)
         self.capabilities = RemoteCapabilities(self)
         self.counters = LinkCounters()
+        self.telemetry_stats = TelemetryStats(beat_seconds=settings.beat_seconds)
+        self._carried_reading_at: datetime | None = None
         self._seq = 0
         self.commands = CommandForwarding(node, self._send, lambda: self.election.session)
         self._control: asyncio.Queue[tuple[NodeId, Header, Body]] = asyncio.Queue()
@@ -273,17 +277,25 @@ class ClusterAgent:
 
     def _beat(self, now: float) -> None:
         live = sorted(self.peers.live(now, self.election.peer_timeout), key=lambda p: p.node_id)
-        self._broadcast(
+        reading = self.node.own_telemetry()
+        if reading is not None and reading.observed_at != self._carried_reading_at:
+            self._carried_reading_at = reading.observed_at
+            self.telemetry_stats.reading_offered(now)
+        frames = self._frames(
             Beat(
                 fabric_port=self.transport.port,
                 skulk_version=SKULK_VERSION,
                 transport=DATA_TRANSPORT,
                 rank=self.election.rank,
-                reading=self.node.own_telemetry(),
+                reading=reading,
                 last_idx=self.node.state.last_event_applied_idx,
                 peers=tuple(PeerAddress(node_id=p.node_id, address=p.address) for p in live),
             )
         )
+        sent = sum(1 for address in sorted(self.peers.dial) if self.transport.send(address, frames))
+        failed = len(self.peers.dial) - sent
+        size = sum(len(frame) for frame in frames)
+        self.telemetry_stats.beat(now, sent, failed, size, reading is not None)
         if self.election.session is not None:
             self.membership.report_connections(live)
         self.membership.forget_departed(live)

@@ -78,3 +78,20 @@ def test_unreachable_node_is_a_clear_error() -> None:
     )
     assert result.returncode == 1
     assert "skulk serve" in result.stderr
+
+
+def test_top_shows_the_cluster_and_this_nodes_tokens(
+    demo_served: tuple[DaemonProcess, str],
+) -> None:
+    daemon, _ = demo_served
+    body = {
+        "model": DEMO,
+        "messages": [{"role": "user", "content": "Count: one, two,"}],
+        "max_tokens": 5,
+    }
+    assert daemon.post("/v1/chat/completions", json=body, timeout=120).status_code == 200
+    shown = skulk(daemon, "top", "--once", "--interval", "0.3", timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "generation(s) in flight" in shown.stdout
+    assert DEMO in shown.stdout and "tokens/s" in shown.stdout
+    assert daemon.get("/node_id").json()[:8] in shown.stdout

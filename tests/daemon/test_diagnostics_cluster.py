@@ -119,6 +119,18 @@ def test_a_wedged_runner_and_a_dead_member_as_an_operator_sees_them(
     finally:
         os.kill(runner.pid, signal.SIGCONT)
 
+    # The telemetry transport's aggregates: beats keep reaching both peers (counts
+    # from start-up may include a beat sent before the peers were dialled).
+    first = front.get("/v1/diagnostics/telemetry").json()
+    time.sleep(1.5)
+    telemetry = front.get("/v1/diagnostics/telemetry")
+    counters = telemetry.json()
+    assert counters["fabric"] is True and counters["publishes"] > first["publishes"]
+    assert counters["publishFailures"] == first["publishFailures"]
+    assert counters["noPeerPublishes"] == first["noPeerPublishes"]
+    assert counters["lastSuccessfulPublishAgeSeconds"] < 5
+    assert host_id not in telemetry.text and gone_id not in telemetry.text
+
     # C stops answering: the sweep still lists it, as unreachable, without waiting long.
     gone.kill()
     started = time.monotonic()

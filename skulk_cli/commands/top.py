@@ -1,0 +1,94 @@
+"""`skulk top`: the cluster live: nodes, instances, runners and tokens per second."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Annotated
+
+import typer
+from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+
+from skulk_cli import console, render, views
+from skulk_cli.client import SkulkClient
+from skulk_cli.context import CliContext, node_client
+
+Counters = dict[str, float]
+
+
+def top(
+    ctx: typer.Context,
+    interval: Annotated[
+        float, typer.Option("--interval", min=0.2, help="Seconds between refreshes.")
+    ] = 1.0,
+    once: Annotated[
+        bool, typer.Option("--once", help="Print one refresh (two readings apart) and exit.")
+    ] = False,
+) -> None:
+    """Watch the cluster live: members, memory, instances, runners, and this node's
+    tokens per second and in-flight generations. Ctrl-C ends it."""
+    cli = CliContext.of(ctx)
+    with node_client(cli) as client:
+        previous = _completion_tokens(client.metrics_text())
+        started = time.monotonic()
+        if once:
+            time.sleep(interval)
+            console.show(_frame(client, previous, time.monotonic() - started)[0])
+            return
+        try:
+            with Live(console=None, refresh_per_second=4, screen=False) as live:
+                while True:
+                    time.sleep(interval)
+                    now = time.monotonic()
+                    renderable, previous = _frame(client, previous, now - started)
+                    started = now
+                    live.update(renderable)
+        except KeyboardInterrupt:
+            return
+
+
+def _frame(
+    client: SkulkClient, previous: Counters, seconds: float
+) -> tuple[RenderableType, Counters]:
+    identity = views.parse(client.node_identity(), views.NodeIdentity, "/node/identity")
+    state = views.parse(client.state(), views.ClusterState, "/state")
+    text = client.metrics_text()
+    current = _completion_tokens(text)
+    return Group(
+        render.status(identity, state), _throughput(previous, current, seconds, text)
+    ), current
+
+
+def _completion_tokens(text: str) -> Counters:
+    """Completion tokens so far, per model, from ``skulk_tokens_total``."""
+    found: Counters = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "skulk_tokens_total" and sample.labels.get("kind") == "completion":
+                found[sample.labels.get("model", "")] = sample.value
+    return found
+
+
+def _gauge(text: str, name: str) -> float | None:
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                return sample.value
+    return None
+
+
+def _throughput(
+    previous: Mapping[str, float], current: Mapping[str, float], seconds: float, text: str
+) -> Table:
+    in_flight = _gauge(text, "skulk_in_flight_sequences")
+    table = Table(title=f"This node: {int(in_flight or 0)} generation(s) in flight")
+    table.add_column("model")
+    table.add_column("tokens/s", justify="right")
+    table.add_column("tokens", justify="right")
+    for model in sorted(current):
+        rate = max(0.0, current[model] - previous.get(model, 0.0)) / max(seconds, 1e-6)
+        table.add_row(model, f"{rate:.1f}", f"{int(current[model])}")
+    return table
