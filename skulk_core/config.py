@@ -90,6 +90,12 @@ class TelemetryConfig(_Section, frozen=True, kw_only=True):
     enabled: bool = False
 
 
+class TracingConfig(_Section, frozen=True, kw_only=True):
+    otlp_endpoint: str | None = None
+    """An OpenTelemetry collector (``http://host:4318``): traced requests' spans are
+    also exported there over OTLP/HTTP. Off when unset."""
+
+
 class SearchProviderName(StrEnum):
     DUCKDUCKGO = "duckduckgo"
     SEARXNG = "searxng"
@@ -143,6 +149,7 @@ class SkulkConfig(_Section, frozen=True, kw_only=True):
     cluster: ClusterConfig = ClusterConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     browser_tools: BrowserToolsConfig = BrowserToolsConfig()
+    tracing: TracingConfig = TracingConfig()
 
 
 class ConfigError(ValueError):
@@ -209,6 +216,7 @@ TRUST_KEYS: tuple[str, ...] = (
     "api.keys",
     "api.cors_origins",
     "api.hostnames",
+    "tracing.otlp_endpoint",
 )
 """Keys that change where secrets go or whom the node trusts: ``PUT /config`` may change
 them only from this machine or through the operator gateway."""

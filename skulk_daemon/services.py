@@ -13,6 +13,7 @@ from skulk_daemon.capabilities.service import CapabilityService
 from skulk_daemon.chat.cancellation import ActiveCommands
 from skulk_daemon.chat.hooks import NO_HOOKS, ChatHooks
 from skulk_daemon.chat.service import ChatService
+from skulk_daemon.diagnostics.otlp import OtlpExport
 from skulk_daemon.diagnostics.service import DiagnosticsService
 from skulk_daemon.diagnostics.trace_service import TraceService
 from skulk_daemon.diagnostics.tracing import MasterTraces, Tracer, TraceStore
@@ -57,7 +58,8 @@ class Services:
         (extensions attach theirs later, once they have loaded). ``restart`` is the
         latch ``serve.py`` re-executes the process on; without it a restart is refused."""
         commands = ActiveCommands()
-        store = TraceStore(node.settings.data_dir, node.node_id)
+        otlp = OtlpExport(node.node_id, lambda: node.config.tracing.otlp_endpoint)
+        store = TraceStore(node.settings.data_dir, node.node_id, exported=otlp.export)
         worker.tracer = Tracer(store)
         node.on_ordered(MasterTraces(store).ordered)
         embeddings = EmbeddingService(node, worker, commands)

@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -59,9 +59,16 @@ def now_us() -> int:
 class TraceStore:
     """This node's trace records, one JSON file per task id."""
 
-    def __init__(self, data_dir: Path, node_id: NodeId) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        node_id: NodeId,
+        exported: Callable[[str, str, Sequence[TraceSpan]], None] | None = None,
+    ) -> None:
         self.root = data_dir / TRACE_DIR
         self.node_id = node_id
+        self._exported = exported
+        """Also handed every recorded span (OTLP export), off the event loop."""
         self._lock = threading.Lock()
         self._swept_at = 0.0
 
@@ -81,6 +88,11 @@ class TraceStore:
         path = self._path(task_id)
         if path is None or not spans:
             return
+        if self._exported is not None:
+            try:
+                self._exported(task_id, model_id, spans)
+            except Exception:  # an exporter never breaks tracing
+                log.exception("tracing: the OTLP export of %s failed", task_id)
         with self._lock:
             try:
                 self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
