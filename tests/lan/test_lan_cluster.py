@@ -221,6 +221,38 @@ def test_a_flapping_link_settles_once_it_stops(shared: tuple[Lan, list[LanDaemon
     assert settled == {(final, final_term)}, election_log(daemons)
 
 
+def test_sigterm_during_a_flap_stops_in_bounded_time(
+    shared: tuple[Lan, list[LanDaemon]],
+) -> None:
+    net, daemons = shared
+    master, _ = converge(daemons, 3)
+    # The master's link flaps; it is told to stop while cut off, mid-election.
+    index = next(i for i, d in enumerate(daemons) if node_id(d) == master)
+    victim, machine = daemons[index], net.machines[index]
+    machine.disconnect()
+    time.sleep(FLAP_SECONDS)
+    machine.reconnect()
+    time.sleep(0.5)
+    machine.disconnect()
+    assert victim.process is not None
+    process = victim.process
+    process.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    try:
+        code = process.wait(timeout=STOP_BOUND_SECONDS)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"still running:\n{victim.log_text()[-4000:]}") from None
+    finally:
+        machine.reconnect()
+    took = time.monotonic() - sent
+    victim.process = None
+    print(f"SIGTERM during a flap: exit {code} in {took:.2f} s")
+    assert code == 0, victim.log_text()[-4000:]
+    # It comes back with its identity, and the three settle again.
+    victim.start()
+    converge(daemons, 3)
+
+
 def test_sigterm_after_the_network_vanished_stops_in_bounded_time(
     shared: tuple[Lan, list[LanDaemon]],
 ) -> None:
