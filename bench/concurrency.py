@@ -137,7 +137,11 @@ def llama_server(
         *extra_args,
     ]  # fmt: skip
     with log_path.open("w") as log:
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        # NOTE: its own session, so a signal meant for the terminal's (or a job
+        # runner's) process group cannot stop the server in the middle of a run.
+        process = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + SERVER_READY_TIMEOUT_S

@@ -56,7 +56,7 @@ _STATS_COLUMNS: tuple[tuple[str, _Field, int], ...] = (
     ("First token ms", lambda s: s.time_to_first_token_ms, 1),
     ("Gen tokens", lambda s: s.generation_tokens, 0),
     ("Gen tok/s", lambda s: s.generation_tps, 1),
-    ("Batches", lambda s: s.serving_batches, 0),
+    ("Batched", lambda s: s.serving_batches, 0),
     ("In flight", lambda s: s.in_flight_at_admission, 0),
 )
 

@@ -187,8 +187,10 @@ class GenerationStats(msgspec.Struct, frozen=True, kw_only=True):
     generation_tps: float | None = None
     prompt_tokens: int | None = None
     generation_tokens: int | None = None
-    serving_batches: int | None = None
+    serving_batches: bool | None = None
+    """Whether the engine decoded this request together with others."""
     in_flight_at_admission: int | None = None
+    cached_tokens: int | None = None
     time_to_first_token_ms: float | None = None
 
 

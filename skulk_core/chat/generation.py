@@ -76,12 +76,20 @@ class GenerationStats(msgspec.Struct, frozen=True, kw_only=True):
     generation_tps: float
     prompt_tokens: int
     generation_tokens: int
-    serving_batches: int
-    """Decode batches (prefill and generation) this sequence took part in."""
+    serving_batches: bool
+    """Whether the engine decoded this sequence in a step together with other
+    sequences (continuous batching), at least once."""
     in_flight_at_admission: int
-    """Sequences already holding a slot when this one was admitted."""
+    """Sequences holding a slot once this one was admitted, itself included (so at
+    least 1 for a request that was served; 0 only for one cancelled in the queue)."""
     time_to_first_token_ms: float
     """From submission (queueing included) to the first sampled token."""
+    max_in_flight_at_admission: int = 0
+    """The most sequences holding a slot, itself included, at any admission while
+    this one held its slot (at least :attr:`in_flight_at_admission`)."""
+    cached_tokens: int = 0
+    """Prompt tokens served from the KV cache (a prefix an earlier request left),
+    not prefilled again; ``prompt_tokens`` still counts the whole prompt."""
 
 
 class TokenChunk(msgspec.Struct, frozen=True, kw_only=True, tag="token"):

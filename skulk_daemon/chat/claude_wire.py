@@ -64,8 +64,23 @@ _REQUEST_ERROR_CODES = frozenset({"context_length_exceeded", "invalid_request"})
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):
+    """Anthropic's split: ``input_tokens`` are the prompt tokens not read from the
+    cache, so input plus cache reads (plus cache writes, never reported here) is
+    the whole prompt."""
+
     input_tokens: int
     output_tokens: int
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+
+def usage(end: TurnEnd) -> Usage:
+    cached = end.stats.cached_tokens
+    return Usage(
+        input_tokens=end.prompt_tokens - cached,
+        output_tokens=end.completion_tokens,
+        cache_read_input_tokens=cached,
+    )
 
 
 class TextOut(msgspec.Struct, frozen=True, kw_only=True, tag="text"):
@@ -145,7 +160,7 @@ def message(admitted: Admitted, end: TurnEnd, content: str, reasoning: str) -> M
         content=blocks,
         stop_reason=stop_reason(end),
         stop_sequence=end.stop_sequence,
-        usage=Usage(input_tokens=end.prompt_tokens, output_tokens=end.completion_tokens),
+        usage=usage(end),
     )
 
 
@@ -251,7 +266,12 @@ async def sse_stream(admitted: Admitted, events: AsyncIterator[TurnEvent]) -> As
         "stop_sequence": None,
         # The prompt's token count is known only once the runner has read it; the
         # real count arrives in message_delta, whose usage totals replace these.
-        "usage": {"input_tokens": 0, "output_tokens": 0},
+        "usage": {
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        },
     }
     blocks = _Blocks()
     ended = False
@@ -286,10 +306,7 @@ async def sse_stream(admitted: Admitted, events: AsyncIterator[TurnEvent]) -> As
                                 "stop_reason": stop_reason(event),
                                 "stop_sequence": event.stop_sequence,
                             },
-                            "usage": {
-                                "input_tokens": event.prompt_tokens,
-                                "output_tokens": event.completion_tokens,
-                            },
+                            "usage": msgspec.to_builtins(usage(event)),
                         },
                     )
                     yield _event("message_stop", {"type": "message_stop"})

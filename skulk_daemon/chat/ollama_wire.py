@@ -139,7 +139,8 @@ def _text(
 
 def durations(stats: GenerationStats, started_ns: int) -> dict[str, int]:
     """Ollama's nanosecond timings, from the engine's throughput figures."""
-    prompt_ns = _ns(stats.prompt_tokens, stats.prompt_tps)
+    # prompt_tps is the rate of the prefill that ran: the cached share took no time.
+    prompt_ns = _ns(stats.prompt_tokens - stats.cached_tokens, stats.prompt_tps)
     eval_ns = _ns(stats.generation_tokens, stats.generation_tps)
     return {
         "total_duration": max(time.monotonic_ns() - started_ns, prompt_ns + eval_ns),

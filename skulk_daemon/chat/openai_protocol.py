@@ -128,10 +128,16 @@ class ChatCompletionRequest(msgspec.Struct, frozen=True, kw_only=True):
     n: int | None = None
 
 
+class PromptTokensDetails(msgspec.Struct, frozen=True, kw_only=True):
+    cached_tokens: int = 0
+    """Prompt tokens served from the engine's KV cache rather than prefilled."""
+
+
 class Usage(msgspec.Struct, frozen=True, kw_only=True):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails = PromptTokensDetails()
 
 
 class TopLogprob(msgspec.Struct, frozen=True, kw_only=True):

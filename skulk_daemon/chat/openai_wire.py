@@ -20,6 +20,7 @@ from skulk_daemon.chat.openai_protocol import (
     ChunkChoice,
     Delta,
     FunctionCall,
+    PromptTokensDetails,
     StreamToolCall,
     TokenLogprob,
     ToolCallOut,
@@ -58,10 +59,11 @@ def usage(end: TurnEnd) -> Usage:
         prompt_tokens=end.prompt_tokens,
         completion_tokens=end.completion_tokens,
         total_tokens=end.prompt_tokens + end.completion_tokens,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=end.stats.cached_tokens),
     )
 
 
-def stats_fields(stats: GenerationStats) -> dict[str, float | int]:
+def stats_fields(stats: GenerationStats) -> dict[str, float | int | bool]:
     return {
         "prompt_tps": stats.prompt_tps,
         "generation_tps": stats.generation_tps,
@@ -69,6 +71,8 @@ def stats_fields(stats: GenerationStats) -> dict[str, float | int]:
         "generation_tokens": stats.generation_tokens,
         "serving_batches": stats.serving_batches,
         "in_flight_at_admission": stats.in_flight_at_admission,
+        "max_in_flight_at_admission": stats.max_in_flight_at_admission,
+        "cached_tokens": stats.cached_tokens,
         "time_to_first_token_ms": stats.time_to_first_token_ms,
     }
 

@@ -32,6 +32,7 @@ from skulk_daemon.chat.responses_protocol import (
     ContentPartEvent,
     FunctionCallItem,
     IncompleteDetails,
+    InputTokensDetails,
     ItemEvent,
     ItemStatus,
     LifecycleEvent,
@@ -294,6 +295,7 @@ class _Shaper:
             output=list(self._output),
             usage=Usage(
                 input_tokens=end.prompt_tokens,
+                input_tokens_details=InputTokensDetails(cached_tokens=end.stats.cached_tokens),
                 output_tokens=end.completion_tokens,
                 total_tokens=end.prompt_tokens + end.completion_tokens,
             ),

@@ -18,6 +18,10 @@ from skulk_daemon.engines.base import DEFAULT_SLOTS, EngineLoadError
 from skulk_daemon.engines.llama_rpc import OffloadParams, RpcOffload, offload_summary
 
 DEFAULT_N_BATCH: Final = 512
+DEFAULT_PREFILL_CHUNK: Final = 64
+"""Tokens per prompt decode, and so the granularity of prefix reuse (see
+``_llama_slots``). Measured on the demo model with one thread: 512 prompt tokens
+in 64-token chunks decode as fast as in one 512-token batch; 32 was 30 % slower."""
 _GGUF_MAGIC: Final = b"GGUF"
 _PIECE_BUFFER_BYTES: Final = 128
 _GGML_LOG_LEVEL_ERROR: Final = 4  # enum ggml_log_level in ggml.h
@@ -71,6 +75,7 @@ class LlamaCppSettings:
         "n_batch",
         "n_threads",
         "offload",
+        "prefill_chunk",
         "slots",
     )
 
@@ -84,6 +89,7 @@ class LlamaCppSettings:
         n_batch: int = DEFAULT_N_BATCH,
         flash_attention: bool | None = None,
         offload: RpcOffload | None = None,
+        prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
     ) -> None:
         """``flash_attention=None`` lets llama.cpp decide (it enables it where
         supported, which on CPU decodes faster; it also rounds differently from
@@ -98,6 +104,7 @@ class LlamaCppSettings:
         self.slots = slots
         self.n_threads = n_threads if n_threads else (os.cpu_count() or 1)
         self.n_batch = n_batch
+        self.prefill_chunk = max(1, min(prefill_chunk, n_batch))
         self.flash_attention = flash_attention
         self.offload = offload
 
@@ -147,6 +154,7 @@ class LlamaModel:
         self.memory: object = llama_cpp.llama_get_memory(ctx)
         self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.bos: int = llama_cpp.llama_vocab_bos(self.vocab)
+        self.n_swa: int = llama_cpp.llama_model_n_swa(model)
         self._add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
         self.batch: llama_cpp.llama_batch | None = llama_cpp.llama_batch_init(
             settings.n_batch, 0, 1
@@ -211,6 +219,30 @@ class LlamaModel:
         """Drop every KV cell of one sequence (always succeeds for a whole sequence)."""
         llama_cpp.llama_memory_seq_rm(self.memory, seq_id, -1, -1)
 
+    def keep_prefix(self, seq_id: int, n_tokens: int, source: int | None = None) -> bool:
+        """Make ``seq_id`` hold exactly the cells of positions ``[0, n_tokens)``:
+        copied from sequence ``source`` first if given, else its own. False (and
+        the sequence emptied) when the cache cannot give them back whole: a
+        memory that cannot trim part of a sequence (recurrent state), or a
+        sliding-window cache that has already dropped cells the next token
+        attends to (llama.cpp's server makes the same ``n_swa`` check)."""
+        memory = self.memory
+        if source is not None:
+            # NOTE: with a non-unified cache the sequences live in separate
+            # streams, and llama.cpp copies across streams only whole (it asserts
+            # otherwise), so the copy takes everything and the trim below cuts it.
+            llama_cpp.llama_memory_seq_cp(memory, source, seq_id, -1, -1)
+        if not llama_cpp.llama_memory_seq_rm(memory, seq_id, n_tokens, -1):
+            self.forget(seq_id)
+            return False
+        pos_min = llama_cpp.llama_memory_seq_pos_min(memory, seq_id)
+        pos_max = llama_cpp.llama_memory_seq_pos_max(memory, seq_id)
+        window_start = max(0, n_tokens - max(self.n_swa, 1)) if self.n_swa > 0 else 0
+        if pos_min < 0 or pos_min > window_start or pos_max != n_tokens - 1:
+            self.forget(seq_id)
+            return False
+        return True
+
     def tokenize(self, text: str) -> list[int]:
         """Tokens for already-rendered text: special tokens parsed, BOS added
         only if the model wants one and the text does not start with it."""
@@ -264,6 +296,10 @@ def _context_params(settings: LlamaCppSettings) -> llama_cpp.llama_context_param
     # n_ctx / n_seq_max cells, so admission can promise a request its room up
     # front; a unified cache would let neighbours run it out mid-answer.
     params.kv_unified = False
+    # NOTE: a full-size sliding-window cache (llama.cpp's default, set here because
+    # prefix reuse depends on it): a window-sized one overwrites cells that slide
+    # out, and a trimmed sequence could then not attend to its kept prefix.
+    params.swa_full = True
     params.no_perf = True
     if settings.flash_attention is not None:
         params.flash_attn_type = (

@@ -55,12 +55,15 @@ class Sequence:
     """A request holding a slot (a llama.cpp sequence id)."""
 
     __slots__ = (
+        "batched",
+        "cached_tokens",
         "chain",
         "first_token_at",
         "grammar",
         "greedy",
         "in_flight_at_admission",
         "logprobs",
+        "max_in_flight",
         "max_tokens",
         "n_generated",
         "next_token",
@@ -68,7 +71,6 @@ class Sequence:
         "pos",
         "prefill_s",
         "seq_id",
-        "serving_batches",
         "task_id",
         "text",
         "top_logprobs",
@@ -81,7 +83,11 @@ class Sequence:
         chain: SamplerHandle,
         grammar: SamplerHandle | None,
         in_flight: int,
+        *,
+        cached_tokens: int = 0,
     ) -> None:
+        """``in_flight``: sequences holding a slot with this one admitted, itself
+        included; ``cached_tokens``: prompt tokens whose cells the slot kept."""
         params = pending.request.sampling
         self.pending = pending
         self.task_id = pending.request.task_id
@@ -94,12 +100,15 @@ class Sequence:
         self.logprobs = params.logprobs or params.top_logprobs > 0
         self.top_logprobs = params.top_logprobs
         self.in_flight_at_admission = in_flight
+        self.max_in_flight = in_flight
+        self.cached_tokens = cached_tokens
         self.first_token_at = 0.0
         self.prefill_s = 0.0
         self.pos = 0
         self.next_token = -1
         self.n_generated = 0
-        self.serving_batches = 0
+        self.batched = False
+        """Whether a decode step carried this sequence together with others."""
 
     def finish_chunk(self, reason: FinishReason) -> FinishChunk:
         n_prompt = len(self.pending.tokens)
@@ -113,12 +122,17 @@ class Sequence:
             completion_tokens=generated,
             stop_sequence=self.text.matched if reason == "stop" else None,
             stats=GenerationStats(
-                prompt_tps=n_prompt / self.prefill_s if self.prefill_s else 0.0,
+                # The rate of the prefill that ran: cached tokens took no time.
+                prompt_tps=(n_prompt - self.cached_tokens) / self.prefill_s
+                if self.prefill_s
+                else 0.0,
                 generation_tps=(generated - 1) / decoding if decoding else 0.0,
                 prompt_tokens=n_prompt,
                 generation_tokens=generated,
-                serving_batches=self.serving_batches,
+                serving_batches=self.batched,
                 in_flight_at_admission=self.in_flight_at_admission,
+                max_in_flight_at_admission=self.max_in_flight,
+                cached_tokens=self.cached_tokens,
                 time_to_first_token_ms=ttft * 1000.0,
             ),
         )
@@ -141,8 +155,9 @@ def unserved_finish(pending: Pending) -> FinishChunk:
             generation_tps=0.0,
             prompt_tokens=n_prompt,
             generation_tokens=0,
-            serving_batches=0,
+            serving_batches=False,
             in_flight_at_admission=0,
+            max_in_flight_at_admission=0,
             time_to_first_token_ms=0.0,
         ),
     )

@@ -40,8 +40,11 @@ class EngineStats(msgspec.Struct, frozen=True, kw_only=True):
     decode_batches: int
     """``llama_decode`` calls so far (prefill chunks and generation steps)."""
     prompt_tokens: int
+    """Prompt tokens decoded (prefilled) so far."""
     generated_tokens: int
     completed: int
+    cached_tokens: int = 0
+    """Prompt tokens served from cells a slot kept instead of being prefilled."""
 
 
 class Engine(Protocol):

@@ -6,7 +6,10 @@ another's room). One scheduler thread owns the context; every iteration it
 
 1. applies submissions and cancellations in arrival order,
 2. admits waiting requests (FIFO) into free slots: each prompt is decoded into
-   its sequence in ``n_batch``-token chunks and its first token sampled,
+   its sequence in ``prefill_chunk``-token chunks and its first token sampled;
+   a slot keeps its cells after a request, so a prompt that starts with what a
+   slot already holds (or what another slot holds: its cells are copied)
+   decodes only the rest (see ``_llama_slots``),
 3. runs ONE ``llama_decode`` holding the next token of every generating
    sequence, and samples each with its own chain.
 
@@ -22,7 +25,6 @@ up. Prompts are decoded alone for the same reason (see ``_prefill``).
 from __future__ import annotations
 
 import bisect
-import heapq
 import logging
 import threading
 import time
@@ -57,6 +59,7 @@ from skulk_daemon.engines._llama_sequences import (
     error_chunk,
     unserved_finish,
 )
+from skulk_daemon.engines._llama_slots import NO_SOURCE, SlotTable
 from skulk_daemon.engines.base import ChunkSink, EngineLoadError, EngineStats
 
 __all__ = ["DEFAULT_N_BATCH", "LlamaCppEngine", "LlamaCppSettings", "set_llama_logging"]
@@ -93,9 +96,10 @@ class LlamaCppEngine:
         self._waiting: deque[Pending] = deque()
         self._active: dict[TaskId, Sequence] = {}
         self._generating: list[Sequence] = []
-        self._free_slots: list[int] = []
+        self._slots = SlotTable(settings.slots, settings.prefill_chunk)
         self._decode_batches = 0
         self._prompt_tokens = 0
+        self._cached_tokens = 0
         self._generated_tokens = 0
         self._completed = 0
 
@@ -104,8 +108,7 @@ class LlamaCppEngine:
     def load(self) -> None:
         settings = self._settings
         self._llama = LlamaModel.open(settings)
-        # NOTE: a min-heap, so new sequences take the lowest free slot (see _step).
-        self._free_slots = list(range(settings.slots))
+        self._slots = SlotTable(settings.slots, settings.prefill_chunk)
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="llama-cpp-scheduler", daemon=True)
         self._thread.start()
@@ -149,6 +152,7 @@ class LlamaCppEngine:
             waiting=len(self._waiting) + queued,
             decode_batches=self._decode_batches,
             prompt_tokens=self._prompt_tokens,
+            cached_tokens=self._cached_tokens,
             generated_tokens=self._generated_tokens,
             completed=self._completed,
         )
@@ -209,11 +213,11 @@ class LlamaCppEngine:
                     self._drain_inbox()
                 if self._stopping:
                     break
-                if self._waiting and self._free_slots:
+                if self._waiting and self._slots.has_free():
                     self._admit()
                 if self._generating:
                     self._step()
-                elif not self._inbox and not (self._waiting and self._free_slots):
+                elif not self._inbox and not (self._waiting and self._slots.has_free()):
                     self._wake.wait()
         except Exception as exc:
             log.exception("the llama.cpp scheduler failed")
@@ -248,9 +252,9 @@ class LlamaCppEngine:
         llama = self._llama
         assert llama is not None
         try:
-            if not self._free_slots:
+            slot = self._slots.scratch()
+            if slot is None:
                 return  # already serving: nothing left to warm
-            slot = self._free_slots[0]
             token, pos, n_seq_id, seq_id, logits = llama.batch_arrays()
             token[0] = max(llama.bos, 0)
             pos[0] = 0
@@ -280,7 +284,7 @@ class LlamaCppEngine:
         """Give waiting requests free slots (FIFO) and decode their prompts."""
         llama = self._llama
         assert llama is not None
-        while self._waiting and self._free_slots:
+        while self._waiting and self._slots.has_free():
             pending = self._waiting.popleft()
             params = pending.request.sampling
             chain = sampling.build_chain(llama.n_vocab, params, pending.tokens)
@@ -289,31 +293,42 @@ class LlamaCppEngine:
                 if params.grammar is not None
                 else None
             )
-            slot = heapq.heappop(self._free_slots)
-            sequence = Sequence(pending, slot, chain, grammar, len(self._active))
+            placement = self._slots.place(pending.tokens)
+            slot, reused = placement.slot, placement.reused
+            source = None if placement.source == NO_SOURCE else placement.source
+            if reused == 0 or not llama.keep_prefix(slot, reused, source):
+                llama.forget(slot)
+                reused = 0
+            in_flight = len(self._active) + 1
+            sequence = Sequence(pending, slot, chain, grammar, in_flight, cached_tokens=reused)
+            for other in self._active.values():
+                other.max_in_flight = max(other.max_in_flight, in_flight)
             self._active[sequence.task_id] = sequence
             self._prefill(sequence)
 
     def _prefill(self, sequence: Sequence) -> None:
-        """Decode one prompt into its sequence, ``n_batch`` tokens at a time,
-        then sample the first token from its last logit.
+        """Decode what the slot does not hold of a prompt, ``prefill_chunk``
+        tokens at a time from a multiple of it, then sample the first token
+        from its last logit.
 
         NOTE: prompts are never packed together, nor with other sequences'
         generation steps. llama.cpp's CPU kernels round differently depending on
         how a prompt is split into batches (Gemma 3 270M moves logits by ~1.0),
-        so decoding each prompt the same way it would be decoded alone keeps
-        temperature-0 output independent of what else is being served.
+        so decoding each prompt in the same chunks it would be decoded in alone,
+        and cold, keeps temperature-0 output independent of what else is being
+        served and of what the cache held.
         """
         llama = self._llama
         assert llama is not None
         tokens = sequence.pending.tokens
         total = len(tokens)
-        capacity = self._settings.n_batch
+        capacity = self._settings.prefill_chunk
         token, pos, n_seq_id, seq_id, logits = llama.batch_arrays()
         slot = sequence.seq_id
         started = time.perf_counter()
         n = 0
-        for start in range(0, total, capacity):
+        self._cached_tokens += sequence.cached_tokens
+        for start in range(sequence.cached_tokens, total, capacity):
             n = min(capacity, total - start)
             for i in range(n):
                 token[i] = tokens[start + i]
@@ -323,13 +338,13 @@ class LlamaCppEngine:
                 logits[i] = 0
             logits[n - 1] = start + n == total
             if not self._decode(n):
-                self._release(sequence)
+                self._release(sequence, keep=False)
                 self._sink(error_chunk(sequence.task_id, ERROR_ENGINE_FAILED, _REFUSED_BATCH))
                 return
-            sequence.serving_batches += 1
             self._prompt_tokens += n
         sequence.prefill_s = time.perf_counter() - started
         sequence.pos = total
+        self._slots.decoded(slot, tokens)
         if not self._accept(sequence, self._sample(sequence, n - 1), n - 1):
             # NOTE: kept in seq-id order. With a non-unified (and sliding-window) KV
             # cache llama.cpp only packs sequences into one micro-batch when their ids
@@ -352,14 +367,16 @@ class LlamaCppEngine:
         if not self._decode(len(generating)):
             self._generating = []
             for sequence in generating:
-                self._release(sequence)
+                self._release(sequence, keep=False)
                 self._sink(error_chunk(sequence.task_id, ERROR_ENGINE_FAILED, _REFUSED_BATCH))
             return
         sample = self._sample
         done = False
+        batched = len(generating) > 1
         for i, sequence in enumerate(generating):
             sequence.pos += 1
-            sequence.serving_batches += 1
+            if batched:
+                sequence.batched = True
             if self._accept(sequence, sample(sequence, i), i):
                 done = True
         if done:
@@ -443,15 +460,18 @@ class LlamaCppEngine:
         self._generated_tokens += sequence.n_generated
         self._sink(sequence.finish_chunk(reason))
 
-    def _release(self, sequence: Sequence) -> None:
-        """Free the slot: forget its KV cells and its sampler."""
+    def _release(self, sequence: Sequence, *, keep: bool = True) -> None:
+        """Free the slot and the sampler. The slot's cells stay for a later
+        prompt to reuse unless ``keep`` is false (a decode failed: they are
+        not to be trusted)."""
         assert self._llama is not None
         del self._active[sequence.task_id]
-        self._llama.forget(sequence.seq_id)
+        if not keep:
+            self._llama.forget(sequence.seq_id)
+        self._slots.release(sequence.seq_id, keep=keep)
         sampling.free_chain(sequence.chain)
         if sequence.grammar is not None:
             sampling.free_chain(sequence.grammar)
-        heapq.heappush(self._free_slots, sequence.seq_id)
 
     def _cancel_everything(self) -> None:
         for sequence in list(self._active.values()):
@@ -462,7 +482,7 @@ class LlamaCppEngine:
     def _fail_everything(self, message: str) -> None:
         for sequence in list(self._active.values()):
             try:
-                self._release(sequence)
+                self._release(sequence, keep=False)
             finally:
                 self._sink(error_chunk(sequence.task_id, ERROR_ENGINE_FAILED, message))
         self._generating = []

@@ -307,8 +307,8 @@ def test_bench_chat_is_a_completion_plus_stats_even_when_streaming_is_asked(
     assert body["object"] == "chat.completion"
     assert body["usage"]["completion_tokens"] == 6
     stats = body["generation_stats"]
-    assert stats["generation_tokens"] == 6 and stats["serving_batches"] >= 6
-    assert stats["in_flight_at_admission"] >= 0 and stats["generation_tps"] > 0
+    assert stats["generation_tokens"] == 6 and stats["serving_batches"] is False  # alone
+    assert stats["in_flight_at_admission"] == 1 and stats["generation_tps"] > 0
     assert "power_usage" in body  # null on a node that cannot measure power
     assert not any("node" in key for key in stats)
 

@@ -314,8 +314,8 @@ def chat_stream(words: Iterable[str] = CHAT_WORDS) -> list[bytes]:
         "generation_tps": 48.25,
         "prompt_tokens": 7,
         "generation_tokens": 4,
-        "serving_batches": 1,
-        "in_flight_at_admission": 0,
+        "serving_batches": False,
+        "in_flight_at_admission": 1,
     }
     return [
         f": command_id {CHAT_COMMAND_ID}\n\n".encode(),
@@ -507,8 +507,8 @@ BENCH_STATS: dict[str, Any] = {
     "generation_tps": 48.25,
     "prompt_tokens": 7,
     "generation_tokens": 4,
-    "serving_batches": 4,
-    "in_flight_at_admission": 0,
+    "serving_batches": False,
+    "in_flight_at_admission": 1,
     "time_to_first_token_ms": 22.6,
 }
 BENCH_POWER: dict[str, Any] = {

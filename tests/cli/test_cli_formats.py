@@ -251,9 +251,9 @@ def test_bench_shows_the_generation_stats_and_power(node: FakeNode) -> None:
     out = plain(result.stdout)
     row = line_with(out, "│ 1 ")
     cells = [c.strip() for c in row.split("│")[1:-1]]
-    # Run, prompt tokens, prompt tok/s, first token ms, gen tokens, gen tok/s, batches,
+    # Run, prompt tokens, prompt tok/s, first token ms, gen tokens, gen tok/s, batched,
     # in flight, power.
-    assert cells == ["1", "7", "310.5", "22.6", "4", "48.2", "4", "0", "41.5"]
+    assert cells == ["1", "7", "310.5", "22.6", "4", "48.2", "0", "1", "41.5"]
     assert "mean" not in out
     assert "Power from nvidia-smi, rapl:package-0." in flat(out)
     (sent,) = node.sent("POST", "/bench/chat/completions")
@@ -306,7 +306,7 @@ def test_bench_runs_adds_a_mean_row(node: FakeNode) -> None:
     assert "n/a" in line_with(out, "│ 2 ")
     mean = [c.strip() for c in line_with(out, "mean").split("│")[1:-1]]
     # Tokens 4, 5, 4: a mean with a fraction; power over the runs that measured it.
-    assert mean == ["mean", "7", "310.5", "30.0", "4.3", "50.0", "4", "0", "41.5"]
+    assert mean == ["mean", "7", "310.5", "30.0", "4.3", "50.0", "0", "1", "41.5"]
     assert "Power n/a: not measurable on this node." in flat(out)
 
 

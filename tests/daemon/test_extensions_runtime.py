@@ -255,8 +255,8 @@ END = TurnEnd(
         generation_tps=1.0,
         prompt_tokens=4,
         generation_tokens=3,
-        serving_batches=1,
-        in_flight_at_admission=0,
+        serving_batches=False,
+        in_flight_at_admission=1,
         time_to_first_token_ms=1.0,
     ),
 )

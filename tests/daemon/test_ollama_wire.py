@@ -124,8 +124,8 @@ STATS = GenerationStats(
     generation_tps=50.0,
     prompt_tokens=10,
     generation_tokens=5,
-    serving_batches=6,
-    in_flight_at_admission=0,
+    serving_batches=False,
+    in_flight_at_admission=1,
     time_to_first_token_ms=12.0,
 )
 

@@ -139,7 +139,7 @@ def test_cancel_frees_the_slot_for_the_next_request(served: Served) -> None:
 
     text, queued = served.finish("queued")
     assert text and SUMS.startswith(text)
-    assert queued.stats.in_flight_at_admission == 1  # long-2 still held the other slot
+    assert queued.stats.in_flight_at_admission == 2  # itself, and long-2 in the other slot
 
     served.cancel("long-2")
     _, end = served.collect("long-2")
@@ -181,9 +181,10 @@ def test_concurrent_requests_share_decode_batches_and_match_solo_output(
 
     assert (text_first, text_second) == (solo_first, solo_second)
     admitted = sorted(e.stats.in_flight_at_admission for e in (end_first, end_second))
-    assert admitted == [0, 1]
-    # Run one after the other they would need every batch to themselves.
-    assert decodes < end_first.stats.serving_batches + end_second.stats.serving_batches
+    assert admitted == [1, 2]
+    assert end_first.stats.serving_batches and end_second.stats.serving_batches
+    # Run one after the other they would need every decode step to themselves.
+    assert decodes < end_first.completion_tokens + end_second.completion_tokens
 
 
 def test_multibyte_text_round_trips_and_partial_characters_are_held(served: Served) -> None:

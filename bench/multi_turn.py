@@ -1,0 +1,348 @@
+"""Multi-turn conversations: Skulk's prefix reuse against ``llama-server``'s prompt cache.
+
+Both serve the demo model with the settings of ``bench/concurrency.py`` (4 slots,
+the same threads, batch 512, non-unified KV, full-size SWA cache, the same Jinja
+chat template), except that the server keeps its prompt cache on, its default
+(``--cache-prompt``, RAM cache and context checkpoints at their defaults).
+
+1. **One conversation, 8 turns.** A ~230-token system prompt, then every turn
+   adds ~150 tokens of user text and asks for a 24-token reply (greedy,
+   streamed); each side's own replies go into its history. TTFT per turn.
+2. **Four conversations at once, one system prompt.** Four first turns that share
+   the system prompt (each with its own user text) start together. Reports the
+   aggregate TTFT (mean over the four) and Skulk's own prefill counter: the prompt
+   tokens each request prefilled (``prompt_tokens - cached_tokens`` from its
+   ``: generation_stats``), against the server's ``prompt_n``.
+
+Every repetition starts with a system prompt no earlier request sent (a fresh
+seed), so turn 1 is cold on both sides. Repetitions alternate which side goes
+first (ABBA); figures are medians over ``--reps``.
+
+Targets (issue 19): turn-8 TTFT <= 1.0x the server's; Skulk's turn 8 / turn 1
+<= 1.3; four shared conversations: aggregate TTFT <= 0.8x the server's.
+
+Run from the repository root::
+
+    bench/build_llama_server.sh            # once, several minutes
+    .venv/bin/python -m bench.multi_turn [--reps 3] [--json] [--skulk-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import time
+from collections.abc import Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+
+if __package__ in (None, ""):  # `python bench/multi_turn.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import (
+    BUILD_DIR,
+    DEMO_MODEL,
+    StreamTiming,
+    add_run_options,
+    cpu_count,
+    demo_model_path,
+    machine,
+    median,
+    print_json,
+    skulk_serving,
+    wait_for_quiet,
+)
+from bench.concurrency import DEFAULT_LLAMA_SERVER, llama_server
+
+TURNS: Final = 8
+SYSTEM_WORDS: Final = 220  # about 230 tokens
+USER_WORDS: Final = 145  # about 150 tokens
+REPLY_TOKENS: Final = 24
+CONVERSATIONS: Final = 4
+CONTEXT: Final = 2048
+TURN8_TARGET: Final = 1.0
+GROWTH_TARGET: Final = 1.3
+SHARED_TARGET: Final = 0.8
+# The server's own defaults, restated after concurrency.llama_server's
+# cache-off flags (the last of a repeated flag wins).
+SERVER_ATTEMPTS: Final = 4
+SERVER_CACHE_ON: Final = ("--cache-prompt", "--cache-ram", "8192", "--ctx-checkpoints", "32")
+
+_VOCABULARY: Final = (
+    "the sea wind light ship harbour keeper storm rock wave night morning bottle letter "
+    "north south east west river stone tower lamp glass step door road town market boat "
+    "sail rope net fish bird cloud rain fog sun moon star tide shore island bay cliff "
+    "sand grass tree field hill house window table chair bread water fire smoke iron "
+    "salt map clock bell song story name year winter spring summer autumn friend brother "
+    "sister mother father child old young quiet loud slow quick dark bright cold warm "
+    "long short far near under over between behind before after again always never often"
+)
+_WORDS: Final = tuple(_VOCABULARY.split())
+
+
+def words(seed: str, count: int) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.choice(_WORDS) for _ in range(count)) + "."
+
+
+class Timed(StreamTiming):
+    """A stream timing that also keeps llama-server's ``timings`` (cache_n, prompt_n)."""
+
+    server_timings: dict[str, Any] | None = None
+
+    def feed(self, line: str, now: float) -> None:
+        if line.startswith("data: {"):
+            frame = json.loads(line[len("data: ") :])
+            if isinstance(frame.get("timings"), dict):
+                self.server_timings = frame["timings"]
+        super().feed(line, now)
+
+    @property
+    def prefilled(self) -> int | None:
+        """Prompt tokens this request decoded (the rest came from a cache)."""
+        if self.stats is not None and "cached_tokens" in self.stats:
+            return int(self.stats["prompt_tokens"]) - int(self.stats["cached_tokens"])
+        if self.server_timings is not None:
+            return int(self.server_timings.get("prompt_n", 0))
+        return None
+
+
+def body(messages: list[dict[str, str]]) -> dict[str, Any]:
+    return {
+        "model": DEMO_MODEL,
+        "messages": messages,
+        "max_tokens": REPLY_TOKENS,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+async def stream(client: httpx.AsyncClient, url: str, payload: Mapping[str, Any]) -> Timed:
+    now = time.perf_counter
+    timing = Timed(sent_at=now())
+    async with client.stream("POST", f"{url}/v1/chat/completions", json=payload) as response:
+        if not response.is_success:
+            await response.aread()
+            raise RuntimeError(f"{url} answered {response.status_code}: {response.text}")
+        async for line in response.aiter_lines():
+            if line:
+                timing.feed(line, now())
+    if timing.error:
+        raise RuntimeError(f"{url} streamed an error: {timing.error}")
+    return timing
+
+
+async def conversation(url: str, seed: str) -> list[Timed]:
+    messages = [{"role": "system", "content": words(f"{seed}/system", SYSTEM_WORDS)}]
+    turns: list[Timed] = []
+    async with httpx.AsyncClient(timeout=600.0) as client:
+        for turn in range(TURNS):
+            messages.append({"role": "user", "content": words(f"{seed}/user{turn}", USER_WORDS)})
+            timing = await stream(client, url, body(messages))
+            messages.append({"role": "assistant", "content": "".join(timing.text)})
+            turns.append(timing)
+    return turns
+
+
+async def shared_start(url: str, seed: str) -> list[Timed]:
+    system = {"role": "system", "content": words(f"{seed}/system", SYSTEM_WORDS)}
+    limits = httpx.Limits(max_connections=CONVERSATIONS)
+    async with httpx.AsyncClient(timeout=600.0, limits=limits) as client:
+        return list(
+            await asyncio.gather(
+                *(
+                    stream(
+                        client,
+                        url,
+                        body(
+                            [system, {"role": "user", "content": words(f"{seed}/c{i}", USER_WORDS)}]
+                        ),
+                    )
+                    for i in range(CONVERSATIONS)
+                )
+            )
+        )
+
+
+@dataclass
+class Side:
+    turns: list[list[Timed]]
+    shared: list[list[Timed]]
+
+    def turn_ttft_ms(self, turn: int) -> float:
+        return median([run[turn].ttft_s * 1000.0 for run in self.turns])
+
+    def shared_ttft_ms(self) -> float:
+        return median([sum(t.ttft_s for t in run) * 1000.0 / len(run) for run in self.shared])
+
+
+def run_side(url: str, seed: str, side: Side) -> None:
+    side.turns.append(asyncio.run(conversation(url, f"{seed}/talk")))
+    side.shared.append(asyncio.run(shared_start(url, f"{seed}/shared")))
+
+
+class ServerPeer:
+    """``llama-server``, warmed up, and restarted when it goes away.
+
+    On this build the server sometimes shuts itself down in the middle of a
+    conversation (it logs "cleaning up before exit" and nothing else), at a turn
+    that depends on the text. A repetition it drops is run again on a fresh server
+    with other seeded text of the same sizes; every repetition starts from prompts
+    nobody sent before anyway, so that measures the same thing."""
+
+    def __init__(self, binary: Path, model: Path, stack: ExitStack) -> None:
+        self._binary = binary
+        self._model = model
+        self._stack = stack
+        self._url: str | None = None
+        self.restarts = 0
+
+    def _start(self) -> str:
+        self._stack.close()
+        log = BUILD_DIR / "logs" / f"llama-server-multi-turn-{self.restarts}.log"
+        url = self._stack.enter_context(
+            llama_server(self._binary, self._model, CONTEXT, log, extra_args=SERVER_CACHE_ON)
+        )
+        run_side(url, f"warm-up/{self.restarts}", Side([], []))
+        return url
+
+    def run(self, seed: str, side: Side) -> None:
+        for attempt in range(SERVER_ATTEMPTS):
+            attempt_seed = seed if attempt == 0 else f"{seed}/retry{attempt}"
+            result = Side([], [])
+            try:
+                if self._url is None:
+                    self._url = self._start()
+                run_side(self._url, attempt_seed, result)
+            except httpx.TransportError as exc:
+                print(f"llama-server went away ({exc!r}); restarting it", file=sys.stderr)
+                self._url = None
+                self.restarts += 1
+                continue
+            side.turns += result.turns
+            side.shared += result.shared
+            return
+        raise RuntimeError(f"llama-server went away {SERVER_ATTEMPTS} times in a row")
+
+
+def report(skulk: Side, server: Side | None) -> dict[str, Any]:
+    per_turn = [
+        {
+            "turn": turn + 1,
+            "skulk_ttft_ms": round(skulk.turn_ttft_ms(turn), 1),
+            "server_ttft_ms": round(server.turn_ttft_ms(turn), 1) if server else None,
+            "prompt_tokens": skulk.turns[-1][turn].prompt_tokens,
+            "skulk_prefilled": skulk.turns[-1][turn].prefilled,
+            "server_prefilled": server.turns[-1][turn].prefilled if server else None,
+        }
+        for turn in range(TURNS)
+    ]
+    last = skulk.turn_ttft_ms(TURNS - 1)
+    shared_runs = skulk.shared[-1]
+    out: dict[str, Any] = {
+        "turns": per_turn,
+        "skulk_turn8_over_turn1": round(last / skulk.turn_ttft_ms(0), 3),
+        "shared_skulk_ttft_ms": round(skulk.shared_ttft_ms(), 1),
+        "shared_skulk_prompt_tokens": sum(t.prompt_tokens for t in shared_runs),
+        "shared_skulk_prefilled": sum(t.prefilled or 0 for t in shared_runs),
+        "shared_prompt_tokens_each": [t.prompt_tokens for t in shared_runs],
+        "shared_skulk_ttft_each_ms": [round(t.ttft_s * 1000.0) for t in shared_runs],
+    }
+    if server is not None:
+        out["turn8_skulk_over_server"] = round(last / server.turn_ttft_ms(TURNS - 1), 3)
+        out["shared_server_ttft_ms"] = round(server.shared_ttft_ms(), 1)
+        out["shared_skulk_over_server"] = round(skulk.shared_ttft_ms() / server.shared_ttft_ms(), 3)
+        out["shared_server_prefilled"] = sum(t.prefilled or 0 for t in server.shared[-1])
+    return out
+
+
+def print_report(out: dict[str, Any]) -> None:
+    print(
+        f"{'turn':>4}{'prompt':>8}{'Skulk TTFT ms':>15}{'server TTFT ms':>16}"
+        f"{'prefilled S/srv':>17}"
+    )
+    for row in out["turns"]:
+        server = "-" if row["server_ttft_ms"] is None else f"{row['server_ttft_ms']:.0f}"
+        prefilled = f"{row['skulk_prefilled']}/{row['server_prefilled'] or '-'}"
+        print(
+            f"{row['turn']:>4}{row['prompt_tokens']:>8}{row['skulk_ttft_ms']:>15.0f}"
+            f"{server:>16}{prefilled:>17}"
+        )
+    growth = out["skulk_turn8_over_turn1"]
+    print(f"Skulk turn 8 / turn 1: {growth:.3f} (target <= {GROWTH_TARGET})")
+    if "turn8_skulk_over_server" in out:
+        ratio = out["turn8_skulk_over_server"]
+        print(f"turn 8 Skulk / llama-server: {ratio:.3f} (target <= {TURN8_TARGET})")
+    print(
+        f"4 conversations, one system prompt: Skulk prefilled {out['shared_skulk_prefilled']} "
+        f"of {out['shared_skulk_prompt_tokens']} prompt tokens "
+        f"(each prompt {out['shared_prompt_tokens_each']}); mean TTFT "
+        f"{out['shared_skulk_ttft_ms']:.0f} ms"
+    )
+    if "shared_skulk_over_server" in out:
+        print(
+            f"  llama-server prefilled {out['shared_server_prefilled']}, mean TTFT "
+            f"{out['shared_server_ttft_ms']:.0f} ms; ratio {out['shared_skulk_over_server']:.3f} "
+            f"(target <= {SHARED_TARGET})"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--llama-server", type=Path, default=DEFAULT_LLAMA_SERVER)
+    parser.add_argument("--skulk-only", action="store_true", help="no llama-server side")
+    add_run_options(parser)
+    args = parser.parse_args(argv)
+    load_at_start = wait_for_quiet(args.max_load)
+
+    skulk = Side([], [])
+    server = None if args.skulk_only else Side([], [])
+    restarts = 0
+    with skulk_serving(args.models_dir, CONTEXT) as daemon:
+        if server is None:
+            run_side(daemon.url, "warm-up", Side([], []))
+            for rep in range(args.reps):
+                run_side(daemon.url, f"rep{rep}", skulk)
+                print(f"rep {rep + 1}/{args.reps} skulk done", file=sys.stderr)
+        else:
+            run_side(daemon.url, "warm-up", Side([], []))
+            with ExitStack() as stack:
+                peer = ServerPeer(args.llama_server, demo_model_path(args.models_dir), stack)
+                for rep in range(args.reps):
+                    order = ["skulk", "server"] if rep % 2 == 0 else ["server", "skulk"]
+                    for name in order:
+                        if name == "skulk":
+                            run_side(daemon.url, f"rep{rep}", skulk)
+                        else:
+                            peer.run(f"rep{rep}", server)
+                        print(f"rep {rep + 1}/{args.reps} {name} done", file=sys.stderr)
+                restarts = peer.restarts
+    out = report(skulk, server)
+    print_report(out)
+    if args.json:
+        print_json(
+            {
+                "benchmark": "multi_turn",
+                **out,
+                "reps": args.reps,
+                "server_restarts": restarts,
+                "context": CONTEXT,
+                "threads": cpu_count(),
+                "machine": machine(),
+                "load_at_start": round(load_at_start, 2),
+            }
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,152 @@
+"""The share of a prompt served from the engine's cache, as each official SDK reads
+it: a second request that repeats a long prefix reports it cached, in every format's
+own usage field, and the prompt count stays the whole prompt.
+
+Each test opens with its own long system prompt, so no other test's requests (the
+app is shared) leave cells it could reuse, and its first request is cold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import anthropic
+import ollama
+import openai
+import pytest
+
+from skulk_daemon.engines._llama_model import DEFAULT_PREFILL_CHUNK
+from tests.api.in_process import AppNode, Served
+from tests.daemon.serving import DEMO
+
+pytestmark = pytest.mark.slow
+
+CHUNK = DEFAULT_PREFILL_CHUNK
+
+
+def system_prompt(name: str) -> str:
+    """About 200 tokens no other test sends (``name`` opens it)."""
+    return (
+        f"You are {name}, the keeper of a lighthouse at the end of a long bay. Every "
+        "evening you climb two hundred steps, trim the wick, polish the great lens and "
+        "watch the ships pass on their way to the harbour. In winter the storms come "
+        "from the north and the waves break over the gallery; you write in your log "
+        "the name of every ship you see, the hour, the wind and the state of the sea. "
+        "You answer visitors briefly and kindly, and you never leave the light unlit. "
+        "When a visitor asks about the sea you tell them about the tides, the rocks "
+        "under the water, the fog that comes in from the west in spring, and the old "
+        "wreck that lies a mile out, where the seals sleep on calm afternoons."
+    )
+
+
+@pytest.fixture
+def app(demo_app: Served) -> AppNode:
+    return demo_app.app
+
+
+@pytest.fixture
+def oai(app: AppNode) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(
+        base_url=f"{app.url}/v1", api_key="unused", max_retries=0, http_client=app.new_http()
+    ) as client:
+        yield client
+
+
+def test_chat_completions_report_cached_prompt_tokens(oai: openai.OpenAI) -> None:
+    messages: list[openai.types.chat.ChatCompletionMessageParam] = [
+        {"role": "system", "content": system_prompt("Chat")},
+        {"role": "user", "content": "Good evening."},
+    ]
+    first = oai.chat.completions.create(model=DEMO, messages=messages, max_tokens=3, temperature=0)
+    assert first.usage is not None and first.usage.prompt_tokens_details is not None
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+
+    messages += [
+        {"role": "assistant", "content": first.choices[0].message.content or ""},
+        {"role": "user", "content": "Is the sea calm tonight?"},
+    ]
+    stream = oai.chat.completions.create(
+        model=DEMO,
+        messages=messages,
+        max_tokens=3,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    usage = [chunk.usage for chunk in stream if chunk.usage is not None]
+    assert len(usage) == 1 and usage[0].prompt_tokens_details is not None
+    cached = usage[0].prompt_tokens_details.cached_tokens
+    assert cached is not None and CHUNK <= cached < usage[0].prompt_tokens
+    assert cached < first.usage.prompt_tokens  # only what the first prompt held
+    assert cached % CHUNK == 0
+
+
+def test_responses_report_cached_input_tokens(oai: openai.OpenAI) -> None:
+    instructions = system_prompt("Responses")
+    first = oai.responses.create(
+        model=DEMO, instructions=instructions, input="Good evening.", max_output_tokens=3
+    )
+    again = oai.responses.create(
+        model=DEMO, instructions=instructions, input="Good evening.", max_output_tokens=3
+    )
+    assert first.usage is not None and again.usage is not None
+    assert first.usage.input_tokens_details.cached_tokens == 0
+    cached = again.usage.input_tokens_details.cached_tokens
+    assert again.usage.input_tokens == first.usage.input_tokens  # the whole prompt
+    assert CHUNK <= cached < again.usage.input_tokens
+
+
+def test_claude_messages_report_cache_reads_apart_from_input(app: AppNode) -> None:
+    with anthropic.Anthropic(
+        base_url=app.url, api_key="unused", max_retries=0, http_client=app.new_http2()
+    ) as client:
+        system = system_prompt("Claude")
+        ask: list[anthropic.types.MessageParam] = [{"role": "user", "content": "Good evening."}]
+        first = client.messages.create(model=DEMO, system=system, messages=ask, max_tokens=3)
+        with client.messages.stream(
+            model=DEMO, system=system, messages=ask, max_tokens=3
+        ) as stream:
+            again = stream.get_final_message()
+    assert first.usage.cache_read_input_tokens == 0
+    whole = first.usage.input_tokens
+    read = again.usage.cache_read_input_tokens
+    assert read is not None and CHUNK <= read < whole
+    # Anthropic's input_tokens leaves out what was read from the cache.
+    assert again.usage.input_tokens == whole - read
+
+
+def test_ollama_counts_the_whole_prompt_when_part_is_cached(demo_app: Served) -> None:
+    app = demo_app.app
+    client = ollama.Client(host=f"{app.url}/ollama", timeout=120, transport=app.transport)
+    try:
+        messages = [
+            {"role": "system", "content": system_prompt("Ollama")},
+            {"role": "user", "content": "Good evening."},
+        ]
+        options = {"temperature": 0, "num_predict": 3}
+        first = client.chat(model=DEMO, messages=messages, options=options)
+        again = client.chat(model=DEMO, messages=messages, options=options)
+    finally:
+        client.close()
+    assert first.prompt_eval_count is not None and first.prompt_eval_count > CHUNK
+    assert again.prompt_eval_count == first.prompt_eval_count
+
+
+def test_bench_stats_carry_the_cached_share_and_truthful_admission(app: AppNode) -> None:
+    body = {
+        "model": DEMO,
+        "messages": [
+            {"role": "system", "content": system_prompt("Bench")},
+            {"role": "user", "content": "Good evening."},
+        ],
+        "max_tokens": 3,
+        "temperature": 0,
+    }
+    first = app.post("/bench/chat/completions", json=body).json()["generation_stats"]
+    again = app.post("/bench/chat/completions", json=body).json()["generation_stats"]
+    assert first["cached_tokens"] == 0
+    assert CHUNK <= again["cached_tokens"] < again["prompt_tokens"] == first["prompt_tokens"]
+    for stats in (first, again):
+        # A lone request counts itself in flight, and decoded with nobody else.
+        assert stats["in_flight_at_admission"] == stats["max_in_flight_at_admission"] == 1
+        assert stats["serving_batches"] is False

@@ -1,0 +1,81 @@
+"""The engine's slot table: which slot a prompt takes and what of it can be reused
+(pure bookkeeping; the engine tests check the cells behind it on the real model)."""
+
+from __future__ import annotations
+
+from skulk_daemon.engines._llama_slots import NO_SOURCE, SlotTable
+
+CHUNK = 4
+
+
+def tokens(n: int, start: int = 0) -> list[int]:
+    return list(range(start, start + n))
+
+
+def test_only_whole_shared_chunks_are_reused_and_the_last_token_is_left() -> None:
+    table = SlotTable(1, CHUNK)
+    cached = tokens(10)[: 10 - 10 % CHUNK]  # what decoded() keeps of a 10-token prompt
+    assert table.reusable(cached, tokens(10)) == 8
+    assert table.reusable(cached, tokens(9)) == 8  # 8 of 9: the 9th is decoded
+    assert table.reusable(cached, tokens(8)) == 4  # never the whole prompt
+    assert table.reusable(cached, [*tokens(6), 99, 100, 101]) == 4  # differs inside chunk 2
+    assert table.reusable(cached, [99, *tokens(9, 1)]) == 0
+    assert table.reusable([], tokens(9)) == 0
+
+
+def test_a_slot_keeps_the_whole_chunks_of_its_last_prompt() -> None:
+    table = SlotTable(2, CHUNK)
+    first = table.place(tokens(10))
+    assert (first.slot, first.reused, first.source) == (0, 0, NO_SOURCE)
+    table.decoded(0, tokens(10))
+    table.release(0, keep=True)
+    again = table.place(tokens(14))
+    assert (again.slot, again.reused, again.source) == (0, 8, NO_SOURCE)
+
+
+def test_a_prefix_in_a_busy_slot_is_copied() -> None:
+    table = SlotTable(3, CHUNK)
+    for slot, start in ((0, 100), (1, 0)):
+        placed = table.place(tokens(12, start))
+        assert placed.slot == slot
+        table.decoded(slot, tokens(12, start))
+    table.release(0, keep=True)  # slot 0 free (another prompt); slot 1 busy (ours)
+    placed = table.place(tokens(13))
+    # Slots 0 and 2 both sit next to the busy one; 2 is the least recently used.
+    assert (placed.slot, placed.reused, placed.source) == (2, 12, 1)
+
+
+def test_with_nothing_busy_a_conversation_keeps_its_own_slot() -> None:
+    table = SlotTable(2, CHUNK)
+    for slot, start in ((0, 100), (1, 0)):
+        table.place(tokens(12, start))
+        table.decoded(slot, tokens(12, start))
+    table.release(1, keep=True)
+    table.release(0, keep=True)
+    for _ in range(2):  # the two conversations take turns: neither evicts the other
+        for slot, start in ((1, 0), (0, 100)):
+            placed = table.place(tokens(13, start))
+            assert (placed.slot, placed.reused, placed.source) == (slot, 12, NO_SOURCE)
+            table.decoded(slot, tokens(13, start))
+            table.release(slot, keep=True)
+
+
+def test_a_free_slot_that_would_split_the_batch_is_copied_from_instead() -> None:
+    table = SlotTable(3, CHUNK)
+    table.place(tokens(12, 100))  # slot 0
+    table.place(tokens(12, 200))  # slot 1
+    table.place(tokens(12))  # slot 2
+    for slot, start in ((0, 100), (1, 200), (2, 0)):
+        table.decoded(slot, tokens(12, start))
+    table.release(1, keep=True)
+    table.release(2, keep=True)  # busy: {0}; ours sits in slot 2, away from it
+    placed = table.place(tokens(13))
+    assert (placed.slot, placed.reused, placed.source) == (1, 12, 2)
+
+
+def test_a_slot_whose_cells_were_dropped_offers_nothing() -> None:
+    table = SlotTable(1, CHUNK)
+    table.place(tokens(12))
+    table.decoded(0, tokens(12))
+    table.release(0, keep=False)
+    assert table.place(tokens(12)).reused == 0

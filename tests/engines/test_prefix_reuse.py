@@ -1,0 +1,131 @@
+"""Prefix reuse in the llama.cpp engine, on the real demo model: a prompt that
+starts with what a slot (free or busy) already holds decodes only the rest, and
+decodes to exactly what it would cold."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from skulk_core.chat.generation import FinishChunk
+from skulk_daemon.engines._llama_model import DEFAULT_PREFILL_CHUNK
+from tests.engines.serving import Served, serve
+
+pytestmark = pytest.mark.slow
+
+CHUNK = DEFAULT_PREFILL_CHUNK
+SHARED = (
+    "The lighthouse stood on a rock at the end of the bay. Every evening the keeper "
+    "climbed its two hundred steps, trimmed the wick, polished the great lens and "
+    "watched the ships pass on their way to the harbour. In winter the storms came "
+    "from the north, and the waves broke over the gallery, and the keeper wrote in "
+    "her log the name of every ship she saw, the hour, the wind and the state of "
+    "the sea. One morning, after a night of wind, she found a bottle wedged between "
+    "two stones below the door. Inside was a letter, folded twice, and it said:"
+)
+SECRET = " the treasure is buried under the old oak tree by the river, ten paces north."
+OTHER = " meet me at the station on Friday at noon, and bring the map."
+
+
+@pytest.fixture(scope="module")
+def one_slot(demo_gguf: Path) -> Iterator[Served]:
+    yield from serve(demo_gguf, slots=1)
+
+
+def _ids(served: Served, task: str, prompt: str, max_tokens: int = 12) -> tuple[list[int], int]:
+    served.submit(task, prompt, max_tokens=max_tokens)
+    tokens, end = served.collect(task)
+    assert isinstance(end, FinishChunk), end
+    return [t.token_id for t in tokens], end.stats.cached_tokens
+
+
+def _evict(served: Served, task: str) -> None:
+    """Run an unrelated prompt, so a one-slot engine holds nothing of the others."""
+    served.run(task, "1, 2, 3, 4, 5,", max_tokens=2)
+
+
+def test_a_reused_prefix_decodes_exactly_like_a_cold_prompt(one_slot: Served) -> None:
+    first = SHARED + SECRET
+    second = SHARED + OTHER
+    _, cached = _ids(one_slot, "first", first)
+    assert cached == 0  # nothing held yet
+
+    warm, cached = _ids(one_slot, "second-warm", second)
+    assert cached >= CHUNK and cached % CHUNK == 0
+
+    _evict(one_slot, "evict")
+    cold, cached = _ids(one_slot, "second-cold", second)
+    assert cached == 0
+    assert warm == cold
+
+
+def test_the_same_prompt_again_reuses_all_but_its_last_chunk(one_slot: Served) -> None:
+    one_slot.run("again-1", SHARED, max_tokens=4)
+    text, end = one_slot.run("again-2", SHARED, max_tokens=4)
+    prompt = end.prompt_tokens
+    assert end.stats.cached_tokens == (prompt - 1) // CHUNK * CHUNK
+    assert end.stats.prompt_tokens == prompt  # the count stays the whole prompt
+    _evict(one_slot, "evict-again")
+    cold, cold_end = one_slot.run("again-cold", SHARED, max_tokens=4)
+    assert cold_end.stats.cached_tokens == 0
+    assert text == cold
+
+
+def test_a_trimmed_slot_never_leaks_the_other_conversation(one_slot: Served) -> None:
+    # The slot held SHARED + SECRET; the next prompt shares only SHARED, so
+    # whatever the cache gives it must stop before the secret starts.
+    one_slot.run("secret", SHARED + SECRET, max_tokens=2)
+    question = SHARED + " the"
+    warm, end = one_slot.run("question-warm", question, max_tokens=16)
+    shared_tokens = one_slot.run("measure", SHARED, max_tokens=1)[1].prompt_tokens
+    assert 0 < end.stats.cached_tokens <= shared_tokens
+    _evict(one_slot, "evict-leak")
+    cold, cold_end = one_slot.run("question-cold", question, max_tokens=16)
+    assert cold_end.stats.cached_tokens == 0
+    assert warm == cold
+
+
+def test_a_busy_slots_prefix_is_copied_not_recomputed(served: Served) -> None:
+    # Slot 0 is busy generating; the new prompt shares its prefix, so it takes
+    # a copy of those cells into the free slot and decodes like a cold prompt.
+    served.submit("busy", SHARED + SECRET + " 1, 2, 3,", max_tokens=400)
+    served.next_chunk("busy")
+    before = served.engine.stats()
+    warm, warm_end = served.run("copy-warm", SHARED + OTHER, max_tokens=12)
+    after = served.engine.stats()
+    assert warm_end.stats.cached_tokens >= CHUNK
+    assert after.cached_tokens - before.cached_tokens == warm_end.stats.cached_tokens
+    assert warm_end.stats.in_flight_at_admission == 2
+    assert warm_end.stats.serving_batches  # it shared decode steps with "busy"
+    served.cancel("busy")
+    served.collect("busy")
+
+    # Cold: both slots hold something unrelated first.
+    served.submit("fill-1", "1, 2, 3, 4, 5,", max_tokens=200)
+    served.next_chunk("fill-1")
+    served.run("fill-2", "10, 20, 30, 40,", max_tokens=2)
+    served.cancel("fill-1")
+    served.collect("fill-1")
+    served.run("fill-3", "a, b, c, d,", max_tokens=2)
+    cold, cold_end = served.run("copy-cold", SHARED + OTHER, max_tokens=12)
+    assert cold_end.stats.cached_tokens == 0
+    assert warm == cold
+
+
+def test_a_lone_request_reports_itself_in_flight_and_no_batching(served: Served) -> None:
+    _, end = served.run("lone", "Count: one, two, three,", max_tokens=4)
+    stats = end.stats
+    assert (stats.in_flight_at_admission, stats.max_in_flight_at_admission) == (1, 1)
+    assert stats.serving_batches is False
+
+
+def test_concurrent_requests_report_each_other(served: Served) -> None:
+    served.submit("pair-1", "1, 2, 3, 4, 5, 6,", max_tokens=16)
+    served.submit("pair-2", "10, 20, 30, 40,", max_tokens=16)
+    _, first = served.finish("pair-1")
+    _, second = served.finish("pair-2")
+    assert sorted(e.stats.in_flight_at_admission for e in (first, second)) == [1, 2]
+    assert first.stats.max_in_flight_at_admission == second.stats.max_in_flight_at_admission == 2
+    assert first.stats.serving_batches and second.stats.serving_batches
