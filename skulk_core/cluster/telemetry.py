@@ -38,6 +38,9 @@ class NodeMemory(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     ram_available: Memory
     swap_total: Memory | None = None
     swap_available: Memory | None = None
+    runners_rss: Memory | None = None
+    """What this node's runner processes hold resident (None: not reported). Memory a
+    runner has reserved but not touched yet (llama.cpp's KV cache) is not in it."""
 
 
 class Accelerator(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

@@ -59,22 +59,35 @@ def committed_bytes(
     telemetry: Mapping[NodeId, NodeTelemetry],
     cards: Mapping[ModelId, ModelCard],
 ) -> dict[NodeId, int]:
-    """Per node, the planned memory of shards whose runner is not ready or running yet.
+    """Per node, the memory its placed shards are planned to take that its telemetry
+    does not show in use yet.
 
-    A ready runner's memory is in use and shows in the node's own telemetry, so it is
-    not counted twice. An instance whose card is no longer in ``cards`` cannot be
-    sized and is skipped.
+    On a CPU node that reports its runners' resident memory, that is every placed
+    shard's plan less what the runners hold now: a ready runner has not touched all it
+    reserved (llama.cpp's KV cache fills as contexts grow), so its plan still counts.
+    Elsewhere (GPU memory is taken at load; an older node reports no runner memory), a
+    ready runner's memory shows in telemetry and only shards not ready yet count. An
+    instance whose card is no longer in ``cards`` cannot be sized and is skipped.
     """
     committed: dict[NodeId, int] = {}
+    resident_known: set[NodeId] = set()
+    for node_id, reading in telemetry.items():
+        if reading.memory.runners_rss is not None and reading.system.accelerator is None:
+            resident_known.add(node_id)
     for instance in state.instances.values():
         card = cards.get(instance.shard_assignments.model_id)
         if card is None:
             continue
         for node_id, planned in _planned_bytes(instance, card, telemetry).items():
             runner = instance.shard_assignments.node_to_runner[node_id]
-            if isinstance(state.runners.get(runner), RunnerReady | RunnerRunning):
+            ready = isinstance(state.runners.get(runner), RunnerReady | RunnerRunning)
+            if ready and node_id not in resident_known:
                 continue
             committed[node_id] = committed.get(node_id, 0) + planned
+    for node_id in resident_known & set(committed):
+        rss = telemetry[node_id].memory.runners_rss
+        held = rss.in_bytes if rss is not None else 0
+        committed[node_id] = max(0, committed[node_id] - held)
     return committed
 
 

@@ -54,6 +54,23 @@ def collect_memory() -> NodeMemory:
     )
 
 
+def runners_resident_bytes() -> int:
+    """The resident memory of this daemon's runner processes (children running
+    ``skulk_daemon.runner``), summed; processes that exit meanwhile count 0."""
+    total = 0
+    try:
+        children = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return 0
+    for child in children:
+        try:
+            if "skulk_daemon.runner" in " ".join(child.cmdline()):
+                total += child.memory_info().rss
+        except psutil.Error:
+            continue
+    return total
+
+
 def collect_system(models_dir: Path) -> NodeSystem:
     """OS, CPU and host facts, plus the models volume's size and free space.
 

@@ -30,6 +30,7 @@ from skulk_daemon.telemetry.hardware import (
     detect_accelerator,
     detect_backends,
     detect_capability_conflicts,
+    runners_resident_bytes,
 )
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,9 @@ class TelemetrySource:
 
     def _memory(self) -> NodeMemory:
         """The machine's RAM, less what the operator reserved for everything else."""
-        memory = collect_memory()
+        memory = msgspec.structs.replace(
+            collect_memory(), runners_rss=Memory(in_bytes=runners_resident_bytes())
+        )
         if self.memory_reserve_bytes <= 0:
             return memory
         available = max(0, memory.ram_available.in_bytes - self.memory_reserve_bytes)

@@ -459,6 +459,19 @@ def test_ready_runners_no_longer_count_as_committed() -> None:
     assert cluster.committed_bytes == {}
 
 
+def test_a_ready_runner_commits_what_it_has_not_touched_yet() -> None:
+    """On a CPU node that reports its runners' resident memory, a ready runner's plan
+    counts less what it holds: llama.cpp's KV cache is taken as contexts grow, so a
+    second placement must not count those bytes as free."""
+    plan = loaded(DEMO_BYTES) + DEMO_KV_PER_TOKEN * 8192
+    base = telemetry("a", 2 * GIB)
+    for resident in (0, 100 * MIB, plan + GIB):
+        memory = msgspec.structs.replace(base.memory, runners_rss=Memory(in_bytes=resident))
+        reading = msgspec.structs.replace(base, memory=memory)
+        cluster = facts(reading, state=_committed_state(RunnerReady()))
+        assert cluster.committed_bytes.get(NodeId("a"), 0) == max(0, plan - resident)
+
+
 def test_vram_is_the_pool_for_llama_cpp_on_an_nvidia_node() -> None:
     gpu = Accelerator(
         vendor="nvidia",

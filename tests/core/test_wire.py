@@ -113,6 +113,7 @@ def test_render_state_puts_telemetry_beside_state() -> None:
             "ramAvailable": {"inBytes": 40},
             "swapTotal": None,
             "swapAvailable": None,
+            "runnersRss": None,
         }
     }
     assert doc["nodeIdentities"][NODE]["nodeInstallId"] == "0b7e3c58-5a3c-4c5e-8f4f-3a2f6e1d9c10"  # type: ignore[index,call-overload]

@@ -146,3 +146,72 @@ def test_a_wedged_runner_and_a_dead_member_as_an_operator_sees_them(
     assert report["versionStatus"] in ("consistent", "unknown")
     cli = skulk(front, "diagnostics", "cluster")
     assert cli.returncode == 0, cli.stderr
+
+
+@pytest.fixture
+def pair(tmp_path: Path, shared_models_dir: Path) -> Iterator[list[DaemonProcess]]:
+    first = DaemonProcess(root=tmp_path / "a", models_dir=shared_models_dir, extra_env=STUCK_ENV)
+    second = DaemonProcess(
+        root=tmp_path / "b",
+        models_dir=shared_models_dir,
+        peers=[first.fabric_address],
+        extra_env=STUCK_ENV,
+    )
+    try:
+        first.start()
+        second.start()
+        wait_for(lambda: converged([first, second], 2), "two nodes to converge", timeout=60)
+        wait_for(
+            lambda: len(first.get("/state").json()["topology"]["connections"]) >= 2 or None,
+            "both fabric edges",
+            timeout=30,
+        )
+        yield [first, second]
+    finally:
+        first.kill()
+        second.kill()
+
+
+def test_a_pool_wedged_on_one_rank_shows_every_rank_in_the_timeline(
+    pair: list[DaemonProcess],
+) -> None:
+    first, second = pair
+    placed = httpx.post(
+        f"{first.url}/place_instance",
+        json={"model_id": DEMO, "min_nodes": 2, "context_tokens": 1024},
+        timeout=60,
+    )
+    assert placed.status_code == 200, placed.text
+    # Whichever node lends memory, freeze its runner the moment it exists.
+    frozen: list[tuple[DaemonProcess, psutil.Process]] = []
+
+    def donor_runner() -> tuple[DaemonProcess, psutil.Process] | None:
+        for daemon in pair:
+            runner = _runner_process(daemon)
+            if runner is not None:
+                return daemon, runner
+        return None
+
+    daemon, runner = wait_for(donor_runner, "a runner process", timeout=60)
+    os.kill(runner.pid, signal.SIGSTOP)
+    frozen.append((daemon, runner))
+    try:
+        time.sleep(2.5)
+
+        def both_ranks() -> list[dict[str, Any]] | None:
+            timeline = _get(first, "/v1/diagnostics/cluster/timeline")
+            ranks = [r for r in timeline["runners"] if r["modelId"] == DEMO]
+            return ranks if len(ranks) == 2 else None
+
+        ranks = wait_for(both_ranks, "both ranks in the timeline", timeout=30)
+        # Sorted by model and rank, one per node, neither of them serving.
+        assert [r["deviceRank"] for r in ranks] == [0, 1]
+        assert {r["nodeId"] for r in ranks} == {node_id(first), node_id(second)}
+        assert all(r["phase"] in ("starting", "loading") for r in ranks), ranks
+        stuck_node = node_id(daemon)
+        bundle = _get(first, f"/v1/diagnostics/cluster/{stuck_node}")
+        flagged = [f for f in bundle["doctor"] if f["checkId"].startswith("runner.stuck:")]
+        assert flagged and all(f["verdict"] == "fail" for f in flagged)
+    finally:
+        for _, process in frozen:
+            os.kill(process.pid, signal.SIGCONT)

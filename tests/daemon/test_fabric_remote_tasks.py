@@ -130,11 +130,18 @@ class Worker:
     def __init__(self, chunks: list[EngineChunk]) -> None:
         self.chunks = chunks
         self.requests: list[GenerationRequest] = []
+        self.origins: list[NodeId | None] = []
         self.cancelled: list[TaskId] = []
 
     async def generate(
-        self, instance_id: InstanceId, request: GenerationRequest, command_id: CommandId
+        self,
+        instance_id: InstanceId,
+        request: GenerationRequest,
+        command_id: CommandId,
+        *,
+        origin: NodeId | None = None,
     ) -> AsyncIterator[EngineChunk]:
+        self.origins.append(origin)
         self.requests.append(request)
         for chunk in self.chunks:
             yield chunk
@@ -156,6 +163,7 @@ def test_the_server_runs_the_typed_request_and_numbers_typed_chunks() -> None:
         remote.serve(OWNER, task)
         await settle()
         assert worker.requests == [request]
+        assert worker.origins == [OWNER]  # the API node that asked, for tracing
         assert link.sent == [
             (OWNER, DataFrame(command_id=CMD, seq=seq, payload=chunk, final=seq == 2))
             for seq, chunk in enumerate(chunks)
