@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Any, Final, TypeVar
 
 import httpx
 
@@ -145,6 +145,9 @@ class StreamTiming:
                 self.finish_reason = choice["finish_reason"]
 
 
+Timing = TypeVar("Timing", bound=StreamTiming)
+
+
 def chat_body(
     prompt: str, max_tokens: int, *, model: str = DEMO_MODEL, **extra: object
 ) -> dict[str, Any]:
@@ -176,11 +179,15 @@ def stream_chat(client: httpx.Client, url: str, body: Mapping[str, Any]) -> Stre
 
 
 async def stream_chat_async(
-    client: httpx.AsyncClient, url: str, body: Mapping[str, Any]
-) -> StreamTiming:
-    """:func:`stream_chat` for concurrent streams on one event loop."""
+    client: httpx.AsyncClient,
+    url: str,
+    body: Mapping[str, Any],
+    timing_class: type[Timing] = StreamTiming,  # type: ignore[assignment]
+) -> Timing:
+    """:func:`stream_chat` for concurrent streams on one event loop (``timing_class``:
+    a :class:`StreamTiming` subclass that records more of each frame)."""
     now = time.perf_counter
-    timing = StreamTiming(sent_at=now())
+    timing = timing_class(sent_at=now())
     async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
         if not response.is_success:
             await response.aread()

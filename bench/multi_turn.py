@@ -34,7 +34,6 @@ import asyncio
 import json
 import random
 import sys
-import time
 from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -57,6 +56,7 @@ from bench._common import (
     median,
     print_json,
     skulk_serving,
+    stream_chat_async,
     wait_for_quiet,
 )
 from bench.concurrency import DEFAULT_LLAMA_SERVER, llama_server
@@ -126,18 +126,7 @@ def body(messages: list[dict[str, str]]) -> dict[str, Any]:
 
 
 async def stream(client: httpx.AsyncClient, url: str, payload: Mapping[str, Any]) -> Timed:
-    now = time.perf_counter
-    timing = Timed(sent_at=now())
-    async with client.stream("POST", f"{url}/v1/chat/completions", json=payload) as response:
-        if not response.is_success:
-            await response.aread()
-            raise RuntimeError(f"{url} answered {response.status_code}: {response.text}")
-        async for line in response.aiter_lines():
-            if line:
-                timing.feed(line, now())
-    if timing.error:
-        raise RuntimeError(f"{url} streamed an error: {timing.error}")
-    return timing
+    return await stream_chat_async(client, url, payload, Timed)
 
 
 async def conversation(url: str, seed: str) -> list[Timed]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from litestar import Controller, Response, get, post, put
 
-from skulk_core.diagnostics.traces import TraceRecord
+from skulk_core.diagnostics.traces import TraceRecord, chrome_trace, stats
 from skulk_daemon.api.authority import declare
 from skulk_daemon.api.openapi import OPENAI, errors
 from skulk_daemon.authority.policy import Requirement
@@ -16,8 +16,6 @@ from skulk_daemon.diagnostics.trace_service import (
     DeleteTraces,
     TraceService,
     TracingSwitch,
-    raw,
-    record_stats,
 )
 
 _READ_ERRORS = errors(OPENAI, 400, 404)
@@ -80,7 +78,7 @@ class TracesController(Controller):
         responses=_READ_ERRORS,
     )
     async def cluster_stats(self, traces: TraceService, task_id: str) -> dict[str, Any]:
-        return record_stats(await traces.cluster(task_id))
+        return stats(await traces.cluster(task_id))
 
     @get(
         "/v1/traces/cluster/{task_id:str}/raw",
@@ -88,7 +86,7 @@ class TracesController(Controller):
         responses=_READ_ERRORS,
     )
     async def cluster_raw(self, traces: TraceService, task_id: str) -> Response[dict[str, Any]]:
-        return _download(task_id, raw(await traces.cluster(task_id)))
+        return _download(task_id, chrome_trace(await traces.cluster(task_id)))
 
     @get(
         "/v1/traces/{task_id:str}", summary="One task's spans on this node", responses=_READ_ERRORS
@@ -102,7 +100,7 @@ class TracesController(Controller):
         responses=_READ_ERRORS,
     )
     async def local_stats(self, traces: TraceService, task_id: str) -> dict[str, Any]:
-        return record_stats(await traces.local(task_id))
+        return stats(await traces.local(task_id))
 
     @get(
         "/v1/traces/{task_id:str}/raw",
@@ -110,4 +108,4 @@ class TracesController(Controller):
         responses=_READ_ERRORS,
     )
     async def local_raw(self, traces: TraceService, task_id: str) -> Response[dict[str, Any]]:
-        return _download(task_id, raw(await traces.local(task_id)))
+        return _download(task_id, chrome_trace(await traces.local(task_id)))

@@ -10,9 +10,7 @@ import msgspec
 
 from skulk_core.diagnostics.traces import (
     TraceRecord,
-    chrome_trace,
     merge,
-    stats,
     summary,
     valid_task_id,
 )
@@ -110,14 +108,6 @@ class TraceService:
         if merged is None:
             raise _not_found(task_id, "any reachable node")
         return merged
-
-
-def raw(record: TraceRecord) -> dict[str, Any]:
-    return chrome_trace(record)
-
-
-def record_stats(record: TraceRecord) -> dict[str, Any]:
-    return stats(record)
 
 
 def _check(task_id: str) -> None:

@@ -92,20 +92,25 @@ def node_id(daemon: DaemonProcess) -> str:
     return value
 
 
+def custom_card(model_id: str) -> dict[str, Any]:
+    """A small custom card ``POST /models/add-card`` takes (a State change to order)."""
+    return {
+        "modelId": model_id,
+        "sourceRepository": model_id,
+        "sourceRevision": "0" * 40,
+        "storageSize": {"inBytes": 1000},
+        "nLayers": 2,
+        "hiddenSize": 8,
+        "supportsTensor": False,
+        "tasks": ["TextGeneration"],
+        "ggufFile": "model-Q4_K_M.gguf",
+    }
+
+
 def add_cards(daemon: DaemonProcess, count: int, prefix: str) -> None:
     """Change State ``count`` times through ``daemon`` (forwarded to the master)."""
     for i in range(count):
-        card = {
-            "modelId": f"test/{prefix}-{i}",
-            "sourceRepository": f"test/{prefix}-{i}",
-            "sourceRevision": "0" * 40,
-            "storageSize": {"inBytes": 1000},
-            "nLayers": 2,
-            "hiddenSize": 8,
-            "supportsTensor": False,
-            "tasks": ["TextGeneration"],
-            "ggufFile": "model-Q4_K_M.gguf",
-        }
+        card = custom_card(f"test/{prefix}-{i}")
         url = f"{daemon.url}/models/add-card"
         response = httpx.post(url, json={"model_card": card}, timeout=30)
         assert response.status_code in (200, 201), response.text

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.daemon.serving import wait_for
+from tests.daemon.test_cluster import custom_card
 from tests.lan.daemons import LanDaemon, lan_cluster
 from tests.lan.netns import Machine
 from tests.lan.test_lan_cluster import converge, election_log, node_id, state
@@ -56,20 +57,6 @@ def on_machine(machine: Machine, method: str, path: str, body: Any = None) -> di
     return result
 
 
-def card(model_id: str) -> dict[str, Any]:
-    return {
-        "modelId": model_id,
-        "sourceRepository": model_id,
-        "sourceRevision": "0" * 40,
-        "storageSize": {"inBytes": 1000},
-        "nLayers": 2,
-        "hiddenSize": 8,
-        "supportsTensor": False,
-        "tasks": ["TextGeneration"],
-        "ggufFile": "model-Q4_K_M.gguf",
-    }
-
-
 def cards(daemon: LanDaemon) -> set[str]:
     view = state(daemon)
     return set() if view is None else set(view.get("customModelCards", {}))
@@ -90,11 +77,17 @@ def test_changes_on_both_sides_of_a_partition_survive_the_heal(
             assert majority_term > term
             # Each side changes State: the lone node is still master of its own side.
             made = on_machine(
-                lone_machine, "POST", "/models/add-card", {"model_card": card("test/lone-side")}
+                lone_machine,
+                "POST",
+                "/models/add-card",
+                {"model_card": custom_card("test/lone-side")},
             )
             assert made["status"] in (200, 201), made
             made = on_machine(
-                rest_machine, "POST", "/models/add-card", {"model_card": card("test/majority-side")}
+                rest_machine,
+                "POST",
+                "/models/add-card",
+                {"model_card": custom_card("test/majority-side")},
             )
             assert made["status"] in (200, 201), made
         finally:
