@@ -76,6 +76,10 @@ class NodeConfig(_Section, frozen=True, kw_only=True):
     memory_reserve_gb: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     """RAM this node keeps for everything else on the machine: its telemetry reports
     that much less available, so placements plan against the rest."""
+    memory_limit_gb: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    """The most RAM Skulk's models may hold on this node, whatever else the machine has
+    free: telemetry reports at most this much less what its runners already hold.
+    Unset: no cap beyond the machine's own."""
 
 
 class ClusterConfig(_Section, frozen=True, kw_only=True):

@@ -161,6 +161,11 @@ def telemetry_source(node: Node) -> TelemetrySource:
         models_dir=node.models_dir,
         participation=config.node.participation,
         memory_reserve_bytes=int(config.node.memory_reserve_gb * 1024**3),
+        memory_limit_bytes=(
+            None
+            if config.node.memory_limit_gb is None
+            else int(config.node.memory_limit_gb * 1024**3)
+        ),
         api_urls=advertised_api_urls(node.settings.host, node.settings.api_port),
     )
 
@@ -402,3 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _gib_bytes(gib: float | None) -> int | None:
+    return None if gib is None else int(gib * 1024**3)

@@ -159,6 +159,7 @@ class DiagnosticsService:
             "configuredPeers": len(config.cluster.peers),
             "apiKeysConfigured": bool(config.api.keys or os.environ.get("SKULK_API_KEYS")),
             "memoryReserveGb": config.node.memory_reserve_gb,
+            "memoryLimitGb": config.node.memory_limit_gb,
         }
 
     def _ports(self) -> dict[str, int]:

@@ -66,6 +66,7 @@ class TelemetrySource:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         gossip: CapabilityGossip | None = None,
         memory_reserve_bytes: int = 0,
+        memory_limit_bytes: int | None = None,
         api_urls: tuple[str, ...] = (),
     ) -> None:
         self.node_id = node_id
@@ -77,6 +78,7 @@ class TelemetrySource:
         self._clock = clock
         self.gossip = gossip
         self.memory_reserve_bytes = memory_reserve_bytes
+        self.memory_limit_bytes = memory_limit_bytes
         self.api_urls = api_urls
         self._accelerator: Accelerator | None = None
         self._accelerator_reasons: tuple[HealthReason, ...] = ()
@@ -111,13 +113,17 @@ class TelemetrySource:
         )
 
     def _memory(self) -> NodeMemory:
-        """The machine's RAM, less what the operator reserved for everything else."""
-        memory = msgspec.structs.replace(
-            collect_memory(), runners_rss=Memory(in_bytes=runners_resident_bytes())
-        )
-        if self.memory_reserve_bytes <= 0:
+        """The machine's RAM, less what the operator reserved for everything else and
+        capped at what the operator lets Skulk's models hold."""
+        held = runners_resident_bytes()
+        memory = msgspec.structs.replace(collect_memory(), runners_rss=Memory(in_bytes=held))
+        available = memory.ram_available.in_bytes
+        if self.memory_reserve_bytes > 0:
+            available = max(0, available - self.memory_reserve_bytes)
+        if self.memory_limit_bytes is not None:
+            available = min(available, max(0, self.memory_limit_bytes - held))
+        if available == memory.ram_available.in_bytes:
             return memory
-        available = max(0, memory.ram_available.in_bytes - self.memory_reserve_bytes)
         return msgspec.structs.replace(memory, ram_available=Memory(in_bytes=available))
 
     def _current_accelerator(self, memory: NodeMemory) -> Accelerator | None:

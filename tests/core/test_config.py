@@ -34,6 +34,9 @@ def test_bad_value_is_refused_naming_the_key() -> None:
     with pytest.raises(ConfigError, match=r"'node.memory_reserve_gb'"):
         parse_config({"node": {"memory_reserve_gb": -1}})
     assert parse_config({"node": {"memory_reserve_gb": 2.5}}).node.memory_reserve_gb == 2.5
+    with pytest.raises(ConfigError, match=r"'node.memory_limit_gb'"):
+        parse_config({"node": {"memory_limit_gb": 0}})
+    assert parse_config({"node": {"memory_limit_gb": 4}}).node.memory_limit_gb == 4
 
 
 def test_non_mapping_is_refused() -> None:

@@ -267,6 +267,23 @@ def test_a_memory_reserve_is_kept_out_of_what_placements_see(tmp_path: Path) -> 
     assert everything.read().memory.ram_available.in_bytes == 0
 
 
+def test_a_memory_limit_caps_what_placements_see(tmp_path: Path) -> None:
+    limit = 512 * 1024**2
+    capped = TelemetrySource(
+        NodeId("node-a"), identity(), tmp_path, Participation.FULL, memory_limit_bytes=limit
+    )
+    memory = capped.read().memory
+    # No runners here: the whole limit is offered (the machine has more than 512 MiB free).
+    assert memory.runners_rss is not None and memory.runners_rss.in_bytes == 0
+    assert memory.ram_available.in_bytes == limit
+    assert memory.ram_total == collect_memory().ram_total
+    generous = TelemetrySource(
+        NodeId("node-a"), identity(), tmp_path, Participation.FULL, memory_limit_bytes=2**60
+    )
+    # A limit above what is free changes nothing.
+    assert generous.read().memory.ram_available.in_bytes < 2**60
+
+
 def test_reading_describes_this_node(tmp_path: Path) -> None:
     stamp = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
     telemetry = TelemetrySource(
