@@ -76,6 +76,7 @@ class LlamaCppSettings:
         "n_threads",
         "offload",
         "prefill_chunk",
+        "prompt_cache_bytes",
         "slots",
     )
 
@@ -90,11 +91,13 @@ class LlamaCppSettings:
         flash_attention: bool | None = None,
         offload: RpcOffload | None = None,
         prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+        prompt_cache_bytes: int = 0,
     ) -> None:
         """``flash_attention=None`` lets llama.cpp decide (it enables it where
         supported, which on CPU decodes faster; it also rounds differently from
         llama-cpp-python's ``Llama``, which turns it off by default). ``offload``
-        drives an RPC pool: the model's last layers go to its donors."""
+        drives an RPC pool: the model's last layers go to its donors.
+        ``prompt_cache_bytes`` bounds the host-RAM prompt cache (0: off)."""
         if context_tokens < 1:
             raise ValueError(f"context_tokens must be positive, got {context_tokens}")
         if not 1 <= slots <= n_batch:
@@ -105,6 +108,9 @@ class LlamaCppSettings:
         self.n_threads = n_threads if n_threads else (os.cpu_count() or 1)
         self.n_batch = n_batch
         self.prefill_chunk = max(1, min(prefill_chunk, n_batch))
+        if prompt_cache_bytes < 0:
+            raise ValueError(f"prompt_cache_bytes must not be negative, got {prompt_cache_bytes}")
+        self.prompt_cache_bytes = prompt_cache_bytes
         self.flash_attention = flash_attention
         self.offload = offload
 
@@ -242,6 +248,27 @@ class LlamaModel:
             self.forget(seq_id)
             return False
         return True
+
+    def save_sequence(self, seq_id: int, n_tokens: int) -> bytes | None:
+        """The state of ``seq_id``'s first ``n_tokens`` positions (the rest of its
+        cells are dropped first), or None when llama.cpp cannot give it."""
+        if not llama_cpp.llama_memory_seq_rm(self.memory, seq_id, n_tokens, -1):
+            return None
+        size = llama_cpp.llama_state_seq_get_size(self.ctx, seq_id)
+        if size <= 0:
+            return None
+        buffer = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(self.ctx, buffer, size, seq_id)
+        return bytes(buffer)[:written] if written > 0 else None
+
+    def restore_sequence(self, seq_id: int, data: bytes) -> bool:
+        """Replace ``seq_id``'s cells with a state :meth:`save_sequence` gave; False
+        (and the sequence emptied) when llama.cpp refuses it."""
+        buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if llama_cpp.llama_state_seq_set_data(self.ctx, buffer, len(data), seq_id) > 0:
+            return True
+        self.forget(seq_id)
+        return False
 
     def tokenize(self, text: str) -> list[int]:
         """Tokens for already-rendered text: special tokens parsed, BOS added

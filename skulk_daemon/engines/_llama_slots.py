@@ -38,14 +38,19 @@ class Slot:
 
 class Placement:
     """Where a prompt goes: ``slot``, with its first ``reused`` tokens' cells kept
-    (copied from slot ``source`` first, unless that is :data:`NO_SOURCE`)."""
+    (copied from slot ``source`` first, unless that is :data:`NO_SOURCE`).
+    ``evicted`` is what the slot held before, when placing the prompt there loses
+    some of it and no other slot still holds it all (the engine may save it)."""
 
-    __slots__ = ("reused", "slot", "source")
+    __slots__ = ("evicted", "reused", "slot", "source")
 
-    def __init__(self, slot: int, reused: int, source: int = NO_SOURCE) -> None:
+    def __init__(
+        self, slot: int, reused: int, source: int = NO_SOURCE, evicted: list[int] | None = None
+    ) -> None:
         self.slot = slot
         self.reused = reused
         self.source = source
+        self.evicted: list[int] = evicted or []
 
 
 class SlotTable:
@@ -104,6 +109,10 @@ class SlotTable:
             shared = self.reusable(donor.tokens, prompt)
             if shared > reused:
                 placement = Placement(target.index, shared, donor.index)
+        held = target.tokens
+        kept = reused if placement.source == NO_SOURCE else 0
+        if len(held) > kept and not any(_starts_with(slot.tokens, held) for slot in others):
+            placement.evicted = held
         target.busy = True
         target.tokens = []  # until the prompt is decoded, nothing here is reusable
         self._touch(target)
@@ -139,3 +148,7 @@ class SlotTable:
     def _touch(self, slot: Slot) -> None:
         self._clock += 1
         slot.last_used = self._clock
+
+
+def _starts_with(tokens: list[int], prefix: list[int]) -> bool:
+    return len(tokens) >= len(prefix) and tokens[: len(prefix)] == prefix

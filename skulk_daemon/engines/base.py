@@ -29,6 +29,22 @@ for requests refused on sight, from the thread calling ``submit``), so it must b
 thread-safe and quick: it sits on the decode loop's hot path."""
 
 
+class PromptCacheStats(msgspec.Struct, frozen=True, kw_only=True):
+    """A host-RAM prompt cache: its budget, what it holds, what it has done."""
+
+    budget_bytes: int
+    bytes: int
+    entries: int
+    saved: int
+    """Prefixes stored so far."""
+    restored: int
+    """Prefixes restored into a slot so far."""
+    restored_tokens: int
+    """Prompt tokens whose cells came from this cache rather than a prefill."""
+    evicted: int
+    """Entries dropped to stay within the budget."""
+
+
 class EngineStats(msgspec.Struct, frozen=True, kw_only=True):
     """A snapshot of an engine's load and lifetime counters."""
 
@@ -44,7 +60,10 @@ class EngineStats(msgspec.Struct, frozen=True, kw_only=True):
     generated_tokens: int
     completed: int
     cached_tokens: int = 0
-    """Prompt tokens served from cells a slot kept instead of being prefilled."""
+    """Prompt tokens served from cells a slot kept (or the prompt cache restored)
+    instead of being prefilled."""
+    prompt_cache: PromptCacheStats | None = None
+    """The host-RAM prompt cache, for engines that have one."""
 
 
 class Engine(Protocol):

@@ -9,7 +9,9 @@ another's room). One scheduler thread owns the context; every iteration it
    its sequence in ``prefill_chunk``-token chunks and its first token sampled;
    a slot keeps its cells after a request, so a prompt that starts with what a
    slot already holds (or what another slot holds: its cells are copied)
-   decodes only the rest (see ``_llama_slots``),
+   decodes only the rest (see ``_llama_slots``); what a slot loses to another
+   prompt is saved to a bounded host-RAM cache and restored on a later match
+   (see ``_llama_prompt_cache``),
 3. runs ONE ``llama_decode`` holding the next token of every generating
    sequence, and samples each with its own chain.
 
@@ -50,6 +52,7 @@ from skulk_daemon.engines._llama_model import (
     LlamaModel,
     set_llama_logging,
 )
+from skulk_daemon.engines._llama_prompt_cache import PromptCache
 from skulk_daemon.engines._llama_sequences import (
     CancelOrder,
     InboxItem,
@@ -59,7 +62,7 @@ from skulk_daemon.engines._llama_sequences import (
     error_chunk,
     unserved_finish,
 )
-from skulk_daemon.engines._llama_slots import NO_SOURCE, SlotTable
+from skulk_daemon.engines._llama_slots import NO_SOURCE, Placement, SlotTable
 from skulk_daemon.engines.base import ChunkSink, EngineLoadError, EngineStats
 
 __all__ = ["DEFAULT_N_BATCH", "LlamaCppEngine", "LlamaCppSettings", "set_llama_logging"]
@@ -97,6 +100,7 @@ class LlamaCppEngine:
         self._active: dict[TaskId, Sequence] = {}
         self._generating: list[Sequence] = []
         self._slots = SlotTable(settings.slots, settings.prefill_chunk)
+        self._prompt_cache = PromptCache(settings.prompt_cache_bytes, self._slots.reusable)
         self._decode_batches = 0
         self._prompt_tokens = 0
         self._cached_tokens = 0
@@ -109,6 +113,7 @@ class LlamaCppEngine:
         settings = self._settings
         self._llama = LlamaModel.open(settings)
         self._slots = SlotTable(settings.slots, settings.prefill_chunk)
+        self._prompt_cache = PromptCache(settings.prompt_cache_bytes, self._slots.reusable)
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="llama-cpp-scheduler", daemon=True)
         self._thread.start()
@@ -141,6 +146,7 @@ class LlamaCppEngine:
         if self._llama is not None:
             self._llama.close()
             self._llama = None
+        self._prompt_cache.clear()
 
     def stats(self) -> EngineStats:
         queued = sum(isinstance(item, Pending) for item in list(self._inbox))
@@ -155,6 +161,7 @@ class LlamaCppEngine:
             cached_tokens=self._cached_tokens,
             generated_tokens=self._generated_tokens,
             completed=self._completed,
+            prompt_cache=self._prompt_cache.stats(),
         )
 
     # -- requests (any thread) -----------------------------------------------
@@ -294,8 +301,7 @@ class LlamaCppEngine:
                 else None
             )
             placement = self._slots.place(pending.tokens)
-            slot, reused = placement.slot, placement.reused
-            source = None if placement.source == NO_SOURCE else placement.source
+            slot, reused, source = self._take_slot(placement, pending.tokens)
             if reused == 0 or not llama.keep_prefix(slot, reused, source):
                 llama.forget(slot)
                 reused = 0
@@ -305,6 +311,30 @@ class LlamaCppEngine:
                 other.max_in_flight = max(other.max_in_flight, in_flight)
             self._active[sequence.task_id] = sequence
             self._prefill(sequence)
+
+    def _take_slot(self, placement: Placement, prompt: list[int]) -> tuple[int, int, int | None]:
+        """Save what the slot is about to lose to the prompt cache, then restore a
+        longer cached prefix of ``prompt`` into it if the cache has one: the slot,
+        the tokens its cells give, and the slot to copy them from first (or None)."""
+        llama = self._llama
+        assert llama is not None
+        cache = self._prompt_cache
+        slot, reused = placement.slot, placement.reused
+        source = None if placement.source == NO_SOURCE else placement.source
+        if not cache.enabled:
+            return slot, reused, source
+        evicted = placement.evicted
+        if evicted and not cache.covers(evicted):
+            data = llama.save_sequence(slot, len(evicted))
+            if data is not None:
+                cache.put(evicted, data)
+        entry, cached = cache.best(prompt)
+        if entry is None or cached <= reused:
+            return slot, reused, source
+        if not llama.restore_sequence(slot, entry.data):
+            return slot, 0, None
+        cache.restored(entry, cached)
+        return slot, cached, None
 
     def _prefill(self, sequence: Sequence) -> None:
         """Decode what the slot does not hold of a prompt, ``prefill_chunk``
