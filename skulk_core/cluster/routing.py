@@ -1,9 +1,17 @@
-"""Which placed instance serves a request for a model (pure)."""
+"""Which placed instance serves a request for a model (pure).
+
+With several replicas of a model, a request goes to the one that holds the longest
+prefix of its prompt (see :mod:`skulk_core.cluster.prefixes`), unless that one is
+saturated; otherwise, and among equals, to the least loaded.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
+from typing import Final
 
+from skulk_core.cluster.prefixes import held_blocks
 from skulk_core.ids import InstanceId, ModelId
 from skulk_core.state.shards import (
     Instance,
@@ -15,6 +23,10 @@ from skulk_core.state.shards import (
     RunnerWarmingUp,
 )
 from skulk_core.state.state import State, TaskStatus
+
+SATURATED_TASKS: Final = 4
+"""Active tasks at which a replica's held prefix stops attracting requests: a runner
+serves four sequences at once by default, and a fifth would queue behind them."""
 
 _SERVING = (RunnerReady, RunnerRunning)
 _COMING_UP = (RunnerLoading, RunnerLoaded, RunnerWarmingUp)
@@ -34,14 +46,22 @@ def _readiness(statuses: list[RunnerStatus | None]) -> int | None:
     return None
 
 
-def select_instance(state: State, model_id: ModelId) -> Instance | None:
-    """Ready or running before loading; then the fewest active text tasks; then id order."""
+def select_instance(
+    state: State,
+    model_id: ModelId,
+    *,
+    fingerprint: tuple[int, ...] = (),
+    held: Mapping[InstanceId, frozenset[int]] | None = None,
+) -> Instance | None:
+    """Ready or running before loading; then the longest held prefix of the prompt
+    (``fingerprint``, against what each instance is known to hold in ``held``) on a
+    replica that is not saturated; then the fewest active text tasks; then id order."""
     active: Counter[InstanceId] = Counter(
         task.instance_id
         for task in state.tasks.values()
         if task.task_status in (TaskStatus.PENDING, TaskStatus.RUNNING)
     )
-    best: tuple[int, int, str] | None = None
+    best: tuple[int, int, int, str] | None = None
     chosen: Instance | None = None
     for instance in state.instances.values():
         if instance.shard_assignments.model_id != model_id:
@@ -50,7 +70,11 @@ def select_instance(state: State, model_id: ModelId) -> Instance | None:
         readiness = _readiness(statuses)
         if readiness is None:
             continue
-        key = (readiness, active[instance.instance_id], instance.instance_id)
+        load = active[instance.instance_id]
+        prefix = 0
+        if fingerprint and held and load < SATURATED_TASKS:
+            prefix = held_blocks(fingerprint, held.get(instance.instance_id, frozenset()))
+        key = (readiness, -prefix, load, instance.instance_id)
         if best is None or key < best:
             best, chosen = key, instance
     return chosen

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import msgspec
 
+from skulk_core.cluster.prefixes import InstancePrefixes
 from skulk_core.extensions.capability_nodes import CapabilityNodeSummary
 from skulk_core.ids import NodeId, NodeInstallId
 from skulk_core.models.cards import Memory
@@ -108,3 +109,6 @@ class NodeTelemetry(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """The capability tags this node advertises (sorted; opaque to Skulk)."""
     capability_nodes: tuple[CapabilityNodeSummary, ...] = ()
     """The capability nodes (plugin children with their own UI) this node hosts."""
+    prompt_prefixes: tuple[InstancePrefixes, ...] = ()
+    """Prefix hashes of the prompts this node sent to each instance lately (routing
+    hints for replicas; see :mod:`skulk_core.cluster.prefixes`)."""

@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from skulk_core.chat.generation import GenerationRequest, SamplingParams
 from skulk_core.chat.reasoning import ThinkingControls, prompt_opens_thinking, resolve_thinking
 from skulk_core.chat.tools import ToolChoiceError, ToolOffer, resolve_tool_choice
+from skulk_core.cluster.prefixes import prompt_fingerprint
 from skulk_core.cluster.routing import select_instance
 from skulk_core.ids import CommandId, InstanceId, ModelId, TaskId, new_command_id, new_task_id
 from skulk_core.models.cards import ModelCard, ModelTask
 from skulk_core.models.listing import resolved_capabilities
+from skulk_core.state.shards import Instance
 from skulk_daemon.chat.grammars import (
     GrammarError,
     json_object_grammar,
@@ -126,6 +128,30 @@ def _thinking(task: ChatTask, card: ModelCard) -> ThinkingControls:
     )
 
 
+def _check_fits(task: ChatTask, instance: Instance, card: ModelCard) -> None:
+    _check_images(task, card)
+    limit = instance.context_token_limit
+    if task.max_tokens is not None and limit is not None and task.max_tokens >= limit:
+        raise bad_request(
+            f"context_length_exceeded: max_tokens {task.max_tokens} cannot fit the instance's "
+            f"context limit of {limit} tokens (the prompt needs at least one)",
+            code="context_length_exceeded",
+        )
+
+
+def _render(task: ChatTask, card: ModelCard, offer: ToolOffer) -> str:
+    try:
+        return render_prompt(
+            card,
+            task.messages,
+            offer=offer,
+            thinking=_thinking(task, card),
+            extra=task.extra_template_args,
+        )
+    except PromptError as exc:
+        raise bad_request(str(exc), code="invalid_messages") from None
+
+
 def admit(node: Node, task: ChatTask) -> Admitted:
     """Validate ``task`` and build its engine request; raises :class:`ApiError`."""
     if not task.messages:
@@ -140,30 +166,25 @@ def admit(node: Node, task: ChatTask) -> Admitted:
     entry = node.catalog().get(ModelId(task.model))
     if entry is not None and ModelTask.TEXT_GENERATION not in entry.card.tasks:
         raise bad_request(f"model {task.model} does not support text generation (TextGeneration)")
-    instance = select_instance(node.state, ModelId(task.model))
+    model_id = ModelId(task.model)
+    instance = select_instance(node.state, model_id)
     if entry is None or instance is None:
         raise ApiError(404, f"No instance found for model {task.model}", code="model_not_found")
     # The instance serves with the card it was placed with, whatever the catalog says now.
     card = node.state.instance_cards.get(instance.instance_id, entry.card)
-    _check_images(task, card)
-    limit = instance.context_token_limit
-    if task.max_tokens is not None and limit is not None and task.max_tokens >= limit:
-        raise bad_request(
-            f"context_length_exceeded: max_tokens {task.max_tokens} cannot fit the instance's "
-            f"context limit of {limit} tokens (the prompt needs at least one)",
-            code="context_length_exceeded",
-        )
+    _check_fits(task, instance, card)
     grammar = _grammar(task, offer)
-    try:
-        prompt = render_prompt(
-            card,
-            task.messages,
-            offer=offer,
-            thinking=_thinking(task, card),
-            extra=task.extra_template_args,
-        )
-    except PromptError as exc:
-        raise bad_request(str(exc), code="invalid_messages") from None
+    prompt = _render(task, card, offer)
+    # With replicas, the one holding the longest prefix of this prompt serves it.
+    routed = select_instance(
+        node.state, model_id, fingerprint=prompt_fingerprint(prompt), held=node.prefix_holders()
+    )
+    if routed is not None and routed.instance_id != instance.instance_id:
+        routed_card = node.state.instance_cards.get(routed.instance_id, entry.card)
+        _check_fits(task, routed, routed_card)
+        if routed_card != card:
+            card, prompt = routed_card, _render(task, routed_card, offer)
+        instance = routed
     task_id = new_task_id()
     sampling = SamplingParams(
         temperature=1.0 if task.temperature is None else task.temperature,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import msgspec
 
+from skulk_core.cluster.prefixes import InstancePrefixes
 from skulk_core.cluster.telemetry import (
     Accelerator,
     HealthReason,
@@ -77,6 +78,7 @@ class TelemetrySource:
         self.data_transport = data_transport
         self._clock = clock
         self.gossip = gossip
+        self.prompt_prefixes: Callable[[], tuple[InstancePrefixes, ...]] | None = None
         self.memory_reserve_bytes = memory_reserve_bytes
         self.memory_limit_bytes = memory_limit_bytes
         self.api_urls = api_urls
@@ -110,6 +112,7 @@ class TelemetrySource:
             observed_at=self._clock(),
             capabilities=tags,
             capability_nodes=capability_nodes,
+            prompt_prefixes=self.prompt_prefixes() if self.prompt_prefixes is not None else (),
         )
 
     def _memory(self) -> NodeMemory:
