@@ -6,8 +6,9 @@ Two Skulk daemons on loopback (explicit peers, one cluster key), the demo model
 * ``routing``: the model placed on node B only. The same request is sent to B's
   API (served locally) and to A's API (dispatched to B's runner, tokens streamed
   back over the fabric's data plane), alternating ABBA. Figures: decode tokens/s
-  (after the first token) and time to first token. Targets: through A >= 0.95x
-  B's decode rate, and <= 10 ms more to the first token.
+  (after the first token) and time to first token. Targets (issue #19): through
+  A >= 0.97x B's decode rate, and <= 5 ms more to the first token. Where the
+  extra time goes, hop by hop: ``bench/fabric_tokens.py``.
 * ``pool``: the model on one node, then pooled over both (``min_nodes: 2``: a
   ``LlamaRpcInstance``, the driver holding the first layers, the donor the rest
   through llama.cpp's RPC server behind Skulk's gate). Peer: llama.cpp's own
@@ -67,8 +68,8 @@ from bench.concurrency import Round, llama_server, run_round
 from skulk_daemon.runner.rpc_gate import GateClient, GateServer
 from tests.daemon_process import free_port
 
-ROUTING_DECODE_TARGET: Final = 0.95
-ROUTING_TTFT_TARGET_MS: Final = 10.0
+ROUTING_DECODE_TARGET: Final = 0.97
+ROUTING_TTFT_TARGET_MS: Final = 5.0
 POOL_TARGET: Final = 1.0
 DEFAULT_RPC_SERVER: Final = BUILD_DIR / "bin" / "ggml-rpc-server"
 BENCH_ENV: Final = {"SKULK_MDNS": "0", "SKULK_CLUSTER_KEY": "skulk-bench-distributed-key-0001"}

@@ -21,6 +21,7 @@ each is encoded once, with the frame that carries it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final, Literal
 
 import msgspec
@@ -34,13 +35,14 @@ from skulk_core.extensions.capabilities import (
     CapabilityResult,
     CapabilityStreamFrame,
 )
-from skulk_core.ids import CommandId, InstanceId, NodeId
+from skulk_core.ids import CommandId, InstanceId, NodeId, TaskId
 from skulk_core.state.commands import Command
 from skulk_core.state.events import IndexedEvent
 from skulk_core.state.state import State
 
-PROTOCOL_VERSION: Final = 2
-"""2: ``RunTask.request`` and generation data frames carry typed values (1 carried
+PROTOCOL_VERSION: Final = 3
+"""3: a generation's data frame may carry a :class:`TokenRun` (several tokens).
+2: ``RunTask.request`` and generation data frames carry typed values (1 carried
 them msgpack-encoded inside ``bytes``)."""
 MAX_EVENTS_PER_FRAME: Final = 512
 MAX_DATA_PAYLOAD_BYTES: Final = 8 * 1024 * 1024
@@ -186,9 +188,69 @@ class CapabilityCancel(msgspec.Struct, frozen=True, kw_only=True, tag="cap_cance
 # -- data plane ------------------------------------------------------------------
 
 
-DataPayload = TokenChunk | FinishChunk | ErrorChunk | bytes
-"""What one data frame carries: a generation's chunk (a tagged Struct), or opaque
-bytes (media), at most :data:`MAX_DATA_PAYLOAD_BYTES`."""
+MAX_RUN_TOKENS: Final = 64
+"""The most tokens one :class:`TokenRun` carries."""
+
+
+class TokenRun(msgspec.Struct, frozen=True, kw_only=True, tag="tokens"):
+    """Consecutive :class:`TokenChunk` values of one generation in one data frame.
+
+    The serving node merges the chunks that queued up while it could not send
+    them one by one; the owner unpacks them (:meth:`chunks`) into the same chunks,
+    in order, so every token keeps its own id, text and logprobs. ``logprobs`` and
+    ``top_logprobs`` are ``None`` when no token of the run has them. A run whose
+    lists disagree in length does not decode.
+    """
+
+    task_id: TaskId
+    texts: list[str]
+    token_ids: list[int]
+    logprobs: list[float | None] | None = None
+    top_logprobs: list[list[tuple[str, float]] | None] | None = None
+
+    def __post_init__(self) -> None:
+        count = len(self.token_ids)
+        if not 1 <= count <= MAX_RUN_TOKENS:
+            raise ValueError(f"a token run carries 1 to {MAX_RUN_TOKENS} tokens, not {count}")
+        for name, values in (
+            ("texts", self.texts),
+            ("logprobs", self.logprobs),
+            ("top_logprobs", self.top_logprobs),
+        ):
+            if values is not None and len(values) != count:
+                raise ValueError(f"a token run has {count} token ids but {len(values)} {name}")
+
+    @classmethod
+    def of(cls, chunks: Sequence[TokenChunk]) -> TokenRun:
+        """The run of ``chunks`` (one generation's, in order; 1 to MAX_RUN_TOKENS)."""
+        logprobs = [chunk.logprob for chunk in chunks]
+        tops = [chunk.top_logprobs for chunk in chunks]
+        return cls(
+            task_id=chunks[0].task_id,
+            texts=[chunk.text for chunk in chunks],
+            token_ids=[chunk.token_id for chunk in chunks],
+            logprobs=logprobs if any(lp is not None for lp in logprobs) else None,
+            top_logprobs=tops if any(top is not None for top in tops) else None,
+        )
+
+    def chunks(self) -> list[TokenChunk]:
+        """The chunks this run carries, in order."""
+        count = len(self.token_ids)
+        logprobs = self.logprobs if self.logprobs is not None else [None] * count
+        tops = self.top_logprobs if self.top_logprobs is not None else [None] * count
+        return [
+            TokenChunk(
+                task_id=self.task_id, text=text, token_id=token_id, logprob=lp, top_logprobs=top
+            )
+            for text, token_id, lp, top in zip(
+                self.texts, self.token_ids, logprobs, tops, strict=True
+            )
+        ]
+
+
+DataPayload = TokenChunk | TokenRun | FinishChunk | ErrorChunk | bytes
+"""What one data frame carries: a generation's chunk or run of tokens (tagged
+Structs), or opaque bytes (media), at most :data:`MAX_DATA_PAYLOAD_BYTES`."""
 
 
 class DataFrame(msgspec.Struct, frozen=True, kw_only=True, tag="data"):

@@ -7,6 +7,12 @@ numbered from 0. A payload is a typed :data:`~skulk_core.cluster.fabric.DataPayl
 with its frame. Each stream's queue is bounded: a consumer that falls behind, or
 a gap in the numbering, breaks the stream loudly instead of growing memory or
 reordering silently. Frames never enter State or the event log.
+
+A serving node sends a generation's chunks through a :class:`ChunkSender`: one
+frame per chunk while it keeps up, so a token is never held back waiting for
+another; the tokens that queue up while it is busy (several arrive in one turn of
+its event loop, the sign that it lags) go out as one :class:`TokenRun` frame at the
+next turn, before any later chunk. The owner reads the run back as the same chunks.
 """
 
 from __future__ import annotations
@@ -16,7 +22,14 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Final
 
-from skulk_core.cluster.fabric import MAX_DATA_PAYLOAD_BYTES, DataFrame, DataPayload
+from skulk_core.chat.generation import EngineChunk, TokenChunk
+from skulk_core.cluster.fabric import (
+    MAX_DATA_PAYLOAD_BYTES,
+    MAX_RUN_TOKENS,
+    DataFrame,
+    DataPayload,
+    TokenRun,
+)
 from skulk_core.ids import CommandId, NodeId
 
 DEFAULT_STREAM_FRAMES: Final = 1024
@@ -74,10 +87,17 @@ class DataStream:
             self._queue.get_nowait()
         self._queue.put_nowait(_END)
 
+    def ready(self) -> bool:
+        """Whether :meth:`next` answers without waiting (a reader that keeps up arms
+        its timeout only when it has to wait)."""
+        return not self._queue.empty()
+
     async def next(self) -> DataPayload | None:
         """The next payload; ``None`` after the final frame. Raises
         :class:`StreamBroken` on a lost frame (wrap it in ``asyncio.timeout``)."""
-        item = await self._queue.get()
+        return self._take(await self._queue.get())
+
+    def _take(self, item: DataPayload | _End) -> DataPayload | None:
         if isinstance(item, _End):
             # Keep the end visible to any later call.
             self._queue.put_nowait(_END)
@@ -147,3 +167,76 @@ class DataPlane:
             self.stats.unknown_stream += 1
             return
         stream.push(frame, self.stats)
+
+
+class ChunkSender:
+    """Numbers and sends one generation's chunks to the node that owns it.
+
+    A :class:`TokenChunk` goes out at once when nothing is waiting; one that
+    arrives in the same event-loop turn as an earlier send waits, with any others,
+    for the next turn and they leave as one :class:`TokenRun` frame (at most
+    :data:`MAX_RUN_TOKENS` tokens; a full run leaves at once). A terminal chunk
+    first sends what is waiting, then itself as the final frame, so order is kept.
+    :meth:`send` answers False once a frame could not be sent (the owner is
+    unreachable or not reading), including a deferred run that failed.
+    """
+
+    def __init__(self, plane: DataPlane, owner: NodeId, command_id: CommandId) -> None:
+        self._plane = plane
+        self._owner = owner
+        self._command_id = command_id
+        self._loop = asyncio.get_running_loop()
+        self._seq = 0
+        self._waiting: list[TokenChunk] = []
+        self._turn: asyncio.Handle | None = None
+        self._failed = False
+        self.frames = 0
+        """Frames sent (fewer than chunks when tokens were merged)."""
+
+    def send(self, chunk: EngineChunk) -> bool:
+        if self._failed:
+            return False
+        if isinstance(chunk, TokenChunk):
+            if self._turn is None:
+                self._turn = self._loop.call_soon(self._next_turn)
+                return self._emit(chunk, final=False)
+            self._waiting.append(chunk)
+            if len(self._waiting) >= MAX_RUN_TOKENS:
+                self._flush()
+            return not self._failed
+        self.close()
+        self._flush()
+        # NOTE: never a final frame after a lost run: the owner would take its
+        # number for the run's and miss the tokens without noticing.
+        return not self._failed and self._emit(chunk, final=True)
+
+    def close(self) -> None:
+        """Stop the pending turn (what still waits is dropped: call on the way out)."""
+        if self._turn is not None:
+            self._turn.cancel()
+            self._turn = None
+
+    def _next_turn(self) -> None:
+        self._turn = None
+        if self._waiting and not self._failed:
+            # The run goes out now; chunks arriving in this turn wait for the next.
+            self._turn = self._loop.call_soon(self._next_turn)
+            self._flush()
+
+    def _flush(self) -> None:
+        waiting = self._waiting
+        if not waiting or self._failed:
+            return
+        self._waiting = []
+        payload: DataPayload = waiting[0] if len(waiting) == 1 else TokenRun.of(waiting)
+        self._emit(payload, final=False)
+
+    def _emit(self, payload: DataPayload, *, final: bool) -> bool:
+        sent = self._plane.send(self._owner, self._command_id, self._seq, payload, final=final)
+        if not sent:
+            self._failed = True
+            self._waiting = []
+            return False
+        self._seq += 1
+        self.frames += 1
+        return True

@@ -4,8 +4,10 @@ The API node that accepted a request owns its command. When the instance's runne
 is elsewhere, the owner sends :class:`RunTask` to that node and reads the engine's
 chunks back from the command's data stream, in order; the serving node runs the
 generation through its own supervisor exactly as a local request would (task
-bookkeeping included) and numbers each chunk. The request and the chunks travel
-as typed fabric values, encoded once with the frame that carries them. When the owner stops reading
+bookkeeping included) and numbers each chunk; tokens that queue up while it is
+busy travel merged, as one :class:`TokenRun` frame, and the owner yields them as
+the same chunks. The request and the chunks travel as typed fabric values,
+encoded once with the frame that carries them. When the owner stops reading
 (the client went away, ``/v1/cancel``), it sends :class:`CancelTask`. A serving
 node that goes silent mid-stream, or a stream that loses a frame, ends the turn
 with an error chunk rather than a hang.
@@ -28,9 +30,9 @@ from skulk_core.chat.generation import (
     GenerationRequest,
     TokenChunk,
 )
-from skulk_core.cluster.fabric import CancelTask, RunTask
+from skulk_core.cluster.fabric import CancelTask, RunTask, TokenRun
 from skulk_core.ids import CommandId, InstanceId, NodeId, TaskId
-from skulk_daemon.fabric.data_plane import StreamBroken
+from skulk_daemon.fabric.data_plane import ChunkSender, StreamBroken
 
 if TYPE_CHECKING:
     from skulk_daemon.fabric.link import FabricLink
@@ -95,8 +97,13 @@ class RemoteTasks:
             first = True
             while True:
                 try:
-                    async with asyncio.timeout(LIVENESS_CHECK_SECONDS):
+                    # NOTE: a frame already queued is taken without arming a timer;
+                    # the timeout is only for waiting.
+                    if stream.ready():
                         payload = await stream.next()
+                    else:
+                        async with asyncio.timeout(LIVENESS_CHECK_SECONDS):
+                            payload = await stream.next()
                 except TimeoutError:
                     if not agent.is_live(node):
                         ended = True
@@ -119,6 +126,9 @@ class RemoteTasks:
                 match payload:
                     case TokenChunk():
                         yield payload
+                    case TokenRun():
+                        for chunk in payload.chunks():
+                            yield chunk
                     case FinishChunk() | ErrorChunk():
                         ended = True
                         yield payload
@@ -166,15 +176,13 @@ class RemoteTasks:
         request: GenerationRequest,
         command_id: CommandId,
     ) -> None:
-        seq = 0
-        data = self._agent.data
+        sender = ChunkSender(self._agent.data, owner, command_id)
         try:
             async with contextlib.aclosing(
                 worker.generate(instance_id, request, command_id, origin=owner)
             ) as chunks:
                 async for chunk in chunks:
-                    final = isinstance(chunk, FinishChunk | ErrorChunk)
-                    if not data.send(owner, command_id, seq, chunk, final=final):
+                    if not sender.send(chunk):
                         # The owner is unreachable or not reading: nobody will see
                         # the rest, so stop the runner's work now.
                         log.warning(
@@ -182,10 +190,11 @@ class RemoteTasks:
                         )
                         worker.cancel(instance_id, TaskId(request.task_id))
                         return
-                    seq += 1
         except asyncio.CancelledError:
             worker.cancel(instance_id, TaskId(request.task_id))
             raise
+        finally:
+            sender.close()
 
     def stop(self, command_id: CommandId) -> None:
         """Cancel the generation in the runner. The serving loop keeps forwarding
