@@ -1,8 +1,8 @@
 """The catalog: every model this node can name, merged from its sources.
 
 Precedence, lowest first: cards installed beside bytes on this node, the signed
-registry (a seam for now: ``registry`` is empty until the registry client lands),
-then the operator's custom cards, which always win. An entry remembers which
+registry's verified catalog (``skulk_core.registry``; empty when there is none), then
+the operator's custom cards, which always win. An entry remembers which
 source supplied its card and whether this node holds the bytes for it.
 """
 
@@ -15,6 +15,7 @@ import msgspec
 
 from skulk_core.ids import ModelId
 from skulk_core.models.cards import ModelCard
+from skulk_core.registry.format import Advisory, affecting
 
 
 class CatalogSource(StrEnum):
@@ -48,6 +49,8 @@ class CatalogEntry(msgspec.Struct, frozen=True, kw_only=True):
     installed_card: ModelCard | None = None
     # The current signed card for the alias, when the registry has one.
     registry_card: ModelCard | None = None
+    # Signed advisories naming the installed or the current card.
+    advisories: tuple[Advisory, ...] = ()
 
     @property
     def model_id(self) -> ModelId:
@@ -75,6 +78,7 @@ def build_catalog(
     installed: Sequence[InstalledModel],
     custom: Mapping[ModelId, ModelCard],
     registry: Sequence[ModelCard] = (),
+    advisories: Sequence[Advisory] = (),
 ) -> Catalog:
     """Merge installed < registry < custom cards into one catalog.
 
@@ -97,6 +101,11 @@ def build_catalog(
         entries[card.model_id] = _with_registry_card(entries.get(card.model_id), card)
     for model_id, card in custom.items():
         entries[model_id] = _with_custom_card(entries.get(model_id), card)
+    if advisories:
+        for model_id, entry in entries.items():
+            found = affecting(advisories, entry.installed_card, entry.registry_card)
+            if found:
+                entries[model_id] = msgspec.structs.replace(entry, advisories=found)
     return Catalog(by_id=entries)
 
 

@@ -1,0 +1,1 @@
+"""The signed model registry's client: python-tuf over the configured repository."""
