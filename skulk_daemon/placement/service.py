@@ -38,6 +38,7 @@ from skulk_core.state.commands import CreateInstance, DeleteInstance
 from skulk_core.state.shards import Instance, RunnerStatus, Sharding
 from skulk_core.state.state import PlacementIntent
 from skulk_daemon.errors import ApiError
+from skulk_daemon.hub.service import require_downloaded
 from skulk_daemon.node.node import CommandRefused, Node
 from skulk_daemon.placement.protocol import (
     DeletionAccepted,
@@ -123,6 +124,7 @@ class PlacementService:
     async def launch(self, model_id: str, request: PlacementRequest) -> InstanceAccepted:
         """Plan ``model_id`` on the best nodes and order the instance."""
         card = self.card(model_id)
+        require_downloaded(self._node, model_id)
         command_id = new_command_id()
         # The accepted command owns exactly the placement identity it creates.
         ids = CommandOwnedIds(InstanceId(command_id))
@@ -156,6 +158,7 @@ class PlacementService:
         except InstanceWireError as exc:
             raise ApiError(400, str(exc), code="invalid_instance") from None
         card = self.card(instance.shard_assignments.model_id)
+        require_downloaded(node, card.model_id)
         if instance.instance_id in node.state.instances:
             raise ApiError(
                 409, f"instance {instance.instance_id} already exists", code="instance_exists"
