@@ -21,12 +21,21 @@ from skulk_core.state.events import (
     NodeJoined,
     NodeLeft,
     RunnerStatusUpdated,
+    StoreHostAnnounced,
+    StoreModelEvicted,
     TaskCreated,
     TaskDeleted,
     TaskStatusUpdated,
     TracingSet,
 )
-from skulk_core.state.state import MAX_INSTANCE_FAILURES, MAX_REIGNS, Reign, State, Topology
+from skulk_core.state.state import (
+    MAX_INSTANCE_FAILURES,
+    MAX_REIGNS,
+    MAX_STORE_EVICTIONS,
+    Reign,
+    State,
+    Topology,
+)
 
 
 class OutOfOrderEvent(Exception):
@@ -95,6 +104,7 @@ def _apply_event(state: State, event: Event) -> State:
                 ),
                 last_seen={k: v for k, v in state.last_seen.items() if k != node_id},
                 downloads={k: v for k, v in state.downloads.items() if k != node_id},
+                store_hosts={k: v for k, v in state.store_hosts.items() if k != node_id},
             )
         case MasterElected(master_node_id=master, term=term):
             return replace(state, master_node_id=master, election_term=term)
@@ -153,5 +163,20 @@ def _apply_event(state: State, event: Event) -> State:
             )
         case TracingSet(enabled=enabled):
             return replace(state, tracing_enabled=enabled)
+        case StoreHostAnnounced(node_id=node_id, store=store):
+            hosts = {k: v for k, v in state.store_hosts.items() if k != node_id}
+            if store is not None:
+                hosts[node_id] = store
+            return replace(state, store_hosts=hosts)
+        case StoreModelEvicted(model_id=model_id, evicted_at=evicted_at):
+            # The store's own copy is gone too: no node reports it downloaded any more.
+            downloads = {
+                node: tuple(p for p in reports if p.model_id != model_id)
+                for node, reports in state.downloads.items()
+            }
+            evictions = {k: v for k, v in state.store_evictions.items() if k != model_id}
+            evictions[model_id] = evicted_at
+            recent = dict(list(evictions.items())[-MAX_STORE_EVICTIONS:])
+            return replace(state, downloads=downloads, store_evictions=recent)
         case _:
             assert_never(event)

@@ -9,7 +9,14 @@ import msgspec
 from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId, TaskId
 from skulk_core.models.cards import ModelCard
 from skulk_core.state.shards import Instance, RunnerStatus
-from skulk_core.state.state import Connection, DownloadProgress, PlacementIntent, Task, TaskStatus
+from skulk_core.state.state import (
+    Connection,
+    DownloadProgress,
+    PlacementIntent,
+    StoreHost,
+    Task,
+    TaskStatus,
+)
 
 
 class _Command(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag=True):
@@ -101,6 +108,20 @@ class SetTracing(_Command, frozen=True, kw_only=True):
     enabled: bool
 
 
+class AnnounceStoreHost(_Command, frozen=True, kw_only=True):
+    """``node_id`` serves the model store (``store`` set) or no longer does (None)."""
+
+    node_id: NodeId
+    store: StoreHost | None
+
+
+class EvictStoreModel(_Command, frozen=True, kw_only=True):
+    """The store deleted ``model_id``: every node drops its staged copy."""
+
+    model_id: ModelId
+    evicted_at: datetime
+
+
 Command = (
     RegisterNode
     | RecordMasterElected
@@ -116,4 +137,6 @@ Command = (
     | AddCustomCard
     | RemoveCustomCard
     | SetTracing
+    | AnnounceStoreHost
+    | EvictStoreModel
 )

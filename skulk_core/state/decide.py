@@ -15,9 +15,11 @@ import msgspec
 from skulk_core.ids import InstanceId, ModelId, NodeId, stable_reference
 from skulk_core.state.commands import (
     AddCustomCard,
+    AnnounceStoreHost,
     Command,
     CreateInstance,
     DeleteInstance,
+    EvictStoreModel,
     FinishTask,
     RecordMasterElected,
     RegisterNode,
@@ -43,6 +45,8 @@ from skulk_core.state.events import (
     NodeJoined,
     NodeLeft,
     RunnerStatusUpdated,
+    StoreHostAnnounced,
+    StoreModelEvicted,
     TaskCreated,
     TaskDeleted,
     TracingSet,
@@ -144,6 +148,12 @@ def decide(state: State, command: Command) -> list[Event] | Refused:
             if enabled == state.tracing_enabled:
                 return []
             return [TracingSet(enabled=enabled)]
+        case AnnounceStoreHost(node_id=node_id, store=store):
+            if state.store_hosts.get(node_id) == store:
+                return []
+            return [StoreHostAnnounced(node_id=node_id, store=store)]
+        case EvictStoreModel(model_id=model_id, evicted_at=evicted_at):
+            return [StoreModelEvicted(model_id=model_id, evicted_at=evicted_at)]
         case _:
             assert_never(command)
 

@@ -14,6 +14,7 @@ from skulk_core.state.state import (
     DownloadProgress,
     InstanceFailure,
     PlacementIntent,
+    StoreHost,
     Task,
     TaskStatus,
 )
@@ -100,6 +101,16 @@ class CustomModelCardRemoved(_Event, frozen=True, kw_only=True):
     model_id: ModelId
 
 
+class StoreHostAnnounced(_Event, frozen=True, kw_only=True):
+    node_id: NodeId
+    store: StoreHost | None
+
+
+class StoreModelEvicted(_Event, frozen=True, kw_only=True):
+    model_id: ModelId
+    evicted_at: datetime
+
+
 Event = (
     NodeJoined
     | NodeLeft
@@ -116,6 +127,8 @@ Event = (
     | CustomModelCardAdded
     | CustomModelCardRemoved
     | TracingSet
+    | StoreHostAnnounced
+    | StoreModelEvicted
 )
 
 

@@ -12,6 +12,8 @@ from skulk_core.models.cards import ModelCard
 from skulk_core.state.shards import Instance, InstanceMeta, RunnerStatus, Sharding
 
 MAX_INSTANCE_FAILURES = 64
+MAX_STORE_EVICTIONS = 256
+"""Store evictions kept in State (oldest dropped)."""
 MAX_FAILURE_AFFECTED_NODES = 64
 
 
@@ -76,6 +78,13 @@ class PlacementIntent(msgspec.Struct, frozen=True, kw_only=True, rename="camel")
     repair_attempt: int = 0
 
 
+class StoreHost(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """A node serving the cluster's model store: its internal transport listens on
+    ``port`` at the node's advertised API addresses (see ``skulk_daemon/store``)."""
+
+    port: int
+
+
 class Topology(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     nodes: tuple[NodeId, ...] = ()
     connections: tuple[Connection, ...] = ()
@@ -113,6 +122,11 @@ class State(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     chat template, tasks and files)."""
     tracing_enabled: bool = False
     """Whether new requests are traced (``PUT /v1/tracing``), on every node."""
+    store_hosts: dict[NodeId, StoreHost] = {}
+    """The nodes that announced the model-store role (``model_store.store_host``)."""
+    store_evictions: dict[ModelId, datetime] = {}
+    """Models deleted from the store, and when: every node drops a staged copy of one
+    made before that time (``DELETE /store/models/{model_id}``)."""
     master_node_id: NodeId | None = None
     """The master that indexed the latest ``MasterElected`` (``None`` before the first)."""
     election_term: int = 0

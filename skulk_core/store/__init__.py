@@ -1,0 +1,1 @@
+"""The cluster model store: rules decided without I/O (ranges, paths)."""

@@ -1,0 +1,1 @@
+"""The cluster model store: the store host, its internal transport, staging to nodes."""

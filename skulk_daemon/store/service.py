@@ -1,0 +1,170 @@
+"""The store on one node: its role (when it is the store host), its clients, evictions.
+
+- On a store host (``model_store.store_host: true``) :meth:`StoreService.start` binds
+  the internal transport on ``store_port`` (same address as the API) and announces
+  the role through the event log (``AnnounceStoreHost``); a node that leaves the
+  cluster leaves the role with it.
+- On every node, the public ``/store/...`` routes reach the store through
+  :meth:`StoreService.relay` (the internal transport, wherever the store is), and
+  an eviction (``StoreModelEvicted``, ordered when the store deletes a model) drops
+  this node's staged copy of that model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final
+from urllib.parse import quote
+
+import httpx
+
+from skulk_core.ids import ModelId, new_command_id
+from skulk_core.state.commands import AnnounceStoreHost, EvictStoreModel
+from skulk_core.state.state import StoreHost
+from skulk_daemon.errors import ApiError
+from skulk_daemon.hub.manifest import read_manifest
+from skulk_daemon.hub.service import HubService
+from skulk_daemon.models.sidecar import SIDECAR_DIR
+from skulk_daemon.node.node import Node
+from skulk_daemon.store.host import StoreHostService
+from skulk_daemon.store.listener import StoreListener
+from skulk_daemon.store.locate import store_urls
+from skulk_daemon.store.transport import StoreTransport
+
+log = logging.getLogger(__name__)
+
+RELAY_SECONDS: Final = 30.0
+NOT_CONFIGURED: Final = "Store not configured"
+
+
+class StoreUnavailable(Exception):
+    pass
+
+
+class StoreService:
+    def __init__(self, node: Node, hub: HubService) -> None:
+        self._node = node
+        self._hub = hub
+        self.host: StoreHostService | None = None
+        self._listener: StoreListener | None = None
+        self._seen_evictions: dict[ModelId, datetime] | None = None
+        self._removals: set[asyncio.Task[None]] = set()
+        node.on_applied(self._on_applied)
+
+    # -- the store host's role -------------------------------------------------------
+
+    async def start(self) -> None:
+        config = self._node.config.model_store
+        if not config.store_host:
+            return
+        host = StoreHostService(self._node, self._hub.client)
+        await asyncio.to_thread(host.adopt_existing)
+        bind = self._node.settings.host
+        try:
+            self._listener = StoreListener(
+                StoreTransport(host, self._evict), bind, config.store_port
+            )
+        except OSError as exc:
+            log.error(
+                "the model store cannot listen on %s:%d (%s); this node does not serve the "
+                "store (set model_store.store_port to a free port)",
+                bind,
+                config.store_port,
+                exc,
+            )
+            return
+        self.host = host
+        log.info("serving the model store from %s on port %d", host.root, config.store_port)
+        self._node.report(
+            AnnounceStoreHost(
+                command_id=new_command_id(),
+                node_id=self._node.node_id,
+                store=StoreHost(port=config.store_port),
+            )
+        )
+
+    async def stop(self) -> None:
+        if self._listener is not None:
+            await self._listener.close()
+            self._listener = None
+
+    async def _evict(self, model_id: str) -> None:
+        await self._node.submit(
+            EvictStoreModel(
+                command_id=new_command_id(),
+                model_id=ModelId(model_id),
+                evicted_at=datetime.now(UTC),
+            )
+        )
+
+    # -- every node ------------------------------------------------------------------
+
+    def configured(self) -> bool:
+        return bool(self._node.state.store_hosts)
+
+    async def relay(self, method: str, path: str, body: object | None = None) -> tuple[int, object]:
+        """(status, JSON body) of the store's answer; 503 when there is no store, 502
+        when it cannot be reached."""
+        urls = store_urls(self._node)
+        if not urls:
+            raise ApiError(503, NOT_CONFIGURED, code="store_not_configured")
+        failures: list[str] = []
+        async with httpx.AsyncClient(timeout=RELAY_SECONDS) as client:
+            for base in urls:
+                try:
+                    answer = await client.request(method, f"{base}{path}", json=body)
+                except httpx.HTTPError as exc:
+                    failures.append(f"{base}: {type(exc).__name__}")
+                    continue
+                try:
+                    return answer.status_code, answer.json()
+                except ValueError:
+                    return 502, {"error": {"message": "the store answered no JSON"}}
+        raise StoreUnavailable("; ".join(failures) or "no address")
+
+    @staticmethod
+    def model_path(model_id: str, suffix: str = "") -> str:
+        return f"/models/{quote(model_id, safe='')}{suffix}"
+
+    def _on_applied(self) -> None:
+        evictions = self._node.state.store_evictions
+        if evictions is self._seen_evictions:
+            return
+        self._seen_evictions = evictions
+        if not evictions:
+            return
+        root = self._node.models_dir.resolve()
+        in_use = {i.shard_assignments.model_id for i in self._node.state.instances.values()}
+        for model in list(self._node.installed_models):
+            at = evictions.get(model.card.model_id)
+            location = Path(model.location).resolve()
+            if (
+                at is None
+                or model.installed_at > at.timestamp()
+                or model.card.model_id in in_use
+                or location.parent != root
+                or read_manifest(location) is None
+            ):
+                continue
+            self._node.installed_models[:] = [
+                m for m in self._node.installed_models if m is not model
+            ]
+            log.info("the store deleted %s: dropping its copy in %s", model.card.model_id, location)
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                remove_model_dir(location)
+                continue
+            task = loop.create_task(asyncio.to_thread(remove_model_dir, location))
+            self._removals.add(task)
+            task.add_done_callback(self._removals.discard)
+
+
+def remove_model_dir(location: Path) -> None:
+    """The records first (the model leaves every scan), then the bytes."""
+    shutil.rmtree(location / SIDECAR_DIR, ignore_errors=True)
+    shutil.rmtree(location, ignore_errors=True)
