@@ -7,6 +7,7 @@ immutable values; the catalog merges them by source precedence.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 import msgspec
 
@@ -42,6 +43,34 @@ class ModelTask(StrEnum):
     SPEECH_TO_TEXT = "SpeechToText"
     TEXT_TO_IMAGE = "TextToImage"
     IMAGE_TO_IMAGE = "ImageToImage"
+
+
+class AudioVoice(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One stable voice a speech card declares (``GET /v1/audio/voices``)."""
+
+    id: str
+    name: str
+    kind: Literal["builtin", "reference"] = "builtin"
+    preferred_languages: tuple[str, ...] = ()
+
+
+class AudioCard(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A speech card's declared ``audio`` metadata, with the spec's field names.
+
+    ``kind`` is ``"tts"`` (speech synthesis) or ``"stt"`` (speech to text). Nothing
+    here is inferred: a flag is true only where the card's engine was validated."""
+
+    kind: Literal["tts", "stt"]
+    response_formats: tuple[str, ...] = ()
+    default_response_format: str | None = None
+    supports_streaming: bool = False
+    supports_realtime: bool = False
+    supports_translation: bool = False
+    supports_voice_listing: bool = False
+    supports_reference_audio: bool = False
+    voices: tuple[AudioVoice, ...] = ()
+    default_voice: str | None = None
+    sample_rates: tuple[int, ...] = ()
 
 
 class ModelCard(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
@@ -85,3 +114,5 @@ class ModelCard(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_
     registry_card_id: str | None = None
     registry_snapshot_id: str | None = None
     registry_provenance: str | None = None
+    # Speech cards (TextToSpeech, SpeechToText) declare their audio contract here.
+    audio: AudioCard | None = None

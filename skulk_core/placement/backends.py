@@ -9,6 +9,10 @@ from skulk_core.models.cards import ModelCard
 
 BACKEND_LLAMA_CPP: Final = "llama_cpp"
 BACKEND_MLX: Final = "mlx"
+BACKEND_CTRANSLATE2: Final = "ctranslate2"
+"""faster-whisper's engine (speech to text)."""
+BACKEND_ONNXRUNTIME: Final = "onnxruntime"
+"""ONNX voices (text to speech)."""
 
 # Engines that allocate the whole KV window when they load the model. For them the
 # window is a commitment; MLX grows its cache per request instead.

@@ -30,6 +30,7 @@ import msgspec
 from litestar.openapi import ResponseSpec
 from litestar.openapi.spec import (
     OpenAPI,
+    OpenAPIFormat,
     OpenAPIHeader,
     OpenAPIMediaType,
     OpenAPIResponse,
@@ -126,7 +127,7 @@ def errors(surface: Surface, *statuses: int) -> dict[int, ResponseSpec]:
     }
 
 
-ContentKind = Literal["json", "wire", "sse", "lines"]
+ContentKind = Literal["json", "wire", "sse", "lines", "raw"]
 TypeForm = Any
 """What msgspec can describe: a Struct, or a container of them (``list[Event]``)."""
 
@@ -141,6 +142,8 @@ class Content:
     description: str
     done: str | None = None
     """SSE: the ``data`` of the stream's last event, which is not JSON (``[DONE]``)."""
+    binary: bool = False
+    """Raw: bytes (audio) rather than text."""
 
 
 def json_of(*types: TypeForm, description: str = "") -> Content:
@@ -157,6 +160,11 @@ def sse_of(*types: TypeForm, description: str, done: str | None = None) -> Conte
     """Server-sent events whose ``data`` is JSON, one of ``types`` (any JSON object when
     none is named)."""
     return Content("sse", types, description, done)
+
+
+def raw_of(*, description: str, binary: bool) -> Content:
+    """A body that is not JSON: bytes (audio) or text (a transcript, subtitles)."""
+    return Content("raw", (), description, binary=binary)
 
 
 def lines_of(*types: TypeForm, description: str) -> Content:
@@ -343,6 +351,14 @@ def _success(status: int, success: Mapping[str, Content], ref_of: Refs) -> OpenA
                 content[media] = OpenAPIMediaType(schema=schema)
             case "sse":
                 content[media] = OpenAPIMediaType(schema=_event(body, ref_of))
+            case "raw":
+                content[media] = OpenAPIMediaType(
+                    schema=Schema(
+                        type=OpenAPIType.STRING,
+                        format=OpenAPIFormat.BINARY if body.binary else None,
+                        description=body.description,
+                    )
+                )
             case "lines":
                 content[media] = LinesMediaType(
                     schema=Schema(type=OpenAPIType.STRING, description=body.description),

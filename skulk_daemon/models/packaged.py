@@ -59,16 +59,23 @@ def remove_partials(model_dir: Path, file_name: str) -> None:
 
 
 def install_once(
-    models_dir: Path, model_id: ModelId, what: str, install: Install
+    models_dir: Path,
+    model_id: ModelId,
+    what: str,
+    install: Install,
+    *,
+    artifact: str | None = None,
 ) -> InstalledModel | None:
     """The installed model, installing it first if no valid record exists.
 
+    A record is valid when the file it describes exists: the card's GGUF file, or
+    ``artifact`` (relative to the model dir) for a model that has no GGUF.
     Any failure is logged and yields ``None``: the node runs without that model.
     """
     model_dir = models_dir / model_dir_name(model_id)
     try:
         with install_lock(model_dir):
-            existing = _existing(model_dir, model_id, what)
+            existing = _existing(model_dir, model_id, what, artifact)
             if existing is not None:
                 return existing
             log.info("installing the %s into %s", what, model_dir)
@@ -81,7 +88,9 @@ def install_once(
         return None
 
 
-def _existing(model_dir: Path, model_id: ModelId, what: str) -> InstalledModel | None:
+def _existing(
+    model_dir: Path, model_id: ModelId, what: str, artifact: str | None
+) -> InstalledModel | None:
     path = sidecar_path(model_dir)
     if not path.exists():
         return None
@@ -91,8 +100,9 @@ def _existing(model_dir: Path, model_id: ModelId, what: str) -> InstalledModel |
         log.warning("replacing the %s's unreadable card record: %s", what, exc)
         return None
     card = record.card
-    if card.model_id != model_id or card.gguf_file is None:
+    required = card.gguf_file or artifact
+    if card.model_id != model_id or required is None:
         return None
-    if not (model_dir / card.gguf_file).is_file():
+    if not (model_dir / required).is_file():
         return None
     return InstalledModel(card=card, location=str(model_dir), installed_at=record.installed_at)

@@ -46,6 +46,10 @@ from skulk_daemon.runner.protocol import (
     RunnerMessage,
     RunnerPhase,
     Shutdown,
+    SpeechPartial,
+    SpeechTask,
+    Synthesized,
+    Transcribed,
     decode_runner_message,
     encode_frame,
     read_frame_async,
@@ -66,6 +70,10 @@ FAILED_EXIT_GRACE_S: Final = 5.0
 """How long a runner that reported ``Failed`` gets to exit before SIGKILL."""
 
 ERROR_RUNNER_FAILED: Final = "runner_failed"
+Answer = Embedded | Synthesized | Transcribed | ErrorChunk
+"""What answers a task that gets one message back (an embedding or a speech task)."""
+PartSink = Callable[[SpeechPartial], None] | None
+"""Where a streamed speech task's parts go, in order (``None``: not streamed)."""
 ERROR_CONSUMER_TOO_SLOW: Final = "consumer_too_slow"
 
 
@@ -135,7 +143,9 @@ class RunnerProcess:
         self._on_exit = on_exit
         self._queue_chunks = queue_chunks
         self._streams: dict[TaskId, _TaskStream] = {}
-        self._embeddings: dict[TaskId, asyncio.Future[Embedded | ErrorChunk]] = {}
+        # Tasks answered by one message (embeddings, speech), awaiting their answer.
+        self._embeddings: dict[TaskId, asyncio.Future[Answer]] = {}
+        self._partials: dict[TaskId, Callable[[SpeechPartial], None]] = {}
         # Generations we stopped listening to; their chunks are dropped until
         # the runner's terminal chunk for them arrives (see _dispatch).
         self._abandoned: set[TaskId] = set()
@@ -266,14 +276,35 @@ class RunnerProcess:
         The answer is the vectors or the error the runner (or its death) gave.
         Cancelling the caller cancels the task on the runner.
         """
+        answer = await self._ask(task_id, Embed(task_id=task_id, inputs=tuple(inputs)))
+        assert isinstance(answer, Embedded | ErrorChunk), "the runner answered out of kind"
+        return answer
+
+    async def speech(
+        self, task: SpeechTask, on_partial: PartSink = None
+    ) -> Synthesized | Transcribed | ErrorChunk:
+        """Run one speech task on a runner loaded in ``"speak"``/``"transcribe"`` mode;
+        a streamed task's parts go to ``on_partial`` (in order) before the answer.
+        Cancelling the caller cancels the task on the runner."""
+        if on_partial is not None:
+            self._partials[task.task_id] = on_partial
+        try:
+            answer = await self._ask(task.task_id, task)
+        finally:
+            self._partials.pop(task.task_id, None)
+        assert not isinstance(answer, Embedded), "the runner answered out of kind"
+        return answer
+
+    async def _ask(self, task_id: TaskId, message: Embed | SpeechTask) -> Answer:
+        """Send a task answered by one message and wait for that answer."""
         if task_id in self._streams or task_id in self._embeddings:
             raise ValueError(f"task {task_id} is already running on this runner")
         if self._exit is not None:
             return _runner_failed(task_id, self._exit.message)
-        answer: asyncio.Future[Embedded | ErrorChunk] = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._embeddings[task_id] = answer
         try:
-            self._send(Embed(task_id=task_id, inputs=tuple(inputs)))
+            self._send(message)
             with contextlib.suppress(ConnectionError):
                 await self._drain()
             return await answer
@@ -379,15 +410,27 @@ class RunnerProcess:
 
     def _dispatch(self, message: RunnerMessage) -> None:
         match message:
-            case TokenChunk(task_id=task_id) if task_id in self._abandoned:
+            case TokenChunk(task_id=task_id) | SpeechPartial(task_id=task_id) if (
+                task_id in self._abandoned
+            ):
                 pass
+            case SpeechPartial(task_id=task_id):
+                deliver = self._partials.get(task_id)
+                if deliver is not None:
+                    deliver(message)
             case (
                 FinishChunk(task_id=task_id)
                 | ErrorChunk(task_id=task_id)
                 | Embedded(task_id=task_id)
+                | Synthesized(task_id=task_id)
+                | Transcribed(task_id=task_id)
             ) if task_id in self._abandoned:
                 self._abandoned.discard(task_id)
-            case Embedded(task_id=task_id):
+            case (
+                Embedded(task_id=task_id)
+                | Synthesized(task_id=task_id)
+                | Transcribed(task_id=task_id)
+            ):
                 self._answer(task_id, message)
             case TokenChunk(task_id=task_id):
                 stream = self._streams.get(task_id)
@@ -422,7 +465,7 @@ class RunnerProcess:
                 if not self._ready.done():
                     self._ready.set_exception(RunnerFailed(failure, code))
 
-    def _answer(self, task_id: TaskId, message: Embedded | ErrorChunk) -> None:
+    def _answer(self, task_id: TaskId, message: Answer) -> None:
         answer = self._embeddings.get(task_id)
         if answer is not None and not answer.done():
             answer.set_result(message)

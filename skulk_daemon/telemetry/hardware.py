@@ -37,6 +37,8 @@ _MAX_PROBE_DETAIL_CHARS = 200
 
 BACKEND_LLAMA_CPP = "llama_cpp"
 BACKEND_MLX = "mlx"
+BACKEND_CTRANSLATE2 = "ctranslate2"  # faster-whisper (speech to text)
+BACKEND_ONNXRUNTIME = "onnxruntime"  # ONNX voices (text to speech)
 
 GPU_DETECTION_DEGRADED = "gpu_detection_degraded"
 GPU_SERVING_DISABLED = "gpu_serving_disabled"
@@ -272,7 +274,8 @@ def detect_backends(accelerator: Accelerator | None) -> tuple[str, ...]:
     is offered whenever its package is installed, whatever the hardware.
     """
     del accelerator  # NOTE: kept in the signature for hardware-gated engines.
-    found = [name for name in (BACKEND_LLAMA_CPP, BACKEND_MLX) if _findable(name)]
+    engines = (BACKEND_LLAMA_CPP, BACKEND_MLX, BACKEND_CTRANSLATE2, BACKEND_ONNXRUNTIME)
+    found = [name for name in engines if _findable(name)]
     return tuple(sorted(found))
 
 

@@ -1,0 +1,214 @@
+"""Speech through Skulk against the same models run directly in-process.
+
+Synthesis: ``POST /v1/audio/speech`` (WAV) on a daemon serving the Piper demo voice,
+against the voice's ONNX model run in this process (onnxruntime with espeak-ng
+phonemes, the same threads). Transcription: ``POST /v1/audio/transcriptions`` of that
+speech on the Whisper tiny.en demo, against ``faster_whisper.WhisperModel`` in this
+process (CPU, int8, greedy, the same threads). Each side's speed is audio seconds per
+wall second (the inverse of the real-time factor); the two sides run alternately in
+ABBA order and the medians are compared.
+
+Target: Skulk / direct >= 0.9 for both synthesis and transcription.
+
+Run from the repository root::
+
+    .venv/bin/python -m bench.speech [--reps 5] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import tempfile
+import time
+import wave
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+
+if __package__ in (None, ""):  # `python bench/speech.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import (
+    READY_TIMEOUT_S,
+    LoggedDaemon,
+    add_run_options,
+    machine,
+    median,
+    print_json,
+    wait_for_quiet,
+)
+
+TTS: Final = "local/piper-en-us-joe-medium"
+STT: Final = "local/whisper-tiny.en"
+TEXT: Final = (
+    "The lighthouse keeper climbed the stairs at dusk. Rain had swept in from the west, "
+    "and the sea was grey and restless. She lit the lamp, wrote the time in her log, and "
+    "watched the beam sweep across the water. Far out, a small boat was turning for home."
+)
+TARGET: Final = 0.9
+
+
+def _seconds(wav_bytes: bytes) -> float:
+    with wave.open(io.BytesIO(wav_bytes)) as wav:
+        return wav.getnframes() / wav.getframerate()
+
+
+def _timed(work: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = work()
+    return time.perf_counter() - started, result
+
+
+def _place(daemon: LoggedDaemon, model: str) -> None:
+    placed = httpx.post(f"{daemon.url}/place_instance", json={"model_id": model}, timeout=60)
+    if placed.status_code != 200:
+        raise RuntimeError(f"place_instance {model}: {placed.status_code} {placed.text}")
+    instance_id = placed.json()["instance_id"]
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while daemon.runner_status(instance_id) != "RunnerReady":
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{model} never became ready\n{daemon.log_tail()}")
+        time.sleep(0.2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    add_run_options(parser)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
+    args = parser.parse_args(argv)
+    load = wait_for_quiet(args.max_load)
+    # NOTE: imported here so `--help` stays fast; these are the engines the runners use.
+    from faster_whisper import WhisperModel  # noqa: PLC0415
+
+    from skulk_daemon.engines.piper_tts import PiperVoice  # noqa: PLC0415
+    from skulk_daemon.models.sidecar import model_dir_name  # noqa: PLC0415
+    from skulk_daemon.models.speech_demo import (  # noqa: PLC0415
+        PIPER_MODEL_ID,
+        WHISPER_MODEL_ID,
+    )
+
+    threads = os.cpu_count() or 1
+    speeds: dict[str, list[float]] = {
+        "tts_skulk": [],
+        "tts_direct": [],
+        "stt_skulk": [],
+        "stt_direct": [],
+    }
+    same_text: list[bool] = []
+    args.models_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="skulk-bench-") as root:
+        daemon = LoggedDaemon(root=Path(root), models_dir=args.models_dir)
+        try:
+            daemon.start()
+            _place(daemon, TTS)
+            _place(daemon, STT)
+            voice = PiperVoice.open(args.models_dir / model_dir_name(PIPER_MODEL_ID), threads)
+            whisper = WhisperModel(
+                str(args.models_dir / model_dir_name(WHISPER_MODEL_ID)),
+                device="cpu",
+                compute_type="int8",
+                cpu_threads=threads,
+            )
+            voice.synthesize("Warm up.")
+            with httpx.Client(base_url=daemon.url, timeout=600) as client:
+
+                def tts_skulk() -> float:
+                    spent, response = _timed(
+                        lambda: client.post(
+                            "/v1/audio/speech",
+                            json={"model": TTS, "input": TEXT, "response_format": "wav"},
+                        )
+                    )
+                    response.raise_for_status()
+                    return _seconds(response.content) / spent
+
+                def tts_direct() -> float:
+                    spent, (pcm, _) = _timed(lambda: voice.synthesize(TEXT))
+                    return len(pcm) / 2 / voice.sample_rate / spent
+
+                reference = client.post(
+                    "/v1/audio/speech", json={"model": TTS, "input": TEXT, "response_format": "wav"}
+                ).content
+                audio_seconds = _seconds(reference)
+                texts: dict[str, str] = {}
+
+                def stt_skulk() -> float:
+                    spent, response = _timed(
+                        lambda: client.post(
+                            "/v1/audio/transcriptions",
+                            data={"model": STT, "response_format": "json"},
+                            files={"file": ("speech.wav", reference, "audio/wav")},
+                        )
+                    )
+                    response.raise_for_status()
+                    texts["skulk"] = response.json()["text"]
+                    return audio_seconds / spent
+
+                def stt_direct() -> float:
+                    def run() -> str:
+                        segments, _ = whisper.transcribe(
+                            io.BytesIO(reference),
+                            beam_size=1,
+                            temperature=0.0,
+                            condition_on_previous_text=False,
+                        )
+                        return " ".join(s.text.strip() for s in segments)
+
+                    spent, texts["direct"] = _timed(run)
+                    return audio_seconds / spent
+
+                sides = {
+                    "tts_skulk": tts_skulk,
+                    "tts_direct": tts_direct,
+                    "stt_skulk": stt_skulk,
+                    "stt_direct": stt_direct,
+                }
+                for rep in range(args.warmup + args.reps):
+                    ab = ("skulk", "direct") if rep % 2 == 0 else ("direct", "skulk")
+                    measured = {
+                        f"{kind}_{side}": sides[f"{kind}_{side}"]()
+                        for kind in ("tts", "stt")
+                        for side in ab
+                    }
+                    if rep >= args.warmup:
+                        for name, speed in measured.items():
+                            speeds[name].append(speed)
+                        same_text.append(texts["skulk"] == texts["direct"])
+        finally:
+            daemon.kill()
+    m = {name: median(values) for name, values in speeds.items()}
+    tts_ratio = m["tts_skulk"] / m["tts_direct"]
+    stt_ratio = m["stt_skulk"] / m["stt_direct"]
+    result: dict[str, Any] = {
+        "benchmark": "speech",
+        "machine": machine(),
+        "load_at_start": round(load, 2),
+        "audio_seconds": round(audio_seconds, 2),
+        **{f"{name}_audio_s_per_s": round(value, 2) for name, value in m.items()},
+        "tts_ratio": round(tts_ratio, 4),
+        "stt_ratio": round(stt_ratio, 4),
+        "target": TARGET,
+        "tts_ok": tts_ratio >= TARGET,
+        "stt_ok": stt_ratio >= TARGET,
+        "same_transcript": all(same_text),
+        "all": {name: [round(v, 2) for v in values] for name, values in speeds.items()},
+    }
+    print(
+        f"{audio_seconds:.1f} s of speech. Synthesis (audio s per s): Skulk {m['tts_skulk']:.2f}, "
+        f"direct {m['tts_direct']:.2f}, ratio {tts_ratio:.3f}x. Transcription: Skulk "
+        f"{m['stt_skulk']:.2f}, direct {m['stt_direct']:.2f}, ratio {stt_ratio:.3f}x "
+        f"(target >= {TARGET}); same transcript on both sides: {all(same_text)}"
+    )
+    if args.json:
+        print_json(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

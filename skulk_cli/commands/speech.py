@@ -1,0 +1,185 @@
+"""`skulk say`, `skulk transcribe` and `skulk voices`: speech through a node's API.
+
+`say` writes the audio to a file (through a temp file renamed into place, so an
+interrupted write never leaves half a file under the name); its format follows the
+file's extension unless `--format` names one. `transcribe` uploads a local audio file
+(at most 25 MiB) and prints the transcript in the format asked for.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Annotated, Final
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from skulk_cli import console
+from skulk_cli.client import SkulkApiError, SkulkClient
+from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, node_client
+
+MAX_UPLOAD_BYTES: Final = 25 * 1024 * 1024
+SPEECH_FORMATS: Final = ("mp3", "wav", "flac", "ogg", "opus", "pcm")
+TRANSCRIPT_FORMATS: Final = ("text", "json", "verbose_json", "srt", "vtt")
+
+ModelArg = Annotated[str, typer.Argument(metavar="MODEL", help="A placed speech model's id.")]
+
+
+def _format_for(output: Path, chosen: str | None) -> str:
+    if chosen is not None:
+        if chosen not in SPEECH_FORMATS:
+            raise typer.BadParameter(
+                f"must be one of {', '.join(SPEECH_FORMATS)}", param_hint="'--format'"
+            )
+        return chosen
+    suffix = output.suffix.lower().lstrip(".")
+    return suffix if suffix in SPEECH_FORMATS else "wav"
+
+
+def _write_atomically(target: Path, content: bytes) -> None:
+    directory = target.parent if str(target.parent) else Path()
+    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".partial")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def say(
+    ctx: typer.Context,
+    model: ModelArg,
+    text: Annotated[str, typer.Argument(metavar="TEXT", help="What to say.")],
+    *,
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Where to write the audio.", dir_okay=False)
+    ],
+    voice: Annotated[
+        str | None, typer.Option("--voice", help="A voice `skulk voices` lists.")
+    ] = None,
+    fmt: Annotated[
+        str | None,
+        typer.Option("--format", help="mp3, wav, flac, ogg, opus or pcm (default: from -o)."),
+    ] = None,
+    speed: Annotated[float | None, typer.Option("--speed", help="Speaking speed, > 0.")] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", min=0, help="Make the audio reproducible.")
+    ] = None,
+) -> None:
+    """Synthesize TEXT with a placed text-to-speech model and write it to a file."""
+    cli = CliContext.of(ctx)
+    response_format = _format_for(output, fmt)
+    body: dict[str, object] = {"model": model, "input": text, "response_format": response_format}
+    if voice is not None:
+        body["voice"] = voice
+    if speed is not None:
+        body["speed"] = speed
+    if seed is not None:
+        body["seed"] = seed
+    with node_client(cli) as client, console.progress(Text(f"Synthesizing with {model}…")):
+        audio, media_type = client.speech(body)
+    _write_atomically(output, audio)
+    console.show(
+        Text.assemble(
+            ("Wrote ", "bold"), (str(output), "cyan"), f" ({len(audio):,} bytes, {media_type})"
+        )
+    )
+
+
+def transcribe(
+    ctx: typer.Context,
+    model: ModelArg,
+    file: Annotated[
+        Path,
+        typer.Argument(
+            metavar="FILE", help="A local audio file.", exists=True, dir_okay=False, readable=True
+        ),
+    ],
+    *,
+    fmt: Annotated[
+        str, typer.Option("--format", help="text, json, verbose_json, srt or vtt.")
+    ] = "text",
+    language: Annotated[
+        str | None, typer.Option("--language", help="The spoken language, if known.")
+    ] = None,
+    translate: Annotated[
+        bool, typer.Option("--translate", help="Translate to English instead.")
+    ] = False,
+) -> None:
+    """Transcribe a local audio FILE with a placed speech-to-text model."""
+    cli = CliContext.of(ctx)
+    if fmt not in TRANSCRIPT_FORMATS:
+        raise typer.BadParameter(
+            f"must be one of {', '.join(TRANSCRIPT_FORMATS)}", param_hint="'--format'"
+        )
+    size = file.stat().st_size
+    if size > MAX_UPLOAD_BYTES:
+        console.error(f"{file} holds {size:,} bytes; a node accepts at most 25 MiB of audio.")
+        raise typer.Exit(EXIT_REFUSED)
+    fields = {"model": model, "response_format": fmt}
+    if language is not None:
+        fields["language"] = language
+    path = "/v1/audio/translations" if translate else "/v1/audio/transcriptions"
+    what = Text(f"Transcribing {file.name} ({size / 1024**2:.1f} MiB) with {model}…")
+    with node_client(cli) as client, console.progress(what):
+        body, _ = client.transcribe(path, fields, file.name, file.read_bytes())
+    typer.echo(body.rstrip("\n"))
+
+
+def _tts_models(client: SkulkClient) -> list[str]:
+    listed = client.models().get("data")
+    models = listed if isinstance(listed, list) else []
+    return [
+        str(m["id"])
+        for m in models
+        if isinstance(m, dict) and "TextToSpeech" in (m.get("tasks") or [])
+    ]
+
+
+def voices(
+    ctx: typer.Context,
+    model: Annotated[
+        str | None,
+        typer.Argument(metavar="[MODEL]", help="A placed TTS model (default: every one)."),
+    ] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """List the voices placed text-to-speech models declare."""
+    cli = CliContext.of(ctx)
+    found: list[dict[str, object]] = []
+    with node_client(cli) as client:
+        for name in [model] if model else _tts_models(client):
+            try:
+                listed = client.voices(name).get("data")
+            except SkulkApiError:
+                if model:
+                    raise
+                continue  # not placed, or it declares no voice listing
+            found.extend(
+                v for v in (listed if isinstance(listed, list) else []) if isinstance(v, dict)
+            )
+    if cli.wants_json(json_output):
+        console.emit_json({"object": "list", "data": found})
+        return
+    if not found:
+        console.show(Text("No placed text-to-speech model lists voices."))
+        return
+    table = Table("Voice", "Name", "Model", "Kind", "Languages")
+    for voice in found:
+        languages = voice.get("preferred_languages")
+        table.add_row(
+            str(voice.get("id")),
+            str(voice.get("name")),
+            str(voice.get("model")),
+            str(voice.get("kind")),
+            ", ".join(map(str, languages)) if isinstance(languages, list) else "",
+        )
+    console.show(table)
