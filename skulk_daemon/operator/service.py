@@ -20,8 +20,9 @@ import msgspec
 from skulk_core.operator import bounds
 from skulk_core.operator.encoding import iso8601_utc
 from skulk_core.operator.relay import RelayProvisioning
-from skulk_daemon.operator import credentials, packaging, pairing
+from skulk_daemon.operator import credentials, packaging, pairing, plugin_grants
 from skulk_daemon.operator.errors import Conflict, Invalid, NotGateway
+from skulk_daemon.operator.plugin_grants import PluginGrant
 from skulk_daemon.operator.results import (
     ChallengeResult,
     DeviceGrant,
@@ -305,6 +306,22 @@ class OperatorPairingService:
         now = self._clock()
         ordered = sorted(state.devices.values(), key=lambda d: d.paired_at)
         return [credentials.device_status(d, caller_device_id, now) for d in ordered]
+
+    def plugin_grants(self) -> list[PluginGrant]:
+        """Each paired device's explicit plugin scopes and their revision."""
+        state = _gateway(self._store.snapshot())
+        return plugin_grants.list_grants(state, self._clock())
+
+    def set_plugin_grants(
+        self, device_id: str, expected_revision: int, scopes: list[str]
+    ) -> PluginGrant:
+        """Replace one device's plugin scopes under its grant revision (others kept)."""
+        with self._store.transaction() as txn:
+            grant = plugin_grants.replace(
+                _gateway(txn.state), device_id, expected_revision, scopes, self._clock()
+            )
+        log.info("replaced the plugin grants of operator device %s", device_id)
+        return grant
 
     def revoke_device(self, device_id: str) -> None:
         """Make both of the device's credentials unusable now; idempotent; unknown: 404."""

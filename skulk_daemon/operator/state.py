@@ -63,6 +63,8 @@ class DeviceRecord(_Record, kw_only=True):
     refresh_expires_at: float | None = None
     revoked_at: float | None = None
     invitation_id: str | None = None
+    plugin_grant_revision: int = 0
+    """The fence of this device's plugin grants (``/v1/auth/plugin-grants``)."""
 
 
 class TlsRecord(_Record, kw_only=True):

@@ -1,9 +1,9 @@
 """The echo provider: one capability per I/O mode, each echoing what it is sent.
 
-Everything it needs comes from ``skulk_daemon.extensions`` (Skulk's
-``skulk.extensions``). Skulk validates every payload against the input schema before
-a handler runs and every result and frame against the output schemas after, so the
-handlers below can trust their input and need no defensive checks of their own.
+Everything it needs comes from ``skulk.extensions``, the spec's public import path.
+Skulk validates every payload against the input schema before a handler runs and
+every result and frame against the output schemas after, so the handlers below can
+trust their input and need no defensive checks of their own.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator
 
-from skulk_daemon.extensions import (
+from skulk.extensions import (
     CapabilityCall,
     CapabilityDescriptor,
     CapabilityNodeAction,

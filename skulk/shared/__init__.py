@@ -1,0 +1,1 @@
+"""``skulk.shared``: shared public types (see ``skulk.shared.types``)."""

@@ -1,0 +1,1 @@
+"""``skulk.shared.types``: the value types the extension contract names by module."""

@@ -1,0 +1,151 @@
+"""`skulk plugins ...`: the node's installed plugins, through its plugin routes.
+
+``list`` reads ``GET /v1/plugins``; ``show`` one managed installation; ``enable`` and
+``disable`` submit a lifecycle operation (``activate`` of the selected release, or
+``disable``) under the installation's current selection revision, then read that
+operation until it settles; an uncertain answer is read back, never resubmitted.
+Installing a release is ``skulk-plugin-service install-plugin`` on the node itself.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Annotated, Any, Final
+
+import typer
+from rich.table import Table
+
+from skulk_cli import console
+from skulk_cli.client import SkulkClient
+from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, node_client
+
+app = typer.Typer(
+    help="The node's installed plugins: list, show, enable and disable managed ones.",
+    no_args_is_help=True,
+)
+
+SETTLED: Final = frozenset({"complete", "failed", "recovery_required", "superseded"})
+WAIT_SECONDS: Final = 60.0
+
+PluginArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="PLUGIN_ID", help="A managed installation's id (managed.NAME).", show_default=False
+    ),
+]
+
+
+@app.command("list")
+def list_plugins(ctx: typer.Context, json_output: JsonFlag = False) -> None:
+    """Installed plugins with their nodes; a plugin whose manager is down shows as
+    unavailable."""
+    cli = CliContext.of(ctx)
+    with node_client(cli) as client:
+        answer = client.plugins()
+    if cli.wants_json(json_output):
+        console.emit_json(answer)
+        return
+    plugins: list[dict[str, Any]] = list(answer.get("plugins") or [])  # type: ignore[call-overload]
+    if not plugins:
+        console.show("No plugins are installed (skulk-plugin-service install-plugin adds one).")
+        return
+    table = Table(title="Plugins")
+    for column in ("plugin", "available", "node", "version", "status"):
+        table.add_column(column)
+    for plugin in plugins:
+        nodes = plugin.get("nodes") or [{}]
+        for node in nodes:
+            table.add_row(
+                str(plugin.get("pluginId")),
+                "yes" if plugin.get("available") else "no",
+                str(node.get("nodeId") or "-"),
+                str(node.get("version") or "-"),
+                str(node.get("status") or "no release"),
+            )
+    console.show(table)
+
+
+@app.command()
+def show(ctx: typer.Context, plugin_id: PluginArg, json_output: JsonFlag = False) -> None:
+    """One managed installation: its selection, process and latest operation."""
+    cli = CliContext.of(ctx)
+    with node_client(cli) as client:
+        answer = client.managed_plugin(plugin_id)
+    if cli.wants_json(json_output):
+        console.emit_json(answer)
+        return
+    release: dict[str, Any] = answer.get("release") or {}  # type: ignore[assignment]
+    service: dict[str, Any] = answer.get("service") or {}  # type: ignore[assignment]
+    table = Table(title=plugin_id, show_header=False)
+    table.add_column("fact", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    rows = [
+        (
+            "release",
+            f"{release.get('bundle_id')} {release.get('bundle_version')}" if release else None,
+        ),
+        ("publisher", release.get("publisher")),
+        ("selected digest", answer.get("selected_digest")),
+        ("selection revision", answer.get("selection_revision")),
+        ("enabled", answer.get("enabled")),
+        ("uninstalled", answer.get("uninstalled")),
+        ("process", service.get("status")),
+        ("operation", f"{answer.get('operation_id')} ({answer.get('operation_state')})"),
+    ]
+    for name, value in rows:
+        table.add_row(name, "-" if value is None else str(value))
+    console.show(table)
+
+
+def _change(cli: CliContext, plugin_id: str, action: str, json_output: bool) -> None:
+    with node_client(cli) as client:
+        observed = client.managed_plugin(plugin_id)
+        body: dict[str, object] = {
+            "operation_id": secrets.token_hex(16),
+            "action": action,
+            "expected_revision": observed.get("selection_revision"),
+        }
+        if action == "activate":
+            digest = observed.get("selected_digest")
+            if digest is None:
+                console.error(
+                    f"{plugin_id} has no selected release to enable.",
+                    hint="Install one on the node with `skulk-plugin-service install-plugin`.",
+                )
+                raise typer.Exit(EXIT_REFUSED)
+            body["runtime_digest"] = digest
+        client.submit_plugin_operation(plugin_id, body)
+        operation = _settle(client, plugin_id, str(body["operation_id"]))
+    if cli.wants_json(json_output):
+        console.emit_json(operation)
+    elif operation.get("state") == "complete":
+        console.show(f"{plugin_id}: {'enabled' if action == 'activate' else 'disabled'}.")
+    if operation.get("state") != "complete":
+        console.error(
+            f"{plugin_id}: operation {body['operation_id']} is {operation.get('state')} "
+            f"({operation.get('error_code') or 'no code'})."
+        )
+        raise typer.Exit(EXIT_REFUSED)
+
+
+def _settle(client: SkulkClient, plugin_id: str, operation_id: str) -> dict[str, Any]:
+    """Read the submitted operation until it settles (bounded; never resubmitted)."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        operation: dict[str, Any] = client.plugin_operation(plugin_id, operation_id)
+        if operation.get("state") in SETTLED or time.monotonic() > deadline:
+            return operation
+        time.sleep(0.2)
+
+
+@app.command()
+def enable(ctx: typer.Context, plugin_id: PluginArg, json_output: JsonFlag = False) -> None:
+    """Start the installation's selected release (an `activate` operation)."""
+    _change(CliContext.of(ctx), plugin_id, "activate", json_output)
+
+
+@app.command()
+def disable(ctx: typer.Context, plugin_id: PluginArg, json_output: JsonFlag = False) -> None:
+    """Stop the installation's owner; its records and cleanup material are kept."""
+    _change(CliContext.of(ctx), plugin_id, "disable", json_output)

@@ -1,0 +1,15 @@
+"""``skulk-plugin-service``: the owner's terminal for the local plugin manager.
+
+It lives in the CLI layer (Typer + rich, like ``skulk``) and, since ``skulk_cli`` never
+imports ``skulk_daemon``, reaches the manager only over its socket protocol
+(``wire.py``) and starts it only as a separate process
+(``python -m skulk.extensions.runtime_manager serve``).
+
+- ``wire.py``: the socket protocol and the protected connection record;
+- ``setup.py``: the service root, the setup record and the connection record;
+- ``registration.py``: the system service (a systemd user unit, a launchd agent), or
+  the honest statement that no service manager runs here;
+- ``guided.py``: the guided ``install-plugin`` (trust, review, separate consents);
+- ``main.py``: the Typer app (``setup``, ``status``, ``serve``, ``manage``,
+  ``install-plugin``, ``catalog``, ``uninstall``, ``purge-plugin``).
+"""

@@ -1,0 +1,317 @@
+"""The ``skulk-plugin-service`` Typer app.
+
+Every command but ``setup`` and ``serve`` reaches the manager through the protected
+connection record in the Skulk configuration home (``--config-home``, else
+``SKULK_CONFIG_HOME``, else ``~/.config/skulk``): no command takes a manager root,
+socket or executable path. Refusals print the manager's sentence and exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import msgspec
+import typer
+from rich.console import Console
+
+from skulk_cli.operator_credentials import config_home as default_config_home
+from skulk_cli.plugin_service import registration
+from skulk_cli.plugin_service.guided import Installer, Refused
+from skulk_cli.plugin_service.setup import (
+    manager_root,
+    prepare,
+    read_record,
+    serve_command,
+    service_root,
+    write_record,
+)
+from skulk_cli.plugin_service.wire import MAX_REQUEST_BYTES, call_raw, read_connection
+from skulk_core.plugins.errors import PluginRefusal, ProtocolKind, protocol_sentence
+
+PROG_NAME = "skulk-plugin-service"
+
+app = typer.Typer(
+    name=PROG_NAME,
+    help="Set up the local plugin manager and install, inspect and remove managed plugins.",
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    no_args_is_help=True,
+)
+
+RootOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--root",
+        envvar="SKULK_PLUGIN_SERVICE_ROOT",
+        help="Service root (default ~/.local/share/skulk-plugin-service).",
+    ),
+]
+ConfigHomeOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config-home",
+        envvar="SKULK_CONFIG_HOME",
+        help="Skulk configuration home holding the connection record.",
+    ),
+]
+
+
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _config_home(explicit: Path | None) -> Path:
+    return explicit.expanduser().absolute() if explicit else default_config_home()
+
+
+def _fail(message: str) -> NoReturn:
+    Console(stderr=True, highlight=False, soft_wrap=True).print(message, markup=False)
+    raise typer.Exit(1)
+
+
+def _sentence(error: dict[str, Any]) -> str:
+    if error.get("code") == "release_protocol_unsupported":
+        kind: ProtocolKind = "runtime" if error.get("kind") == "runtime" else "release"
+        return protocol_sentence(kind, int(error["offered"]), tuple(error["accepted"]))
+    return str(error.get("message") or "The manager refused the request.")
+
+
+def _raw(config_home: Path | None, payload: bytes) -> dict[str, Any]:
+    connection = read_connection(_config_home(config_home))
+    return call_raw(Path(connection.manager_root), payload)
+
+
+def _caller(config_home: Path | None) -> Any:
+    def call(request: dict[str, Any]) -> Any:
+        try:
+            answer = _raw(config_home, json.dumps(request).encode())
+        except PluginRefusal as refusal:
+            raise Refused(refusal.message) from None
+        if not answer.get("ok"):
+            raise Refused(_sentence(answer.get("error") or {}))
+        return answer["result"]
+
+    return call
+
+
+def _run(config_home: Path | None, request: dict[str, Any]) -> Any:
+    try:
+        return _caller(config_home)(request)
+    except Refused as refused:
+        _fail(str(refused))
+
+
+@app.command()
+def setup(
+    root: RootOption = None,
+    config_home: ConfigHomeOption = None,
+    tls_ca: Annotated[
+        Path | None,
+        typer.Option("--tls-ca", help="Trust only this CA certificate for release feeds."),
+    ] = None,
+    foreground: Annotated[
+        bool,
+        typer.Option("--foreground", help="Where no service manager runs, run the manager now."),
+    ] = False,
+) -> None:
+    """Prepare the manager's root and connection, and register it as a service."""
+    console = _console()
+    service = service_root(root)
+    home = _config_home(config_home)
+    try:
+        record = prepare(service, home, tls_ca)
+    except PluginRefusal as refusal:
+        _fail(refusal.message)
+    command = serve_command(record, service)
+    detected = registration.detect()
+    if detected.kind == "none":
+        write_record(service, msgspec.structs.replace(record, service="none"))
+        console.print(
+            f"No service manager runs here ({detected.reason}), so the plugin manager is "
+            "not registered as a service and will not start at boot.",
+            markup=False,
+        )
+        if not foreground:
+            console.print(
+                f"Run it in the foreground with: {PROG_NAME} serve"
+                + (f" --root {service}" if root else ""),
+                markup=False,
+            )
+            console.print(json.dumps(_setup_summary(record, "selected", "none")))
+            return
+        console.print("Starting the plugin manager in the foreground (Ctrl-C stops it).")
+        os.execv(command[0], command)
+    failure = registration.register(detected.kind, command)
+    if failure is not None:
+        _fail(f"Registering the {detected.kind} service failed: {failure}.")
+    record = write_record(
+        service, msgspec.structs.replace(record, phase="registered", service=detected.kind)
+    )
+    console.print(json.dumps(_setup_summary(record, "registered", detected.kind)))
+
+
+def _setup_summary(record: Any, phase: str, service: str) -> dict[str, Any]:
+    return {
+        "operation_id": record.operation_id,
+        "phase": phase,
+        "service": service,
+        "runtime": record.runtime,
+    }
+
+
+@app.command()
+def serve(root: RootOption = None) -> None:
+    """Run the manager in the foreground with the recorded setup."""
+    service = service_root(root)
+    try:
+        record = read_record(service)
+    except PluginRefusal as refusal:
+        _fail(refusal.message)
+    if record is None:
+        _fail(f"No setup here: run {PROG_NAME} setup first.")
+    command = serve_command(record, service)
+    os.execv(command[0], command)
+
+
+@app.command()
+def status(root: RootOption = None, config_home: ConfigHomeOption = None) -> None:
+    """Setup's last phase, and whether the manager answers now (read-only)."""
+    service = service_root(root)
+    try:
+        record = read_record(service)
+    except PluginRefusal as refusal:
+        _fail(refusal.message)
+    available = False
+    error_code: str | None = None
+    if record is None:
+        error_code = "registration_or_integrity_unavailable"
+    else:
+        try:
+            available = bool(
+                call_raw(manager_root(service), b'{"action":"list"}', timeout=5).get("ok")
+            )
+        except PluginRefusal:
+            available = False
+        if not available:
+            error_code = "service_unavailable"
+    body = {
+        "phase": record.phase if record else None,
+        "operation_id": record.operation_id if record else None,
+        "service": record.service if record else None,
+        "runtime": record.runtime if record else None,
+        "registered_runtime_verified": False,
+        "management_available": available,
+        "error_code": error_code,
+    }
+    _console().print(json.dumps(body))
+    if not available:
+        raise typer.Exit(1)
+
+
+@app.command()
+def manage(config_home: ConfigHomeOption = None) -> None:
+    """Send one typed JSON manager request from standard input; print the response."""
+    payload = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
+    try:
+        answer = _raw(config_home, payload)
+    except PluginRefusal as refusal:
+        answer = {"ok": False, "error": {"code": refusal.code, "message": refusal.message}}
+    print(json.dumps(answer))
+    if not answer.get("ok"):
+        raise typer.Exit(1)
+
+
+@app.command("install-plugin")
+def install_plugin(
+    managed_id: Annotated[
+        str | None, typer.Argument(help="An installation to resume or upgrade.")
+    ] = None,
+    from_catalog: Annotated[
+        str | None,
+        typer.Option("--from-catalog", metavar="BUNDLE_ID", help="Install a catalog listing."),
+    ] = None,
+    sequence: Annotated[
+        int | None, typer.Option("--sequence", help="The listed sequence to install.")
+    ] = None,
+    platform: Annotated[
+        str | None, typer.Option("--platform", help="The listed artifact family.")
+    ] = None,
+    config_home: ConfigHomeOption = None,
+) -> None:
+    """Guided installation: trust, review, download consent, activation consent."""
+    console = _console()
+    installer = Installer(console, _caller(config_home))
+    try:
+        installer.run(managed_id, from_catalog=from_catalog, sequence=sequence, platform=platform)
+    except Refused as refused:
+        _fail(str(refused))
+    except (KeyboardInterrupt, EOFError):
+        _fail("Interrupted: rerun the resume command printed above to continue.")
+
+
+@app.command()
+def catalog(config_home: ConfigHomeOption = None) -> None:
+    """Read and verify the host's signed catalog; print its review."""
+    print(json.dumps(_run(config_home, {"action": "read_catalog"})))
+
+
+def _confirmed(question: str, yes: bool) -> None:
+    if not yes and not typer.confirm(question, default=False):
+        _fail("Nothing was changed.")
+
+
+@app.command()
+def uninstall(
+    managed_id: Annotated[str, typer.Argument(help="The installation to uninstall.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    config_home: ConfigHomeOption = None,
+) -> None:
+    """Stop the owner and withdraw its capabilities; keep what cleanup needs."""
+    observed = _run(config_home, {"action": "get", "plugin_id": managed_id})
+    _confirmed(f"Uninstall {managed_id} (its records and credentials are kept)?", yes)
+    installer = Installer(_console(), _caller(config_home))
+    operation_id = os.urandom(16).hex()
+    _run(
+        config_home,
+        {
+            "action": "submit",
+            "plugin_id": managed_id,
+            "request": {
+                "operation_id": operation_id,
+                "action": "uninstall",
+                "expected_revision": observed["selection_revision"],
+            },
+        },
+    )
+    try:
+        done = installer.poll(
+            lambda: _run(
+                config_home,
+                {"action": "operation", "plugin_id": managed_id, "operation_id": operation_id},
+            ),
+            ("complete", "failed", "recovery_required", "superseded"),
+        )
+    except Refused as refused:
+        _fail(str(refused))
+    print(json.dumps(done))
+    if done["state"] != "complete":
+        raise typer.Exit(1)
+
+
+@app.command("purge-plugin")
+def purge_plugin(
+    managed_id: Annotated[str, typer.Argument(help="An uninstalled installation to remove.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    config_home: ConfigHomeOption = None,
+) -> None:
+    """Remove an uninstalled installation with everything it retained."""
+    _confirmed(f"Purge {managed_id} and everything it retained?", yes)
+    print(json.dumps(_run(config_home, {"action": "purge", "plugin_id": managed_id})))
+
+
+def main() -> None:
+    app(prog_name=PROG_NAME)

@@ -1,0 +1,83 @@
+"""The manager's command line: ``serve --root ROOT`` runs the manager; ``call --root
+ROOT`` sends one JSON request read from standard input and prints the response (exit 0
+when it succeeded, 1 when it was refused). Reached as ``python -m
+skulk_daemon.plugins.manager`` and as the spec's fixed service command ``python -m
+skulk.extensions.runtime_manager``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import ssl
+import sys
+from pathlib import Path
+
+from skulk_core.plugins.errors import PluginRefusal
+from skulk_daemon.plugins.manager.catalog import Catalog
+from skulk_daemon.plugins.manager.client import call_raw
+from skulk_daemon.plugins.manager.lifecycle import Lifecycle
+from skulk_daemon.plugins.manager.protocol import MAX_REQUEST_BYTES
+from skulk_daemon.plugins.manager.releases import Releases
+from skulk_daemon.plugins.manager.server import ManagerServer
+from skulk_daemon.plugins.manager.store import Store
+from skulk_daemon.plugins.manager.supervisor import Supervisor
+
+
+def _tls(ca_file: Path | None) -> ssl.SSLContext:
+    """The feeds' TLS trust: the system store, or exactly one CA file when given."""
+    if ca_file is None:
+        return ssl.create_default_context()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(cafile=str(ca_file))
+    return context
+
+
+async def _serve(root: Path, ca_file: Path | None) -> None:
+    store = Store(root)
+    store.open()
+    tls = _tls(ca_file)
+    releases = Releases(store, tls)
+    lifecycle = Lifecycle(store, releases)
+    lifecycle.catalog = Catalog(root, tls, releases.host, releases, lifecycle.register)
+    supervisor = Supervisor(store)
+    lifecycle.supervisor = supervisor
+    supervisor.start()
+    server = ManagerServer(root, lifecycle)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    serving = asyncio.ensure_future(server.serve_forever())
+    print("manager ready", flush=True)
+    await stop.wait()
+    serving.cancel()
+    await server.close()
+    await asyncio.to_thread(supervisor.stop)
+    await asyncio.to_thread(lifecycle.join)
+    await asyncio.to_thread(releases.join)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m skulk.extensions.runtime_manager")
+    parser.add_argument("command", choices=["serve", "call"])
+    parser.add_argument("--root", type=Path, required=True)
+    parser.add_argument("--tls-ca", type=Path, default=None, help="trust only this CA for feeds")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        if args.command == "serve":
+            asyncio.run(_serve(args.root, args.tls_ca))
+            return 0
+        payload = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
+        response = call_raw(args.root, payload)
+    except PluginRefusal as refusal:
+        print(
+            json.dumps({"ok": False, "error": {"code": refusal.code, "message": refusal.message}})
+        )
+        return 1
+    print(json.dumps(response))
+    return 0 if response.get("ok") else 1
