@@ -73,6 +73,11 @@ SHARED_TARGET: Final = 0.8
 # The server's own defaults, restated after concurrency.llama_server's
 # cache-off flags (the last of a repeated flag wins).
 SERVER_ATTEMPTS: Final = 4
+# NOTE: a connection per request, on both sides. llama-server (cpp-httplib) now and
+# then closes a kept-alive connection just as the next request goes out on it
+# ("Server disconnected without sending a response"); on loopback a new connection
+# costs well under a millisecond of the hundreds a turn's TTFT takes.
+FRESH_CONNECTIONS: Final = httpx.Limits(max_keepalive_connections=0)
 SERVER_CACHE_ON: Final = ("--cache-prompt", "--cache-ram", "8192", "--ctx-checkpoints", "32")
 
 _VOCABULARY: Final = (
@@ -132,7 +137,7 @@ async def stream(client: httpx.AsyncClient, url: str, payload: Mapping[str, Any]
 async def conversation(url: str, seed: str) -> list[Timed]:
     messages = [{"role": "system", "content": words(f"{seed}/system", SYSTEM_WORDS)}]
     turns: list[Timed] = []
-    async with httpx.AsyncClient(timeout=600.0) as client:
+    async with httpx.AsyncClient(timeout=600.0, limits=FRESH_CONNECTIONS) as client:
         for turn in range(TURNS):
             messages.append({"role": "user", "content": words(f"{seed}/user{turn}", USER_WORDS)})
             timing = await stream(client, url, body(messages))
@@ -143,7 +148,7 @@ async def conversation(url: str, seed: str) -> list[Timed]:
 
 async def shared_start(url: str, seed: str) -> list[Timed]:
     system = {"role": "system", "content": words(f"{seed}/system", SYSTEM_WORDS)}
-    limits = httpx.Limits(max_connections=CONVERSATIONS)
+    limits = httpx.Limits(max_connections=CONVERSATIONS, max_keepalive_connections=0)
     async with httpx.AsyncClient(timeout=600.0, limits=limits) as client:
         return list(
             await asyncio.gather(

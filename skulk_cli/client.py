@@ -28,6 +28,8 @@ PLACEMENT_TIMEOUT_SECONDS = 30.0
 # A generation may wait on a model load or a long prompt before its first byte;
 # the node sends keep-alives meanwhile, and the user can always press Ctrl-C.
 GENERATION_READ_TIMEOUT_SECONDS: float | None = None
+# Hub calls (search, add, a download's start) wait on Hugging Face itself.
+HUB_TIMEOUT_SECONDS = 120.0
 PLACEMENT_FAILURE_HEADER = "X-Skulk-Placement-Failure"
 COMMAND_ID_HEADER = "X-Skulk-Command-Id"
 
@@ -85,6 +87,9 @@ class SkulkClient:
 
         self.base_url = base_url.rstrip("/")
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout, verify=verify, auth=auth)
+        # The plugin routes take direct owner authority from this marker (the
+        # dashboard's); a paired client's bearer is its authority instead.
+        self._owner_headers = {"X-Skulk-Dashboard": "pairing-v1"} if auth is None else {}
 
     def __enter__(self) -> Self:
         return self
@@ -111,6 +116,40 @@ class SkulkClient:
     def models(self) -> JsonObject:
         """``GET /v1/models``: the catalog, installed or not."""
         return self._request("GET", "/v1/models")
+
+    def registry_status(self) -> JsonObject:
+        """``GET /v1/registry/status``: the signed registry's source and freshness."""
+        return self._request("GET", "/v1/registry/status")
+
+    def search_models(self, params: tuple[tuple[str, str], ...]) -> list[object]:
+        """``GET /models/search``: Hugging Face results with discovery metadata (a list)."""
+        found = self._request(
+            "GET", "/models/search", params=params, timeout=HUB_TIMEOUT_SECONDS, listing=True
+        )
+        results = found.get("results")
+        return results if isinstance(results, list) else []
+
+    def add_model(self, body: JsonObject) -> JsonObject:
+        """``POST /models/add``: the catalog item, once the pinned card is visible."""
+        return self._request("POST", "/models/add", body=body, timeout=HUB_TIMEOUT_SECONDS)
+
+    def import_model(self, body: JsonObject) -> JsonObject:
+        """``POST /models/import``: a local GGUF hard-linked, hashed and catalogued."""
+        return self._request("POST", "/models/import", body=body, timeout=HUB_TIMEOUT_SECONDS)
+
+    def remove_custom_card(self, model_id: str) -> JsonObject:
+        """``DELETE /models/custom/{model_id}`` (the id travels raw, slash included)."""
+        return self._request("DELETE", f"/models/custom/{quote(model_id, safe='/')}")
+
+    def start_download(self, node_id: str, model_id: str) -> JsonObject:
+        """``POST /download/start``: the node's download status for the model."""
+        body: JsonObject = {"target_node_id": node_id, "model_id": model_id}
+        return self._request("POST", "/download/start", body=body, timeout=HUB_TIMEOUT_SECONDS)
+
+    def cancel_download(self, node_id: str, model_id: str) -> JsonObject:
+        """``DELETE /download/{node_id}/{model_id}``: cancel (partials kept) or delete."""
+        path = f"/download/{quote(node_id, safe='')}/{quote(model_id, safe='/')}"
+        return self._request("DELETE", path, timeout=HUB_TIMEOUT_SECONDS)
 
     def config(self) -> JsonObject:
         """``GET /config``: ``config`` (secrets stripped), ``path`` and ``effective``."""
@@ -290,6 +329,57 @@ class SkulkClient:
         """``DELETE /v1/auth/devices/{device_id}``: both of its credentials die now."""
         return self._request("DELETE", f"/v1/auth/devices/{quote(device_id, safe='')}")
 
+    def plugins(self) -> JsonObject:
+        """``GET /v1/plugins``: installed plugins and their nodes (``plugins:read``)."""
+        return self._request("GET", "/v1/plugins", headers=self._owner_headers)
+
+    def managed_plugin(self, plugin_id: str) -> JsonObject:
+        """``GET /v1/plugins/managed/installations/{plugin_id}``: one installation."""
+        path = f"/v1/plugins/managed/installations/{quote(plugin_id, safe='')}"
+        return self._request("GET", path, headers=self._owner_headers)
+
+    def submit_plugin_operation(self, plugin_id: str, body: JsonObject) -> JsonObject:
+        """``POST .../installations/{plugin_id}/operations`` (``plugins:manage``)."""
+        path = f"/v1/plugins/managed/installations/{quote(plugin_id, safe='')}/operations"
+        return self._request("POST", path, body=body, headers=self._owner_headers)
+
+    def plugin_operation(self, plugin_id: str, operation_id: str) -> JsonObject:
+        """``GET .../installations/{plugin_id}/operations/{operation_id}``."""
+        path = (
+            f"/v1/plugins/managed/installations/{quote(plugin_id, safe='')}"
+            f"/operations/{quote(operation_id, safe='')}"
+        )
+        return self._request("GET", path, headers=self._owner_headers)
+
+    def speech(self, body: JsonObject) -> tuple[bytes, str]:
+        """``POST /v1/audio/speech``: the audio bytes and their media type."""
+        response = self._raw("POST", "/v1/audio/speech", json=body)
+        return response.content, response.headers.get("content-type", "")
+
+    def transcribe(
+        self, path: str, fields: dict[str, str], file_name: str, audio: bytes
+    ) -> tuple[str, str]:
+        """``POST /v1/audio/transcriptions`` (or ``translations``): the body as text and
+        its media type."""
+        response = self._raw("POST", path, data=fields, files={"file": (file_name, audio)})
+        return response.text, response.headers.get("content-type", "")
+
+    def voices(self, model: str) -> JsonObject:
+        """``GET /v1/audio/voices?model=``: one mounted TTS model's declared voices."""
+        return self._request("GET", "/v1/audio/voices", params=(("model", model),))
+
+    def _raw(self, method: str, path: str, **sent: object) -> httpx.Response:
+        """A speech request, answered with audio or text rather than a JSON object."""
+        import httpx  # noqa: PLC0415 - loaded by __init__ already
+
+        try:
+            response = self._http.request(method, path, timeout=_generation(), **sent)  # type: ignore[arg-type]
+        except httpx.TransportError as exc:
+            raise SkulkUnreachable(self.base_url, _describe_transport(exc)) from exc
+        if response.is_error:
+            raise api_error(response)
+        return response
+
     def _request(
         self,
         method: str,
@@ -298,11 +388,15 @@ class SkulkClient:
         *,
         params: tuple[tuple[str, str], ...] | None = None,
         timeout: float | httpx.Timeout | None = DEFAULT_TIMEOUT_SECONDS,
+        listing: bool = False,
+        headers: dict[str, str] | None = None,
     ) -> JsonObject:
         import httpx  # noqa: PLC0415 - loaded by __init__ already
 
         try:
-            response = self._http.request(method, path, json=body, params=params, timeout=timeout)
+            response = self._http.request(
+                method, path, json=body, params=params, timeout=timeout, headers=headers
+            )
         except httpx.TransportError as exc:
             raise SkulkUnreachable(self.base_url, _describe_transport(exc)) from exc
         if response.is_error:
@@ -313,6 +407,8 @@ class SkulkClient:
             parsed: object = response.json()
         except ValueError:
             parsed = None
+        if listing and isinstance(parsed, list):
+            return {"results": parsed}  # a route that answers with a JSON array
         if not isinstance(parsed, dict):
             raise UnexpectedResponseError(
                 f"{self.base_url}{path} did not answer with a JSON object; is it a Skulk node?"

@@ -17,8 +17,11 @@ from skulk_cli.commands import (
     models,
     operator,
     placement,
+    plugins,
+    registry,
     restart,
     serve,
+    speech,
     status,
     top,
     trace,
@@ -45,6 +48,8 @@ app = typer.Typer(
 app.command("serve")(serve.serve)
 app.command("status")(status.status)
 app.add_typer(models.app, name="models")
+app.add_typer(registry.app, name="registry")
+app.add_typer(plugins.app, name="plugins")
 app.command("previews")(placement.previews)
 app.command("place")(placement.place)
 app.add_typer(instances.app, name="instances")
@@ -57,6 +62,9 @@ app.add_typer(diagnostics.app, name="diagnostics")
 app.command("restart")(restart.restart)
 app.add_typer(trace.app, name="trace")
 app.command("top")(top.top)
+app.command("say")(speech.say)
+app.command("transcribe")(speech.transcribe)
+app.command("voices")(speech.voices)
 
 
 @app.callback(invoke_without_command=True)

@@ -58,6 +58,10 @@ class ModelTrustConfig(_Section, frozen=True, kw_only=True):
 class InferenceConfig(_Section, frozen=True, kw_only=True):
     kv_cache_backend: KvCacheBackend = KvCacheBackend.DEFAULT
     max_output_tokens: int | None = None
+    prompt_cache_mb: Annotated[int, msgspec.Meta(ge=0)] = 512
+    """Host RAM each text runner may use to keep prompt prefixes its slots gave up
+    (restored on a later match instead of prefilled again); 0 turns it off. Read
+    when a runner starts."""
 
 
 class StagingConfig(_Section, frozen=True, kw_only=True):
@@ -65,9 +69,18 @@ class StagingConfig(_Section, frozen=True, kw_only=True):
     cleanup_on_deactivate: bool = True
 
 
+DEFAULT_STORE_PORT = 12415
+
+
 class ModelStoreConfig(_Section, frozen=True, kw_only=True):
     models_dir: str | None = None
     staging: StagingConfig = StagingConfig()
+    store_host: bool = False
+    """This node is the cluster's model store: it keeps the canonical bytes under
+    ``store_path`` and serves them to the other nodes on ``store_port``."""
+    store_path: str | None = None
+    """Where the store keeps its models; unset: ``<data dir>/store``."""
+    store_port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = DEFAULT_STORE_PORT
 
 
 class NodeConfig(_Section, frozen=True, kw_only=True):
@@ -141,6 +154,20 @@ class ApiConfig(_Section, frozen=True, kw_only=True):
     hostnames: tuple[str, ...] = ()
 
 
+REGISTRY_URL_PATTERN = r"^https?://[^\s/@?#]+(/[^\s?#]*)?$"
+"""An http(s) base URL with no credentials, query or fragment (secrets never in URLs)."""
+
+
+class RegistryConfig(_Section, frozen=True, kw_only=True):
+    """The signed (TUF) model registry this node takes its catalog from."""
+
+    # The repository's base URL: metadata under <url>/metadata/, targets under
+    # <url>/targets/. Unset: no registry (the catalog is installed and custom cards).
+    url: Annotated[str, msgspec.Meta(pattern=REGISTRY_URL_PATTERN)] | None = None
+    # The trusted root.json to start from; unset: <data dir>/registry/root.json.
+    root: str | None = None
+
+
 class SkulkConfig(_Section, frozen=True, kw_only=True):
     hf_token: str | None = None
     api: ApiConfig = ApiConfig()
@@ -154,6 +181,7 @@ class SkulkConfig(_Section, frozen=True, kw_only=True):
     telemetry: TelemetryConfig = TelemetryConfig()
     browser_tools: BrowserToolsConfig = BrowserToolsConfig()
     tracing: TracingConfig = TracingConfig()
+    registry: RegistryConfig = RegistryConfig()
 
 
 class ConfigError(ValueError):
@@ -221,6 +249,8 @@ TRUST_KEYS: tuple[str, ...] = (
     "api.cors_origins",
     "api.hostnames",
     "tracing.otlp_endpoint",
+    "registry.url",
+    "registry.root",
 )
 """Keys that change where secrets go or whom the node trusts: ``PUT /config`` may change
 them only from this machine or through the operator gateway."""

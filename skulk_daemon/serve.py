@@ -34,6 +34,7 @@ from skulk_daemon.fabric.setup import resolve_fabric
 from skulk_daemon.fabric.transport import FabricBindError, FabricTransport, FrameHandler
 from skulk_daemon.models.embedding_demo import with_embedding_demo
 from skulk_daemon.models.installed import load_installed_models
+from skulk_daemon.models.speech_demo import with_speech_demos
 from skulk_daemon.node.config_store import ConfigStore
 from skulk_daemon.node.eventlog import EventLog, EventLogCorrupt
 from skulk_daemon.node.identity import IdentityError, load_identity
@@ -46,6 +47,7 @@ from skulk_daemon.operator.service import OperatorPairingService
 from skulk_daemon.placement.repair import RepairAgent
 from skulk_daemon.providers.vad import VadProvider
 from skulk_daemon.services import Services
+from skulk_daemon.speech.providers import SpeechTags, SttProvider, TtsProvider
 from skulk_daemon.system.buildinfo import source_commit
 from skulk_daemon.system.fsutil import ensure_private_dir
 from skulk_daemon.system.http_server import UVICORN_LIMITS, BoundedH11Protocol, LargeBodyLimiter
@@ -141,7 +143,9 @@ def build_node(settings: Settings) -> Node:
         config_store=config_store,
         event_log=event_log,
         replayed=replayed,
-        installed_models=with_embedding_demo(load_installed_models(models_dir), models_dir),
+        installed_models=with_speech_demos(
+            with_embedding_demo(load_installed_models(models_dir), models_dir), models_dir
+        ),
         models_dir=models_dir,
         snapshot=snapshot,
     )
@@ -150,7 +154,7 @@ def build_node(settings: Settings) -> Node:
 def telemetry_source(node: Node) -> TelemetrySource:
     """The readings this node publishes about itself (memory, disk, backends)."""
     config = node.config
-    return TelemetrySource(
+    source = TelemetrySource(
         node_id=node.node_id,
         identity=NodeIdentityInfo(
             friendly_name=config.node.friendly_name or socket.gethostname(),
@@ -161,13 +165,11 @@ def telemetry_source(node: Node) -> TelemetrySource:
         models_dir=node.models_dir,
         participation=config.node.participation,
         memory_reserve_bytes=int(config.node.memory_reserve_gb * 1024**3),
-        memory_limit_bytes=(
-            None
-            if config.node.memory_limit_gb is None
-            else int(config.node.memory_limit_gb * 1024**3)
-        ),
+        memory_limit_bytes=_gib_bytes(config.node.memory_limit_gb),
         api_urls=advertised_api_urls(node.settings.host, node.settings.api_port),
     )
+    source.prompt_prefixes = lambda: node.routed_prompts.published(node.state.instances)
+    return source
 
 
 def run_node_loops(
@@ -289,9 +291,12 @@ async def _serve(
         restart=restart,
     )
     # Installed extensions load here, before the app exists: a refused one is logged.
-    extensions = ExtensionHost.open(
-        node, services.embeddings, capabilities, builtins=[VadProvider()]
-    )
+    builtins: list[object] = [VadProvider()]
+    if services.speech is not None:
+        builtins += [TtsProvider(services.speech), SttProvider(services.speech)]
+        speech_tags = SpeechTags(node, capabilities.advertise, capabilities.withdraw)
+        node.on_applied(speech_tags.refresh)
+    extensions = ExtensionHost.open(node, services.embeddings, capabilities, builtins=builtins)
     services.chat.attach_hooks(extensions.chat)
 
     async def started() -> None:

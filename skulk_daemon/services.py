@@ -19,11 +19,16 @@ from skulk_daemon.diagnostics.trace_service import TraceService
 from skulk_daemon.diagnostics.tracing import MasterTraces, Tracer, TraceStore
 from skulk_daemon.embeddings.service import EmbeddingService
 from skulk_daemon.fabric.cluster import ClusterAgent
+from skulk_daemon.hub.service import HubService
 from skulk_daemon.node.node import Node
 from skulk_daemon.node_admin.restart import RestartLatch
 from skulk_daemon.node_admin.service import NodeAdminService
 from skulk_daemon.operator.service import OperatorPairingService
 from skulk_daemon.placement.service import PlacementService
+from skulk_daemon.plugins.access import ManagerAccess
+from skulk_daemon.registry.client import RegistryClient
+from skulk_daemon.speech.service import SpeechService
+from skulk_daemon.store.service import StoreService
 from skulk_daemon.telemetry.metrics import NodeMetrics
 from skulk_daemon.worker.supervisor import Supervisor
 
@@ -41,6 +46,11 @@ class Services:
     operator: OperatorPairingService | None = None
     capabilities: CapabilityService | None = None
     admin: NodeAdminService | None = None
+    speech: SpeechService | None = None
+    registry: RegistryClient | None = None
+    hub: HubService | None = None
+    plugins: ManagerAccess | None = None
+    store: StoreService | None = None
 
     @classmethod
     def build(
@@ -62,6 +72,9 @@ class Services:
         store = TraceStore(node.settings.data_dir, node.node_id, exported=otlp.export)
         worker.tracer = Tracer(store)
         node.on_ordered(MasterTraces(store).ordered)
+        # The signed catalog: the node merges whatever verified catalog is usable.
+        registry = RegistryClient(lambda: node.config.registry, node.settings.data_dir)
+        node.registry_catalog = registry.current
         embeddings = EmbeddingService(node, worker, commands)
         chat = ChatService(
             node,
@@ -69,6 +82,7 @@ class Services:
             commands=commands,
             hooks=hooks,
         )
+        hub = HubService(node)
         return cls(
             node=node,
             chat=chat,
@@ -83,4 +97,9 @@ class Services:
             operator=operator,
             capabilities=capabilities,
             admin=NodeAdminService(node, restart=restart),
+            speech=SpeechService(node, worker, commands),
+            registry=registry,
+            hub=hub,
+            plugins=ManagerAccess(node.settings.config_home),
+            store=StoreService(node, hub),
         )

@@ -106,6 +106,7 @@ BELOW_THE_API = [
     "skulk_daemon.operator",
     "skulk_daemon.extensions",
     "skulk_daemon.capabilities",
+    "skulk_daemon.plugins",
     "skulk_daemon.providers",
     "skulk_daemon.fabric",
     "skulk_daemon.node",
@@ -135,6 +136,7 @@ def test_services_are_free_of_the_web_framework() -> None:
         "skulk_daemon.system.http_server",
         "skulk_daemon.operator.listener",
         "skulk_daemon.operator.guards",
+        "skulk_daemon.store.listener",
         "skulk_daemon.serve",
     )
     found = [
@@ -144,6 +146,35 @@ def test_services_are_free_of_the_web_framework() -> None:
         and not any(_under(_module_name(path), prefix) for prefix in allowed)
     ]
     assert found == []
+
+
+# The public plugin surface (``skulk/``) is re-exports over the real modules: it may
+# import skulk_core, the daemon's public extension package and the manager's command
+# (the spec's ``python -m skulk.extensions.runtime_manager``), nothing else of the
+# daemon, no framework and never the CLI; nothing inside Skulk imports it back.
+PUBLIC_SURFACE_MAY_IMPORT = (
+    "skulk",
+    "skulk_core",
+    "skulk_daemon.extensions",
+    "skulk_daemon.plugins.manager.cli",
+    "__future__",
+    "sys",
+)
+
+
+def test_public_surface_only_reexports_public_modules() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path, line, module in _imports("skulk")
+        if not any(_under(module, allowed) for allowed in PUBLIC_SURFACE_MAY_IMPORT)
+    ]
+    assert _imports("skulk"), "no imports found in skulk"
+    assert found == []
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_nothing_inside_skulk_imports_the_public_surface(package: str) -> None:
+    assert _violations(package, {"skulk"}) == []
 
 
 def test_chat_never_imports_extensions() -> None:

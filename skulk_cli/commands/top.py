@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated
 
 import typer
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.table import Table
@@ -32,7 +33,7 @@ def top(
     tokens per second and in-flight generations. Ctrl-C ends it."""
     cli = CliContext.of(ctx)
     with node_client(cli) as client:
-        previous = _completion_tokens(client.metrics_text())
+        previous = _completion_tokens(_samples(client.metrics_text()))
         started = time.monotonic()
         if once:
             time.sleep(interval)
@@ -55,35 +56,38 @@ def _frame(
 ) -> tuple[RenderableType, Counters]:
     identity = views.parse(client.node_identity(), views.NodeIdentity, "/node/identity")
     state = views.parse(client.state(), views.ClusterState, "/state")
-    text = client.metrics_text()
-    current = _completion_tokens(text)
+    samples = _samples(client.metrics_text())
+    current = _completion_tokens(samples)
     return Group(
-        render.status(identity, state), _throughput(previous, current, seconds, text)
+        render.status(identity, state), _throughput(previous, current, seconds, samples)
     ), current
 
 
-def _completion_tokens(text: str) -> Counters:
+def _samples(text: str) -> list[Sample]:
+    """Every sample of a Prometheus text exposition, parsed once per refresh."""
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+def _completion_tokens(samples: Sequence[Sample]) -> Counters:
     """Completion tokens so far, per model, from ``skulk_tokens_total``."""
-    found: Counters = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "skulk_tokens_total" and sample.labels.get("kind") == "completion":
-                found[sample.labels.get("model", "")] = sample.value
-    return found
+    return {
+        sample.labels.get("model", ""): sample.value
+        for sample in samples
+        if sample.name == "skulk_tokens_total" and sample.labels.get("kind") == "completion"
+    }
 
 
-def _gauge(text: str, name: str) -> float | None:
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name:
-                return sample.value
-    return None
+def _gauge(samples: Sequence[Sample], name: str) -> float | None:
+    return next((sample.value for sample in samples if sample.name == name), None)
 
 
 def _throughput(
-    previous: Mapping[str, float], current: Mapping[str, float], seconds: float, text: str
+    previous: Mapping[str, float],
+    current: Mapping[str, float],
+    seconds: float,
+    samples: Sequence[Sample],
 ) -> Table:
-    in_flight = _gauge(text, "skulk_in_flight_sequences")
+    in_flight = _gauge(samples, "skulk_in_flight_sequences")
     table = Table(title=f"This node: {int(in_flight or 0)} generation(s) in flight")
     table.add_column("model")
     table.add_column("tokens/s", justify="right")

@@ -13,6 +13,12 @@ import msgspec
 from skulk_core.models.card_digest import card_digest
 from skulk_core.models.cards import ModelCard, ModelTask
 from skulk_core.models.catalog import CatalogEntry, CatalogSource
+from skulk_core.registry.format import Advisory
+from skulk_core.registry.merge import (
+    current_registry_identity,
+    installed_verification,
+    update_available,
+)
 
 OWNED_BY: Final = "skulk"
 
@@ -101,7 +107,7 @@ class ModelListItem(msgspec.Struct, frozen=True, kw_only=True):
     installed_verification: str | None
     current_registry_identity: str | None
     update_available: bool
-    advisories: tuple[str, ...]
+    advisories: tuple[Advisory, ...]
     remote_code_approval_required: bool
     remote_code_trust_identity: str | None
     remote_code_approved_for_cluster: bool
@@ -150,14 +156,28 @@ def resolved_capabilities(card: ModelCard) -> ResolvedCapabilities:
         supports_tools="tools" in capabilities,
         supports_speech_synthesis=speaks,
         supports_transcription=ModelTask.SPEECH_TO_TEXT in card.tasks,
-        supports_speech_translation=False,
+        supports_speech_translation=card.audio is not None and card.audio.supports_translation,
         supports_audio_output=speaks,
-        supports_realtime_audio=False,
-        audio_response_formats=(),
+        supports_realtime_audio=card.audio is not None and card.audio.supports_realtime,
+        audio_response_formats=card.audio.response_formats if card.audio and speaks else (),
     )
 
 
 def _audio(card: ModelCard) -> AudioInfo:
+    declared = card.audio
+    if declared is not None:
+        return AudioInfo(
+            kind=declared.kind,
+            response_formats=declared.response_formats,
+            supports_streaming=declared.supports_streaming,
+            supports_realtime=declared.supports_realtime,
+            voices=tuple(voice.id for voice in declared.voices),
+            default_voice=declared.default_voice,
+            supports_voice_selection=bool(declared.voices),
+            supports_reference_audio=declared.supports_reference_audio,
+            supports_translation=declared.supports_translation,
+            sample_rates=declared.sample_rates,
+        )
     if ModelTask.TEXT_TO_SPEECH in card.tasks:
         return AudioInfo(kind="tts")
     if ModelTask.SPEECH_TO_TEXT in card.tasks:
@@ -165,22 +185,12 @@ def _audio(card: ModelCard) -> AudioInfo:
     return AudioInfo()
 
 
-def _installed_verification(entry: CatalogEntry) -> str | None:
-    if entry.catalog_source is CatalogSource.CUSTOM:
-        return "custom"
-    installed = entry.installed_card
-    if not entry.installed or installed is None:
-        return None
-    return "registry_verified" if installed.registry_card_id else "local_legacy"
-
-
 def model_list_item(entry: CatalogEntry) -> ModelListItem:
     """Render one catalog entry as a ``/v1/models`` item."""
     card = entry.card
     license_ = card.license
-    registry = entry.registry_card
     installed = entry.installed_card if entry.installed else None
-    current_identity = registry.registry_card_id if registry is not None else None
+    verification = installed_verification(entry)
     return ModelListItem(
         id=card.model_id,
         created=entry.installed_at if entry.installed else 0,
@@ -200,14 +210,10 @@ def model_list_item(entry: CatalogEntry) -> ModelListItem:
         registry_provenance=card.registry_provenance,
         installed=entry.installed,
         active_installed_identity=None if installed is None else _identity(installed),
-        installed_verification=_installed_verification(entry),
-        current_registry_identity=current_identity,
-        update_available=(
-            installed is not None
-            and current_identity is not None
-            and installed.registry_card_id != current_identity
-        ),
-        advisories=(),
+        installed_verification=None if verification is None else verification.value,
+        current_registry_identity=current_registry_identity(entry),
+        update_available=update_available(entry),
+        advisories=entry.advisories,
         remote_code_approval_required=False,
         remote_code_trust_identity=None,
         remote_code_approved_for_cluster=False,

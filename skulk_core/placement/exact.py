@@ -49,7 +49,12 @@ def identity_problem(instance: Instance, card: ModelCard) -> str | None:
 
 
 def admit_instance(
-    instance: Instance, card: ModelCard, facts: ClusterFacts, state: State
+    instance: Instance,
+    card: ModelCard,
+    facts: ClusterFacts,
+    state: State,
+    *,
+    lower_to_ceiling: bool = True,
 ) -> Instance | PlacementRefusal:
     """The instance as the master should commit it, or why it cannot run here.
 
@@ -57,6 +62,9 @@ def admit_instance(
     for their shares. A positive ``contextTokenLimit`` is an upper bound: a smaller
     one is kept, an inflated one is lowered to the resource-derived ceiling; an
     omitted one is backfilled with the default a launch would stamp.
+    ``lower_to_ceiling=False`` (the master's re-check of an ordered instance) refuses
+    a limit that no longer fits instead of lowering it: the API node promised the
+    caller that window.
     """
     mismatch = identity_problem(instance, card)
     if mismatch is not None:
@@ -107,7 +115,11 @@ def admit_instance(
             return _refuse(f"node {candidate.label}: {pool.reason}")
         sites.append(Site(share=share, pool=pool, label=candidate.label))
     window = choose_window(
-        card, sites, limit, reserves=reserves_context_at_load(backend), lower_to_ceiling=True
+        card,
+        sites,
+        limit,
+        reserves=reserves_context_at_load(backend),
+        lower_to_ceiling=lower_to_ceiling,
     )
     if isinstance(window, str):
         return _refuse(f"cannot place {card.model_id}: {window}")

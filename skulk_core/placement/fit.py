@@ -90,6 +90,6 @@ def shortfall_message(site: Site, tokens: int) -> str:
     if pool.committed_bytes:
         have += (
             f" ({gb(pool.free_bytes)} free, {gb(pool.committed_bytes)} committed to "
-            "instances still loading)"
+            "instances placed here that have not yet taken it)"
         )
     return f"needs {gb(required_bytes(share, tokens))} ({parts}) but node {site.label} has {have}"

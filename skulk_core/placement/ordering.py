@@ -56,7 +56,9 @@ def admit_command(
     if card is None:
         return None
     facts = cluster_facts(state, telemetry, cards)
-    admitted = admit_instance(instance, card, facts, state)
+    # NOTE: never lowered here: a window the API node accepted that no longer fits (a
+    # placement ordered just before took the room) is refused, not silently shrunk.
+    admitted = admit_instance(instance, card, facts, state, lower_to_ceiling=False)
     if isinstance(admitted, PlacementRefusal) and admitted.code != PLACEMENT_INFO_PENDING:
         return Refused(code=admitted.code, message=admitted.message)
     return None

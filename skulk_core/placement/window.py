@@ -44,7 +44,7 @@ def _ceiling(card: ModelCard, sites: Sequence[Site]) -> tuple[int | None, str]:
         if site.pool.committed_bytes:
             why += (
                 f", {gb(site.pool.committed_bytes)} of whose {site.pool.kind} is committed "
-                "to instances still loading"
+                "to instances placed there that have not yet taken it"
             )
         bounds.append((tokens, why))
     if limit is None and not per_site:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,6 +16,7 @@ from litestar.openapi.plugins import RedocRenderPlugin, SwaggerRenderPlugin
 
 from skulk_core.version import SKULK_VERSION
 from skulk_daemon.api import openapi
+from skulk_daemon.api.audio import AudioController
 from skulk_daemon.api.auth import AuthController
 from skulk_daemon.api.authority import AuthorityGuard, declare
 from skulk_daemon.api.bench import BenchController
@@ -24,6 +27,7 @@ from skulk_daemon.api.config import ConfigController
 from skulk_daemon.api.diagnostics import DiagnosticsController
 from skulk_daemon.api.embeddings import EmbeddingsController
 from skulk_daemon.api.errors import EXCEPTION_HANDLERS
+from skulk_daemon.api.hub import HubController
 from skulk_daemon.api.images import ImagesController
 from skulk_daemon.api.metrics import MetricsController
 from skulk_daemon.api.models import ModelsController
@@ -32,12 +36,20 @@ from skulk_daemon.api.node_admin import NodeAdminController
 from skulk_daemon.api.ollama import OllamaController
 from skulk_daemon.api.openai_chat import OpenAIChatController
 from skulk_daemon.api.placement import PlacementController
+from skulk_daemon.api.plugin_grants import PluginGrantsController
+from skulk_daemon.api.plugins import PluginsController
+from skulk_daemon.api.registry import RegistryController
 from skulk_daemon.api.responses import ResponsesController
 from skulk_daemon.api.state import StateController
+from skulk_daemon.api.store import StoreController
 from skulk_daemon.api.traces import TracesController
 from skulk_daemon.authority.policy import Requirement
+from skulk_daemon.hub.service import HubService
 from skulk_daemon.node_admin.service import NodeAdminService
+from skulk_daemon.plugins.access import ManagerAccess
+from skulk_daemon.registry.client import RegistryClient
 from skulk_daemon.services import Services
+from skulk_daemon.store.service import StoreService
 from skulk_daemon.telemetry.metrics import MetricsMiddleware
 
 CONTROLLERS = [
@@ -46,11 +58,13 @@ CONTROLLERS = [
     StateController,
     ConfigController,
     ModelsController,
+    HubController,
     OpenAIChatController,
     ResponsesController,
     ClaudeMessagesController,
     OllamaController,
     EmbeddingsController,
+    AudioController,
     BenchController,
     ImagesController,
     BrowserToolsController,
@@ -60,6 +74,10 @@ CONTROLLERS = [
     TracesController,
     AuthController,
     CapabilitiesController,
+    RegistryController,
+    PluginsController,
+    PluginGrantsController,
+    StoreController,
 ]
 
 
@@ -73,6 +91,32 @@ def create_app(
 
     def provider(value: object) -> Provide:
         return Provide(lambda: value, sync_to_thread=False)
+
+    registry = services.registry
+    if registry is None:
+        registry = RegistryClient(
+            lambda: services.node.config.registry, services.node.settings.data_dir
+        )
+        services.node.registry_catalog = registry.current
+    # The registry's refresh loop lives as long as the app serves.
+    registry_stop = asyncio.Event()
+    registry_loop: list[asyncio.Task[None]] = []
+
+    async def start_registry() -> None:
+        registry_loop.append(asyncio.create_task(registry.run(registry_stop)))
+
+    async def stop_registry() -> None:
+        # NOTE: a refresh in flight is a thread blocked on the network for at most its
+        # timeouts; the stop does not wait for it (its result is simply not used).
+        registry_stop.set()
+        for task in registry_loop:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    hub = services.hub or HubService(services.node)
+    # The store host's internal transport lives as long as the app serves.
+    store = services.store or StoreService(services.node, hub)
 
     guard = AuthorityGuard(lambda: services.node.config)
     services.metrics.refusals = guard.refusals
@@ -89,6 +133,7 @@ def create_app(
             "node": provider(services.node),
             "chat": provider(services.chat),
             "embeddings": provider(services.embeddings),
+            "speech": provider(services.speech),
             "placement": provider(services.placement),
             "diagnostics": provider(services.diagnostics),
             "metrics": provider(services.metrics),
@@ -98,10 +143,16 @@ def create_app(
             "capabilities": provider(services.capabilities),
             "admin": provider(services.admin or NodeAdminService(services.node)),
             "authority_guard": provider(guard),
+            "hub": provider(hub),
+            "store": provider(store),
+            "registry": provider(registry),
+            "plugins": provider(
+                services.plugins or ManagerAccess(services.node.settings.config_home)
+            ),
         },
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
-        on_startup=list(on_startup),
-        on_shutdown=list(on_shutdown),
+        on_startup=[*on_startup, start_registry, store.start],
+        on_shutdown=[stop_registry, store.stop, *on_shutdown],
         # The daemon configures logging once (serve.py); Litestar must not add its own.
         logging_config=None,
         openapi_config=OpenAPIConfig(

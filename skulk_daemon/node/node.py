@@ -24,13 +24,15 @@ from pathlib import Path
 from typing import Final
 
 from skulk_core.cluster.health import derive_node_health
+from skulk_core.cluster.prefixes import RoutedPrompts, prefix_holders
 from skulk_core.cluster.telemetry import NodeHealth, NodeTelemetry
 from skulk_core.config import SkulkConfig
-from skulk_core.ids import ModelId, NodeId, new_command_id
+from skulk_core.ids import InstanceId, ModelId, NodeId, new_command_id
 from skulk_core.models.cards import ModelCard
 from skulk_core.models.catalog import Catalog, InstalledModel, build_catalog
 from skulk_core.placement import ClusterFacts, cluster_facts
 from skulk_core.placement.ordering import admit_command
+from skulk_core.registry.format import VerifiedCatalog
 from skulk_core.state.apply import apply
 from skulk_core.state.commands import Command, RecordMasterElected, RegisterNode
 from skulk_core.state.decide import Refused
@@ -113,6 +115,9 @@ class Node:
         self.event_log = event_log
         self.installed_models = installed_models
         self.models_dir = models_dir
+        # The signed registry's verified catalog, when one is usable (the registry
+        # client replaces this; skulk_daemon.registry).
+        self.registry_catalog: Callable[[], VerifiedCatalog | None] = lambda: None
         state = snapshot.state if snapshot is not None else State()
         last_term = snapshot.last_term if snapshot is not None else 0
         last_master = snapshot.last_master if snapshot is not None else None
@@ -126,6 +131,9 @@ class Node:
         self._last_master = last_master
         self._snapshot_idx = state.last_event_applied_idx if snapshot is not None else -1
         self._telemetry: dict[NodeId, NodeTelemetry] = {}
+        # Prefix fingerprints of the prompts this node sent to each instance: published
+        # in telemetry, and routing's freshest view of where its own prompts went.
+        self.routed_prompts = RoutedPrompts()
         self._applied = asyncio.Condition()
         self._role_changed = asyncio.Event()
         self._listeners: list[Callable[[], None]] = []
@@ -171,13 +179,28 @@ class Node:
         return self.config_store.config
 
     def catalog(self) -> Catalog:
-        return build_catalog(self.installed_models, self._state.custom_model_cards)
+        signed = self.registry_catalog()
+        if signed is None:
+            return build_catalog(self.installed_models, self._state.custom_model_cards)
+        return build_catalog(
+            self.installed_models,
+            self._state.custom_model_cards,
+            signed.cards,
+            signed.advisories,
+        )
 
     def view(self) -> ClusterView:
         state = self._state
         telemetry = dict(self._telemetry)
         health = derive_node_health(state, telemetry, datetime.now(UTC))
         return ClusterView(state=state, telemetry=telemetry, health=health)
+
+    def prefix_holders(self) -> dict[InstanceId, frozenset[int]]:
+        """What every instance is known to hold of prompts, from all nodes' telemetry
+        and this node's own routing (fresher than its last reading)."""
+        readings = [reading.prompt_prefixes for reading in self._telemetry.values()]
+        readings.append(self.routed_prompts.published(self._state.instances))
+        return prefix_holders(readings)
 
     def own_telemetry(self) -> NodeTelemetry | None:
         return self._telemetry.get(self.node_id)

@@ -127,6 +127,10 @@ def _serve(stdin: BinaryIO, outbox: _Outbox) -> int:
         return _serve_embeddings(stdin, outbox, first)
     if first.mode == "rpc_donor":
         return serve_donor(stdin, outbox.send, first)
+    if first.mode in ("speak", "transcribe"):
+        from skulk_daemon.speech.runner_mode import serve_speech  # noqa: PLC0415 (see below)
+
+        return serve_speech(stdin, outbox.send, first)
     gates: DriverGates | None = None
     if first.pool is not None:
         # NOTE: before llama.cpp is imported (its import starts a thread): the
@@ -164,6 +168,7 @@ def _serve(stdin: BinaryIO, outbox: _Outbox) -> int:
             slots=first.slots,
             n_threads=first.n_threads,
             offload=offload,
+            prompt_cache_bytes=first.prompt_cache_bytes,
         )
         engine: Engine = LlamaCppEngine(settings, outbox.send, on_fatal=on_fatal)
     except ValueError as exc:
@@ -177,6 +182,7 @@ def _serve(stdin: BinaryIO, outbox: _Outbox) -> int:
             _wrong_mode(task_id, "generates text; it does not embed")
         ),
         cancel=engine.cancel,
+        speech=lambda task: outbox.send(_wrong_mode(task.task_id, "serves no speech")),
     )
     outbox.phase("shutting_down")
     if gates is not None:
@@ -245,6 +251,7 @@ def _serve_embeddings(stdin: BinaryIO, outbox: _Outbox, load: Load) -> int:
         ),
         embed=engine.submit,
         cancel=engine.cancel,
+        speech=lambda task: outbox.send(_wrong_mode(task.task_id, "serves no speech")),
     )
     outbox.phase("shutting_down")
     engine.unload()

@@ -18,12 +18,14 @@ import asyncio
 import logging
 import struct
 from collections.abc import Callable
-from typing import BinaryIO, Final, Literal
+from typing import BinaryIO, ClassVar, Final, Literal
 
 import msgspec
 
+from skulk_core.audio.subtitles import TranscriptSegment
 from skulk_core.chat.generation import ErrorChunk, FinishChunk, GenerationRequest, TokenChunk
 from skulk_core.ids import TaskId
+from skulk_core.models.cards import ModelTask
 from skulk_daemon.engines.base import DEFAULT_SLOTS
 
 log = logging.getLogger("skulk.runner")
@@ -41,9 +43,11 @@ VERBOSE_ENV: Final = "SKULK_RUNNER_VERBOSE"
 """``1`` lets llama.cpp's own log through to the runner's stderr."""
 
 RunnerPhase = Literal["loading", "loaded", "warming_up", "ready", "shutting_down", "shutdown"]
-RunnerMode = Literal["generate", "embed", "rpc_donor"]
-"""What a runner serves: text generation (``Generate``), embeddings (``Embed``), or
-its memory to an RPC pool's driver (``"rpc_donor"``: no model, no tasks)."""
+RunnerMode = Literal["generate", "embed", "rpc_donor", "speak", "transcribe"]
+"""What a runner serves: text generation (``Generate``), embeddings (``Embed``), its
+memory to an RPC pool's driver (``"rpc_donor"``: no model, no tasks), speech synthesis
+(``Synthesize``) or speech to text (``Transcribe``); a speech runner's ``model_path``
+is its model directory."""
 
 ERROR_CANCELLED: Final = "cancelled"
 """The ``ErrorChunk`` code that ends a cancelled embedding task."""
@@ -88,6 +92,8 @@ class Load(msgspec.Struct, frozen=True, kw_only=True, tag="load"):
     mode: RunnerMode = "generate"
     pool: RpcPool | None = None
     serve: RpcServe | None = None
+    prompt_cache_bytes: int = 0
+    """The host-RAM prompt cache's budget (``"generate"`` mode; 0: off)."""
 
 
 class Generate(msgspec.Struct, frozen=True, kw_only=True, tag="generate"):
@@ -113,6 +119,64 @@ class Embedded(msgspec.Struct, frozen=True, kw_only=True, tag="embedded"):
     prompt_tokens: int
 
 
+class Synthesize(msgspec.Struct, frozen=True, kw_only=True, tag="synthesize"):
+    """Speak ``text``; answered by one :class:`Synthesized` or ``ErrorChunk``."""
+
+    KIND: ClassVar[ModelTask] = ModelTask.TEXT_TO_SPEECH
+    task_id: TaskId
+    text: str
+    voice: str | None = None
+    speed: float = 1.0
+    seed: int | None = None
+    """The request's seed: its synthesis must be reproducible."""
+    stream: bool = False
+    """Send each sentence's PCM as a :class:`SpeechPartial` as soon as it is spoken;
+    the closing ``Synthesized`` then carries no samples."""
+
+
+class Synthesized(msgspec.Struct, frozen=True, kw_only=True, tag="synthesized"):
+    """Mono signed 16-bit little-endian PCM at ``sample_rate``."""
+
+    task_id: TaskId
+    pcm: bytes
+    sample_rate: int
+    sentences: int
+
+
+class Transcribe(msgspec.Struct, frozen=True, kw_only=True, tag="transcribe"):
+    """Transcribe (or, with ``translate``, translate to English) an uploaded audio
+    file's bytes; answered by one :class:`Transcribed` or ``ErrorChunk``. The bytes
+    travel only on this pipe; they are never logged."""
+
+    KIND: ClassVar[ModelTask] = ModelTask.SPEECH_TO_TEXT
+    task_id: TaskId
+    audio: bytes
+    language: str | None = None
+    prompt: str | None = None
+    temperature: float | None = None
+    translate: bool = False
+    stream: bool = False
+    """Send each decoded segment as a :class:`SpeechPartial` before ``Transcribed``."""
+
+
+class SpeechPartial(msgspec.Struct, frozen=True, kw_only=True, tag="speech_partial"):
+    """Part of a streamed speech task, in order: a sentence's PCM (synthesis) or a
+    decoded segment (transcription)."""
+
+    task_id: TaskId
+    index: int
+    pcm: bytes = b""
+    segment: TranscriptSegment | None = None
+
+
+class Transcribed(msgspec.Struct, frozen=True, kw_only=True, tag="transcribed"):
+    task_id: TaskId
+    text: str
+    language: str
+    duration: float
+    segments: tuple[TranscriptSegment, ...] = ()
+
+
 class Cancel(msgspec.Struct, frozen=True, kw_only=True, tag="cancel"):
     task_id: TaskId
 
@@ -135,8 +199,19 @@ class Failed(msgspec.Struct, frozen=True, kw_only=True, tag="failed"):
     code: str = ""
 
 
-ParentMessage = Load | Generate | Embed | Cancel | Shutdown
-RunnerMessage = Phase | Failed | TokenChunk | FinishChunk | ErrorChunk | Embedded
+ParentMessage = Load | Generate | Embed | Synthesize | Transcribe | Cancel | Shutdown
+RunnerMessage = (
+    Phase
+    | Failed
+    | TokenChunk
+    | FinishChunk
+    | ErrorChunk
+    | Embedded
+    | Synthesized
+    | Transcribed
+    | SpeechPartial
+)
+SpeechTask = Synthesize | Transcribe
 
 
 class ProtocolError(ValueError):
@@ -210,6 +285,7 @@ def serve_frames(
     generate: Callable[[GenerationRequest], None],
     embed: Callable[[TaskId, tuple[str, ...]], None],
     cancel: Callable[[TaskId], None],
+    speech: Callable[[SpeechTask], None] | None = None,
 ) -> None:
     """The runner's main loop once it serves: hand each of the parent's frames to
     its handler until :class:`Shutdown` or the end of stdin (the parent is gone).
@@ -226,6 +302,10 @@ def serve_frames(
                 generate(request)
             case Embed(task_id=task_id, inputs=inputs):
                 embed(task_id, inputs)
+            case Synthesize() | Transcribe() as task:
+                if speech is None:
+                    raise ProtocolError("this runner serves no speech tasks")
+                speech(task)
             case Cancel(task_id=task_id):
                 cancel(task_id)
             case Shutdown():

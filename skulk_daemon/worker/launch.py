@@ -25,6 +25,7 @@ from skulk_core.placement.rpc_pool import RPC_DONOR_LOST
 from skulk_core.state.shards import Instance, LlamaRpcInstance, RpcDonorShardMetadata, ShardMetadata
 from skulk_daemon.node.node import Node
 from skulk_daemon.runner.protocol import Load, RunnerMode
+from skulk_daemon.store.staging import Staging, StagingFailed
 from skulk_daemon.worker.rpc_loads import (
     DONOR_READY_TIMEOUT_SECONDS,
     donor_load,
@@ -49,20 +50,31 @@ class Launcher:
         self._node = node
         self._slots = slots
         self.rpc_gate_key: bytes | None = None
+        self._staging = Staging(node)
 
     def model_path(self, model_id: ModelId) -> Path | None:
         entry = self._node.catalog().get(model_id)
+        if entry is not None and entry.location is not None and entry.card.audio is not None:
+            # A speech runner loads its model directory (its engine knows the files).
+            directory = Path(entry.location)
+            return directory if directory.is_dir() else None
         if entry is None or entry.location is None or entry.card.gguf_file is None:
             return None
         path = Path(entry.location) / entry.card.gguf_file
         return path if path.is_file() else None
 
     def runner_mode(self, model_id: ModelId) -> RunnerMode:
-        """``"embed"`` for a card that embeds and does not generate text."""
+        """``"embed"`` for a card that embeds and does not generate text; ``"speak"``
+        or ``"transcribe"`` for a speech card that does not generate text."""
         entry = self._node.catalog().get(model_id)
         tasks = () if entry is None else entry.card.tasks
         if ModelTask.TEXT_EMBEDDING in tasks and ModelTask.TEXT_GENERATION not in tasks:
             return "embed"
+        if ModelTask.TEXT_GENERATION not in tasks:
+            if ModelTask.TEXT_TO_SPEECH in tasks:
+                return "speak"
+            if ModelTask.SPEECH_TO_TEXT in tasks:
+                return "transcribe"
         return "generate"
 
     async def load_for(
@@ -81,6 +93,8 @@ class Launcher:
                 raise LaunchRefused("rpc_pool_invalid", made)
             return made
         path = self.model_path(model_id)
+        if path is None:
+            path = await self._stage(model_id)
         if path is None:
             raise LaunchRefused(
                 f"{MODEL_NOT_INSTALLED}:{node_id}",
@@ -102,7 +116,20 @@ class Launcher:
             n_threads=None,
             mode=self.runner_mode(model_id),
             pool=pool,
+            prompt_cache_bytes=self._node.config.inference.prompt_cache_mb * 1024**2,
         )
+
+    async def _stage(self, model_id: ModelId) -> Path | None:
+        """The model's file after staging it from the cluster's store (verified
+        against the store's manifest); None when the store does not have it."""
+        entry = self._node.catalog().get(model_id)
+        if entry is None or entry.card.gguf_file is None or not self._node.state.store_hosts:
+            return None
+        try:
+            staged = await self._staging.stage(entry.card)
+        except StagingFailed as exc:
+            raise LaunchRefused(f"{MODEL_NOT_INSTALLED}:{self._node.node_id}", str(exc)) from None
+        return self.model_path(model_id) if staged else None
 
     def _shortfall(
         self, model_id: ModelId, shard: ShardMetadata, context_tokens: int

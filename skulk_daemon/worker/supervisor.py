@@ -20,6 +20,7 @@ from typing import Protocol, assert_never
 
 from skulk_core.chat.generation import EngineChunk as Chunk
 from skulk_core.chat.generation import ErrorChunk, FinishChunk, GenerationRequest
+from skulk_core.cluster.prefixes import prompt_fingerprint
 from skulk_core.cluster.worker_plan import (
     LocalRunnerPhase,
     StartRunner,
@@ -60,8 +61,8 @@ from skulk_core.state.shards import (
 from skulk_core.state.state import Task, TaskStatus
 from skulk_daemon.engines.base import DEFAULT_SLOTS
 from skulk_daemon.node.node import Node
-from skulk_daemon.runner.client import RunnerProcess
-from skulk_daemon.runner.protocol import ERROR_CANCELLED, Embedded
+from skulk_daemon.runner.client import Answer, PartSink, RunnerProcess
+from skulk_daemon.runner.protocol import ERROR_CANCELLED, Embedded, SpeechTask
 from skulk_daemon.worker.flight import FlightRecorder
 from skulk_daemon.worker.launch import Launcher, LaunchRefused
 from skulk_daemon.worker.observers import GenerationObserver, TraceOpener
@@ -388,6 +389,8 @@ class Supervisor:
         client-facing command the task serves (what ``/state`` shows on the task).
         ``origin`` is the API node that asked over the fabric (None: this one)."""
         task_id = TaskId(request.task_id)
+        # Where this prompt went is what replica routing prefers for its next turn.
+        self._node.routed_prompts.record(instance_id, prompt_fingerprint(request.prompt))
         host = self._remote_host(instance_id)
         if host is not None and self._remote is not None:
             remote = self._remote
@@ -474,6 +477,27 @@ class Supervisor:
         with self._task(runner, task_id, command_id, ModelTask.TEXT_EMBEDDING) as outcome:
             result = await runner.process.embed(task_id, inputs)
             if isinstance(result, Embedded):
+                outcome.status = TaskStatus.COMPLETE
+            elif result.code == ERROR_CANCELLED:
+                outcome.status = TaskStatus.CANCELLED
+            return result
+
+    async def speech(
+        self,
+        instance_id: InstanceId,
+        task: SpeechTask,
+        command_id: CommandId,
+        parts: PartSink = None,
+    ) -> Answer:
+        """Run a speech task on this node's runner for the instance, as one task in ``/state``
+        (never its audio or text); ``parts`` gets a streamed task's parts. Cancellable."""
+        runner = await self._serving_runner(instance_id, task.task_id)
+        if isinstance(runner, ErrorChunk):
+            return runner
+        assert runner.process is not None
+        with self._task(runner, task.task_id, command_id, task.KIND) as outcome:
+            result = await runner.process.speech(task, parts)
+            if not isinstance(result, ErrorChunk):
                 outcome.status = TaskStatus.COMPLETE
             elif result.code == ERROR_CANCELLED:
                 outcome.status = TaskStatus.CANCELLED

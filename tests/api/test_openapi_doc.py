@@ -16,7 +16,12 @@ import pytest
 from tests.api.in_process import AppNode
 
 BODYLESS: Final = frozenset(
-    {"POST /onboarding", "POST /v1/cancel/{command_id}", "POST /admin/restart"}
+    {
+        "POST /onboarding",
+        "POST /v1/cancel/{command_id}",
+        "POST /admin/restart",
+        "POST /v1/plugins/managed/installations/{plugin_id}/operations/{operation_id}/recover",
+    }
 )
 """Operations with a method that may carry a body, which take none."""
 

@@ -18,7 +18,7 @@ from skulk_core.cluster.telemetry import (
     NodeTelemetry,
     Participation,
 )
-from skulk_core.ids import InstanceId, ModelId, NodeId, NodeInstallId, RunnerId
+from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, NodeInstallId, RunnerId
 from skulk_core.models.cards import Memory, ModelCard
 from skulk_core.placement import (
     HEADROOM_BYTES,
@@ -34,8 +34,10 @@ from skulk_core.placement import (
     preview_placements,
 )
 from skulk_core.placement.fit import RUNTIME_OVERHEAD_FACTOR
+from skulk_core.placement.ordering import admit_command
 from skulk_core.placement.rings import candidate_rings
 from skulk_core.placement.rpc_pool import RPC_PORT_BASE
+from skulk_core.state.commands import CreateInstance
 from skulk_core.state.shards import (
     InstanceMeta,
     LlamaRpcInstance,
@@ -451,7 +453,7 @@ def test_committed_memory_is_named_in_the_refusal() -> None:
             CountingIds(),
         )
     )
-    assert "committed to instances still loading" in result.message
+    assert "committed to instances placed here" in result.message
 
 
 def test_ready_runners_no_longer_count_as_committed() -> None:
@@ -676,3 +678,29 @@ def test_rings_need_every_consecutive_pair_connected() -> None:
         ("a", "c"),
         ("b", "c"),
     ]
+
+
+def test_the_master_refuses_a_window_that_no_longer_fits_rather_than_shrinking_it() -> None:
+    """Two API nodes both planned the full window against the same free bytes; the
+    master orders the first, and the second is refused, never admitted at a smaller
+    window than its caller was promised."""
+    reading = telemetry("a", 1200 * MIB)
+    request = PlacementRequest(context_tokens=8192)
+    ids = CountingIds()
+    first = placed(place(gguf_card(), facts(reading), request, ids))
+    second = placed(place(gguf_card(), facts(reading), request, ids))
+    [runner] = first.instance.shard_assignments.node_to_runner.values()
+    ordered = State(
+        instances={first.instance.instance_id: first.instance},
+        runners={runner: RunnerIdle()},
+        topology=Topology(nodes=(NodeId("a"),)),
+    )
+    command = CreateInstance(command_id=CommandId("c2"), instance=second.instance, card=gguf_card())
+    cards = {gguf_card().model_id: gguf_card()}
+    refusal = admit_command(ordered, command, {NodeId("a"): reading}, cards)
+    assert refusal is not None and refusal.code == "no_valid_placement"
+    assert "context_tokens 8192 exceeds" in refusal.message
+    assert "committed to instances placed" in refusal.message
+    # Alone, the same command is admitted as it is.
+    alone = msgspec.structs.replace(ordered, instances={}, runners={})
+    assert admit_command(alone, command, {NodeId("a"): reading}, cards) is None

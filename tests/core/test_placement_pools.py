@@ -272,7 +272,7 @@ def test_the_master_refuses_a_second_placement_that_would_oversubscribe_a_node()
     ordered = msgspec.structs.replace(state, instances={first.instance.instance_id: first.instance})
     refused = admit_command(ordered, second, readings, cards)
     assert isinstance(refused, Refused) and refused.code == NO_VALID_PLACEMENT
-    assert "committed to instances still loading" in refused.message
+    assert "committed to instances placed here" in refused.message
     # A master that cannot size the model lets the API node's check stand.
     assert admit_command(ordered, second, readings, {}) is None
 

@@ -83,8 +83,9 @@ def test_two_racing_placements_cannot_oversubscribe_a_node(
     refused = next(answer for answer in answers if answer.status_code == 400)
     assert refused.headers["X-Skulk-Placement-Failure"] == "no_valid_placement"
     message = refused.json()["error"]["message"]
-    # The refusal names the node and why: memory committed to the instance just placed.
-    assert f"node {target}" in message and "committed to instances still loading" in message
+    # The refusal names the node and why: memory committed to the instance just placed
+    # (planned, and not yet held by its runner).
+    assert f"node {target}" in message and "committed to instances placed" in message
     # Exactly one instance, on the host, and it serves.
     instances = a.get("/state").json()["instances"]
     assert len(instances) == 1
