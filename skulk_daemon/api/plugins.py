@@ -169,13 +169,15 @@ def _refusal_status(reason: str) -> int:
             return 409
 
 
-async def _ask(plugins: ManagerAccess, request: dict[str, Any]) -> Any:
+async def _ask(plugins: ManagerAccess, request: dict[str, Any]) -> dict[str, Any]:
+    """The manager's result object for ``request``, or the HTTP error its refusal maps to."""
     try:
         answer = await plugins.call(request)
     except PluginRefusal as refusal:
         fail(_refusal_status(refusal.reason), refusal.message, f"manager_{refusal.reason}")
     if answer.get("ok"):
-        return answer["result"]
+        result: dict[str, Any] = answer["result"]
+        return result
     error: dict[str, Any] = answer.get("error") or {}
     if error.get("code") == "release_protocol_unsupported":
         kind: ProtocolKind = "runtime" if error.get("kind") == "runtime" else "release"
@@ -255,8 +257,7 @@ class PluginsController(Controller):
         plugins: ManagerAccess,
     ) -> dict[str, Any]:
         await _authorize(request, authority, PLUGINS_READ)
-        result: dict[str, Any] = await _ask(plugins, {"action": "list"})
-        return result
+        return await _ask(plugins, {"action": "list"})
 
     @post(
         "/managed/installations",
@@ -273,10 +274,7 @@ class PluginsController(Controller):
     ) -> dict[str, Any]:
         await _authorize(request, authority, PLUGINS_MANAGE)
         body = decode_body(await request.body(), RegisterBody)
-        result: dict[str, Any] = await _ask(
-            plugins, {"action": "register", "plugin_id": body.plugin_id}
-        )
-        return result
+        return await _ask(plugins, {"action": "register", "plugin_id": body.plugin_id})
 
     @get(
         "/managed/installations/{plugin_id:str}", summary="One installation", responses=READ_ERRORS
@@ -289,10 +287,7 @@ class PluginsController(Controller):
         plugin_id: str,
     ) -> dict[str, Any]:
         await _authorize(request, authority, PLUGINS_READ)
-        result: dict[str, Any] = await _ask(
-            plugins, {"action": "get", "plugin_id": _plugin_id(plugin_id)}
-        )
-        return result
+        return await _ask(plugins, {"action": "get", "plugin_id": _plugin_id(plugin_id)})
 
     @delete(
         "/managed/installations/{plugin_id:str}",
@@ -309,10 +304,7 @@ class PluginsController(Controller):
     ) -> dict[str, Any]:
         await _authorize(request, authority, PLUGINS_MANAGE)
         await _no_body(request)
-        result: dict[str, Any] = await _ask(
-            plugins, {"action": "purge", "plugin_id": _plugin_id(plugin_id)}
-        )
-        return result
+        return await _ask(plugins, {"action": "purge", "plugin_id": _plugin_id(plugin_id)})
 
     @post(
         "/managed/installations/{plugin_id:str}/operations",
@@ -331,11 +323,10 @@ class PluginsController(Controller):
         await _authorize(request, authority, PLUGINS_MANAGE)
         checked = _plugin_id(plugin_id)
         body = decode_body(await request.body(), LifecycleRequest)
-        result: dict[str, Any] = await _ask(
+        return await _ask(
             plugins,
             {"action": "submit", "plugin_id": checked, "request": msgspec.to_builtins(body)},
         )
-        return result
 
     @get(
         "/managed/installations/{plugin_id:str}/operations/{operation_id:str}",
@@ -351,7 +342,7 @@ class PluginsController(Controller):
         operation_id: str,
     ) -> dict[str, Any]:
         await _authorize(request, authority, PLUGINS_READ)
-        result: dict[str, Any] = await _ask(
+        return await _ask(
             plugins,
             {
                 "action": "operation",
@@ -359,7 +350,6 @@ class PluginsController(Controller):
                 "operation_id": _operation_id(operation_id),
             },
         )
-        return result
 
     @post(
         "/managed/installations/{plugin_id:str}/operations/{operation_id:str}/recover",
@@ -377,7 +367,7 @@ class PluginsController(Controller):
     ) -> dict[str, Any]:
         await _authorize(request, authority, PLUGINS_MANAGE)
         await _no_body(request)
-        result: dict[str, Any] = await _ask(
+        return await _ask(
             plugins,
             {
                 "action": "recover",
@@ -385,7 +375,6 @@ class PluginsController(Controller):
                 "operation_id": _operation_id(operation_id),
             },
         )
-        return result
 
     @get(
         "/managed/installations/{plugin_id:str}/source",
@@ -400,10 +389,7 @@ class PluginsController(Controller):
         plugin_id: str,
     ) -> dict[str, Any]:
         await _authorize(request, authority, PLUGINS_READ)
-        result: dict[str, Any] = await _ask(
-            plugins, {"action": "source_status", "plugin_id": _plugin_id(plugin_id)}
-        )
-        return result
+        return await _ask(plugins, {"action": "source_status", "plugin_id": _plugin_id(plugin_id)})
 
     @post(
         "/managed/installations/{plugin_id:str}/source",
@@ -423,10 +409,9 @@ class PluginsController(Controller):
         checked = _plugin_id(plugin_id)
         body = decode_body(await request.body(), SourceUpdate)
         update = msgspec.to_builtins(body)
-        result: dict[str, Any] = await _ask(
+        return await _ask(
             plugins, {"action": "configure_source", "plugin_id": checked, "request": update}
         )
-        return result
 
     @get(
         "/managed/installations/{plugin_id:str}/release",
@@ -441,10 +426,9 @@ class PluginsController(Controller):
         plugin_id: str,
     ) -> dict[str, Any]:
         await _authorize(request, authority, PLUGINS_READ)
-        result: dict[str, Any] = await _ask(
+        return await _ask(
             plugins, {"action": "inspect_release", "plugin_id": _plugin_id(plugin_id)}
         )
-        return result
 
     @post(
         "/managed/installations/{plugin_id:str}/install",
@@ -463,11 +447,10 @@ class PluginsController(Controller):
         await _authorize(request, authority, PLUGINS_MANAGE)
         checked = _plugin_id(plugin_id)
         body = decode_body(await request.body(), InstallRequest)
-        result: dict[str, Any] = await _ask(
+        return await _ask(
             plugins,
             {"action": "install", "plugin_id": checked, "request": msgspec.to_builtins(body)},
         )
-        return result
 
     @get(
         "/managed/installations/{plugin_id:str}/install",
@@ -482,10 +465,7 @@ class PluginsController(Controller):
         plugin_id: str,
     ) -> dict[str, Any]:
         await _authorize(request, authority, PLUGINS_READ)
-        result: dict[str, Any] = await _ask(
-            plugins, {"action": "install_status", "plugin_id": _plugin_id(plugin_id)}
-        )
-        return result
+        return await _ask(plugins, {"action": "install_status", "plugin_id": _plugin_id(plugin_id)})
 
     @post(
         "/managed/installations/{plugin_id:str}/install/{operation_id:str}/recover",
@@ -505,7 +485,7 @@ class PluginsController(Controller):
         await _authorize(request, authority, PLUGINS_MANAGE)
         checked, operation = _plugin_id(plugin_id), _operation_id(operation_id)
         body = decode_body(await request.body(), RecoverInstallBody)
-        result: dict[str, Any] = await _ask(
+        return await _ask(
             plugins,
             {
                 "action": "recover_install",
@@ -514,7 +494,6 @@ class PluginsController(Controller):
                 "expected_source_revision": body.expected_source_revision,
             },
         )
-        return result
 
     @get("/managed/catalog", summary="Read and verify the signed catalog", responses=CHANGE_ERRORS)
     async def catalog(
@@ -524,8 +503,7 @@ class PluginsController(Controller):
         plugins: ManagerAccess,
     ) -> dict[str, Any]:
         await _authorize(request, authority, PLUGINS_READ)
-        result: dict[str, Any] = await _ask(plugins, {"action": "read_catalog"})
-        return result
+        return await _ask(plugins, {"action": "read_catalog"})
 
     @get("/managed/catalog/source", summary="Catalog source readiness", responses=READ_ERRORS)
     async def catalog_source(
@@ -535,8 +513,7 @@ class PluginsController(Controller):
         plugins: ManagerAccess,
     ) -> dict[str, Any]:
         await _authorize(request, authority, PLUGINS_READ)
-        result: dict[str, Any] = await _ask(plugins, {"action": "catalog_status"})
-        return result
+        return await _ask(plugins, {"action": "catalog_status"})
 
     @post(
         "/managed/catalog/source",
@@ -553,10 +530,9 @@ class PluginsController(Controller):
     ) -> dict[str, Any]:
         await _authorize(request, authority, None)
         body = decode_body(await request.body(), CatalogUpdate)
-        result: dict[str, Any] = await _ask(
+        return await _ask(
             plugins, {"action": "configure_catalog", "request": msgspec.to_builtins(body)}
         )
-        return result
 
     @post(
         "/managed/catalog/install",
@@ -574,5 +550,4 @@ class PluginsController(Controller):
         await _authorize(request, authority, None)
         body = decode_body(await request.body(), CatalogInstallBody)
         fields = {k: v for k, v in msgspec.to_builtins(body).items() if v is not None}
-        result: dict[str, Any] = await _ask(plugins, {"action": "install_from_catalog", **fields})
-        return result
+        return await _ask(plugins, {"action": "install_from_catalog", **fields})

@@ -128,6 +128,10 @@ def _thinking(task: ChatTask, card: ModelCard) -> ThinkingControls:
     )
 
 
+def _replicas(node: Node, model_id: ModelId) -> int:
+    return sum(1 for i in node.state.instances.values() if i.shard_assignments.model_id == model_id)
+
+
 def _check_fits(task: ChatTask, instance: Instance, card: ModelCard) -> None:
     _check_images(task, card)
     limit = instance.context_token_limit
@@ -175,10 +179,13 @@ def admit(node: Node, task: ChatTask) -> Admitted:
     _check_fits(task, instance, card)
     grammar = _grammar(task, offer)
     prompt = _render(task, card, offer)
-    # With replicas, the one holding the longest prefix of this prompt serves it.
-    routed = select_instance(
-        node.state, model_id, fingerprint=prompt_fingerprint(prompt), held=node.prefix_holders()
-    )
+    # With replicas, the one holding the longest prefix of this prompt serves it (one
+    # instance needs no fingerprint: the hashes are only worth computing to choose).
+    routed = None
+    if _replicas(node, model_id) > 1:
+        routed = select_instance(
+            node.state, model_id, fingerprint=prompt_fingerprint(prompt), held=node.prefix_holders()
+        )
     if routed is not None and routed.instance_id != instance.instance_id:
         routed_card = node.state.instance_cards.get(routed.instance_id, entry.card)
         _check_fits(task, routed, routed_card)
