@@ -13,6 +13,7 @@ from skulk_core.chat.generation import (
     GenerationStats,
 )
 from skulk_core.ids import TaskId
+from skulk_daemon.engines._llama_draw import Draw
 from skulk_daemon.engines._llama_sampling import SamplerHandle, is_plain_greedy
 from skulk_daemon.engines._text import TextStream
 
@@ -58,6 +59,7 @@ class Sequence:
         "batched",
         "cached_tokens",
         "chain",
+        "draw",
         "first_token_at",
         "grammar",
         "greedy",
@@ -80,7 +82,7 @@ class Sequence:
         self,
         pending: Pending,
         seq_id: int,
-        chain: SamplerHandle,
+        chain: SamplerHandle | None,
         grammar: SamplerHandle | None,
         in_flight: int,
         *,
@@ -93,6 +95,8 @@ class Sequence:
         self.task_id = pending.request.task_id
         self.seq_id = seq_id
         self.chain = chain
+        self.draw = Draw(params) if chain is None else None
+        """Samples a plain chain in numpy (see ``_llama_draw``); ``chain`` is then None."""
         self.grammar = grammar
         self.greedy = is_plain_greedy(params)
         self.max_tokens = pending.max_tokens

@@ -13,7 +13,8 @@ another's room). One scheduler thread owns the context; every iteration it
    prompt is saved to a bounded host-RAM cache and restored on a later match
    (see ``_llama_prompt_cache``),
 3. runs ONE ``llama_decode`` holding the next token of every generating
-   sequence, and samples each with its own chain.
+   sequence, and samples each with its own sampler (an argmax, the numpy
+   draw of ``_llama_draw``, or llama.cpp's chain for penalties and grammars).
 
 Concurrent requests therefore share decode batches, which is what makes serving
 N users cost far less than N times one user.
@@ -46,6 +47,7 @@ from skulk_core.chat.generation import (
 )
 from skulk_core.ids import TaskId
 from skulk_daemon.engines import _llama_sampling as sampling
+from skulk_daemon.engines._llama_draw import takes_draw
 from skulk_daemon.engines._llama_model import (
     DEFAULT_N_BATCH,
     LlamaCppSettings,
@@ -294,7 +296,11 @@ class LlamaCppEngine:
         while self._waiting and self._slots.has_free():
             pending = self._waiting.popleft()
             params = pending.request.sampling
-            chain = sampling.build_chain(llama.n_vocab, params, pending.tokens)
+            chain = (
+                None
+                if takes_draw(params)
+                else sampling.build_chain(llama.n_vocab, params, pending.tokens)
+            )
             grammar = (
                 sampling.grammar_sampler(llama.vocab, params.grammar)
                 if params.grammar is not None
@@ -429,6 +435,9 @@ class LlamaCppEngine:
         assert llama is not None
         if sequence.greedy:
             return sampling.argmax(llama_cpp.llama_get_logits_ith(llama.ctx, index), llama.n_vocab)
+        if sequence.draw is not None:
+            return sequence.draw(llama.logits(index))
+        assert sequence.chain is not None
         if sequence.grammar is not None:
             return sampling.sample_constrained(
                 sequence.chain,
@@ -499,7 +508,8 @@ class LlamaCppEngine:
         if not keep:
             self._llama.forget(sequence.seq_id)
         self._slots.release(sequence.seq_id, keep=keep)
-        sampling.free_chain(sequence.chain)
+        if sequence.chain is not None:
+            sampling.free_chain(sequence.chain)
         if sequence.grammar is not None:
             sampling.free_chain(sequence.grammar)
 
