@@ -3,17 +3,32 @@
 `say` writes the audio to a file (through a temp file renamed into place, so an
 interrupted write never leaves half a file under the name); its format follows the
 file's extension unless `--format` names one. `transcribe` uploads a local audio file
-(at most 25 MiB) and prints the transcript in the format asked for.
+(at most 25 MiB) and prints the transcript in the format asked for (JSON with
+`--json`). On a terminal, a long file's upload shows a progress bar on stderr (the
+bytes sent are the honest measure a client has; the node's work follows as a status
+line); stdout carries only the transcript.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Final
+from typing import IO, Annotated, Final
 
 import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -24,6 +39,8 @@ from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, node_client
 MAX_UPLOAD_BYTES: Final = 25 * 1024 * 1024
 SPEECH_FORMATS: Final = ("mp3", "wav", "flac", "ogg", "opus", "pcm")
 TRANSCRIPT_FORMATS: Final = ("text", "json", "verbose_json", "srt", "vtt")
+LONG_FILE_BYTES: Final = 1024 * 1024
+"""Files at least this large show an upload progress bar (on a terminal)."""
 
 ModelArg = Annotated[str, typer.Argument(metavar="MODEL", help="A placed speech model's id.")]
 
@@ -94,6 +111,57 @@ def say(
     )
 
 
+class _Counted(io.BufferedReader):
+    """The audio file as the HTTP client reads it to send, reporting how far it got."""
+
+    def __init__(self, path: Path, moved: Callable[[int], None]) -> None:
+        super().__init__(io.FileIO(path, "rb"))
+        self._moved = moved
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        chunk = super().read(size)
+        self._moved(self.tell())
+        return chunk
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET, /) -> int:
+        position = super().seek(offset, whence)
+        self._moved(position)
+        return position
+
+
+@contextmanager
+def _upload(file: Path, size: int, what: Text, model: str, *, quiet: bool) -> Iterator[IO[bytes]]:
+    """The file to send. A long one on a terminal shows a bar of the bytes sent, then
+    that the node transcribes; anything else shows the one status line (none with
+    ``quiet``)."""
+    stderr = Console(stderr=True, highlight=False)
+    if quiet or size < LONG_FILE_BYTES or not stderr.is_terminal:
+        with open(file, "rb") as handle:
+            if quiet:
+                yield handle
+                return
+            with console.progress(what):
+                yield handle
+        return
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=stderr, transient=True) as bar:
+        task = bar.add_task(f"Uploading {file.name}", total=size)
+        working = f"Transcribing with {model}…"
+
+        def moved(position: int) -> None:
+            done = min(position, size)
+            bar.update(task, completed=done, description=working if done >= size else None)
+
+        with _Counted(file, moved) as handle:
+            yield handle
+
+
 def transcribe(
     ctx: typer.Context,
     model: ModelArg,
@@ -113,9 +181,13 @@ def transcribe(
     translate: Annotated[
         bool, typer.Option("--translate", help="Translate to English instead.")
     ] = False,
+    json_output: JsonFlag = False,
 ) -> None:
     """Transcribe a local audio FILE with a placed speech-to-text model."""
     cli = CliContext.of(ctx)
+    as_json = cli.wants_json(json_output)
+    if as_json and fmt == "text":
+        fmt = "json"
     if fmt not in TRANSCRIPT_FORMATS:
         raise typer.BadParameter(
             f"must be one of {', '.join(TRANSCRIPT_FORMATS)}", param_hint="'--format'"
@@ -129,8 +201,11 @@ def transcribe(
         fields["language"] = language
     path = "/v1/audio/translations" if translate else "/v1/audio/transcriptions"
     what = Text(f"Transcribing {file.name} ({size / 1024**2:.1f} MiB) with {model}…")
-    with node_client(cli) as client, console.progress(what):
-        body, _ = client.transcribe(path, fields, file.name, file.read_bytes())
+    with (
+        node_client(cli) as client,
+        _upload(file, size, what, model, quiet=as_json) as audio,
+    ):
+        body, _ = client.transcribe(path, fields, file.name, audio)
     typer.echo(body.rstrip("\n"))
 
 

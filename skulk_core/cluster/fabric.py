@@ -26,6 +26,7 @@ from typing import Final, Literal
 
 import msgspec
 
+from skulk_core.audio.subtitles import TranscriptSegment
 from skulk_core.chat.generation import ErrorChunk, FinishChunk, GenerationRequest, TokenChunk
 from skulk_core.cluster.election import ElectionMessage, Rank, Session
 from skulk_core.cluster.telemetry import NodeTelemetry
@@ -151,6 +152,47 @@ class CancelTask(msgspec.Struct, frozen=True, kw_only=True, tag="cancel_task"):
     command_id: CommandId
 
 
+class SynthesisJob(msgspec.Struct, frozen=True, kw_only=True, tag="synthesis"):
+    """A speech synthesis for a remote runner (the runner's ``Synthesize``)."""
+
+    task_id: TaskId
+    text: str
+    voice: str | None = None
+    speed: float = 1.0
+    seed: int | None = None
+    stream: bool = False
+
+
+class TranscriptionJob(msgspec.Struct, frozen=True, kw_only=True, tag="transcription"):
+    """A transcription for a remote runner; its audio follows on the data plane
+    (never here), and the serving node checks it against ``audio_bytes``,
+    ``audio_frames`` and ``audio_sha256`` (lowercase hex) before the runner sees it."""
+
+    task_id: TaskId
+    audio_bytes: int
+    audio_frames: int
+    audio_sha256: str
+    language: str | None = None
+    prompt: str | None = None
+    temperature: float | None = None
+    translate: bool = False
+    stream: bool = False
+
+
+SpeechJob = SynthesisJob | TranscriptionJob
+
+
+class RunSpeech(msgspec.Struct, frozen=True, kw_only=True, tag="run_speech"):
+    """Serve a speech task on the node that hosts the instance's runner. A
+    transcription's audio goes to that node as ``command_id``'s data stream (raw
+    ``bytes`` frames of at most :data:`MAX_SPEECH_FRAME_BYTES`); the answer comes back
+    to the owning (API) node as its data stream. ``CancelTask`` stops it."""
+
+    command_id: CommandId
+    instance_id: InstanceId
+    job: SpeechJob
+
+
 class CapabilityDescribe(msgspec.Struct, frozen=True, kw_only=True, tag="cap_describe"):
     """Ask a node for its ready capability descriptors."""
 
@@ -248,9 +290,79 @@ class TokenRun(msgspec.Struct, frozen=True, kw_only=True, tag="tokens"):
         ]
 
 
-DataPayload = TokenChunk | TokenRun | FinishChunk | ErrorChunk | bytes
-"""What one data frame carries: a generation's chunk or run of tokens (tagged
-Structs), or opaque bytes (media), at most :data:`MAX_DATA_PAYLOAD_BYTES`."""
+MAX_SPEECH_FRAME_BYTES: Final = 1024 * 1024
+"""The most audio bytes one speech data frame carries (either direction)."""
+
+
+class SpeechAccepted(msgspec.Struct, frozen=True, kw_only=True, tag="speech_accepted"):
+    """The serving node took the speech task (its stream's first frame)."""
+
+    task_id: TaskId
+
+
+class SpeechAudio(msgspec.Struct, frozen=True, kw_only=True, tag="speech_audio"):
+    """Samples of a speech answer (mono s16le), at most :data:`MAX_SPEECH_FRAME_BYTES`.
+    ``index`` is the streamed part they belong to (``last`` closes it), or ``-1``
+    for the closing answer's samples."""
+
+    task_id: TaskId
+    pcm: bytes
+    index: int = -1
+    last: bool = True
+
+
+class SpeechSegment(msgspec.Struct, frozen=True, kw_only=True, tag="speech_segment"):
+    """A decoded segment: a streamed part (``partial``) or one of the answer's."""
+
+    task_id: TaskId
+    index: int
+    segment: TranscriptSegment
+    partial: bool = False
+
+
+class SpeechText(msgspec.Struct, frozen=True, kw_only=True, tag="speech_text"):
+    """A piece of the transcript's text (long texts travel in several)."""
+
+    task_id: TaskId
+    text: str
+
+
+class SynthesisDone(msgspec.Struct, frozen=True, kw_only=True, tag="synthesis_done"):
+    """The synthesis ended; its samples came before."""
+
+    task_id: TaskId
+    sample_rate: int
+    sentences: int
+
+
+class TranscriptionDone(msgspec.Struct, frozen=True, kw_only=True, tag="transcription_done"):
+    """The transcription ended; its segments and text came before."""
+
+    task_id: TaskId
+    language: str
+    duration: float
+
+
+SpeechPayload = (
+    SpeechAccepted | SpeechAudio | SpeechSegment | SpeechText | SynthesisDone | TranscriptionDone
+)
+
+DataPayload = (
+    TokenChunk
+    | TokenRun
+    | FinishChunk
+    | ErrorChunk
+    | SpeechAccepted
+    | SpeechAudio
+    | SpeechSegment
+    | SpeechText
+    | SynthesisDone
+    | TranscriptionDone
+    | bytes
+)
+"""What one data frame carries: a generation's chunk or run of tokens, a speech
+task's answer piece (tagged Structs), or opaque bytes (media), at most
+:data:`MAX_DATA_PAYLOAD_BYTES`."""
 
 
 class DataFrame(msgspec.Struct, frozen=True, kw_only=True, tag="data"):
@@ -280,6 +392,7 @@ Body = (
     | Snapshot
     | RunTask
     | CancelTask
+    | RunSpeech
     | DataFrame
     | CapabilityDescribe
     | CapabilityDescribed
@@ -299,6 +412,7 @@ PLANE_OF: Final[dict[type, Plane]] = {
     Snapshot: "control",
     RunTask: "control",
     CancelTask: "control",
+    RunSpeech: "control",
     DataFrame: "data",
     CapabilityDescribe: "control",
     CapabilityDescribed: "control",

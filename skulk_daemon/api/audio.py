@@ -174,9 +174,12 @@ class AudioController(Controller):
     ) -> Response[bytes] | Stream:
         content_type = request.headers.get("content-type", "")
         if content_type.startswith(MULTIPART):
-            raise _bad(
-                "multipart speech requests carry reference_audio, which no mounted model "
-                "declares (audio.supports_reference_audio); send JSON"
+            form = await request.form()
+            upload = form.get("reference_audio")
+            raise speech.refuse_reference_audio(
+                _text(form, "model") or "",
+                voice=bool(_text(form, "voice")),
+                upload=isinstance(upload, UploadFile),
             )
         if not content_type.startswith(JSON):
             raise ApiError(

@@ -56,6 +56,7 @@ from skulk_core.cluster.fabric import (
     FrameError,
     Header,
     PeerAddress,
+    RunSpeech,
     RunTask,
     Snapshot,
     SubmitCommand,
@@ -80,6 +81,7 @@ from skulk_daemon.fabric.peers import (
     parse_peer,
 )
 from skulk_daemon.fabric.remote_capabilities import RemoteCapabilities
+from skulk_daemon.fabric.remote_speech import RemoteSpeech
 from skulk_daemon.fabric.remote_tasks import RemoteTasks
 from skulk_daemon.fabric.replication import CatchUp, RetainedTail, continues
 from skulk_daemon.fabric.settings import FabricSettings
@@ -125,6 +127,7 @@ class ClusterAgent:
         self.tail = RetainedTail()
         self.data = DataPlane(node.node_id, self._send_data)
         self.remote = RemoteTasks(self)
+        self.speech = RemoteSpeech(self)
         self.capabilities = RemoteCapabilities(self)
         self.counters = LinkCounters()
         self.telemetry_stats = TelemetryStats(beat_seconds=settings.beat_seconds)
@@ -164,6 +167,7 @@ class ClusterAgent:
                 await task
         self.commands.close()
         await self.remote.close()
+        await self.speech.close()
         await self.capabilities.close()
         await self.transport.close()
 
@@ -229,7 +233,7 @@ class ClusterAgent:
     def _send_data(self, owner: NodeId, frame: DataFrame) -> bool:
         return self._send(owner, frame)
 
-    def send_control(self, node_id: NodeId, body: RunTask | CancelTask) -> bool:
+    def send_control(self, node_id: NodeId, body: RunTask | RunSpeech | CancelTask) -> bool:
         return self._send(node_id, body)
 
     def send_capability(self, node_id: NodeId, body: CapabilityMessage) -> bool:
@@ -372,15 +376,18 @@ class ClusterAgent:
             case Beat():
                 self._on_beat(peer_ip, header, body, now)
             case DataFrame():
-                self.data.deliver(body)
+                self.data.deliver(body, header.origin)
             case Elect(message=message):
                 self._act(self.election.handle(header.origin, message, now), now)
             case CommandOutcome():
                 self.commands.answered(body)
             case RunTask():
                 self.remote.serve(header.origin, body)
+            case RunSpeech():
+                self.speech.serve(header.origin, body)
             case CancelTask(command_id=command_id):
                 self.remote.stop(command_id)
+                self.speech.stop(command_id)
             case (
                 CapabilityDescribe()
                 | CapabilityDescribed()
@@ -560,5 +567,6 @@ class ClusterAgent:
                 "unknownStream": self.data.stats.unknown_stream,
                 "gaps": self.data.stats.gaps,
                 "overflows": self.data.stats.overflows,
+                "foreignSender": self.data.stats.foreign,
             },
         }

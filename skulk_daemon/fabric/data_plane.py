@@ -45,6 +45,8 @@ class DataStats:
     unknown_stream: int = 0
     gaps: int = 0
     overflows: int = 0
+    foreign: int = 0
+    """Frames for a known stream from a node other than the one it was opened for."""
 
 
 class _End:
@@ -131,16 +133,27 @@ class DataPlane:
         self._own_id = own_id
         self._send = send
         self._streams: dict[CommandId, DataStream] = {}
+        self._senders: dict[CommandId, NodeId] = {}
         self.stats = DataStats()
 
-    def open(self, command_id: CommandId, limit: int = DEFAULT_STREAM_FRAMES) -> DataStream:
-        """Receive ``command_id``'s frames on this (the owning) node."""
+    def open(
+        self,
+        command_id: CommandId,
+        limit: int = DEFAULT_STREAM_FRAMES,
+        *,
+        sender: NodeId | None = None,
+    ) -> DataStream:
+        """Receive ``command_id``'s frames on this node; with ``sender``, only
+        frames that node sent (any other node's are dropped and counted)."""
 
         def forget() -> None:
             self._streams.pop(command_id, None)
+            self._senders.pop(command_id, None)
 
         stream = DataStream(command_id, limit, forget)
         self._streams[command_id] = stream
+        if sender is not None:
+            self._senders[command_id] = sender
         return stream
 
     def send(
@@ -161,10 +174,18 @@ class DataPlane:
             return True
         return self._send(owner, frame)
 
-    def deliver(self, frame: DataFrame) -> None:
+    def deliver(self, frame: DataFrame, sender: NodeId | None = None) -> None:
+        """A frame from ``sender``, the origin its envelope names (``None``: from
+        this process, the short-circuit of :meth:`send`). A stream opened for one
+        sender takes no other node's frames, so a peer that misroutes (or guesses)
+        a command id cannot write into another node's answer."""
         stream = self._streams.get(frame.command_id)
         if stream is None:
             self.stats.unknown_stream += 1
+            return
+        expected = self._senders.get(frame.command_id)
+        if expected is not None and sender is not None and sender != expected:
+            self.stats.foreign += 1
             return
         stream.push(frame, self.stats)
 

@@ -21,6 +21,7 @@ from skulk_core.cluster.fabric import (
     CapabilityDescribed,
     CapabilityOpen,
     CapabilityOutcome,
+    RunSpeech,
     RunTask,
 )
 from skulk_core.ids import NodeId
@@ -53,7 +54,7 @@ class FabricLink(Protocol):
     @property
     def counters(self) -> LinkCounters: ...
 
-    def send_control(self, node_id: NodeId, body: RunTask | CancelTask) -> bool:
+    def send_control(self, node_id: NodeId, body: RunTask | RunSpeech | CancelTask) -> bool:
         """Send a task message to ``node_id``; False when it cannot be reached."""
         ...
 

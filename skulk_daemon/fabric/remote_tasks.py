@@ -82,7 +82,7 @@ class RemoteTasks:
         chunk (an error chunk when the node or the stream fails)."""
         task_id = TaskId(request.task_id)
         agent = self._agent
-        stream = agent.data.open(command_id)
+        stream = agent.data.open(command_id, sender=node)
         ended = False
         try:
             sent = agent.send_control(

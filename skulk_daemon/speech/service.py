@@ -6,6 +6,11 @@ unknown voice or an undeclared format; 404 for a model with no instance; 413 for
 upload over 25 MiB. The audio and text travel only to the runner (over its pipe);
 ``/state`` shows the task, never its content. ``POST /v1/cancel/{command_id}`` or a
 client that disconnects cancels the work between sentences or segments.
+
+Any node's API serves any placed speech model: when no runner of the model is on this
+node, the task goes to the node that serves it over the fabric
+(:mod:`skulk_daemon.fabric.remote_speech`), and its answer comes back the same way; a
+node without a fabric refuses such a request with 503.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 import msgspec
 
@@ -34,7 +39,15 @@ from skulk_core.audio.formats import (
 from skulk_core.audio.subtitles import TranscriptSegment, render_srt, render_vtt
 from skulk_core.chat.generation import ErrorChunk
 from skulk_core.cluster.routing import select_instance
-from skulk_core.ids import CommandId, InstanceId, ModelId, TaskId, new_command_id, new_task_id
+from skulk_core.ids import (
+    CommandId,
+    InstanceId,
+    ModelId,
+    NodeId,
+    TaskId,
+    new_command_id,
+    new_task_id,
+)
 from skulk_core.models.cards import AudioCard, ModelCard, ModelTask
 from skulk_core.state.shards import Instance, RunnerReady, RunnerRunning, serving_node
 from skulk_daemon.chat.cancellation import ActiveCommands
@@ -45,6 +58,7 @@ from skulk_daemon.node.node import Node
 from skulk_daemon.runner.client import Answer, PartSink
 from skulk_daemon.runner.protocol import (
     SpeechPartial,
+    SpeechTask,
     Synthesize,
     Synthesized,
     Transcribe,
@@ -62,6 +76,23 @@ from skulk_daemon.speech.protocol import (
 from skulk_daemon.worker.supervisor import Supervisor
 
 MAX_SEED: Final = 2**32 - 1
+REMOTE_FAILURES: Final = frozenset({"node_lost", "stream_broken", "audio_mismatch"})
+"""How a task on another node's runner fails on the way (503: retry)."""
+
+
+class RemoteSpeechRunner(Protocol):
+    """Speech tasks on another node's runner (the fabric's remote speech)."""
+
+    async def run(
+        self,
+        node: NodeId,
+        instance_id: InstanceId,
+        task: SpeechTask,
+        command_id: CommandId,
+        parts: PartSink = None,
+    ) -> Answer: ...
+
+    def cancel(self, node: NodeId, command_id: CommandId) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,19 +138,28 @@ class SpeechBody:
 class SpeechService:
     """Admission and dispatch of speech requests on this node."""
 
-    def __init__(self, node: Node, worker: Supervisor, commands: ActiveCommands) -> None:
+    def __init__(
+        self,
+        node: Node,
+        worker: Supervisor,
+        commands: ActiveCommands,
+        *,
+        remote: RemoteSpeechRunner | None = None,
+    ) -> None:
         self._node = node
         self._worker = worker
         self._commands = commands
+        self._remote = remote
 
     # -- admission --------------------------------------------------------------
 
     def _card(
         self, model: str, task: ModelTask, what: str, *, here: bool = True
     ) -> tuple[ModelCard, InstanceId]:
-        """The model's card and the instance to use; 400 if it lacks ``task``, 404 if
-        the catalog has no such model or no instance serves it, 503 (with ``here``) if
-        no instance runs on this node."""
+        """The model's card and the instance to use (one this node serves first); 400
+        if it lacks ``task``, 404 if the catalog has no such model or no instance serves
+        it, 503 (with ``here``) if the instance is elsewhere and this node has no fabric
+        to reach it."""
         if not model:
             raise _bad("model is required")
         model_id = ModelId(model)
@@ -134,14 +174,11 @@ class SpeechService:
             local = self._local_instance(model_id)
             if local is not None:
                 return entry.card, local
-        if here and host != self._node.node_id:
-            # NOTE: speech is served by the local runner only, for now; audio is never
-            # sent through the fabric's control plane, and the data plane has no
-            # speech media path yet.
+        if here and host != self._node.node_id and self._remote is None:
             raise ApiError(
                 503,
-                f"model {model} is served by node {host}; send the request to that node's "
-                "API (speech is not yet routed to another node's runner)",
+                f"model {model} is served by node {host}, and this node has no fabric to "
+                "reach it; send the request to that node's API",
                 code="instance_unavailable",
             )
         return entry.card, instance.instance_id
@@ -219,6 +256,28 @@ class SpeechService:
             ),
             response_format=fmt,
             sample_rate=audio.sample_rates[0] if audio.sample_rates else None,
+        )
+
+    def refuse_reference_audio(self, model: str, *, voice: bool, upload: bool) -> ApiError:
+        """Why a multipart speech request (the reference-audio form) is refused: 404/400
+        for the model as for JSON, 400 unless its card declares reference audio, 400
+        without the upload or with a voice; and, since no speech engine here conditions
+        on reference audio, 400 for a card that declares it too."""
+        card, _ = self._card(model, ModelTask.TEXT_TO_SPEECH, "speech synthesis", here=False)
+        if card.audio is None or not card.audio.supports_reference_audio:
+            return _bad(
+                f"model {model} does not declare reference audio "
+                "(audio.supports_reference_audio); send JSON without reference_audio",
+                code="reference_audio_not_supported",
+            )
+        if not upload:
+            return _bad("a multipart speech request must upload reference_audio as a file")
+        if voice:
+            return _bad("a reference_audio upload cannot be combined with voice")
+        return _bad(
+            f"model {model} declares reference audio, but no speech engine on this node "
+            "conditions on it; send JSON without reference_audio",
+            code="reference_audio_not_supported",
         )
 
     def admit_transcription(
@@ -311,14 +370,29 @@ class SpeechService:
         task: Synthesize | Transcribe,
         parts: PartSink = None,
     ) -> Answer:
-        """The task on the instance's runner, cancellable by command id while it runs."""
+        """The task on the instance's runner (this node's, or the serving node's over
+        the fabric), cancellable by command id while it runs."""
         worker = self._worker
         task_id: TaskId = task.task_id
+        host = self._remote_host(instance_id)
+        remote = self._remote
+        if host is not None and remote is not None:
+            self._commands.register(command_id, lambda: remote.cancel(host, command_id))
+            try:
+                return await remote.run(host, instance_id, task, command_id, parts)
+            finally:
+                self._commands.finish(command_id)
         self._commands.register(command_id, lambda: worker.cancel(instance_id, task_id))
         try:
             return await worker.speech(instance_id, task, command_id, parts)
         finally:
             self._commands.finish(command_id)
+
+    def _remote_host(self, instance_id: InstanceId) -> NodeId | None:
+        """The node serving ``instance_id`` when that is not this one."""
+        instance = self._node.state.instances.get(instance_id)
+        host = None if instance is None else serving_node(instance)
+        return None if host is None or host == self._node.node_id else host
 
     async def stream(
         self, command_id: CommandId, instance_id: InstanceId, task: Synthesize | Transcribe
@@ -370,7 +444,7 @@ class SpeechService:
 
     async def speech_body(self, admitted: AdmittedSpeech, result: Answer) -> SpeechBody:
         if isinstance(result, ErrorChunk):
-            raise refusal(result.code, result.message)
+            raise _refusal(result)
         if not isinstance(result, Synthesized):
             raise ApiError(500, "the runner answered out of kind", code="engine_failed")
         fmt = admitted.response_format
@@ -383,7 +457,7 @@ class SpeechService:
     @staticmethod
     def transcript_body(admitted: AdmittedTranscription, result: Answer) -> SpeechBody:
         if isinstance(result, ErrorChunk):
-            raise refusal(result.code, result.message)
+            raise _refusal(result)
         if not isinstance(result, Transcribed):
             raise ApiError(500, "the runner answered out of kind", code="engine_failed")
         fmt = admitted.response_format
@@ -393,6 +467,14 @@ class SpeechService:
             media_type=TRANSCRIPT_MEDIA_TYPES[fmt],
             headers=headers,
         )
+
+
+def _refusal(answer: ErrorChunk) -> ApiError:
+    """The runner's refusal as a client sees it; a failure on the way to another
+    node's runner is a 503 (retry), under its own code."""
+    if answer.code in REMOTE_FAILURES:
+        return ApiError(503, answer.message, code=answer.code)
+    return refusal(answer.code, answer.message)
 
 
 def render_transcript(result: Transcribed, fmt: TranscriptFormat, *, translate: bool) -> bytes:

@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 from hypothesis import strategies as st
 
+from skulk_core.audio.subtitles import TranscriptSegment
 from skulk_core.chat.generation import (
     ErrorChunk,
     FinishChunk,
@@ -40,10 +41,19 @@ from skulk_core.cluster.fabric import (
     Header,
     PeerAddress,
     Plane,
+    RunSpeech,
     RunTask,
     Snapshot,
+    SpeechAccepted,
+    SpeechAudio,
+    SpeechSegment,
+    SpeechText,
     SubmitCommand,
     SyncRequest,
+    SynthesisDone,
+    SynthesisJob,
+    TranscriptionDone,
+    TranscriptionJob,
 )
 from skulk_core.cluster.telemetry import (
     NodeIdentityInfo,
@@ -259,6 +269,7 @@ def sample_bodies() -> list[Body]:
         Snapshot(state=busy_state(), last_term=3, last_master=ALPHA),
         *generation_bodies(),
         *capability_bodies(),
+        *speech_bodies(),
     ]
 
 
@@ -338,6 +349,36 @@ def generation_bodies() -> list[Body]:
         ),
         DataFrame(command_id=command, seq=0, payload=b""),
         DataFrame(command_id=command, seq=5, payload=b"\x00\xffmedia", final=True),
+    ]
+
+
+def speech_bodies() -> list[Body]:
+    """A remote speech task's messages: its typed job and answer pieces."""
+    command, task = CommandId("c3"), TaskId("t3")
+    transcription = TranscriptionJob(
+        task_id=task, audio_bytes=3, audio_frames=1, audio_sha256="ab" * 32, translate=True
+    )
+    payloads = [
+        SpeechAccepted(task_id=task),
+        SpeechAudio(task_id=task, pcm=b"\x01\x00", index=0, last=False),
+        SpeechSegment(
+            task_id=task, index=0, segment=TranscriptSegment(id=0, start=0.0, end=1.0, text="Hi.")
+        ),
+        SpeechText(task_id=task, text="Hi."),
+        SynthesisDone(task_id=task, sample_rate=22_050, sentences=1),
+        TranscriptionDone(task_id=task, language="en", duration=1.0),
+    ]
+    return [
+        RunSpeech(
+            command_id=command,
+            instance_id=InstanceId("i1"),
+            job=SynthesisJob(task_id=task, text="Hi.", seed=7),
+        ),
+        RunSpeech(command_id=command, instance_id=InstanceId("i1"), job=transcription),
+        *(
+            DataFrame(command_id=command, seq=seq, payload=payload)
+            for seq, payload in enumerate(payloads)
+        ),
     ]
 
 

@@ -345,6 +345,22 @@ def test_frames_for_an_unknown_stream_are_counted_and_dropped() -> None:
     assert plane.stats.unknown_stream == 2 and plane.stats.delivered == 0
 
 
+def test_a_stream_opened_for_one_sender_takes_no_other_node_s_frames() -> None:
+    async def main() -> None:
+        plane = DataPlane(OWN, Outbox())
+        serving, stranger = NodeId("serving"), NodeId("stranger")
+        stream = plane.open(CMD, 16, sender=serving)
+        # A stranger that knows (or guesses) the command id: dropped and counted,
+        # and it does not consume the sequence number the real sender uses next.
+        plane.deliver(frame(0, b"forged", final=True), stranger)
+        plane.deliver(frame(0), serving)
+        plane.deliver(frame(1, final=True), serving)
+        assert [payload async for payload in stream.frames()] == [b"p0", b"p1"]
+        assert plane.stats.foreign == 1 and plane.stats.delivered == 2
+
+    run(main())
+
+
 def test_frames_for_this_node_never_touch_the_network() -> None:
     async def main() -> None:
         outbox = Outbox()

@@ -18,11 +18,13 @@ from typing import Any
 
 import av
 import httpx
+import msgspec
 import openai
 import pytest
 
 from skulk_core.audio.formats import MAX_AUDIO_UPLOAD_BYTES
 from skulk_core.ids import ModelId
+from skulk_core.models.catalog import Catalog
 from tests.api.in_process import AppNode
 from tests.daemon.serving import place, wait_for, wait_idle
 
@@ -237,6 +239,7 @@ def test_an_omitted_format_is_the_cards_default_and_speed_shortens(
         ({"stream": True, "response_format": "wav"}, 400, "mp3 or pcm only"),
         ({"streaming_interval": 0.5}, 400, "only with stream=true"),
         ({"reference_audio": "/etc/passwd"}, 400, "server-local paths"),
+        ({"reference_audio": {"data": "UklGRg=="}}, 400, "JSON values are not accepted"),
         ({"reference_text": "hello"}, 400, "only with a multipart reference_audio"),
         ({"seed": -1}, 400, "unsigned 32-bit"),
     ],
@@ -257,6 +260,7 @@ def test_speech_without_input_and_multipart_speech_are_refused(app: AppNode) -> 
     )
     assert multipart.status_code == 400
     assert "audio.supports_reference_audio" in error(multipart)
+    assert f"model {TTS} does not declare reference audio" in error(multipart)
     # A body a web page can send without a preflight is not taken for JSON.
     plain = app.post(
         "/v1/audio/speech",
@@ -264,6 +268,46 @@ def test_speech_without_input_and_multipart_speech_are_refused(app: AppNode) -> 
         headers={"content-type": "text/plain"},
     )
     assert plain.status_code == 415
+
+
+def _reference_form(model: str = TTS, **fields: str) -> dict[str, Any]:
+    return {
+        "data": {"model": model, "input": "Hi.", **fields},
+        "files": {"reference_audio": ("ref.wav", b"RIFF", "audio/wav")},
+    }
+
+
+def test_reference_audio_is_only_a_multipart_upload_for_a_declaring_card(
+    app: AppNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # null is "no reference audio": a JSON request with it is an ordinary one.
+    plain = speak(app, input="Hi.", response_format="pcm", reference_audio=None)
+    assert plain.status_code == 200, plain.text
+    assert app.post("/v1/audio/speech", **_reference_form("org/nope")).status_code == 404
+    wrong = app.post("/v1/audio/speech", **_reference_form(STT))
+    assert wrong.status_code == 400 and "does not support speech synthesis" in error(wrong)
+
+    # A card that declares reference audio: the upload is required and excludes a voice,
+    # and is still refused plainly, since no engine here conditions on it.
+    catalog = app.node.catalog()
+    entry = catalog.by_id[ModelId(TTS)]
+    assert entry.card.audio is not None
+    declaring = msgspec.structs.replace(
+        entry.card, audio=msgspec.structs.replace(entry.card.audio, supports_reference_audio=True)
+    )
+    patched = Catalog(
+        by_id={**catalog.by_id, ModelId(TTS): msgspec.structs.replace(entry, card=declaring)}
+    )
+    monkeypatch.setattr(app.node, "catalog", lambda: patched)
+    bare = app.post("/v1/audio/speech", data={"model": TTS, "input": "Hi."}, files={"x": b"1"})
+    assert bare.status_code == 400 and "must upload reference_audio" in error(bare)
+    with_voice = app.post("/v1/audio/speech", **_reference_form(voice="joe"))
+    assert with_voice.status_code == 400
+    assert "cannot be combined with voice" in error(with_voice)
+    declared = app.post("/v1/audio/speech", **_reference_form())
+    assert declared.status_code == 400
+    assert "no speech engine on this node conditions on it" in error(declared)
+    assert declared.json()["error"]["code"] == "reference_audio_not_supported"
 
 
 # -- transcription formats and refusals ---------------------------------------------

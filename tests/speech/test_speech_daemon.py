@@ -234,17 +234,20 @@ def peer(
         node.kill()
 
 
-def test_another_nodes_api_refuses_with_503_naming_the_serving_node(
+def test_another_nodes_api_routes_to_the_serving_node(
     daemon: DaemonProcess, peer: DaemonProcess
 ) -> None:
+    # (tests/speech/test_speech_remote.py covers the remote path in full.)
     files = {"file": ("speech.wav", b"RIFF....WAVE", "audio/wav")}
     refused = httpx.post(
         f"{peer.url}/v1/audio/transcriptions", data={"model": STT}, files=files, timeout=60
     )
-    assert refused.status_code == 503, refused.text
-    assert f"served by node {node_id(daemon)}" in refused.json()["error"]["message"]
-    speech = {"model": TTS, "input": SENTENCE}
-    assert httpx.post(f"{peer.url}/v1/audio/speech", json=speech, timeout=60).status_code == 503
+    # The serving node's runner refuses what is not audio, as it does locally.
+    assert refused.status_code == 400, refused.text
+    assert "could not be decoded as audio" in refused.json()["error"]["message"]
+    speech = {"model": TTS, "input": SENTENCE, "response_format": "wav"}
+    spoken = httpx.post(f"{peer.url}/v1/audio/speech", json=speech, timeout=60)
+    assert spoken.status_code == 200 and spoken.content[:4] == b"RIFF"
     # The voice catalog is the card's: any node lists it, wherever the model runs.
     voices = httpx.get(f"{peer.url}/v1/audio/voices", params={"model": TTS}, timeout=10)
     assert voices.status_code == 200
