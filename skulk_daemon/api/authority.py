@@ -168,6 +168,7 @@ class AuthorityGuard:
             api_keys_configured=bool(keys),
             api_key_valid=bool(keys) and _matches(presented, keys),
             service_bearer=token is not None and _matches(presented, [token]),
+            websocket=str(scope.get("type")) == "websocket",
         )
 
     def __call__(

@@ -78,6 +78,9 @@ class RequestFacts:
     api_key_valid: bool = False
     service_bearer: bool = False
     """The request presented the exact-card qualification token (and it matched)."""
+    websocket: bool = False
+    """A WebSocket handshake: a GET, yet it opens a two-way session, so a browser's
+    cross-site ``Origin`` is refused as for a mutation."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +134,7 @@ def decide(facts: RequestFacts, route: RouteAuthority) -> Caller | Refusal:
             "unsupported_media_type",
             "this route takes a JSON body: send it with Content-Type: application/json",
         )
-    if facts.method not in SAFE_METHODS and not _origin_ok(facts):
+    if (facts.method not in SAFE_METHODS or facts.websocket) and not _origin_ok(facts):
         return Refusal(
             403,
             "cross_origin",

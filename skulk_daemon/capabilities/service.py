@@ -41,7 +41,9 @@ from skulk_daemon.capabilities.guards import admit_stream, preflight, run_unary
 from skulk_daemon.capabilities.registry import (
     MAX_ACTIVE_STREAMS,
     MAX_INFLIGHT_CALLS,
+    DynamicSource,
     ProviderRegistry,
+    Registration,
     Slots,
 )
 from skulk_daemon.capabilities.session import CallerStream, InputSink, no_frames
@@ -86,6 +88,14 @@ class CapabilityService:
     def _remote(self) -> RemoteCapabilities | None:
         return None if self._cluster is None else self._cluster.capabilities
 
+    def reachable(self, node_id: str) -> bool:
+        """Whether a call to ``node_id`` can go now: this node, or a peer heard from
+        over the fabric (its node-addressed data plane)."""
+        if node_id == self.node_id:
+            return True
+        remote = self._remote
+        return remote is not None and remote.is_live(node_id)
+
     # -- providers -------------------------------------------------------------------
 
     def register_extension(
@@ -102,6 +112,17 @@ class CapabilityService:
         for descriptor in accepted:
             self._gossip.advertise(descriptor.id)
         return accepted
+
+    def add_dynamic_source(self, source: DynamicSource) -> None:
+        """Managed owners' cached claims join discovery and dispatch (see
+        :meth:`ProviderRegistry.add_dynamic`); their tags are their source's to keep."""
+        self._registry.add_dynamic(source)
+
+    def static_ids(self) -> frozenset[str]:
+        return self._registry.static_ids()
+
+    def ready_registrations(self) -> list[Registration]:
+        return self._registry.ready()
 
     def describe_local(self) -> list[CapabilityDescriptor]:
         """This node's ready descriptors (discovery's heavy layer)."""

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -23,6 +23,9 @@ from faster_whisper.audio import decode_audio  # type: ignore[import-untyped]
 
 from skulk_core.audio.subtitles import TranscriptSegment
 from skulk_daemon.engines.base import EngineLoadError
+
+if TYPE_CHECKING:
+    from skulk_daemon.engines.whisper_streaming import WhisperStreamingSession
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +75,22 @@ class WhisperTranscriber:
     def warm_up(self) -> None:
         silence = np.zeros(int(SAMPLE_RATE * WARM_UP_SECONDS), dtype=np.float32)
         self.transcribe_samples(silence)
+
+    def create_streaming_session(
+        self,
+        *,
+        delay_ms: int = 480,
+        temperature: float = 0.0,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> WhisperStreamingSession:
+        """A realtime session over this model (incremental decode, LocalAgreement-2)."""
+        from skulk_daemon.engines.whisper_streaming import (  # noqa: PLC0415 (cycle)
+            WhisperStreamingSession,
+        )
+
+        return WhisperStreamingSession(
+            self._model, delay_ms=delay_ms, temperature=temperature, cancelled=cancelled
+        )
 
     def transcribe(
         self,

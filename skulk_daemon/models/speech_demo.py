@@ -161,9 +161,15 @@ def whisper_card(size_bytes: int) -> ModelCard:
         quantization="int8",
         display_name="Whisper tiny.en (speech-to-text demo)",
         license=MIT,
-        # Streaming: faster-whisper yields each segment as it is decoded (batch input;
-        # not a realtime session, so supports_realtime stays false).
-        audio=AudioCard(kind="stt", supports_streaming=True, sample_rates=(WHISPER_SAMPLE_RATE,)),
+        # Streaming: faster-whisper yields each segment as it is decoded. Realtime: the
+        # engine exposes a true streaming session (engines/whisper_streaming.py,
+        # LocalAgreement-2 over incremental re-decodes), validated in tests/speech.
+        audio=AudioCard(
+            kind="stt",
+            supports_streaming=True,
+            supports_realtime=True,
+            sample_rates=(WHISPER_SAMPLE_RATE,),
+        ),
     )
 
 

@@ -43,11 +43,12 @@ from skulk_daemon.runner.protocol import (
     ParentMessage,
     Phase,
     ProtocolError,
+    RealtimeAudio,
     RunnerMessage,
     RunnerPhase,
+    RunnerSpeechTask,
     Shutdown,
     SpeechPartial,
-    SpeechTask,
     Synthesized,
     Transcribed,
     decode_runner_message,
@@ -281,7 +282,7 @@ class RunnerProcess:
         return answer
 
     async def speech(
-        self, task: SpeechTask, on_partial: PartSink = None
+        self, task: RunnerSpeechTask, on_partial: PartSink = None
     ) -> Synthesized | Transcribed | ErrorChunk:
         """Run one speech task on a runner loaded in ``"speak"``/``"transcribe"`` mode;
         a streamed task's parts go to ``on_partial`` (in order) before the answer.
@@ -295,7 +296,7 @@ class RunnerProcess:
         assert not isinstance(answer, Embedded), "the runner answered out of kind"
         return answer
 
-    async def _ask(self, task_id: TaskId, message: Embed | SpeechTask) -> Answer:
+    async def _ask(self, task_id: TaskId, message: Embed | RunnerSpeechTask) -> Answer:
         """Send a task answered by one message and wait for that answer."""
         if task_id in self._streams or task_id in self._embeddings:
             raise ValueError(f"task {task_id} is already running on this runner")
@@ -317,6 +318,17 @@ class RunnerProcess:
             if answer.cancelled() or not answer.done():
                 answer.cancel()
                 self._abandon(task_id)
+
+    async def send_audio(self, packet: RealtimeAudio) -> bool:
+        """One packet of a running ``TranscribeRealtime`` task's audio, with flow
+        control (waits while the runner's stdin is backed up); ``False`` once the runner
+        has gone."""
+        if self._exit is not None:
+            return False
+        self._send(packet)
+        with contextlib.suppress(ConnectionError):
+            await self._drain()
+        return self._exit is None
 
     def cancel(self, task_id: TaskId) -> None:
         """Ask the runner to stop a task; a generation's stream ends with

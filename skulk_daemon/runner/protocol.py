@@ -159,6 +159,29 @@ class Transcribe(msgspec.Struct, frozen=True, kw_only=True, tag="transcribe"):
     """Send each decoded segment as a :class:`SpeechPartial` before ``Transcribed``."""
 
 
+class TranscribeRealtime(msgspec.Struct, frozen=True, kw_only=True, tag="transcribe_realtime"):
+    """Open a streaming transcription (one utterance) on the model's
+    ``create_streaming_session``; its audio follows as :class:`RealtimeAudio` packets.
+    Each newly confirmed piece of text comes back as a :class:`SpeechPartial` whose
+    segment holds the delta; one :class:`Transcribed` (the accumulated text) or
+    ``ErrorChunk`` answers it once the final packet has been decoded."""
+
+    KIND: ClassVar[ModelTask] = ModelTask.SPEECH_TO_TEXT
+    task_id: TaskId
+    temperature: float | None = None
+    transcription_delay_ms: int = 480
+
+
+class RealtimeAudio(msgspec.Struct, frozen=True, kw_only=True, tag="realtime_audio"):
+    """A bounded packet of a :class:`TranscribeRealtime` task's audio: mono signed
+    16-bit little-endian PCM at 16 kHz (at most 1 MiB). ``final`` half-closes the
+    input. Never logged."""
+
+    task_id: TaskId
+    pcm: bytes = b""
+    final: bool = False
+
+
 class SpeechPartial(msgspec.Struct, frozen=True, kw_only=True, tag="speech_partial"):
     """Part of a streamed speech task, in order: a sentence's PCM (synthesis) or a
     decoded segment (transcription)."""
@@ -199,7 +222,17 @@ class Failed(msgspec.Struct, frozen=True, kw_only=True, tag="failed"):
     code: str = ""
 
 
-ParentMessage = Load | Generate | Embed | Synthesize | Transcribe | Cancel | Shutdown
+ParentMessage = (
+    Load
+    | Generate
+    | Embed
+    | Synthesize
+    | Transcribe
+    | TranscribeRealtime
+    | RealtimeAudio
+    | Cancel
+    | Shutdown
+)
 RunnerMessage = (
     Phase
     | Failed
@@ -212,6 +245,9 @@ RunnerMessage = (
     | SpeechPartial
 )
 SpeechTask = Synthesize | Transcribe
+"""A speech task answered from its one request message."""
+RunnerSpeechTask = SpeechTask | TranscribeRealtime
+"""Every speech task a runner serves (a realtime one also takes ``RealtimeAudio``)."""
 
 
 class ProtocolError(ValueError):
@@ -285,7 +321,8 @@ def serve_frames(
     generate: Callable[[GenerationRequest], None],
     embed: Callable[[TaskId, tuple[str, ...]], None],
     cancel: Callable[[TaskId], None],
-    speech: Callable[[SpeechTask], None] | None = None,
+    speech: Callable[[RunnerSpeechTask], None] | None = None,
+    audio: Callable[[RealtimeAudio], None] | None = None,
 ) -> None:
     """The runner's main loop once it serves: hand each of the parent's frames to
     its handler until :class:`Shutdown` or the end of stdin (the parent is gone).
@@ -302,10 +339,14 @@ def serve_frames(
                 generate(request)
             case Embed(task_id=task_id, inputs=inputs):
                 embed(task_id, inputs)
-            case Synthesize() | Transcribe() as task:
+            case Synthesize() | Transcribe() | TranscribeRealtime() as task:
                 if speech is None:
                     raise ProtocolError("this runner serves no speech tasks")
                 speech(task)
+            case RealtimeAudio() as packet:
+                if audio is None:
+                    raise ProtocolError("this runner serves no realtime transcription")
+                audio(packet)
             case Cancel(task_id=task_id):
                 cancel(task_id)
             case Shutdown():

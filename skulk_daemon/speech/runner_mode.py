@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, Final, Protocol
 
+import numpy as np
+
 from skulk_core.audio.subtitles import TranscriptSegment
 from skulk_core.chat.generation import ERROR_ENGINE_FAILED, ERROR_INVALID_REQUEST, ErrorChunk
 from skulk_core.ids import TaskId
@@ -28,16 +30,19 @@ from skulk_daemon.runner.protocol import (
     Load,
     Phase,
     RunnerMessage,
+    RunnerSpeechTask,
     SpeechPartial,
-    SpeechTask,
     Synthesize,
     Synthesized,
     Transcribe,
     Transcribed,
+    TranscribeRealtime,
     serve_frames,
 )
+from skulk_daemon.speech.realtime_runner import RealtimeInlets
 
 log = logging.getLogger("skulk.runner")
+WARM_UP_SAMPLES: Final = 16_000
 
 EXIT_FAILED: Final = 1
 Send = Callable[[RunnerMessage], None]
@@ -58,7 +63,7 @@ Partial = Callable[[bytes, TranscriptSegment | None], None]
 class SpeechBackend(Protocol):
     def warm_up(self) -> None: ...
     def run(
-        self, task: SpeechTask, cancelled: Callable[[], bool], partial: Partial
+        self, task: RunnerSpeechTask, cancelled: Callable[[], bool], partial: Partial
     ) -> RunnerMessage: ...
 
 
@@ -74,7 +79,7 @@ class _Speaker:
         self._voice.synthesize(WARM_UP_TEXT)
 
     def run(
-        self, task: SpeechTask, cancelled: Callable[[], bool], partial: Partial
+        self, task: RunnerSpeechTask, cancelled: Callable[[], bool], partial: Partial
     ) -> RunnerMessage:
         from skulk_daemon.engines.piper_tts import (  # noqa: PLC0415
             SynthesisCancelled,
@@ -101,22 +106,31 @@ class _Speaker:
 
 
 class _Transcriber:
-    def __init__(self, model_dir: Path, n_threads: int | None) -> None:
+    def __init__(self, model_dir: Path, n_threads: int | None, inlets: RealtimeInlets) -> None:
         from skulk_daemon.engines.whisper_stt import WhisperTranscriber  # noqa: PLC0415
 
         self._model = WhisperTranscriber.open(model_dir, n_threads)
+        self._inlets = inlets
 
     def warm_up(self) -> None:
         self._model.warm_up()
+        # The streaming path decodes with word timestamps: warm that too, so a first
+        # realtime turn does not pay for it.
+        silence = np.zeros(WARM_UP_SAMPLES, dtype=np.float32)
+        session = self._model.create_streaming_session()
+        session.push(silence)
+        session.finish()
 
     def run(
-        self, task: SpeechTask, cancelled: Callable[[], bool], partial: Partial
+        self, task: RunnerSpeechTask, cancelled: Callable[[], bool], partial: Partial
     ) -> RunnerMessage:
         from skulk_daemon.engines.whisper_stt import (  # noqa: PLC0415
             TranscriptionCancelled,
             TranscriptionRefused,
         )
 
+        if isinstance(task, TranscribeRealtime):
+            return self._realtime(task, cancelled, partial)
         if not isinstance(task, Transcribe):
             raise Refused("this runner transcribes speech; it does not synthesize")
         try:
@@ -141,25 +155,55 @@ class _Transcriber:
             segments=transcript.segments,
         )
 
+    def _realtime(
+        self, task: TranscribeRealtime, cancelled: Callable[[], bool], partial: Partial
+    ) -> RunnerMessage:
+        from skulk_daemon.engines.whisper_streaming import (  # noqa: PLC0415
+            StreamingCancelled,
+        )
+        from skulk_daemon.speech.realtime_runner import (  # noqa: PLC0415
+            InletCancelled,
+            RealtimeRefused,
+            run_realtime,
+        )
+
+        try:
+            return run_realtime(
+                self._model,
+                task,
+                self._inlets,
+                cancelled,
+                lambda segment: partial(b"", segment),
+            )
+        except (InletCancelled, StreamingCancelled):
+            raise Cancelled from None
+        except RealtimeRefused as exc:
+            raise Refused(str(exc)) from None
+
 
 class SpeechWorker:
     """One thread serving a backend's tasks in order, each answered exactly once."""
 
-    def __init__(self, backend: SpeechBackend, send: Send) -> None:
+    def __init__(
+        self, backend: SpeechBackend, send: Send, inlets: RealtimeInlets | None = None
+    ) -> None:
         self._backend = backend
         self._send = send
-        self._queue: queue.Queue[SpeechTask | None] = queue.Queue()
+        self._inlets = inlets
+        self._queue: queue.Queue[RunnerSpeechTask | None] = queue.Queue()
         self._cancelled: set[TaskId] = set()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="speech", daemon=True)
         self._thread.start()
 
-    def submit(self, task: SpeechTask) -> None:
+    def submit(self, task: RunnerSpeechTask) -> None:
         self._queue.put(task)
 
     def cancel(self, task_id: TaskId) -> None:
         with self._lock:
             self._cancelled.add(task_id)
+        if self._inlets is not None:
+            self._inlets.wake(task_id)
 
     def stop(self) -> None:
         self._queue.put(None)
@@ -174,6 +218,8 @@ class SpeechWorker:
             self._send(self._answer(task))
             with self._lock:
                 self._cancelled.discard(task.task_id)
+            if self._inlets is not None and isinstance(task, TranscribeRealtime):
+                self._inlets.forget(task.task_id)
 
     def _partial_sender(self, task_id: TaskId) -> Partial:
         index = 0
@@ -185,7 +231,7 @@ class SpeechWorker:
 
         return send
 
-    def _answer(self, task: SpeechTask) -> RunnerMessage:
+    def _answer(self, task: RunnerSpeechTask) -> RunnerMessage:
         task_id = task.task_id
         if self._is_cancelled(task_id):
             return _error(task_id, ERROR_CANCELLED, "the speech request was cancelled")
@@ -206,17 +252,18 @@ def _error(task_id: TaskId, code: str, message: str) -> ErrorChunk:
     return ErrorChunk(task_id=task_id, code=code, message=message)
 
 
-def _open(load: Load) -> SpeechBackend:
+def _open(load: Load, inlets: RealtimeInlets) -> SpeechBackend:
     model_dir = Path(load.model_path)
     if load.mode == "speak":
         return _Speaker(model_dir, load.n_threads)
-    return _Transcriber(model_dir, load.n_threads)
+    return _Transcriber(model_dir, load.n_threads, inlets)
 
 
 def serve_speech(stdin: BinaryIO, send: Send, load: Load) -> int:
     """Load the speech engine ``load`` names, then serve its tasks until Shutdown."""
+    inlets = RealtimeInlets()
     try:
-        backend = _open(load)
+        backend = _open(load, inlets)
         send(Phase(phase="loaded"))
         send(Phase(phase="warming_up"))
         backend.warm_up()
@@ -225,7 +272,7 @@ def serve_speech(stdin: BinaryIO, send: Send, load: Load) -> int:
         send(Failed(message=str(exc)))
         return EXIT_FAILED
     send(Phase(phase="ready"))
-    worker = SpeechWorker(backend, send)
+    worker = SpeechWorker(backend, send, inlets)
     what = "serves speech, not text generation or embeddings"
     serve_frames(
         stdin,
@@ -233,6 +280,7 @@ def serve_speech(stdin: BinaryIO, send: Send, load: Load) -> int:
         embed=lambda task_id, _: send(_error(task_id, ERROR_INVALID_REQUEST, what)),
         cancel=worker.cancel,
         speech=worker.submit,
+        audio=inlets.feed,
     )
     send(Phase(phase="shutting_down"))
     worker.stop()

@@ -7,33 +7,36 @@ import warnings
 import pytest
 from litestar import Litestar
 from litestar.di import Provide
-from litestar.handlers import HTTPRouteHandler
+from litestar.handlers import HTTPRouteHandler, WebsocketRouteHandler
 
 from skulk_daemon.api.app import CONTROLLERS
 from skulk_daemon.api.authority import route_authority
+from skulk_daemon.api.realtime import REALTIME_HANDLERS
 from skulk_daemon.authority.policy import Requirement
 
 
-def _routes() -> dict[tuple[str, str], HTTPRouteHandler]:
+def _routes() -> dict[tuple[str, str], HTTPRouteHandler | WebsocketRouteHandler]:
     # The bare route table: no guard, no app default, so only declarations count.
     services = ("node", "chat", "embeddings", "placement", "cluster", "authority")
     with warnings.catch_warnings():
         # Litestar 2.25 deprecates inferred dependencies (what create_app relies on too).
         warnings.simplefilter("ignore", DeprecationWarning)
         app = Litestar(
-            route_handlers=CONTROLLERS,
+            route_handlers=[*CONTROLLERS, *REALTIME_HANDLERS],
             openapi_config=None,
             dependencies={
                 name: Provide(lambda: None, sync_to_thread=False)
                 for name in (*services, "capabilities", "authority_guard")
             },
         )
-    table = {}
+    table: dict[tuple[str, str], HTTPRouteHandler | WebsocketRouteHandler] = {}
     for route in app.routes:
         for handler in getattr(route, "route_handlers", ()):
             if isinstance(handler, HTTPRouteHandler):
                 for method in handler.http_methods:
                     table[(method, route.path)] = handler
+        if isinstance(getattr(route, "route_handler", None), WebsocketRouteHandler):
+            table[("WS", route.path)] = route.route_handler
     return table
 
 
@@ -77,6 +80,8 @@ def test_every_route_declares_its_authority() -> None:
         ),
         ("POST", "/v1/plugins/managed/catalog/source", Requirement.DIRECT_LOOPBACK),
         ("PUT", "/v1/auth/plugin-grants/{device_id:str}", Requirement.PAIRING),
+        ("WS", "/v1/realtime", Requirement.OPEN),
+        ("WS", "/v1/fabric/chains/speech", Requirement.OPEN),
     ],
 )
 def test_the_spec_classes_are_declared(method: str, path: str, requirement: Requirement) -> None:
