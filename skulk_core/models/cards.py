@@ -73,6 +73,48 @@ class AudioCard(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     sample_rates: tuple[int, ...] = ()
 
 
+class ArtifactRole(StrEnum):
+    """What an artifact is to the card that owns it (``artifact_role``)."""
+
+    BASE = "base"
+    VISION_WEIGHTS = "vision_weights"
+    MTP_SIDECAR = "mtp_sidecar"
+    ASSISTANT = "assistant"
+    SERVED_DRAFT = "served_draft"
+    VLLM_DRAFT = "vllm_draft"
+    VIDEO_COMPANION = "video_companion"
+
+
+class BundleFile(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """One required file of a v2 card's artifact bundle (path relative to the root)."""
+
+    path: str
+    size: int
+
+
+class ArtifactBundle(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    """A v2 card's exact file bundle: its repository-relative root, required files and
+    immutable content-derived ``bundle_id`` (``skulk_core.registry.bundles``)."""
+
+    bundle_id: str
+    files: tuple[BundleFile, ...]
+    root: str = ""
+
+
+class CompanionArtifact(
+    msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True
+):
+    """A companion the owning card declares (a draft, vision weights, ...): only a
+    download naming exactly this repository, revision, file and role is its companion."""
+
+    role: ArtifactRole
+    source_repository: str
+    source_revision: str
+    gguf_file: str | None = None
+    model_id: str | None = None
+    """The companion's own alias, when the declaration fixes one."""
+
+
 class ModelCard(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
     """One model, as the catalog knows it.
 
@@ -116,3 +158,7 @@ class ModelCard(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_
     registry_provenance: str | None = None
     # Speech cards (TextToSpeech, SpeechToText) declare their audio contract here.
     audio: AudioCard | None = None
+    # Registry v2: the exact file bundle, and the companions this card owns. Absent
+    # from v1 cards (their digests, and so their registry_card_id, do not change).
+    artifact_bundle: ArtifactBundle | None = None
+    companions: tuple[CompanionArtifact, ...] = ()

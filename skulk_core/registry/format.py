@@ -25,6 +25,7 @@ import msgspec
 from skulk_core.models.card_digest import card_digest
 from skulk_core.models.cards import ModelCard
 from skulk_core.models.custom_cards import CardRejectedError, normalize_custom_card
+from skulk_core.registry.bundles import bundle_problem
 
 CATALOG_TARGET: Final = "catalog.json"
 """The TUF target name the catalog is published under."""
@@ -135,6 +136,10 @@ def check_card(card: ModelCard) -> None:
         normalize_custom_card(card)
     except CardRejectedError as exc:
         raise CatalogRejectedError(f"card {card.model_id!r}: {exc}") from None
+    if card.artifact_bundle is not None:
+        problem = bundle_problem(card.artifact_bundle)
+        if problem is not None:
+            raise CatalogRejectedError(f"card {card.model_id!r}: {problem}")
 
 
 def encode_catalog(

@@ -21,6 +21,7 @@ from skulk_core.state.events import (
     NodeJoined,
     NodeLeft,
     RunnerStatusUpdated,
+    StagingPurged,
     StoreHostAnnounced,
     StoreModelEvicted,
     TaskCreated,
@@ -178,5 +179,11 @@ def _apply_event(state: State, event: Event) -> State:
             evictions[model_id] = evicted_at
             recent = dict(list(evictions.items())[-MAX_STORE_EVICTIONS:])
             return replace(state, downloads=downloads, store_evictions=recent)
+        case StagingPurged(model_id=model_id, purged_at=purged_at):
+            if model_id is None:
+                return replace(state, staging_purged_all_at=purged_at)
+            purges = {k: v for k, v in state.staging_purges.items() if k != model_id}
+            purges[model_id] = purged_at
+            return replace(state, staging_purges=dict(list(purges.items())[-MAX_STORE_EVICTIONS:]))
         case _:
             assert_never(event)

@@ -122,6 +122,14 @@ class EvictStoreModel(_Command, frozen=True, kw_only=True):
     evicted_at: datetime
 
 
+class PurgeStaging(_Command, frozen=True, kw_only=True):
+    """Every node drops its copies staged from the store (of ``model_id``, or of every
+    model when None) made before ``purged_at``; the store's own copy stays."""
+
+    model_id: ModelId | None
+    purged_at: datetime
+
+
 Command = (
     RegisterNode
     | RecordMasterElected
@@ -139,4 +147,5 @@ Command = (
     | SetTracing
     | AnnounceStoreHost
     | EvictStoreModel
+    | PurgeStaging
 )

@@ -21,6 +21,7 @@ from skulk_core.state.commands import (
     DeleteInstance,
     EvictStoreModel,
     FinishTask,
+    PurgeStaging,
     RecordMasterElected,
     RegisterNode,
     RemoveCustomCard,
@@ -45,6 +46,7 @@ from skulk_core.state.events import (
     NodeJoined,
     NodeLeft,
     RunnerStatusUpdated,
+    StagingPurged,
     StoreHostAnnounced,
     StoreModelEvicted,
     TaskCreated,
@@ -154,6 +156,8 @@ def decide(state: State, command: Command) -> list[Event] | Refused:
             return [StoreHostAnnounced(node_id=node_id, store=store)]
         case EvictStoreModel(model_id=model_id, evicted_at=evicted_at):
             return [StoreModelEvicted(model_id=model_id, evicted_at=evicted_at)]
+        case PurgeStaging(model_id=model_id, purged_at=purged_at):
+            return [StagingPurged(model_id=model_id, purged_at=purged_at)]
         case _:
             assert_never(command)
 

@@ -111,6 +111,12 @@ class StoreModelEvicted(_Event, frozen=True, kw_only=True):
     evicted_at: datetime
 
 
+class StagingPurged(_Event, frozen=True, kw_only=True):
+    model_id: ModelId | None
+    """None: every model's staged copies."""
+    purged_at: datetime
+
+
 Event = (
     NodeJoined
     | NodeLeft
@@ -129,6 +135,7 @@ Event = (
     | TracingSet
     | StoreHostAnnounced
     | StoreModelEvicted
+    | StagingPurged
 )
 
 

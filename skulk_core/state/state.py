@@ -127,6 +127,11 @@ class State(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     store_evictions: dict[ModelId, datetime] = {}
     """Models deleted from the store, and when: every node drops a staged copy of one
     made before that time (``DELETE /store/models/{model_id}``)."""
+    staging_purges: dict[ModelId, datetime] = {}
+    """Staged copies purged, and when (``POST /store/purge-staging`` with a
+    ``modelId``): every node drops its copy of one staged before that time."""
+    staging_purged_all_at: datetime | None = None
+    """The latest general purge: every node drops every copy staged before it."""
     master_node_id: NodeId | None = None
     """The master that indexed the latest ``MasterElected`` (``None`` before the first)."""
     election_term: int = 0

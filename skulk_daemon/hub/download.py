@@ -194,7 +194,7 @@ class Downloads:
             repo, revision = card.source_repository, card.source_revision
             listing = await asyncio.to_thread(client.list_files, repo, revision)
             try:
-                files = files_to_fetch(card, listing)
+                files = self._files(card, listing)
             except HubCardError as exc:
                 raise DownloadRefused(409, "artifact_mismatch", str(exc)) from None
             job = _Job(
@@ -209,6 +209,11 @@ class Downloads:
             self._publish(job.progress())
             job.task = asyncio.create_task(self._run(job, client))
             return job.progress()
+
+    def _files(self, card: ModelCard, listing: list[RepoFile]) -> list[RepoFile]:
+        """What a download of ``card`` fetches (the store host's downloader adds its
+        selection's extra files and v2 bundles); :class:`HubCardError` when it cannot."""
+        return files_to_fetch(card, listing)
 
     def _admit(self, job: _Job) -> None:
         """Refuse before transfer when the missing bytes and the reserve do not fit."""

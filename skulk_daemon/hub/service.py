@@ -253,6 +253,11 @@ def _build_card(
     )
 
 
+build_card = _build_card
+"""The card for ``repo`` at ``source_revision`` (``main`` resolved once to its commit),
+from its GGUF header or ``config.json``; blocking (run it in a thread)."""
+
+
 def downloaded_somewhere(node: Node, model_id: ModelId) -> bool:
     """Whether any node reports the model's bytes complete (this one, or in State)."""
     entry = node.catalog().get(model_id)

@@ -11,6 +11,7 @@ card record under the store path; nothing else is listed or served.
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import time
 from collections.abc import Callable
@@ -20,11 +21,13 @@ from typing import Final
 import msgspec
 
 from skulk_core.ids import ModelId
-from skulk_core.models.cards import ModelCard
-from skulk_core.models.catalog import InstalledModel
-from skulk_core.models.hub_cards import is_safe_repo_path
+from skulk_core.models.cards import ArtifactRole, Memory, ModelCard
+from skulk_core.models.catalog import InstalledModel, same_artifact
+from skulk_core.models.hub_cards import HubCardError, RepoFile, is_safe_repo_path
 from skulk_core.state.state import DownloadProgress
-from skulk_daemon.hub.client import HubClient
+from skulk_core.store.reconcile import ManifestEntry, manifest_digest
+from skulk_core.store.selection import Conflict, DownloadSelection, Plan, Verification, resolve
+from skulk_daemon.hub.client import HubClient, HubRefused
 from skulk_daemon.hub.download import (
     COMPLETED,
     FAILED,
@@ -32,15 +35,23 @@ from skulk_daemon.hub.download import (
     PENDING,
     DownloadRefused,
     Downloads,
+    _Job,
 )
-from skulk_daemon.hub.manifest import FileManifest, read_manifest
+from skulk_daemon.hub.manifest import FileManifest, ManifestFile, manifest_path, read_manifest
+from skulk_daemon.hub.service import build_card
 from skulk_daemon.models.installed import scan_installed_models
-from skulk_daemon.models.sidecar import SIDECAR_DIR, model_dir_name
+from skulk_daemon.models.sidecar import SIDECAR_DIR, model_dir_name, write_sidecar
 from skulk_daemon.node.node import Node
+from skulk_daemon.store.records import read_record, record_of, write_record
+from skulk_daemon.store.tombstones import TombstoneFile
+
+log = logging.getLogger(__name__)
 
 STORE_DIR_NAME: Final = "store"
 LOCATION_STORE: Final = "store_local"
 LOCATION_NODE: Final = "node_cache"
+SELECTION_CONFLICT: Final = "selection_conflict"
+_NONE: Final = DownloadSelection()
 
 
 def _remove(target: Path) -> None:
@@ -61,6 +72,19 @@ class StoreEntry(msgspec.Struct, frozen=True, kw_only=True):
     verification_state: str = "verified"
     """Every file was verified (size and SHA-256) before its manifest was written."""
     manifest_complete: bool = True
+    installed_verification: str = "local_legacy"
+    """What vouches for the card the bytes were fetched under: ``registry_verified``,
+    ``custom``, ``local_legacy`` or ``unverified`` (fetched by name, no card)."""
+    registry_card_id: str | None = None
+    artifact_bundle_id: str | None = None
+    artifact_role: str = ArtifactRole.BASE.value
+    owner_model_id: str | None = None
+    owner_registry_card_id: str | None = None
+    last_verified_at: int = 0
+    """When every file's size and SHA-256 were last verified (the manifest's writing)."""
+    manifest_sha256: str | None = None
+    """The digest of the canonical manifest: ``model_id@manifest_sha256`` is the
+    installed identity."""
 
 
 def store_root(node: Node) -> Path:
@@ -73,20 +97,68 @@ def store_root(node: Node) -> Path:
 class _StoreDownloads(Downloads):
     """The node downloader, writing under the store path."""
 
-    def __init__(self, node: Node, client: Callable[[], HubClient], root: Path) -> None:
+    def __init__(
+        self, node: Node, client: Callable[[], HubClient], root: Path, graves: TombstoneFile
+    ) -> None:
         super().__init__(node, client)
         self._root = root
+        self._graves = graves
+        self.plans: dict[ModelId, Plan] = {}
+        """The selection each running store download was started for."""
 
     def model_dir(self, model_id: str) -> Path:
         self._root.mkdir(parents=True, exist_ok=True)
         root = self._root.resolve()
         name = model_dir_name(ModelId(model_id))
         target = (root / name).resolve()
-        if name in ("", ".", "..") or target.parent != root:
+        if name in ("", ".", "..") or name.startswith(".") or target.parent != root:
             raise DownloadRefused(
                 400, "invalid_model_id", f"model id {model_id!r} does not name a safe directory"
             )
         return target
+
+    def _files(self, card: ModelCard, listing: list[RepoFile]) -> list[RepoFile]:
+        """A v2 card's bundle files exactly (each declared size checked), otherwise the
+        card's files; plus the selection's ``extra_gguf_files``."""
+        bundle = card.artifact_bundle
+        if bundle is not None:
+            by_path = {item.path: item for item in listing}
+            files: list[RepoFile] = []
+            for declared in bundle.files:
+                path = f"{bundle.root}/{declared.path}" if bundle.root else declared.path
+                found = by_path.get(path)
+                if found is None or found.size != declared.size:
+                    raise HubCardError(
+                        f"bundle {bundle.bundle_id} declares {path!r} ({declared.size} bytes) "
+                        f"but revision {card.source_revision} of {card.source_repository} "
+                        + ("lacks it" if found is None else f"has {found.size} bytes")
+                    )
+                files.append(found)
+        else:
+            files = super()._files(card, listing)
+        plan = self.plans.get(card.model_id)
+        extras = () if plan is None else plan.extra_gguf_files
+        chosen = {item.path for item in files}
+        by_path = {item.path: item for item in listing}
+        for extra in extras:
+            if extra in chosen:
+                continue
+            if extra not in by_path:
+                raise HubCardError(
+                    f"extra_gguf_files names {extra!r}, which is not in revision "
+                    f"{card.source_revision} of {card.source_repository}"
+                )
+            files.append(by_path[extra])
+            chosen.add(extra)
+        return files
+
+    def _finish(self, job: _Job, manifest: tuple[ManifestFile, ...]) -> None:
+        # Verified and published: an explicit download of a deleted alias revives it.
+        super()._finish(job, manifest)
+        plan = self.plans.pop(job.model_id, None)
+        if plan is not None:
+            write_record(job.model_dir, record_of(plan, job.card))
+        self._graves.clear(job.model_id)
 
     def forget(self, model_id: str) -> None:
         """Drop a finished job (its model was deleted): its status no longer applies."""
@@ -104,13 +176,28 @@ class StoreHostService:
     def __init__(self, node: Node, client: Callable[[], HubClient]) -> None:
         self._node = node
         self.root = store_root(node)
-        self.downloads = _StoreDownloads(node, client, self.root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.tombstones = TombstoneFile(self.root)
+        self._client = client
+        self.downloads = _StoreDownloads(node, client, self.root, self.tombstones)
+
+    @property
+    def node(self) -> Node:
+        return self._node
 
     def adopt_existing(self) -> None:
-        """At start: what the store already holds joins this node's installed models."""
+        """At start: what the store already holds joins this node's installed models.
+
+        A tombstoned model still on disk (installed before its tombstone) is a delete
+        that stopped part way: its removal is finished here instead."""
         self.root.mkdir(parents=True, exist_ok=True)
         known = {Path(m.location).resolve() for m in self._node.installed_models}
         for model in scan_installed_models(self.root):
+            deleted_at = self.tombstones.deleted_at(model.card.model_id)
+            if deleted_at is not None and model.installed_at <= deleted_at:
+                log.info("finishing the interrupted delete of %s", model.card.model_id)
+                _remove(Path(model.location))
+                continue
             if Path(model.location).resolve() not in known and self.manifest(model.card.model_id):
                 self._node.installed_models.append(model)
 
@@ -142,6 +229,7 @@ class StoreHostService:
             if manifest is None:
                 continue
             card = model.card
+            record = read_record(Path(model.location), card)
             found.append(
                 StoreEntry(
                     model_id=card.model_id,
@@ -151,6 +239,17 @@ class StoreHostService:
                     total_bytes=sum(item.size for item in manifest.files),
                     file_count=len(manifest.files),
                     installed_at=model.installed_at,
+                    installed_verification=record.verification.value,
+                    registry_card_id=record.registry_card_id,
+                    artifact_bundle_id=record.artifact_bundle_id,
+                    artifact_role=record.artifact_role.value,
+                    owner_model_id=record.owner_model_id,
+                    owner_registry_card_id=record.owner_registry_card_id,
+                    last_verified_at=_verified_at(Path(model.location), model.installed_at),
+                    manifest_sha256=manifest_digest(
+                        ManifestEntry(path=f.path, size=f.size, sha256=f.sha256)
+                        for f in manifest.files
+                    ),
                 )
             )
         return found
@@ -176,23 +275,96 @@ class StoreHostService:
             return "unsafe" if not path.is_relative_to(model_dir) else "missing"
         return path
 
-    async def start(self, model_id: str) -> DownloadProgress:
-        entry = self._node.catalog().get(model_id)
-        if entry is None:
-            raise DownloadRefused(
-                404,
-                "model_not_found",
-                f"model {model_id!r} is not in the catalog; add it first (POST /models/add)",
-            )
-        if self.manifest(model_id) is not None and self._model(model_id) is not None:
-            total = entry.card.storage_size.in_bytes
+    def plan(self, model_id: str, selection: DownloadSelection) -> Plan:
+        """Bind ``selection`` to this store host's verified catalog (409 when it cannot:
+        :func:`skulk_core.store.selection.resolve`)."""
+        catalog = self._node.catalog()
+        owner = None if selection.owner_model_id is None else selection.owner_model_id
+        found = resolve(
+            model_id,
+            selection,
+            catalog.get(model_id),
+            None if owner is None else catalog.get(owner),
+        )
+        match found:
+            case Conflict(message=message):
+                raise DownloadRefused(409, SELECTION_CONFLICT, message)
+            case Plan():
+                return found
+
+    async def start(
+        self, model_id: str, selection: DownloadSelection | None = None
+    ) -> DownloadProgress:
+        """Start (or observe) the store's fetch of ``selection`` for ``model_id``; with
+        no selection, what it holds answers complete as it is."""
+        held, manifest = self._model(model_id), self.manifest(model_id)
+        plan = None if selection is None and held else self.plan(model_id, selection or _NONE)
+        if manifest is not None and held is not None:
+            if plan is not None and plan.card is not None and plan.card.registry_card_id:
+                await asyncio.to_thread(self._adopt, held, plan)
+            total = sum(item.size for item in manifest.files)
             return DownloadProgress(
-                model_id=entry.model_id,
+                model_id=ModelId(model_id),
                 status=COMPLETED,
                 downloaded_bytes=total,
                 total_bytes=total,
             )
-        return await self.downloads.start(entry.card)
+        if plan is None:
+            plan = self.plan(model_id, _NONE)
+        card = plan.card if plan.card is not None else await self._build(plan)
+        self.downloads.plans[card.model_id] = plan
+        try:
+            return await self.downloads.start(card)
+        except BaseException:
+            if self.downloads.progress(model_id) is None:
+                self.downloads.plans.pop(card.model_id, None)
+            raise
+
+    def _adopt(self, held: InstalledModel, plan: Plan) -> None:
+        """The signed generation of bytes the store already holds: its card and record
+        are rewritten without a transfer. Different bytes are refused, never mixed."""
+        card = plan.card
+        assert card is not None
+        if held.card.registry_card_id == card.registry_card_id:
+            return
+        if not same_artifact(held.card, card):
+            raise DownloadRefused(
+                409,
+                "generation_conflict",
+                f"the store holds other bytes for {plan.model_id} than signed card "
+                f"{card.registry_card_id} names; delete the store's copy "
+                f"(DELETE /store/models/{plan.model_id}) and download again",
+            )
+        location = Path(held.location)
+        now = int(time.time())
+        write_sidecar(location, card, now)
+        write_record(location, record_of(plan, card))
+        adopted = InstalledModel(card=card, location=held.location, installed_at=now)
+        self._node.installed_models[:] = [
+            adopted if m is held else m for m in self._node.installed_models
+        ]
+        log.info("adopted signed card %s for the stored %s", card.registry_card_id, plan.model_id)
+
+    async def _build(self, plan: Plan) -> ModelCard:
+        """The card of a companion or an unverified fetch, read from its repository."""
+        client = self._client()
+        build = build_card if plan.artifact_role is ArtifactRole.BASE else _companion_card
+        try:
+            card = await asyncio.to_thread(
+                build, client, plan.source_repository, plan.gguf_file, plan.source_revision
+            )
+        except HubRefused as exc:
+            if plan.verification is Verification.UNVERIFIED:
+                raise DownloadRefused(
+                    404,
+                    "model_not_found",
+                    f"model {plan.model_id!r} is not in the catalog (POST /models/add adds it) "
+                    f"and fetching it by name failed: {exc.message}",
+                ) from None
+            raise DownloadRefused(exc.status, exc.code, exc.message) from None
+        except HubCardError as exc:
+            raise DownloadRefused(409, "artifact_mismatch", str(exc)) from None
+        return msgspec.structs.replace(card, model_id=ModelId(plan.model_id))
 
     async def delete(self, model_id: str) -> None:
         """Remove the store's copy (registry and disk); 404 when it holds none."""
@@ -205,6 +377,9 @@ class StoreHostService:
                     "model_in_use",
                     f"{model_id} is in use by instance {instance.instance_id}; delete it first",
                 )
+        # Durable before any byte goes: reconciliation may never bring it back, and a
+        # crash from here on is finished at the next start (adopt_existing).
+        await asyncio.to_thread(self.tombstones.add, model_id, time.time())
         await self.downloads.cancel(model_id)
         self.downloads.forget(model_id)
         target = self.downloads.model_dir(model_id)
@@ -225,3 +400,32 @@ class StoreHostService:
             "used_bytes": usage.used,
             "checked_at": int(time.time()),
         }
+
+
+def _verified_at(model_dir: Path, fallback: int) -> int:
+    """When the manifest (written only after every file verified) was last written."""
+    try:
+        return int(manifest_path(model_dir).stat().st_mtime)
+    except OSError:
+        return fallback
+
+
+def _companion_card(
+    client: HubClient, repo: str, gguf_file: str | None, source_revision: str | None
+) -> ModelCard:
+    """A companion's record card: its exact file at its immutable commit. A companion
+    (vision weights, a draft) is loaded beside its owner, never placed on its own, so
+    it carries no geometry of its own (``n_layers`` 1 is the schema's minimum)."""
+    commit = client.resolve_commit(repo, source_revision)
+    listing = client.list_files(repo, commit)
+    found = next((item for item in listing if item.path == gguf_file), None)
+    if gguf_file is None or found is None:
+        raise HubCardError(f"the companion file {gguf_file!r} is not in {repo} at {commit}")
+    return ModelCard(
+        model_id=ModelId(repo),
+        storage_size=Memory(in_bytes=found.size),
+        n_layers=1,
+        source_repository=repo,
+        source_revision=commit,
+        gguf_file=gguf_file,
+    )

@@ -7,14 +7,16 @@
 - On every node, the public ``/store/...`` routes reach the store through
   :meth:`StoreService.relay` (the internal transport, wherever the store is), and
   an eviction (``StoreModelEvicted``, ordered when the store deletes a model) drops
-  this node's staged copy of that model.
+  this node's copy of that model; a purge (``StagingPurged``, ``POST
+  /store/purge-staging``) drops its copies staged from the store, never the store's
+  own. Every node lends its cached copies to the store host's reconciler
+  (:mod:`skulk_daemon.store.exports`); the store host runs that reconciler.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
@@ -23,16 +25,18 @@ from urllib.parse import quote
 import httpx
 
 from skulk_core.ids import ModelId, new_command_id
-from skulk_core.state.commands import AnnounceStoreHost, EvictStoreModel
+from skulk_core.state.commands import AnnounceStoreHost, EvictStoreModel, PurgeStaging
 from skulk_core.state.state import StoreHost
 from skulk_daemon.errors import ApiError
 from skulk_daemon.hub.manifest import read_manifest
 from skulk_daemon.hub.service import HubService
-from skulk_daemon.models.sidecar import SIDECAR_DIR
 from skulk_daemon.node.node import Node
+from skulk_daemon.store.cache import in_use, is_staged, remove_model_dir, report_deleted
+from skulk_daemon.store.exports import Exports
 from skulk_daemon.store.host import StoreHostService
 from skulk_daemon.store.listener import StoreListener
 from skulk_daemon.store.locate import store_urls
+from skulk_daemon.store.reconcile import Reconciler
 from skulk_daemon.store.transport import StoreTransport
 
 log = logging.getLogger(__name__)
@@ -50,8 +54,10 @@ class StoreService:
         self._node = node
         self._hub = hub
         self.host: StoreHostService | None = None
+        self.exports = Exports(node)
+        self.reconciler: Reconciler | None = None
         self._listener: StoreListener | None = None
-        self._seen_evictions: dict[ModelId, datetime] | None = None
+        self._seen_evictions: tuple[object, object, object] | None = None
         self._removals: set[asyncio.Task[None]] = set()
         node.on_applied(self._on_applied)
 
@@ -64,9 +70,10 @@ class StoreService:
         host = StoreHostService(self._node, self._hub.client)
         await asyncio.to_thread(host.adopt_existing)
         bind = self._node.settings.host
+        reconciler = Reconciler(self._node, host)
         try:
             self._listener = StoreListener(
-                StoreTransport(host, self._evict), bind, config.store_port
+                StoreTransport(host, self._evict, reconciler), bind, config.store_port
             )
         except OSError as exc:
             log.error(
@@ -78,6 +85,8 @@ class StoreService:
             )
             return
         self.host = host
+        self.reconciler = reconciler
+        reconciler.start()
         log.info("serving the model store from %s on port %d", host.root, config.store_port)
         self._node.report(
             AnnounceStoreHost(
@@ -88,6 +97,8 @@ class StoreService:
         )
 
     async def stop(self) -> None:
+        if self.reconciler is not None:
+            await self.reconciler.stop()
         if self._listener is not None:
             await self._listener.close()
             self._listener = None
@@ -130,41 +141,55 @@ class StoreService:
     def model_path(model_id: str, suffix: str = "") -> str:
         return f"/models/{quote(model_id, safe='')}{suffix}"
 
+    async def purge_staging(self, model_id: ModelId | None) -> str:
+        """Order every node to drop its staged copies (of ``model_id``, or all); the
+        command id. The store's own copy is never touched."""
+        command = PurgeStaging(
+            command_id=new_command_id(), model_id=model_id, purged_at=datetime.now(UTC)
+        )
+        await self._node.submit(command)
+        return command.command_id
+
     def _on_applied(self) -> None:
-        evictions = self._node.state.store_evictions
-        if evictions is self._seen_evictions:
+        state = self._node.state
+        marks = (state.store_evictions, state.staging_purges, state.staging_purged_all_at)
+        if self._seen_evictions is not None and all(
+            a is b for a, b in zip(marks, self._seen_evictions, strict=True)
+        ):
             return
-        self._seen_evictions = evictions
-        if not evictions:
+        self._seen_evictions = marks
+        if not state.store_evictions and not state.staging_purges and marks[2] is None:
             return
         root = self._node.models_dir.resolve()
-        in_use = {i.shard_assignments.model_id for i in self._node.state.instances.values()}
+        busy = in_use(self._node)
         for model in list(self._node.installed_models):
-            at = evictions.get(model.card.model_id)
+            model_id = model.card.model_id
             location = Path(model.location).resolve()
-            if (
-                at is None
-                or model.installed_at > at.timestamp()
-                or model.card.model_id in in_use
-                or location.parent != root
-                or read_manifest(location) is None
-            ):
+            if model_id in busy or location.parent != root or read_manifest(location) is None:
+                continue
+            evicted_at = state.store_evictions.get(model_id)
+            evicted = evicted_at is not None and model.installed_at <= evicted_at.timestamp()
+            purges = (state.staging_purges.get(model_id), marks[2])
+            purged = is_staged(location) and any(
+                at is not None and model.installed_at <= at.timestamp() for at in purges
+            )
+            if not evicted and not purged:
                 continue
             self._node.installed_models[:] = [
                 m for m in self._node.installed_models if m is not model
             ]
-            log.info("the store deleted %s: dropping its copy in %s", model.card.model_id, location)
+            why = "the store deleted" if evicted else "staging purged"
+            log.info("%s %s: dropping its copy in %s", why, model_id, location)
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
                 remove_model_dir(location)
                 continue
-            task = loop.create_task(asyncio.to_thread(remove_model_dir, location))
+            task = loop.create_task(self._drop(location, model_id, report=not evicted))
             self._removals.add(task)
             task.add_done_callback(self._removals.discard)
 
-
-def remove_model_dir(location: Path) -> None:
-    """The records first (the model leaves every scan), then the bytes."""
-    shutil.rmtree(location / SIDECAR_DIR, ignore_errors=True)
-    shutil.rmtree(location, ignore_errors=True)
+    async def _drop(self, location: Path, model_id: ModelId, *, report: bool) -> None:
+        await asyncio.to_thread(remove_model_dir, location)
+        if report:  # an eviction already dropped every report of the model from State
+            report_deleted(self._node, model_id)

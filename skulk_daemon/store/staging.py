@@ -9,6 +9,13 @@ staging with nothing published. Only when every file verified are the manifest a
 the card record written (temp + rename) and the model added to this node's
 installed models: until then the node has no model, and its launch waits here with
 its progress in State (``/state`` ``downloads``).
+
+Transfers on one node run one at a time. Before each, idle staged copies are evicted
+least recently used first (:mod:`skulk_daemon.store.cache`, planned by
+:func:`skulk_core.store.eviction.plan_staging`) until the model fits
+``model_store.staging_budget_gb`` and the models volume keeps its reserve; a copy a
+running instance uses is never evicted, and a model that still does not fit is
+refused before any byte moves.
 """
 
 from __future__ import annotations
@@ -35,6 +42,13 @@ from skulk_core.models.catalog import InstalledModel
 from skulk_core.models.hub_cards import is_safe_repo_path
 from skulk_core.state.commands import ReportDownloadProgress
 from skulk_core.state.state import DownloadProgress
+from skulk_core.store.eviction import (
+    GIB,
+    EvictionPlan,
+    EvictionRefused,
+    StagedCopy,
+    plan_staging,
+)
 from skulk_daemon.hub.download import (
     COMPLETED,
     FAILED,
@@ -45,6 +59,13 @@ from skulk_daemon.hub.download import (
 from skulk_daemon.hub.manifest import FileManifest, ManifestFile, write_manifest
 from skulk_daemon.models.sidecar import model_dir_name, write_sidecar
 from skulk_daemon.node.node import Node
+from skulk_daemon.store.cache import (
+    evict_copy,
+    in_use,
+    mark_staged,
+    staged_copies,
+    staged_models,
+)
 from skulk_daemon.store.locate import store_urls
 
 log = logging.getLogger(__name__)
@@ -84,6 +105,7 @@ class Staging:
     def __init__(self, node: Node) -> None:
         self._node = node
         self._locks: dict[ModelId, asyncio.Lock] = {}
+        self._transfers = asyncio.Lock()
 
     async def stage(self, card: ModelCard) -> bool:
         """Stage ``card``'s bytes here from the store. False: no store has them.
@@ -97,7 +119,8 @@ class Staging:
                 manifest = await self._manifest(base, card.model_id)
                 if manifest is None:
                     continue
-                await self._fetch(base, card, manifest)
+                async with self._transfers:
+                    await self._fetch(base, card, manifest)
                 return True
             return False
 
@@ -141,7 +164,7 @@ class Staging:
                 snapshot = self._progress(progress, IN_PROGRESS)
                 loop.call_soon_threadsafe(self._publish, snapshot)
 
-        refused = await asyncio.to_thread(_capacity_refusal, self._node, target, manifest)
+        refused = await self._make_room(target, card.model_id, manifest)
         if refused is not None:
             self._publish(self._progress(progress, FAILED, refused))
             raise StagingFailed(refused)
@@ -161,6 +184,7 @@ class Staging:
             raise StagingFailed(message) from None
         installed_at = int(time.time())
         await asyncio.to_thread(write_manifest, target, manifest.files)
+        await asyncio.to_thread(mark_staged, target, time.time())
         await asyncio.to_thread(write_sidecar, target, card, installed_at)
         self._node.installed_models.insert(
             0, InstalledModel(card=card, location=str(target), installed_at=installed_at)
@@ -168,6 +192,27 @@ class Staging:
         progress.done = progress.total
         self._publish(self._progress(progress, COMPLETED))
         log.info("staged %s from the store into %s", model_id, target)
+
+    async def _make_room(
+        self, target: Path, model_id: ModelId, manifest: FileManifest
+    ) -> str | None:
+        """Evict idle staged copies (least recently used first) until the model fits
+        the staging budget and the disk; why it cannot fit, or None."""
+        node = self._node
+        # State and the installed models are read here, on the loop; the disk in a thread.
+        models, busy = list(node.installed_models), in_use(node)
+        staged = await asyncio.to_thread(staged_models, node.models_dir, models)
+        copies = await asyncio.to_thread(staged_copies, staged, busy)
+        plan = await asyncio.to_thread(_plan, node, copies, target, model_id, manifest)
+        if isinstance(plan, EvictionRefused):
+            return plan.message
+        for model in staged:
+            if model.card.model_id in plan.evict and Path(model.location) != target:
+                log.info(
+                    "evicting the staged copy of %s to stage %s", model.card.model_id, model_id
+                )
+                await evict_copy(node, model)
+        return None
 
     def _progress(
         self, progress: _Progress, status: str, error: str | None = None
@@ -188,9 +233,11 @@ class Staging:
         )
 
 
-def _capacity_refusal(node: Node, target: Path, manifest: FileManifest) -> str | None:
-    """Why the missing bytes and the reserve do not fit on the models volume, or None
-    (checked before any byte moves; resumable partials count as present)."""
+def _plan(
+    node: Node, copies: list[StagedCopy], target: Path, model_id: ModelId, manifest: FileManifest
+) -> EvictionPlan | EvictionRefused:
+    """The eviction the transfer needs, checked before any byte moves (resumable
+    partials count as present; the reserve stays free on the models volume)."""
     present = 0
     for item in manifest.files:
         final = target / item.path
@@ -199,16 +246,17 @@ def _capacity_refusal(node: Node, target: Path, manifest: FileManifest) -> str |
             present += item.size
         elif partial.is_file():
             present += min(partial.stat().st_size, item.size)
-    missing = max(sum(item.size for item in manifest.files) - present, 0)
+    total = sum(item.size for item in manifest.files)
     node.models_dir.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(node.models_dir).free
-    reserve = reserve_bytes()
-    if missing + reserve <= free:
-        return None
-    return (
-        f"not enough disk to stage {target.name}: {missing} more bytes plus a {reserve}-byte "
-        f"reserve are needed and the models volume has {free} free; free space (or delete "
-        "unused models) and place it again"
+    budget_gb = node.config.model_store.staging_budget_gb
+    return plan_staging(
+        copies,
+        incoming=model_id,
+        incoming_bytes=total,
+        missing_bytes=max(total - present, 0),
+        budget_bytes=None if budget_gb is None else int(budget_gb * GIB),
+        free_bytes=shutil.disk_usage(node.models_dir).free,
+        reserve_bytes=reserve_bytes(),
     )
 
 
@@ -257,7 +305,8 @@ def _fetch_one(client: httpx.Client, transfer: _Transfer, item: ManifestFile) ->
                     f"the store answered {answer.status_code} for {item.path} of {model_id}"
                 )
             with partial.open("ab") as handle:
-                for chunk in answer.iter_bytes(CHUNK_BYTES):
+                # As received: what arrived before the store went away stays for a resume.
+                for chunk in answer.iter_bytes():
                     if transfer.cancel.is_set():
                         raise StagingFailed(f"staging {model_id} was stopped")
                     handle.write(chunk)

@@ -9,6 +9,11 @@ headers are served; anyone else gets 403. The model id is one URL component
 ``GET /models/{id}/{path}`` serves only files the model's SHA-256 manifest lists,
 whole (200) or one ``Range`` (206); a malformed range is 400, one past the end 416, a
 path escaping the model directory 400. HEAD answers as GET without the body.
+
+``POST /imports`` (a direct loopback peer only) pulls one node-cache copy into the
+store (:mod:`skulk_daemon.store.imports`); ``GET /reconciliation`` and ``POST
+/reconciliation/rescan`` are the reconciler's status and its immediate pass, for the
+public ``/store/reconciliation`` routes of any node.
 """
 
 from __future__ import annotations
@@ -23,10 +28,14 @@ from urllib.parse import unquote
 import msgspec
 
 from skulk_core.state.state import DownloadProgress
+from skulk_core.store.paths import model_id_escapes
 from skulk_core.store.ranges import ByteRange, RangeRefused, parse_range
-from skulk_daemon.authority.peers import classify, forwarding_header
+from skulk_core.store.selection import DownloadSelection, selection_problem
+from skulk_daemon.authority.peers import PeerClass, classify, forwarding_header
 from skulk_daemon.hub.download import DownloadRefused
-from skulk_daemon.store.host import StoreHostService
+from skulk_daemon.store.host import SELECTION_CONFLICT, StoreHostService
+from skulk_daemon.store.imports import ImportFailed, decode_request, run_import
+from skulk_daemon.store.reconcile import Reconciler
 from skulk_daemon.store.wire import StoreDownload, download_body
 
 log = logging.getLogger(__name__)
@@ -37,11 +46,7 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 CHUNK_BYTES: Final = 4 * 1024 * 1024
 MAX_BODY_BYTES: Final = 64 * 1024
-
-
-class DownloadRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=False):
-    gguf_file: str | None = None
-    source_revision: str | None = None
+MAX_IMPORT_BODY_BYTES: Final = 8 * 1024 * 1024
 
 
 class _Reply(Exception):
@@ -57,9 +62,15 @@ def _error(status: int, message: str) -> _Reply:
 class StoreTransport:
     """The ASGI app; ``evict`` is called after a model is deleted from the store."""
 
-    def __init__(self, store: StoreHostService, evict: Callable[[str], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        store: StoreHostService,
+        evict: Callable[[str], Awaitable[None]],
+        reconciler: Reconciler | None = None,
+    ) -> None:
         self._store = store
         self._evict = evict
+        self._reconciler = reconciler
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -114,9 +125,20 @@ class StoreTransport:
             listing = [self._body(p) for p in store.downloads.listing()]
             await _send_json(send, 200, msgspec.to_builtins(listing), head=head)
             return
+        if parts == ["imports"] and method == "POST":
+            await self._import(scope, receive, send)
+            return
+        if parts == ["reconciliation"] and read and self._reconciler is not None:
+            await _send_json(send, 200, self._reconciler.status(), head=head)
+            return
+        if parts == ["reconciliation", "rescan"] and method == "POST" and self._reconciler:
+            await _send_json(send, 200, await self._reconciler.rescan())
+            return
         if len(parts) < 2 or parts[0] != "models" or not parts[1]:
             raise _error(404, f"no such store path {raw_path!r}")
         model_id, rest = parts[1], parts[2:]
+        if model_id_escapes(model_id):
+            raise _error(400, f"the model id {model_id!r} escapes the model directory")
         if not rest and method == "DELETE":
             await store.delete(model_id)
             await self._evict(model_id)
@@ -132,7 +154,10 @@ class StoreTransport:
             await _send_json(send, 200, body, head=head)
             return
         if rest == ["download"] and method == "POST":
-            request = await _read_json(receive, DownloadRequest)
+            request = await _read_json(receive, DownloadSelection)
+            problem = selection_problem(request)
+            if problem is not None:
+                raise _error(400, problem)
             await _send_json(send, 200, await self._download(model_id, request))
             return
         if rest == ["download"] and method == "DELETE":
@@ -155,28 +180,32 @@ class StoreTransport:
             return
         raise _error(405 if rest else 404, f"{method} is not served at {raw_path}")
 
+    async def _import(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``POST /imports``: a direct loopback peer only (forwarding headers are
+        already refused for every route)."""
+        client = scope.get("client")
+        if classify(client[0] if client else None) != PeerClass.LOOPBACK:
+            raise _error(403, "imports are accepted from this machine (loopback) only")
+        body = await _read_body(receive, MAX_IMPORT_BODY_BYTES)
+        try:
+            entry = await run_import(self._store, decode_request(body))
+        except ImportFailed as exc:
+            raise _error(exc.status, exc.message) from None
+        except DownloadRefused as exc:
+            raise _error(exc.status, exc.message) from None
+        await _send_json(send, 200, msgspec.to_builtins(entry))
+
     def _body(self, progress: DownloadProgress) -> StoreDownload:
         card = self._store.catalog_card(progress.model_id)
         return download_body(progress, None if card is None else card.source_revision)
 
-    async def _download(self, model_id: str, request: DownloadRequest) -> object:
+    async def _download(self, model_id: str, request: DownloadSelection) -> object:
         entry = self._store.catalog_card(model_id)
-        if entry is not None:
-            for name, wanted, pinned in (
-                ("gguf_file", request.gguf_file, entry.gguf_file),
-                ("source_revision", request.source_revision, entry.source_revision),
-            ):
-                if wanted is not None and wanted != pinned:
-                    raise _error(
-                        409,
-                        f"{name} {wanted!r} differs from the catalog card's pin {pinned!r} "
-                        f"for {model_id}; add the model again with that pin first",
-                    )
         try:
-            progress = await self._store.start(model_id)
+            progress = await self._store.start(model_id, request)
         except DownloadRefused as exc:
-            if exc.status == 404:
-                raise
+            if exc.status in (400, 404) or exc.code == SELECTION_CONFLICT:
+                raise  # a malformed, unknown or unverifiable selection: its own status
             failed = StoreDownload(
                 model_id=model_id,
                 source_revision=None if entry is None else entry.source_revision,
@@ -238,15 +267,19 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return values[0].decode("latin-1")
 
 
-async def _read_json(receive: Receive, kind: type[DownloadRequest]) -> DownloadRequest:
+async def _read_body(receive: Receive, limit: int) -> bytes:
     body = b""
     while True:
         message = await receive()
-        body += message.get("body", b"")
-        if len(body) > MAX_BODY_BYTES:
-            raise _error(413, f"the request body exceeds {MAX_BODY_BYTES} bytes")
+        body += bytes(message.get("body", b""))
+        if len(body) > limit:
+            raise _error(413, f"the request body exceeds {limit} bytes")
         if not message.get("more_body"):
-            break
+            return body
+
+
+async def _read_json(receive: Receive, kind: type[DownloadSelection]) -> DownloadSelection:
+    body = await _read_body(receive, MAX_BODY_BYTES)
     if not body.strip():
         return kind()
     try:

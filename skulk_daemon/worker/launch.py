@@ -11,6 +11,7 @@ join, or donors that never came up (``rpc_donor_lost:<node>``).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -25,6 +26,7 @@ from skulk_core.placement.rpc_pool import RPC_DONOR_LOST
 from skulk_core.state.shards import Instance, LlamaRpcInstance, RpcDonorShardMetadata, ShardMetadata
 from skulk_daemon.node.node import Node
 from skulk_daemon.runner.protocol import Load, RunnerMode
+from skulk_daemon.store.cache import mark_used
 from skulk_daemon.store.staging import Staging, StagingFailed
 from skulk_daemon.worker.rpc_loads import (
     DONOR_READY_TIMEOUT_SECONDS,
@@ -100,6 +102,10 @@ class Launcher:
                 f"{MODEL_NOT_INSTALLED}:{node_id}",
                 f"model {model_id} has no GGUF file on node {node_id}",
             )
+        # A staged copy's last use orders staging eviction (least recently used first).
+        used = self._node.catalog().get(model_id)
+        if used is not None and used.location is not None:
+            await asyncio.to_thread(mark_used, Path(used.location), time.time())
         context_tokens = instance.context_token_limit or DEFAULT_CONTEXT_TOKENS
         shortfall = self._shortfall(model_id, shard, context_tokens)
         if shortfall is not None:
