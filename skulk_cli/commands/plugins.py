@@ -4,11 +4,17 @@
 ``disable`` submit a lifecycle operation (``activate`` of the selected release, or
 ``disable``) under the installation's current selection revision, then read that
 operation until it settles; an uncertain answer is read back, never resubmitted.
+``configure`` shows one installed node's ordinary settings
+(``GET /v1/plugins/{plugin}/nodes/{node}/configuration``); ``--set key=value`` edits
+them under the revision and schema digest it has just read (a changed node is refused
+with 409, never overwritten); ``--credential ID`` reads a write-only value at a hidden
+prompt (never from argv) and replaces it under a fresh operation id.
 Installing a release is ``skulk-plugin-service install-plugin`` on the node itself.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from typing import Annotated, Any, Final
@@ -149,3 +155,105 @@ def enable(ctx: typer.Context, plugin_id: PluginArg, json_output: JsonFlag = Fal
 def disable(ctx: typer.Context, plugin_id: PluginArg, json_output: JsonFlag = False) -> None:
     """Stop the installation's owner; its records and cleanup material are kept."""
     _change(CliContext.of(ctx), plugin_id, "disable", json_output)
+
+
+NodeArg = Annotated[
+    str, typer.Argument(metavar="NODE_ID", help="The installed node's id.", show_default=False)
+]
+AnyPluginArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="PLUGIN_ID",
+        help="The plugin's id (as `skulk plugins list` shows it).",
+        show_default=False,
+    ),
+]
+
+
+def _parse_setting(raw: str) -> tuple[str, object]:
+    key, sep, value = raw.partition("=")
+    if not sep or not key:
+        raise typer.BadParameter(f"'{raw}' is not key=value", param_hint="'--set'")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value  # plain text
+
+
+def _show_configuration(plugin_id: str, node_id: str, configuration: dict[str, Any]) -> None:
+    table = Table(title=f"{plugin_id} / {node_id}", show_header=False)
+    table.add_column("setting", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    table.add_row("enabled", str(configuration.get("enabled")))
+    table.add_row("revision", str(configuration.get("revision")))
+    values: dict[str, Any] = configuration.get("values") or {}
+    for key in sorted(values):
+        table.add_row(key, json.dumps(values[key]))
+    console.show(table)
+
+
+@app.command()
+def configure(  # noqa: PLR0917 (typer options are parameters)
+    ctx: typer.Context,
+    plugin_id: AnyPluginArg,
+    node_id: NodeArg,
+    settings: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help="Edit one ordinary setting (repeatable; VALUE is JSON, or plain text).",
+        ),
+    ] = None,
+    credential: Annotated[
+        str | None,
+        typer.Option(
+            "--credential",
+            metavar="CREDENTIAL_ID",
+            help="Replace this write-only credential; its value is read at a hidden prompt.",
+        ),
+    ] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Show or edit one installed node's settings; replace a credential."""
+    cli = CliContext.of(ctx)
+    with node_client(cli) as client:
+        current: dict[str, Any] = client.plugin_node(plugin_id, node_id, "configuration")
+        answer = current
+        if settings:
+            values = dict(current.get("values") or {})
+            values.update(_parse_setting(raw) for raw in settings)
+            body = {
+                "operation": "edit",
+                "values": values,
+                "expectedRevision": current.get("revision"),
+                "expectedSchemaDigest": current.get("schemaDigest"),
+            }
+            edited: dict[str, Any] = client.plugin_node(plugin_id, node_id, "configuration", body)
+            answer = edited["configuration"]
+        if credential is not None:
+            answer = _replace_credential(client, plugin_id, node_id, credential)
+    if cli.wants_json(json_output):
+        console.emit_json(answer)
+    elif credential is not None:
+        console.show(f"{plugin_id} / {node_id}: credential {credential} replaced.")
+    else:
+        _show_configuration(plugin_id, node_id, answer)
+
+
+def _replace_credential(
+    client: SkulkClient, plugin_id: str, node_id: str, credential_id: str
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = client.plugin_node(plugin_id, node_id, "credentials")
+    value = typer.prompt(f"{credential_id} (input hidden)", hide_input=True)
+    body = {
+        "operation": "replace",
+        "operationId": secrets.token_hex(16),
+        "credentialId": credential_id,
+        "expectedRevision": metadata.get("revision"),
+        "expectedSchemaDigest": metadata.get("schemaDigest"),
+        "value": value,
+    }
+    del value
+    replaced: dict[str, Any] = client.plugin_node(plugin_id, node_id, "credentials", body)
+    return replaced

@@ -17,6 +17,7 @@ from typing import Annotated, Any, NoReturn
 import msgspec
 import typer
 from rich.console import Console
+from typer._completion_classes import completion_init
 
 from skulk_cli.operator_credentials import config_home as default_config_home
 from skulk_cli.plugin_service import registration
@@ -33,6 +34,10 @@ from skulk_cli.plugin_service.wire import MAX_REQUEST_BYTES, call_raw, read_conn
 from skulk_core.plugins.errors import PluginRefusal, ProtocolKind, protocol_sentence
 
 PROG_NAME = "skulk-plugin-service"
+
+# NOTE: as in skulk_cli.main: the committed completion scripts (completions/) speak
+# Typer's protocol, which only its registered classes answer.
+completion_init()
 
 app = typer.Typer(
     name=PROG_NAME,
@@ -311,6 +316,74 @@ def purge_plugin(
     """Remove an uninstalled installation with everything it retained."""
     _confirmed(f"Purge {managed_id} and everything it retained?", yes)
     print(json.dumps(_run(config_home, {"action": "purge", "plugin_id": managed_id})))
+
+
+PluginArguments = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="The plugin's own fields or verbs, after --. Never put credentials here: the "
+        "plugin prompts for them.",
+        show_default=False,
+    ),
+]
+
+
+def _launch(config_home: Path | None, managed_id: str, kind: str, arguments: list[str]) -> None:
+    """Execute the verified ``kind`` entry of the selected generation in place.
+
+    NOTE: the service's own interpreter runs the launcher (``launch`` of the fixed
+    runtime-manager command): it verifies the selection, trust, host fit and seal under
+    the installer fence and then becomes the plugin's command, terminal inherited."""
+    home = _config_home(config_home)
+    try:
+        connection = read_connection(home)
+        record = read_record(Path(connection.manager_root).parent)
+    except PluginRefusal as refusal:
+        _fail(refusal.message)
+    if record is None or record.profile_id != connection.profile_id:
+        _fail(
+            "The manager connection is not bound to this host's local service profile: run "
+            f"{PROG_NAME} setup before running plugin commands."
+        )
+    if record.config_home != str(home):
+        _fail("The local service profile belongs to another Skulk configuration.")
+    command = [
+        record.python,
+        "-m",
+        "skulk.extensions.runtime_manager",
+        "launch",
+        "--root",
+        connection.manager_root,
+        "--plugin",
+        managed_id,
+        "--kind",
+        kind,
+        "--",
+        *arguments,
+    ]
+    sys.stdout.flush()
+    os.execv(command[0], command)
+
+
+@app.command("setup-plugin")
+def setup_plugin(
+    managed_id: Annotated[str, typer.Argument(help="The installed managed plugin id.")],
+    plugin_arguments: PluginArguments = None,
+    config_home: ConfigHomeOption = None,
+) -> None:
+    """Run the selected release's own local setup (verified first; terminal inherited)."""
+    _launch(config_home, managed_id, "setup", plugin_arguments or [])
+
+
+@app.command("manage-plugin")
+def manage_plugin(
+    managed_id: Annotated[str, typer.Argument(help="The installed managed plugin id.")],
+    plugin_arguments: PluginArguments = None,
+    config_home: ConfigHomeOption = None,
+) -> None:
+    """Run the selected release's own management command (verified first; terminal
+    inherited)."""
+    _launch(config_home, managed_id, "manage", plugin_arguments or [])
 
 
 def main() -> None:

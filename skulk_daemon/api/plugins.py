@@ -25,6 +25,7 @@ from litestar import Controller, Request, delete, get, post
 from litestar.datastructures import ResponseHeader
 
 from skulk_core.plugins.errors import PluginRefusal, ProtocolKind, protocol_sentence
+from skulk_core.plugins.node_configuration import MAX_PROVIDERS
 from skulk_daemon.api.authority import declare
 from skulk_daemon.api.openapi import OPENAI, documented, errors
 from skulk_daemon.authority.policy import Requirement
@@ -38,6 +39,7 @@ from skulk_daemon.operator.guards import (
 from skulk_daemon.operator.plugin_grants import PLUGINS_MANAGE, PLUGINS_READ
 from skulk_daemon.operator.service import OperatorPairingService
 from skulk_daemon.plugins.access import ManagerAccess
+from skulk_daemon.plugins.configuration import NodeConfigurations
 from skulk_daemon.plugins.manager.protocol import (
     OPERATION_ID_PATTERN,
     PLUGIN_ID_PATTERN,
@@ -119,9 +121,11 @@ async def _authorize(
     request: Request[Any, Any, Any],
     authority: OperatorPairingService | None,
     scope_needed: str | None,
-) -> None:
+) -> str:
     """Direct owner, or a paired bearer holding ``scope_needed``; ``None`` means the
-    route is direct-owner only. A presented credential never falls back to direct."""
+    route is direct-owner only. A presented credential never falls back to direct.
+    Returns the authenticated actor: ``device:<id>`` for a paired device, ``owner`` for
+    direct owner access (what a proposal action records as its operator)."""
     caller = operator_caller(request.scope)
     token = None if caller is not None else bearer_token(request.scope)
     if scope_needed is None and (caller is not None or token is not None):
@@ -140,16 +144,21 @@ async def _authorize(
                 "plugin access separately (pairing never does)",
                 "insufficient_scope",
             )
-        return
+        return f"device:{caller.grant.device_id}"
     if token is not None:
         assert scope_needed is not None
-        await authorize_bearer(authority, token, scope_needed)
-        return
+        grant = await authorize_bearer(authority, token, scope_needed)
+        return f"device:{grant.device_id}"
     try:
         check_direct_owner(request.scope)
     except ApiError as refused:
         granted = "" if scope_needed is None else ", or by a paired device granted plugin access"
         fail(403, f"{refused.message}; {HOW_PLUGINS_ARE_MANAGED}{granted}", refused.code)
+    return "owner"
+
+
+authorize = _authorize
+"""The same rule for the node-configuration routes (``plugin_nodes.py``)."""
 
 
 # -- the manager's answers ---------------------------------------------------------------
@@ -209,8 +218,8 @@ def _inventory_entry(installation: dict[str, Any], available: bool) -> dict[str,
                 "bundleId": release.get("bundle_id"),
                 "version": release.get("bundle_version"),
                 "status": _node_status(installation),
-                # NOTE: the managed owners' configuration adapter is not built yet, so
-                # no managed node offers configuration or credentials through the API.
+                # NOTE: an owner that has not described itself over its socket
+                # (not running, or not speaking the owner protocol) offers nothing.
                 "configurable": False,
                 "credentialsConfigurable": False,
             }
@@ -239,6 +248,7 @@ class PluginsController(Controller):
         request: Request[Any, Any, Any],
         authority: OperatorPairingService | None,
         plugins: ManagerAccess,
+        configurations: NodeConfigurations | None,
     ) -> dict[str, Any]:
         await _authorize(request, authority, PLUGINS_READ)
         try:
@@ -247,7 +257,15 @@ class PluginsController(Controller):
         except PluginRefusal:
             available = False
         installations = answer["result"]["installations"] if available else plugins.last_inventory
-        return {"plugins": [_inventory_entry(i, available) for i in installations]}
+        # In-process providers, then each installation: as its owner describes itself
+        # over its socket, or (not described yet) as the manager lists it.
+        listed = [] if configurations is None else await configurations.inventory()
+        for installation in installations:
+            described = None
+            if configurations is not None:
+                described = configurations.managed_entry(str(installation["plugin_id"]))
+            listed.append(described or _inventory_entry(installation, available))
+        return {"plugins": listed[:MAX_PROVIDERS]}
 
     @get("/managed", summary="Managed installations", responses=READ_ERRORS)
     async def managed(

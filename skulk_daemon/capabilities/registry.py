@@ -17,7 +17,7 @@ bypasses it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -137,10 +137,44 @@ def _optional(schema: dict[str, object] | None) -> Schema | None:
     return None if schema is None else Schema(schema)
 
 
+DynamicSource = Callable[[], Sequence[Registration]]
+"""A cached snapshot of dynamically claimed registrations (managed owners): no I/O."""
+
+
 class ProviderRegistry:
     def __init__(self) -> None:
         self._by_qualified: dict[str, Registration] = {}
+        self._dynamic: list[DynamicSource] = []
         self.closed = False
+
+    def add_dynamic(self, source: DynamicSource) -> None:
+        """Consult ``source`` on every discovery and resolution. Static capability IDs
+        keep priority; a contract claimed by two dynamic registrations (ready or not)
+        is hidden from both."""
+        self._dynamic.append(source)
+
+    def static_ids(self) -> frozenset[str]:
+        return frozenset(r.descriptor.id for r in self._by_qualified.values())
+
+    def _claims(self) -> dict[str, Registration]:
+        if not self._dynamic:
+            return self._by_qualified
+        merged = dict(self._by_qualified)
+        static = self.static_ids()
+        claimed: dict[str, list[Registration]] = {}
+        for source in self._dynamic:
+            try:
+                registrations = list(source())
+            except Exception:
+                log.exception("a dynamic capability source raised; it claims nothing")
+                continue
+            for registration in registrations:
+                if registration.descriptor.id not in static:
+                    claimed.setdefault(registration.qualified_id, []).append(registration)
+        for key, claims in claimed.items():
+            if len(claims) == 1:
+                merged[key] = claims[0]
+        return merged
 
     def register(
         self, provider: object, context: object, *, builtin: bool = False
@@ -189,17 +223,18 @@ class ProviderRegistry:
         """What discovery shows: every ready capability, ordered by ``id@version``."""
         if self.closed:
             return []
-        return [r for _, r in sorted(self._by_qualified.items()) if r.ready()]
+        return [r for _, r in sorted(self._claims().items()) if r.ready()]
 
     def resolve(self, call: CapabilityCall) -> Registration | CapabilityError:
         """The registration ``call`` is pinned to, or the typed reason it is not served."""
         if self.closed:
             return CapabilityError(code="not_found", message="this node is shutting down")
-        registration = self._by_qualified.get(call.qualified_id)
+        claims = self._claims()
+        registration = claims.get(call.qualified_id)
         if registration is None:
             versions = sorted(
                 r.descriptor.version
-                for r in self._by_qualified.values()
+                for r in claims.values()
                 if r.descriptor.id == call.capability_id and r.ready()
             )
             if versions:

@@ -115,6 +115,12 @@ class ExtensionHost:
                 except Exception:
                     log.exception("built-in provider %s could not be registered", provider)
         extensions = load_extensions()
+        # NOTE: imported here: the configuration door imports this package's facet types.
+        from skulk_daemon.plugins.configuration import NodeConfigurations  # noqa: PLC0415
+
+        configurations = NodeConfigurations.for_node(node)
+        for extension in extensions:
+            configurations.add_in_process(extension.name, extension.obj)
         if fabric is not None:
             for extension in extensions:
                 try:

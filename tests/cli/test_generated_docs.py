@@ -77,6 +77,7 @@ def test_check_reports_changed_missing_and_obsolete_files(tmp_path: Path) -> Non
                 "top",
                 "plugins",
                 "registry",
+                "store",
                 "say",
                 "transcribe",
                 "voices",
@@ -128,3 +129,48 @@ def test_man_pages_render_without_warnings() -> None:
             check=False,
         )
         assert done.returncode == 0 and not done.stderr, f"{page.name}: {done.stderr}"
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [
+        (
+            "skulk-plugin-service ''",
+            {
+                "setup",
+                "serve",
+                "status",
+                "manage",
+                "install-plugin",
+                "catalog",
+                "uninstall",
+                "purge-plugin",
+                "setup-plugin",
+                "manage-plugin",
+            },
+        ),
+        ("skulk-plugin-service manage-p", {"manage-plugin"}),
+        ("skulk-plugin-service install-plugin --from", {"--from-catalog"}),
+    ],
+)
+def test_plugin_service_completion_script_completes(
+    tmp_path: Path, words: str, expected: set[str]
+) -> None:
+    shim = tmp_path / "skulk-plugin-service"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m skulk_cli.plugin_service "$@"\n')
+    shim.chmod(0o755)
+    script = f"""
+        source "{ROOT / "completions" / "skulk-plugin-service.bash"}"
+        COMP_WORDS=({words})
+        COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1))
+        _skulk_plugin_service_completion skulk-plugin-service
+        printf '%s\\n' "${{COMPREPLY[@]}}"
+    """
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}"}
+    done = subprocess.run(
+        ["bash", "-c", script], env=env, capture_output=True, text=True, check=False
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert set(done.stdout.split()) == expected

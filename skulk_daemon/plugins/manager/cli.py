@@ -1,6 +1,8 @@
 """The manager's command line: ``serve --root ROOT`` runs the manager; ``call --root
 ROOT`` sends one JSON request read from standard input and prints the response (exit 0
-when it succeeded, 1 when it was refused). Reached as ``python -m
+when it succeeded, 1 when it was refused); ``launch --root ROOT --plugin ID --kind
+setup|manage -- ARGS`` verifies and executes an installed plugin's local command
+(``local_command.py``). Reached as ``python -m
 skulk_daemon.plugins.manager`` and as the spec's fixed service command ``python -m
 skulk.extensions.runtime_manager``."""
 
@@ -62,6 +64,13 @@ async def _serve(root: Path, ca_file: Path | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else argv
+    if arguments[:1] == ["launch"]:
+        # An installed plugin's verified setup or management command (it replaces
+        # this process): see ``skulk_daemon.plugins.local_command``.
+        from skulk_daemon.plugins import local_command  # noqa: PLC0415
+
+        return local_command.main(arguments[1:])
     parser = argparse.ArgumentParser(prog="python -m skulk.extensions.runtime_manager")
     parser.add_argument("command", choices=["serve", "call"])
     parser.add_argument("--root", type=Path, required=True)

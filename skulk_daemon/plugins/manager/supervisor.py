@@ -4,11 +4,13 @@ Every half second the supervisor compares each installation's desired state
 (``runtime-selection.json``: enabled, not uninstalled, a runtime digest) with the owner
 it runs. A wanted owner that is not running starts once its backoff allows
 (``skulk_core.plugins.supervision``), from the sealed generation only
-(``Stager.owner_command`` checks the seal first; a refusal counts as a failed
-lifetime); an owner that exits without being asked to is a failed lifetime; an owner no
-longer wanted is stopped (SIGTERM to its process group, SIGKILL after a grace). A
-disable or uninstall during a wait starts nothing. Owner output goes to a bounded
-``owner.log`` in the installation; a restart never replays work.
+(:func:`owner_command` checks the seal first; a refusal counts as a failed lifetime)
+and through the owner runtime (``owner_host.py``), which serves the plugin on the
+installation's owner-only ``owner/control.sock``; an owner that exits without being
+asked to is a failed lifetime; an owner no longer wanted is stopped (SIGTERM to its
+process group, SIGKILL after a grace). A disable or uninstall during a wait starts
+nothing. Owner output goes to a bounded ``owner.log`` in the installation; a restart
+never replays work.
 """
 
 from __future__ import annotations
@@ -18,14 +20,17 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Final
 
-from skulk_core.plugins.errors import PluginRefusal
+from skulk_core.plugins.errors import PluginRefusal, refuse
 from skulk_core.plugins.supervision import Backoff, after_exit
 from skulk_daemon.plugins.manager.store import Store
+from skulk_daemon.plugins.owners.wire import owner_dir
+from skulk_daemon.system.fsutil import ensure_private_dir
 
 log = logging.getLogger("skulk.plugins.manager")
 
@@ -44,6 +49,35 @@ class _Owner:
     backoff: Backoff = field(default_factory=Backoff)
     lifetimes: int = 0
     last_error: str | None = None
+
+
+def owner_command(store: Store, plugin_id: str, digest: str) -> list[str]:
+    """argv of the owner runtime (``owner_host``) for the sealed generation ``digest``:
+    Skulk's own interpreter, isolated (``-I -B``), the seal checked first, the
+    generation's verified ``site-packages`` appended to the path, its signed owner entry,
+    and the installation's owner-only socket directory."""
+    stager = store.stager(plugin_id)
+    done = stager.completion(digest)
+    runtime = stager.generation(digest) / "runtime"
+    sites = sorted(runtime.glob("lib/python*/site-packages"))
+    if len(sites) != 1:
+        raise refuse("recovery_required", "The staged runtime has no single site-packages.")
+    control = owner_dir(store.directory(plugin_id))
+    ensure_private_dir(control)
+    control.chmod(0o700)
+    return [
+        sys.executable,
+        "-I",
+        "-B",
+        "-m",
+        "skulk_daemon.plugins.manager.owner_host",
+        "--entry",
+        done.owner_entry,
+        "--site",
+        str(sites[0]),
+        "--control",
+        str(control),
+    ]
 
 
 class Supervisor:
@@ -123,7 +157,7 @@ class Supervisor:
         owner.lifetimes += 1
         owner.started_at = now
         try:
-            command = self.store.stager(plugin_id).owner_command(digest)
+            command = owner_command(self.store, plugin_id, digest)
         except PluginRefusal as refusal:
             owner.last_error = refusal.reason
             owner.backoff = after_exit(owner.backoff, now, now)

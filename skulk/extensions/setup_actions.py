@@ -1,0 +1,25 @@
+"""``skulk.extensions.setup_actions``: durable nonbillable setup actions
+(``NodeSetupActionsProvider`` and its bounded types). Re-exports
+``skulk_daemon.extensions.setup_actions``."""
+
+from skulk_daemon.extensions.setup_actions import (
+    MAX_ACTIONS,
+    MAX_OPERATIONS,
+    NodeSetupActions,
+    NodeSetupActionsProvider,
+    SetupAction,
+    SetupOperation,
+    SetupPhase,
+    SetupStart,
+)
+
+__all__ = [
+    "MAX_ACTIONS",
+    "MAX_OPERATIONS",
+    "NodeSetupActions",
+    "NodeSetupActionsProvider",
+    "SetupAction",
+    "SetupOperation",
+    "SetupPhase",
+    "SetupStart",
+]

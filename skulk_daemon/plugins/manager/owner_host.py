@@ -1,0 +1,381 @@
+"""The owner runtime: serves a plugin written against ``skulk.extensions`` as a managed
+owner, on the owner-only socket of :mod:`skulk_daemon.plugins.owners.wire`.
+
+The supervisor starts it (``python -I -B -m skulk_daemon.plugins.manager.owner_host``)
+with Skulk's own interpreter, the sealed generation's ``site-packages`` appended to
+the import path (after Skulk's, so a plugin cannot shadow the public surface), the
+generation's signed owner entry (``module:attr``) and the installation's owner
+directory. ``attr`` is a provider class (or a zero-argument factory returning a
+provider): an object with ``capabilities()`` + ``handle_call`` and/or the
+``NodeConfigurationProvider`` / ``NodeCredentialsProvider`` facets (and the optional
+preflight, setup, proposal review, proposal action and setup action facets, each
+declared in ``describe`` only when every method is implemented). A factory that
+returns ``None`` was a plain program: it has run, and the owner exits.
+
+The provider runs here, in the owner's process: Skulk's API process imports no plugin
+code. Unary calls run under the call's own deadline; one hanging call holds only its
+own connection (health and configuration keep answering). Credential values arrive in
+``configure_credential`` and are handed to the provider; they are never logged and
+never part of an answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import importlib
+import inspect
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+from skulk_core.extensions.capabilities import (
+    CapabilityCall,
+    CapabilityDescriptor,
+    descriptor_revision,
+)
+from skulk_core.plugins.node_configuration import (
+    NodeConfigurationMutation,
+    NodeConfigurationRefused,
+    NodeCredentialMutation,
+    UnknownNode,
+)
+from skulk_daemon.extensions.proposals import ProposalApproval, ProposalReference
+from skulk_daemon.extensions.setup_actions import SetupStart
+from skulk_daemon.plugins.owners import wire
+
+log = logging.getLogger("skulk.plugins.owner")
+
+MAX_CONCURRENT_CALLS: Final = 8
+PARENT_POLL_SECONDS: Final = 1.0
+"""How often an owner checks that its manager still runs."""
+_SETUP_ACTIONS: Final = {
+    "setup-actions": "node_setup_actions",
+    "setup-start": "start_node_setup",
+    "setup-operation": "node_setup_operation",
+    "setup-resume": "resume_node_setup",
+}
+_PROPOSAL_ACTIONS: Final = {
+    "proposal-approve": "approve_node_proposal",
+    "proposal-operation": "node_proposal_operation",
+    "proposal-resume": "resume_node_proposal",
+}
+
+
+class OwnerContext:
+    """What an owner-hosted provider's hooks receive in place of the in-process
+    ``ExtensionContext``: capability-node summaries are kept here (not relayed)."""
+
+    def __init__(self) -> None:
+        self.capability_nodes: dict[tuple[str, str], object] = {}
+
+    def publish_capability_node(self, summary: Any) -> bool:
+        self.capability_nodes[(summary.plugin_id, summary.node_id)] = summary
+        return True
+
+    def withdraw_capability_node(self, plugin_id: str, node_id: str) -> bool:
+        return self.capability_nodes.pop((plugin_id, node_id), None) is not None
+
+
+def load_provider(entry: str, site: Path | None) -> object | None:
+    if site is not None:
+        sys.path.append(str(site))
+    module_name, _, attr = entry.partition(":")
+    target = getattr(importlib.import_module(module_name), attr)
+    provider: object | None = target()
+    return provider
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+class OwnerHost:
+    def __init__(self, provider: object, control: Path) -> None:
+        self.provider = provider
+        self.control = control
+        self.context = OwnerContext()
+        self._calls = 0
+        self._server: asyncio.AbstractServer | None = None
+
+    # -- what the provider offers -------------------------------------------------------
+
+    def descriptors(self) -> list[CapabilityDescriptor]:
+        listing = getattr(self.provider, "capabilities", None)
+        if not callable(listing) or not callable(getattr(self.provider, "handle_call", None)):
+            return []
+        found = [d for d in listing() if isinstance(d, CapabilityDescriptor)]
+        # NOTE: protocol 3 serves unary calls only; streaming claims need protocol 4.
+        return [d for d in found if d.io_mode == "unary"]
+
+    def _ready(self, descriptor: CapabilityDescriptor) -> bool:
+        check = getattr(self.provider, "capability_ready", None)
+        if not callable(check):
+            return True
+        try:
+            return check(descriptor.qualified_id) is True
+        except Exception:
+            return False
+
+    async def describe(self) -> dict[str, Any]:
+        nodes: list[Any] = []
+        listing = getattr(self.provider, "configuration_nodes", None)
+        if callable(listing):
+            nodes = [msgspec.to_builtins(n) for n in await _maybe_await(listing())]
+        descriptors = self.descriptors()
+        return {
+            "protocol": wire.OWNER_PROTOCOL,
+            "nodes": nodes,
+            "credentials": callable(getattr(self.provider, "node_credentials", None)),
+            "preflight": callable(getattr(self.provider, "node_preflight", None)),
+            "setup": callable(getattr(self.provider, "node_setup", None)),
+            "proposals": callable(getattr(self.provider, "node_proposals", None))
+            and callable(getattr(self.provider, "node_proposal", None)),
+            "proposal_actions": all(
+                callable(getattr(self.provider, name, None)) for name in _PROPOSAL_ACTIONS.values()
+            ),
+            "setup_actions": all(
+                callable(getattr(self.provider, name, None)) for name in _SETUP_ACTIONS.values()
+            ),
+            "capabilities": [msgspec.to_builtins(d) for d in descriptors],
+            "ready": [d.qualified_id for d in descriptors if self._ready(d)],
+        }
+
+    def _facet(self, name: str) -> Any:
+        method = getattr(self.provider, name, None)
+        if not callable(method):
+            raise _Refusal("unsupported", "this owner does not offer that facet")
+        return method
+
+    async def handle(self, message: dict[str, Any]) -> bytes:
+        op = message.get("op")
+        node_id = message.get("node_id")
+        match op:
+            case "health":
+                described = await self.describe()
+                digest = hashlib.sha256(json.dumps(described, sort_keys=True).encode())
+                return wire.ok({"healthy": True, "describe_revision": digest.hexdigest()})
+            case "describe":
+                return wire.ok(await self.describe())
+            case "configuration":
+                found = await self._facet("node_configuration")(str(node_id))
+                return wire.ok(msgspec.to_builtins(found))
+            case "configure":
+                mutation = msgspec.convert(message.get("mutation"), NodeConfigurationMutation)
+                changed = await self._facet("configure_node")(str(node_id), mutation)
+                return wire.ok(msgspec.to_builtins(changed))
+            case "credentials":
+                found = await self._facet("node_credentials")(str(node_id))
+                return wire.ok(msgspec.to_builtins(found))
+            case "configure_credential":
+                credential = msgspec.convert(message.get("mutation"), NodeCredentialMutation)
+                changed = await self._facet("configure_node_credential")(str(node_id), credential)
+                return wire.ok(msgspec.to_builtins(changed))
+            case "preflight":
+                found = await self._facet("node_preflight")(str(node_id))
+                return wire.ok(msgspec.to_builtins(found))
+            case "setup":
+                found = await self._facet("node_setup")(str(node_id))
+                return wire.ok(msgspec.to_builtins(found))
+            case "proposal-list":
+                offset = message.get("offset")
+                if not isinstance(offset, int) or isinstance(offset, bool):
+                    return wire.error("malformed", "offset is an integer")
+                found = await self._facet("node_proposals")(str(node_id), offset)
+                return wire.ok(msgspec.to_builtins(found))
+            case "proposal-review":
+                reference = msgspec.convert(message.get("reference"), ProposalReference)
+                found = await self._facet("node_proposal")(reference)
+                return wire.ok(msgspec.to_builtins(found))
+            case "proposal-approve" | "proposal-operation" | "proposal-resume":
+                return await self._proposal_action(op, message)
+            case "setup-actions" | "setup-start" | "setup-operation" | "setup-resume":
+                handler = self._facet(_SETUP_ACTIONS[op])
+                if op == "setup-actions":
+                    found = await handler(str(node_id))
+                elif op == "setup-start":
+                    start = msgspec.convert(message.get("start"), SetupStart)
+                    found = await handler(str(node_id), start)
+                else:
+                    found = await handler(str(node_id), str(message.get("operation_id")))
+                return wire.ok(msgspec.to_builtins(found))
+            case "call":
+                return await self._call(message)
+            case _:
+                return wire.error("malformed", "unknown owner request")
+
+    async def _proposal_action(self, op: str, message: dict[str, Any]) -> bytes:
+        """One owner proposal action; the operator id is the actor Skulk authenticated."""
+        handler = self._facet(_PROPOSAL_ACTIONS[op])
+        operator_id = message.get("operator_id")
+        operation_id = message.get("operation_id")
+        node_id = message.get("node_id")
+        if op != "proposal-operation" and not isinstance(operator_id, str):
+            return wire.error("malformed", "an action names its operator")
+        if op == "proposal-approve":
+            approval = msgspec.convert(message.get("approval"), ProposalApproval)
+            found = await handler(approval, operator_id)
+        elif not isinstance(operation_id, str) or not isinstance(node_id, str):
+            return wire.error("malformed", "an observation names its node and operation")
+        elif op == "proposal-operation":
+            found = await handler(node_id, operation_id)
+        else:
+            found = await handler(node_id, operation_id, operator_id)
+        return wire.ok(msgspec.to_builtins(found))
+
+    async def _call(self, message: dict[str, Any]) -> bytes:
+        call = msgspec.convert(message.get("call"), CapabilityCall)
+        served = {d.qualified_id: d for d in self.descriptors()}
+        descriptor = served.get(call.qualified_id)
+        if descriptor is None or descriptor_revision(descriptor) != call.descriptor_revision:
+            return wire.error("unsupported", f"this owner does not serve {call.qualified_id}")
+        if self._calls >= MAX_CONCURRENT_CALLS:
+            return wire.error("busy", "this owner already serves its concurrent calls")
+        self._calls += 1
+        try:
+            async with asyncio.timeout(call.timeout_seconds):
+                output = await _maybe_await(
+                    self.provider.handle_call(self.context, call)  # type: ignore[attr-defined]
+                )
+        except TimeoutError:
+            return wire.error("timeout", f"{call.qualified_id} ran past its deadline")
+        finally:
+            self._calls -= 1
+        return wire.ok({"output": output})
+
+    # -- the socket ---------------------------------------------------------------------
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            answer = await self._answer(reader)
+            with contextlib.suppress(ConnectionError, OSError):
+                writer.write(answer)
+                await writer.drain()
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
+
+    async def _answer(self, reader: asyncio.StreamReader) -> bytes:
+        raw = bytearray()
+        while b"\n" not in raw:
+            chunk = await reader.read(65536)
+            if not chunk:
+                break
+            raw += chunk
+            if len(raw) > wire.MAX_INVOCATION_BYTES:
+                return wire.error("too_large", "the request is over the owner protocol's bound")
+        try:
+            message = json.loads(raw)
+        except ValueError:
+            return wire.error("malformed", "the request is not JSON")
+        if not isinstance(message, dict):
+            return wire.error("malformed", "the request is not a JSON object")
+        if len(raw) > wire.request_limit(str(message.get("op"))):
+            return wire.error("too_large", "the request is over the owner protocol's bound")
+        try:
+            answer = await self.handle(message)
+        except _Refusal as refusal:
+            return wire.error(refusal.code, refusal.message)
+        except UnknownNode:
+            return wire.error("unknown_node", "no such installed node")
+        except NodeConfigurationRefused as refusal:
+            return wire.error("refused", str(refusal) or "the provider refused the change")
+        except (msgspec.ValidationError, ValueError, TypeError):
+            return wire.error("malformed", "the request does not match the owner protocol")
+        except Exception:
+            # NOTE: the exception text may carry anything the plugin had in hand
+            # (a credential included): only its type is logged, nothing is answered.
+            log.error("owner request %s raised %s", message.get("op"), "an exception")
+            return wire.error("provider_error", "the owner failed to handle the request")
+        if len(answer) > wire.MAX_RESPONSE_BYTES:
+            return wire.error("too_large", "the owner's answer would be over its bound")
+        return answer
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        directory = self.control
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if directory.is_symlink():
+            raise SystemExit("the owner directory is a symbolic link")
+        directory.chmod(0o700)
+        path = directory / wire.SOCKET_NAME
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        start = getattr(self.provider, "on_start", None)
+        if callable(start):
+            await _maybe_await(start(self.context))
+        previous = os.umask(0o177)
+        try:
+            self._server = await asyncio.start_unix_server(self._connection, path=str(path))
+        finally:
+            os.umask(previous)
+        path.chmod(0o600)
+        log.info("owner serving on its control socket (protocol %d)", wire.OWNER_PROTOCOL)
+        try:
+            await stop.wait()
+        finally:
+            self._server.close()
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            stop_hook = getattr(self.provider, "on_stop", None)
+            if callable(stop_hook):
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(_maybe_await(stop_hook()), 5.0)
+
+
+class _Refusal(Exception):
+    def __init__(self, code: wire.ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code: wire.ErrorCode = code
+        self.message = message
+
+
+async def _watch_parent(stop: asyncio.Event) -> None:
+    """Stop when the manager that started this owner is gone (killed, not asked):
+    its successor starts the owner again, and two owners must never share one
+    installation's socket."""
+    parent = os.getppid()
+    while not stop.is_set():
+        await asyncio.sleep(PARENT_POLL_SECONDS)
+        if os.getppid() != parent:
+            log.warning("the plugin manager is gone; stopping")
+            stop.set()
+
+
+async def _run(provider: object, control: Path) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    watch = asyncio.create_task(_watch_parent(stop))
+    try:
+        await OwnerHost(provider, control).serve(stop)
+    finally:
+        watch.cancel()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="owner_host")
+    parser.add_argument("--entry", required=True)
+    parser.add_argument("--control", required=True, type=Path)
+    parser.add_argument("--site", type=Path, default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    sys.argv = [args.entry]  # the plugin sees no arguments of the runtime's own
+    provider = load_provider(args.entry, args.site)
+    if provider is None:
+        return 0  # a plain program: it ran; the supervisor sees it exit
+    asyncio.run(_run(provider, args.control))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
