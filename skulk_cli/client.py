@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import IO, TYPE_CHECKING, Self
 from urllib.parse import quote
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 DEFAULT_API_URL = "http://localhost:52415"
 # Control-plane reads answer from memory; a node that takes longer is wedged or gone.
 DEFAULT_TIMEOUT_SECONDS = 10.0
+STORE_TIMEOUT_SECONDS = 60.0
 # Placement (and its preview) waits up to 15 s on the node for freshly gossiped
 # cluster info before answering 503, so it gets more than that.
 PLACEMENT_TIMEOUT_SECONDS = 30.0
@@ -351,16 +352,46 @@ class SkulkClient:
         )
         return self._request("GET", path, headers=self._owner_headers)
 
+    # -- the model store (a store host answers slowly while it walks its disk) --
+
+    def store_health(self) -> JsonObject:
+        return self._request("GET", "/store/health", timeout=STORE_TIMEOUT_SECONDS)
+
+    def store_registry(self) -> JsonObject:
+        return self._request("GET", "/store/registry", timeout=STORE_TIMEOUT_SECONDS)
+
+    def store_downloads(self) -> list[JsonObject]:
+        found = self._request("GET", "/store/downloads", listing=True)
+        rows = found.get("results")
+        return [row for row in rows if isinstance(row, dict)] if isinstance(rows, list) else []
+
+    def delete_store_model(self, model_id: str) -> JsonObject:
+        """``DELETE /store/models/{model_id}``, the id raw (its ``/`` unescaped)."""
+        return self._request("DELETE", _store_model_path(model_id), timeout=STORE_TIMEOUT_SECONDS)
+
+    def purge_staging(self, model_id: str | None = None) -> JsonObject:
+        body: JsonObject = {} if model_id is None else {"modelId": model_id}
+        return self._request("POST", "/store/purge-staging", body, timeout=STORE_TIMEOUT_SECONDS)
+
+    def plugin_node(
+        self, plugin_id: str, node_id: str, facet: str, body: JsonObject | None = None
+    ) -> JsonObject:
+        """``GET`` (or, with ``body``, ``POST``) ``/v1/plugins/{plugin}/nodes/{node}/{facet}``:
+        a node's ``configuration`` or ``credentials``."""
+        path = f"/v1/plugins/{quote(plugin_id, safe='')}/nodes/{quote(node_id, safe='')}/{facet}"
+        method = "GET" if body is None else "POST"
+        return self._request(method, path, body=body, headers=self._owner_headers)
+
     def speech(self, body: JsonObject) -> tuple[bytes, str]:
         """``POST /v1/audio/speech``: the audio bytes and their media type."""
         response = self._raw("POST", "/v1/audio/speech", json=body)
         return response.content, response.headers.get("content-type", "")
 
     def transcribe(
-        self, path: str, fields: dict[str, str], file_name: str, audio: bytes
+        self, path: str, fields: dict[str, str], file_name: str, audio: bytes | IO[bytes]
     ) -> tuple[str, str]:
         """``POST /v1/audio/transcriptions`` (or ``translations``): the body as text and
-        its media type."""
+        its media type. ``audio`` may be an open file, read as it is sent."""
         response = self._raw("POST", path, data=fields, files={"file": (file_name, audio)})
         return response.text, response.headers.get("content-type", "")
 
@@ -530,3 +561,12 @@ def _error_details(response: httpx.Response) -> tuple[str, str | None]:
     if isinstance(detail, str) and detail:
         return detail, None
     return fallback, None
+
+
+def _store_model_path(model_id: str) -> str:
+    """The id travels raw (its ``/`` unescaped), the rest of it escaped; a ``.`` or
+    ``..`` part is escaped too, so the HTTP client does not resolve it away and the
+    node refuses it by name."""
+    parts = model_id.split("/")
+    escaped = [p.replace(".", "%2E") if p in (".", "..") else quote(p, safe="") for p in parts]
+    return "/store/models/" + "/".join(escaped)

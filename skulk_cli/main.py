@@ -23,6 +23,7 @@ from skulk_cli.commands import (
     serve,
     speech,
     status,
+    store,
     top,
     trace,
 )
@@ -49,6 +50,7 @@ app.command("serve")(serve.serve)
 app.command("status")(status.status)
 app.add_typer(models.app, name="models")
 app.add_typer(registry.app, name="registry")
+app.add_typer(store.app, name="store")
 app.add_typer(plugins.app, name="plugins")
 app.command("previews")(placement.previews)
 app.command("place")(placement.place)

@@ -81,6 +81,16 @@ class ModelStoreConfig(_Section, frozen=True, kw_only=True):
     store_path: str | None = None
     """Where the store keeps its models; unset: ``<data dir>/store``."""
     store_port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = DEFAULT_STORE_PORT
+    staging_budget_gb: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    """The most GiB of copies staged from the store this node keeps: staging another
+    evicts the least recently used idle copies first (never one a running instance
+    uses), and is refused when it still does not fit. Unset: bounded by the disk."""
+    reconcile_enabled: bool = True
+    """The store host imports verified node-cache copies it lacks (reconciliation).
+    False: its reconciler goes idle and re-checks every ten seconds; read live."""
+    reconcile_inventory_only: bool = False
+    """Reconciliation lists the identities it discovers without importing them (an
+    optional rollout mode); read at every pass."""
 
 
 class NodeConfig(_Section, frozen=True, kw_only=True):

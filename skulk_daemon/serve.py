@@ -115,6 +115,20 @@ def bind_api_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def builtin_providers(
+    node: Node, services: Services, capabilities: CapabilityService
+) -> list[object]:
+    """The first-party capability providers every node serves (``vad@1.0.0``, and
+    ``tts@1.0.0``/``stt@1.0.0`` with their telemetry tags kept in step with the
+    speech runners placed here)."""
+    builtins: list[object] = [VadProvider()]
+    if services.speech is not None:
+        builtins += [TtsProvider(services.speech), SttProvider(services.speech)]
+        speech_tags = SpeechTags(node, capabilities.advertise, capabilities.withdraw)
+        node.on_applied(speech_tags.refresh)
+    return builtins
+
+
 def build_node(settings: Settings) -> Node:
     try:
         config_store = ConfigStore.load(settings.config_path)
@@ -278,6 +292,7 @@ async def _serve(
         await listener.close()
         raise
     agent.remote.attach(worker)
+    agent.speech.attach(worker)
     worker.attach_remote(agent.remote)
     capabilities = CapabilityService(node, cluster=agent)
     agent.capabilities.attach(capabilities)
@@ -291,11 +306,7 @@ async def _serve(
         restart=restart,
     )
     # Installed extensions load here, before the app exists: a refused one is logged.
-    builtins: list[object] = [VadProvider()]
-    if services.speech is not None:
-        builtins += [TtsProvider(services.speech), SttProvider(services.speech)]
-        speech_tags = SpeechTags(node, capabilities.advertise, capabilities.withdraw)
-        node.on_applied(speech_tags.refresh)
+    builtins = builtin_providers(node, services, capabilities)
     extensions = ExtensionHost.open(node, services.embeddings, capabilities, builtins=builtins)
     services.chat.attach_hooks(extensions.chat)
 

@@ -27,6 +27,7 @@ from skulk_daemon.operator.service import OperatorPairingService
 from skulk_daemon.placement.service import PlacementService
 from skulk_daemon.plugins.access import ManagerAccess
 from skulk_daemon.registry.client import RegistryClient
+from skulk_daemon.speech.realtime_provider import register_realtime
 from skulk_daemon.speech.service import SpeechService
 from skulk_daemon.store.service import StoreService
 from skulk_daemon.telemetry.metrics import NodeMetrics
@@ -83,6 +84,8 @@ class Services:
             hooks=hooks,
         )
         hub = HubService(node)
+        if capabilities is not None:
+            register_realtime(node, worker, commands, capabilities)
         return cls(
             node=node,
             chat=chat,
@@ -97,7 +100,9 @@ class Services:
             operator=operator,
             capabilities=capabilities,
             admin=NodeAdminService(node, restart=restart),
-            speech=SpeechService(node, worker, commands),
+            speech=SpeechService(
+                node, worker, commands, remote=cluster.speech if cluster is not None else None
+            ),
             registry=registry,
             hub=hub,
             plugins=ManagerAccess(node.settings.config_home),

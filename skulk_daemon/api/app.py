@@ -37,7 +37,9 @@ from skulk_daemon.api.ollama import OllamaController
 from skulk_daemon.api.openai_chat import OpenAIChatController
 from skulk_daemon.api.placement import PlacementController
 from skulk_daemon.api.plugin_grants import PluginGrantsController
+from skulk_daemon.api.plugin_nodes import PluginNodesController
 from skulk_daemon.api.plugins import PluginsController
+from skulk_daemon.api.realtime import REALTIME_HANDLERS
 from skulk_daemon.api.registry import RegistryController
 from skulk_daemon.api.responses import ResponsesController
 from skulk_daemon.api.state import StateController
@@ -47,6 +49,8 @@ from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.hub.service import HubService
 from skulk_daemon.node_admin.service import NodeAdminService
 from skulk_daemon.plugins.access import ManagerAccess
+from skulk_daemon.plugins.configuration import NodeConfigurations
+from skulk_daemon.plugins.owners.adapter import ManagedOwners
 from skulk_daemon.registry.client import RegistryClient
 from skulk_daemon.services import Services
 from skulk_daemon.store.service import StoreService
@@ -76,6 +80,7 @@ CONTROLLERS = [
     CapabilitiesController,
     RegistryController,
     PluginsController,
+    PluginNodesController,
     PluginGrantsController,
     StoreController,
 ]
@@ -118,11 +123,18 @@ def create_app(
     # The store host's internal transport lives as long as the app serves.
     store = services.store or StoreService(services.node, hub)
 
+    # Managed plugin owners: observed while the app serves; their capabilities join the
+    # node's fabric and their nodes the configuration routes.
+    plugins = services.plugins or ManagerAccess(services.node.settings.config_home)
+    owners = ManagedOwners(plugins, services.capabilities)
+    configurations = NodeConfigurations.for_node(services.node)
+    configurations.attach_owners(owners)
+
     guard = AuthorityGuard(lambda: services.node.config)
     services.metrics.refusals = guard.refusals
     cors = services.node.config.api.cors_origins
     app = Litestar(
-        route_handlers=CONTROLLERS,
+        route_handlers=[*CONTROLLERS, *REALTIME_HANDLERS],
         # NOTE: one guard on every route: each controller (or route) declares what it
         # requires; the app's default covers only Litestar's own documentation routes.
         guards=[guard],
@@ -146,13 +158,12 @@ def create_app(
             "hub": provider(hub),
             "store": provider(store),
             "registry": provider(registry),
-            "plugins": provider(
-                services.plugins or ManagerAccess(services.node.settings.config_home)
-            ),
+            "plugins": provider(plugins),
+            "configurations": provider(configurations),
         },
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
-        on_startup=[*on_startup, start_registry, store.start],
-        on_shutdown=[stop_registry, store.stop, *on_shutdown],
+        on_startup=[*on_startup, start_registry, store.start, owners.start],
+        on_shutdown=[owners.stop, stop_registry, store.stop, *on_shutdown],
         # The daemon configures logging once (serve.py); Litestar must not add its own.
         logging_config=None,
         openapi_config=OpenAPIConfig(

@@ -62,7 +62,7 @@ from skulk_core.state.state import Task, TaskStatus
 from skulk_daemon.engines.base import DEFAULT_SLOTS
 from skulk_daemon.node.node import Node
 from skulk_daemon.runner.client import Answer, PartSink, RunnerProcess
-from skulk_daemon.runner.protocol import ERROR_CANCELLED, Embedded, SpeechTask
+from skulk_daemon.runner.protocol import ERROR_CANCELLED, Embedded, RunnerSpeechTask
 from skulk_daemon.worker.flight import FlightRecorder
 from skulk_daemon.worker.launch import Launcher, LaunchRefused
 from skulk_daemon.worker.observers import GenerationObserver, TraceOpener
@@ -485,7 +485,7 @@ class Supervisor:
     async def speech(
         self,
         instance_id: InstanceId,
-        task: SpeechTask,
+        task: RunnerSpeechTask,
         command_id: CommandId,
         parts: PartSink = None,
     ) -> Answer:
@@ -525,8 +525,11 @@ class Supervisor:
             runner = self._runner_for(instance_id)
         if runner is None:
             return _unavailable(task_id, "the instance is not running")
+        # NOTE: asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a
+        # cancellation that lands while the awaited future is already done.
         try:
-            serving = await asyncio.wait_for(asyncio.shield(runner.settled), READY_WAIT_SECONDS)
+            async with asyncio.timeout(READY_WAIT_SECONDS):
+                serving = await asyncio.shield(runner.settled)
         except TimeoutError:
             serving = False
         if not serving or runner.process is None:

@@ -34,8 +34,12 @@ from skulk_daemon.capabilities.service import CapabilityService
 from skulk_daemon.extensions.lifecycle import ExtensionHost
 from skulk_daemon.node.node import Node
 from skulk_daemon.operator.service import OperatorPairingService
-from skulk_daemon.providers.vad import VadProvider
-from skulk_daemon.serve import build_node, run_node_loops, telemetry_source
+from skulk_daemon.serve import (
+    build_node,
+    builtin_providers,
+    run_node_loops,
+    telemetry_source,
+)
 from skulk_daemon.services import Services
 from skulk_daemon.system.settings import Settings, resolve_settings
 from skulk_daemon.worker.supervisor import Supervisor
@@ -90,7 +94,10 @@ class AppNode(NodePaths):
             capabilities=capabilities,
         )
         extensions = ExtensionHost.open(
-            node, services.embeddings, capabilities, builtins=[VadProvider()]
+            node,
+            services.embeddings,
+            capabilities,
+            builtins=builtin_providers(node, services, capabilities),
         )
         services.chat.attach_hooks(extensions.chat)
         background: list[asyncio.Task[None]] = []

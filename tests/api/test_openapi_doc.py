@@ -21,6 +21,9 @@ BODYLESS: Final = frozenset(
         "POST /v1/cancel/{command_id}",
         "POST /admin/restart",
         "POST /v1/plugins/managed/installations/{plugin_id}/operations/{operation_id}/recover",
+        "POST /v1/plugins/{plugin_id}/nodes/{node_id}/setup-operations/{operation_id}/resume",
+        "POST /v1/plugins/{plugin_id}/nodes/{node_id}/proposal-operations/{operation_id}/resume",
+        "POST /store/reconciliation/rescan",
     }
 )
 """Operations with a method that may carry a body, which take none."""
