@@ -194,8 +194,8 @@ def gated(endpoint: str) -> Iterator[str]:
     side), both in this process: the path a Skulk pool's RPC traffic takes."""
     host, port = endpoint.rsplit(":", 1)
     key = b"skulk-bench-gate-key-0000000000!"
-    server = GateServer("127.0.0.1", 0, target=(host, int(port)), key=key, instance_id="bench")
-    server.start()
+    server = GateServer("127.0.0.1", 0, key=key, instance_id="bench")
+    server.start((host, int(port)))
     client = GateClient(server.address, key=key, instance_id="bench", on_lost=lambda _: None)
     client.start()
     try:
