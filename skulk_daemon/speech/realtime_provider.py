@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Final
 
+from skulk_core.audio.realtime_events import MAX_TRANSCRIPT_BYTES
 from skulk_core.audio.realtime_resample import Resampler
 from skulk_core.chat.generation import ErrorChunk
 from skulk_core.cluster.worker_plan import LocalRunnerPhase
@@ -77,8 +78,6 @@ DELAY_STEP_MS: Final = 80
 DEFAULT_DELAY_MS: Final = 480
 MAX_CALL_AUDIO_BYTES: Final = 64 * 1024 * 1024
 """Decoded audio one call may carry (the realtime session's bound)."""
-MAX_TRANSCRIPT_BYTES: Final = 1024 * 1024
-"""Transcript text one call may produce."""
 STATE_WAIT_SECONDS: Final = 5.0
 """How long the terminal waits for ``/state`` to show the task finished."""
 
