@@ -26,6 +26,7 @@ from skulk_core.extensions.capabilities import (
     Direction,
     FrameKind,
     InlineMediaAttachment,
+    JsonObject,
     json_size,
 )
 from skulk_daemon.capabilities.registry import Registration
@@ -44,6 +45,33 @@ def frame(
     return CapabilityStreamFrame(
         call_id=call_id, direction=direction, sequence=sequence, kind=kind, error=error
     )
+
+
+class OutputFrames:
+    """A provider's frames to its caller for one call, numbered from 1."""
+
+    def __init__(self, call_id: str) -> None:
+        self._call_id = call_id
+        self._sequence = 0
+
+    def __call__(
+        self,
+        kind: FrameKind,
+        payload: JsonObject | None = None,
+        *,
+        media: InlineMediaAttachment | None = None,
+        error: CapabilityError | None = None,
+    ) -> CapabilityStreamFrame:
+        self._sequence += 1
+        return CapabilityStreamFrame(
+            call_id=self._call_id,
+            direction="provider_to_caller",
+            sequence=self._sequence,
+            kind=kind,
+            payload=payload,
+            media=media,
+            error=error,
+        )
 
 
 def renumber(item: CapabilityStreamFrame, sequence: int) -> CapabilityStreamFrame:

@@ -28,10 +28,10 @@ from skulk_core.extensions.capabilities import (
     CapabilityDescriptor,
     CapabilityError,
     CapabilityStreamFrame,
-    FrameKind,
     InlineMediaAttachment,
     JsonObject,
 )
+from skulk_daemon.capabilities.frames import OutputFrames
 from skulk_daemon.providers.vad_detector import (
     AGGRESSIVENESS_RANGE,
     BYTES_PER_SAMPLE,
@@ -260,21 +260,7 @@ class VadProvider:
         call: CapabilityCall,
         input_frames: AsyncIterator[CapabilityStreamFrame],
     ) -> AsyncIterator[CapabilityStreamFrame]:
-        sequence = 0
-
-        def out(
-            kind: FrameKind, payload: JsonObject | None = None, error: CapabilityError | None = None
-        ) -> CapabilityStreamFrame:
-            nonlocal sequence
-            sequence += 1
-            return CapabilityStreamFrame(
-                call_id=call.call_id,
-                direction="provider_to_caller",
-                sequence=sequence,
-                kind=kind,
-                payload=payload,
-                error=error,
-            )
+        out = OutputFrames(call.call_id)
 
         try:
             # The fabric validated the payload against OPEN_SCHEMA; this is the same

@@ -29,13 +29,13 @@ from skulk_core.extensions.capabilities import (
     CapabilityDescriptor,
     CapabilityError,
     CapabilityStreamFrame,
-    FrameKind,
     InlineMediaAttachment,
     JsonObject,
 )
 from skulk_core.ids import ModelId
 from skulk_core.models.cards import ModelTask
 from skulk_core.state.shards import RunnerReady, RunnerRunning
+from skulk_daemon.capabilities.frames import OutputFrames
 from skulk_daemon.errors import ApiError
 from skulk_daemon.node.node import Node
 from skulk_daemon.runner.protocol import SpeechPartial, Transcribed
@@ -181,33 +181,6 @@ def _runner_error(error: ErrorChunk) -> CapabilityError:
     return CapabilityError(code="provider_error", message=error.message)
 
 
-class _Frames:
-    """Provider-to-caller frames of one call, numbered from 1."""
-
-    def __init__(self, call: CapabilityCall) -> None:
-        self._call = call
-        self._sequence = 0
-
-    def __call__(
-        self,
-        kind: FrameKind,
-        payload: JsonObject | None = None,
-        *,
-        media: InlineMediaAttachment | None = None,
-        error: CapabilityError | None = None,
-    ) -> CapabilityStreamFrame:
-        self._sequence += 1
-        return CapabilityStreamFrame(
-            call_id=self._call.call_id,
-            direction="provider_to_caller",
-            sequence=self._sequence,
-            kind=kind,
-            payload=payload,
-            media=media,
-            error=error,
-        )
-
-
 def _speech_request(payload: JsonObject) -> SpeechRequest:
     def number(name: str) -> float | None:
         value = payload.get(name)
@@ -248,7 +221,7 @@ class TtsProvider:
     async def handle_stream(
         self, context: object, call: CapabilityCall
     ) -> AsyncIterator[CapabilityStreamFrame]:
-        out = _Frames(call)
+        out = OutputFrames(call.call_id)
         try:
             admitted = self._speech.admit_speech(_speech_request(call.payload))
         except ApiError as exc:
@@ -316,7 +289,7 @@ class SttProvider:
         call: CapabilityCall,
         input_frames: AsyncIterator[CapabilityStreamFrame],
     ) -> AsyncIterator[CapabilityStreamFrame]:
-        out = _Frames(call)
+        out = OutputFrames(call.call_id)
         clip = bytearray()
         async for item in input_frames:
             if item.kind == "started":

@@ -50,6 +50,7 @@ from skulk_core.ids import InstanceId, ModelId, NodeId, TaskId, new_command_id, 
 from skulk_core.models.cards import ModelTask
 from skulk_core.state.shards import RunnerReady, RunnerRunning, serving_node
 from skulk_core.state.state import TaskStatus
+from skulk_daemon.capabilities.frames import OutputFrames
 from skulk_daemon.capabilities.service import CapabilityService
 from skulk_daemon.chat.cancellation import ActiveCommands
 from skulk_daemon.node.node import Node
@@ -356,21 +357,7 @@ class RealtimeSttProvider:
         call: CapabilityCall,
         input_frames: AsyncIterator[CapabilityStreamFrame],
     ) -> AsyncIterator[CapabilityStreamFrame]:
-        sequence = 0
-
-        def out(
-            kind: str, payload: JsonObject | None = None, error: CapabilityError | None = None
-        ) -> CapabilityStreamFrame:
-            nonlocal sequence
-            sequence += 1
-            return CapabilityStreamFrame(
-                call_id=call.call_id,
-                direction="provider_to_caller",
-                sequence=sequence,
-                kind="chunk" if kind == "chunk" else "failed" if kind == "failed" else "completed",
-                payload=payload,
-                error=error,
-            )
+        out = OutputFrames(call.call_id)
 
         opened = opening(call.payload)
         if isinstance(opened, CapabilityError):
