@@ -34,6 +34,7 @@ from skulk_core.extensions.capabilities import (
 )
 from skulk_core.ids import ModelId
 from skulk_core.models.cards import ModelTask
+from skulk_core.models.catalog import Catalog
 from skulk_core.state.shards import RunnerReady, RunnerRunning
 from skulk_daemon.capabilities.frames import OutputFrames
 from skulk_daemon.errors import ApiError
@@ -375,12 +376,14 @@ class SpeechTags:
         self._withdraw = withdraw
 
     def refresh(self) -> None:
-        wanted = {TTS_ID: self._tts_ready(), STT_ID: self._stt_ready()}
+        # NOTE: one catalog per refresh: this runs after every applied batch of events.
+        catalog = self._node.catalog()
+        wanted = {TTS_ID: self._tts_ready(catalog), STT_ID: self._stt_ready(catalog)}
         for tag, on in wanted.items():
             (self._advertise if on else self._withdraw)(tag)
 
-    def _models(self, task: ModelTask) -> list[ModelId]:
-        catalog = self._node.catalog()
+    @staticmethod
+    def _models(catalog: Catalog, task: ModelTask) -> list[ModelId]:
         return [
             ModelId(model_id)
             for model_id, entry in catalog.by_id.items()
@@ -398,9 +401,8 @@ class SpeechTags:
             for runner_id in instance.shard_assignments.runner_to_shard
         )
 
-    def _tts_ready(self) -> bool:
-        catalog = self._node.catalog()
-        for model_id in self._models(ModelTask.TEXT_TO_SPEECH):
+    def _tts_ready(self, catalog: Catalog) -> bool:
+        for model_id in self._models(catalog, ModelTask.TEXT_TO_SPEECH):
             audio = catalog.by_id[model_id].card.audio
             assert audio is not None
             streams_mp3 = audio.supports_streaming and (
@@ -410,9 +412,9 @@ class SpeechTags:
                 return True
         return False
 
-    def _stt_ready(self) -> bool:
+    def _stt_ready(self, catalog: Catalog) -> bool:
         state = self._node.state
-        for model_id in self._models(ModelTask.SPEECH_TO_TEXT):
+        for model_id in self._models(catalog, ModelTask.SPEECH_TO_TEXT):
             instance = select_instance(state, model_id)
             if instance is None or len(instance.shard_assignments.runner_to_shard) != 1:
                 continue

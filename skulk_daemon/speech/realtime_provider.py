@@ -227,7 +227,7 @@ class RealtimeCapacity:
             and entry.card.audio.supports_realtime
         ]
 
-    def _ready_local(self, model_id: ModelId) -> list[InstanceId]:
+    def ready_local(self, model_id: ModelId) -> list[InstanceId]:
         state = self._node.state
         found = []
         for instance in state.instances.values():
@@ -243,9 +243,6 @@ class RealtimeCapacity:
                 found.append(instance.instance_id)
         return sorted(found)
 
-    def any_ready(self) -> bool:
-        return any(self._ready_local(model) for model in self.realtime_models())
-
     def check(self, model: str) -> CapabilityError | InstanceId:
         """The instance a call for ``model`` would use now, or why there is none."""
         entry = self._node.catalog().get(ModelId(model))
@@ -260,7 +257,7 @@ class RealtimeCapacity:
                 f"model {model} does not declare realtime transcription "
                 "(audio.supports_realtime); use POST /v1/audio/transcriptions",
             )
-        ready = self._ready_local(ModelId(model))
+        ready = self.ready_local(ModelId(model))
         if not ready:
             return _error(
                 "unreachable",
@@ -318,11 +315,12 @@ class RealtimeSttProvider:
         # which lags State by a telemetry interval): this is rechecked on every
         # applied batch of events, and a runner's readiness is one.
         fabric = self._fabric
-        return self.capacity.any_ready() or (
+        models = self.capacity.realtime_models()
+        return any(self.capacity.ready_local(model) for model in models) or (
             fabric is not None
             and any(
                 remote_candidates(self._node, fabric, model, None, single_host=True)
-                for model in self.capacity.realtime_models()
+                for model in models
             )
         )
 
