@@ -565,23 +565,34 @@ def test_the_provider_streams_partials_before_the_input_completes(app: AppNode) 
             for start in range(0, len(part), 3200):
                 await session.input.send_chunk(meta, media(part[start : start + 3200]))
             await asyncio.sleep(2.0)
-        before_end = False
+        # NOTE: one task reads the frames throughout. A timeout that cancelled an
+        # ``anext`` on the stream would close the generator itself, and the terminal
+        # read after it would then find nothing.
+        first_partial = asyncio.Event()
+        completed: dict[str, Any] = {}
+
+        async def read() -> None:
+            async for frame in frames:
+                if frame.kind == "chunk":
+                    assert frame.payload["is_partial"] is True
+                    partials.append(frame.payload["text"])
+                    first_partial.set()
+                elif frame.terminal:
+                    assert frame.kind == "completed", frame
+                    completed.update(frame.payload)
+                    return
+
+        reader = asyncio.create_task(read())
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(30):
-                while not partials:
-                    frame = await anext(frames)
-                    if frame.kind == "chunk":
-                        partials.append(frame.payload["text"])
-                        assert frame.payload["is_partial"] is True
-                        before_end = True
+            async with asyncio.timeout(60):
+                await first_partial.wait()
+        before_end = first_partial.is_set()
         await session.input.complete()
-        async for frame in frames:
-            if frame.kind == "chunk":
-                partials.append(frame.payload["text"])
-            elif frame.terminal:
-                assert frame.kind == "completed", frame
-                return partials, frame.payload, before_end
-        raise AssertionError("no terminal frame")
+        async with asyncio.timeout(120):
+            await reader
+        if not completed:
+            raise AssertionError("no terminal frame")
+        return partials, completed, before_end
 
     async def refusals() -> list[str]:
         codes = []
