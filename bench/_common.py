@@ -237,8 +237,11 @@ def _wait(predicate: Callable[[], bool], what: str, daemon: LoggedDaemon) -> Non
 
 
 @contextmanager
-def skulk_serving(models_dir: Path, context_tokens: int) -> Iterator[LoggedDaemon]:
-    """A fresh daemon (own data and config dirs) with the demo model placed and ready."""
+def skulk_serving(
+    models_dir: Path, context_tokens: int, config: dict[str, Any] | None = None
+) -> Iterator[LoggedDaemon]:
+    """A fresh daemon (own data and config dirs) with the demo model placed and ready;
+    ``config`` (a ``PUT /config`` body) is applied before placing."""
     models_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="skulk-bench-") as root:
         daemon = LoggedDaemon(root=Path(root), models_dir=models_dir)
@@ -247,6 +250,10 @@ def skulk_serving(models_dir: Path, context_tokens: int) -> Iterator[LoggedDaemo
                 daemon.start()
             except AssertionError as exc:
                 raise RuntimeError(f"{exc}\n{daemon.log_tail()}") from None
+            if config is not None:
+                put = httpx.put(f"{daemon.url}/config", json=config, timeout=30)
+                if put.status_code != 200:
+                    raise RuntimeError(f"PUT /config: {put.status_code} {put.text}")
             placed = httpx.post(
                 f"{daemon.url}/place_instance",
                 json={"model_id": DEMO_MODEL, "context_tokens": context_tokens},

@@ -294,6 +294,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--llama-server", type=Path, default=DEFAULT_LLAMA_SERVER)
     parser.add_argument("--skulk-only", action="store_true", help="no llama-server side")
+    parser.add_argument(
+        "--reuse-replies",
+        action="store_true",
+        help="run Skulk with inference.reuse_replies (reply cells reused, as llama-server does)",
+    )
     add_run_options(parser)
     args = parser.parse_args(argv)
     load_at_start = wait_for_quiet(args.max_load)
@@ -301,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     skulk = Side([], [])
     server = None if args.skulk_only else Side([], [])
     restarts = 0
-    with skulk_serving(args.models_dir, CONTEXT) as daemon:
+    config = {"inference": {"reuse_replies": True}} if args.reuse_replies else None
+    with skulk_serving(args.models_dir, CONTEXT, config) as daemon:
         if server is None:
             run_side(daemon.url, "warm-up", Side([], []))
             for rep in range(args.reps):
@@ -328,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
                 "benchmark": "multi_turn",
                 **out,
                 "reps": args.reps,
+                "reuse_replies": args.reuse_replies,
                 "server_restarts": restarts,
                 "context": CONTEXT,
                 "threads": cpu_count(),

@@ -62,6 +62,12 @@ class InferenceConfig(_Section, frozen=True, kw_only=True):
     """Host RAM each text runner may use to keep prompt prefixes its slots gave up
     (restored on a later match instead of prefilled again); 0 turns it off. Read
     when a runner starts."""
+    reuse_replies: bool = False
+    """Also reuse the KV cells a reply was generated into when its conversation
+    comes back, as llama.cpp's server does: a later turn prefills only its new
+    text. Off by default, because temperature-0 output may then differ from a
+    cold prompt's (llama.cpp's CPU kernels round a one-token generation step
+    differently from a batched prefill). Read when a runner starts."""
 
 
 class StagingConfig(_Section, frozen=True, kw_only=True):

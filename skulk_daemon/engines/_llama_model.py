@@ -78,6 +78,7 @@ class LlamaCppSettings:
         "offload",
         "prefill_chunk",
         "prompt_cache_bytes",
+        "reuse_replies",
         "slots",
     )
 
@@ -93,12 +94,14 @@ class LlamaCppSettings:
         offload: RpcOffload | None = None,
         prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
         prompt_cache_bytes: int = 0,
+        reuse_replies: bool = False,
     ) -> None:
         """``flash_attention=None`` lets llama.cpp decide (it enables it where
         supported, which on CPU decodes faster; it also rounds differently from
         llama-cpp-python's ``Llama``, which turns it off by default). ``offload``
         drives an RPC pool: the model's last layers go to its donors.
-        ``prompt_cache_bytes`` bounds the host-RAM prompt cache (0: off)."""
+        ``prompt_cache_bytes`` bounds the host-RAM prompt cache (0: off).
+        ``reuse_replies`` lets a reply's cells be reused (see ``_llama_slots``)."""
         if context_tokens < 1:
             raise ValueError(f"context_tokens must be positive, got {context_tokens}")
         if not 1 <= slots <= n_batch:
@@ -112,6 +115,7 @@ class LlamaCppSettings:
         if prompt_cache_bytes < 0:
             raise ValueError(f"prompt_cache_bytes must not be negative, got {prompt_cache_bytes}")
         self.prompt_cache_bytes = prompt_cache_bytes
+        self.reuse_replies = reuse_replies
         self.flash_attention = flash_attention
         self.offload = offload
 

@@ -72,6 +72,7 @@ class Sequence:
         "pending",
         "pos",
         "prefill_s",
+        "reply",
         "seq_id",
         "task_id",
         "text",
@@ -111,6 +112,8 @@ class Sequence:
         self.pos = 0
         self.next_token = -1
         self.n_generated = 0
+        self.reply: list[int] = []
+        """Generated tokens a decode step has written cells for, in order."""
         self.batched = False
         """Whether a decode step carried this sequence together with others."""
 

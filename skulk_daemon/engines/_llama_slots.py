@@ -14,6 +14,11 @@ from the cache then decodes exactly as it would cold, and temperature-0 output
 does not depend on what was served before. Cells a generation step wrote (an
 earlier answer) are never reused for the same reason: they came from a
 one-row decode.
+
+With ``reuse_replies`` (an operator's opt-in, what llama.cpp's server does)
+the table gives up that guarantee for speed: any common prefix is reused, the
+cells of a reply included, so a conversation's next turn prefills only its new
+text; temperature-0 output may then differ from a cold prompt's.
 """
 
 from __future__ import annotations
@@ -56,10 +61,12 @@ class Placement:
 class SlotTable:
     """The engine's slots; used from its scheduler thread only."""
 
-    def __init__(self, slots: int, chunk: int) -> None:
+    def __init__(self, slots: int, chunk: int, *, reuse_replies: bool = False) -> None:
         if chunk < 1:
             raise ValueError(f"the prefill chunk must be positive, got {chunk}")
-        self.chunk = chunk
+        self.reuse_replies = reuse_replies
+        self.chunk = 1 if reuse_replies else chunk
+        """The reuse granule: whole prefill chunks, or any token with ``reuse_replies``."""
         self._slots = [Slot(i) for i in range(slots)]
         self._clock = 0
 
@@ -123,12 +130,16 @@ class SlotTable:
         slot = self._slots[index]
         slot.tokens = prompt[: len(prompt) - len(prompt) % self.chunk]
 
-    def release(self, index: int, *, keep: bool) -> None:
-        """The slot's request ended; ``keep=False`` when its cells were dropped."""
+    def release(self, index: int, *, keep: bool, reply: list[int] | None = None) -> None:
+        """The slot's request ended; ``keep=False`` when its cells were dropped.
+        ``reply`` is what generation steps decoded after the prompt: its cells
+        become reusable with ``reuse_replies``."""
         slot = self._slots[index]
         slot.busy = False
         if not keep:
             slot.tokens = []
+        elif reply and self.reuse_replies:
+            slot.tokens = slot.tokens + reply
         self._touch(slot)
 
     def scratch(self) -> int | None:

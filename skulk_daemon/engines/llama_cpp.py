@@ -101,7 +101,9 @@ class LlamaCppEngine:
         self._waiting: deque[Pending] = deque()
         self._active: dict[TaskId, Sequence] = {}
         self._generating: list[Sequence] = []
-        self._slots = SlotTable(settings.slots, settings.prefill_chunk)
+        self._slots = SlotTable(
+            settings.slots, settings.prefill_chunk, reuse_replies=settings.reuse_replies
+        )
         self._prompt_cache = PromptCache(settings.prompt_cache_bytes, self._slots.reusable)
         self._decode_batches = 0
         self._prompt_tokens = 0
@@ -114,7 +116,9 @@ class LlamaCppEngine:
     def load(self) -> None:
         settings = self._settings
         self._llama = LlamaModel.open(settings)
-        self._slots = SlotTable(settings.slots, settings.prefill_chunk)
+        self._slots = SlotTable(
+            settings.slots, settings.prefill_chunk, reuse_replies=settings.reuse_replies
+        )
         self._prompt_cache = PromptCache(settings.prompt_cache_bytes, self._slots.reusable)
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="llama-cpp-scheduler", daemon=True)
@@ -410,6 +414,7 @@ class LlamaCppEngine:
         done = False
         batched = len(generating) > 1
         for i, sequence in enumerate(generating):
+            sequence.reply.append(sequence.next_token)
             sequence.pos += 1
             if batched:
                 sequence.batched = True
@@ -507,7 +512,7 @@ class LlamaCppEngine:
         del self._active[sequence.task_id]
         if not keep:
             self._llama.forget(sequence.seq_id)
-        self._slots.release(sequence.seq_id, keep=keep)
+        self._slots.release(sequence.seq_id, keep=keep, reply=sequence.reply)
         if sequence.chain is not None:
             sampling.free_chain(sequence.chain)
         if sequence.grammar is not None:

@@ -169,6 +169,7 @@ def _serve(stdin: BinaryIO, outbox: _Outbox) -> int:
             n_threads=first.n_threads,
             offload=offload,
             prompt_cache_bytes=first.prompt_cache_bytes,
+            reuse_replies=first.reuse_replies,
         )
         engine: Engine = LlamaCppEngine(settings, outbox.send, on_fatal=on_fatal)
     except ValueError as exc:

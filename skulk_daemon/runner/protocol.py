@@ -94,6 +94,8 @@ class Load(msgspec.Struct, frozen=True, kw_only=True, tag="load"):
     serve: RpcServe | None = None
     prompt_cache_bytes: int = 0
     """The host-RAM prompt cache's budget (``"generate"`` mode; 0: off)."""
+    reuse_replies: bool = False
+    """Reuse a reply's cells on the conversation's next turn (see ``_llama_slots``)."""
 
 
 class Generate(msgspec.Struct, frozen=True, kw_only=True, tag="generate"):

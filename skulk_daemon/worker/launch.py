@@ -123,6 +123,7 @@ class Launcher:
             mode=self.runner_mode(model_id),
             pool=pool,
             prompt_cache_bytes=self._node.config.inference.prompt_cache_mb * 1024**2,
+            reuse_replies=self._node.config.inference.reuse_replies,
         )
 
     async def _stage(self, model_id: ModelId) -> Path | None:

@@ -71,6 +71,7 @@ def serve(model: Path, **settings: int) -> Iterator[Served]:
             context_tokens=settings.get("context_tokens", TEST_CONTEXT_TOKENS),
             slots=settings.get("slots", TEST_SLOTS),
             prompt_cache_bytes=settings.get("prompt_cache_bytes", 0),
+            reuse_replies=bool(settings.get("reuse_replies", 0)),
         ),
         lambda chunk: queues[chunk.task_id].put(chunk),
     )

@@ -79,3 +79,22 @@ def test_a_slot_whose_cells_were_dropped_offers_nothing() -> None:
     table.decoded(0, tokens(12))
     table.release(0, keep=False)
     assert table.place(tokens(12)).reused == 0
+
+
+def test_with_reuse_replies_any_common_prefix_and_the_reply_are_reusable() -> None:
+    table = SlotTable(1, 4, reuse_replies=True)
+    prompt = [1, 2, 3, 4, 5, 6]
+    placed = table.place(prompt)
+    table.decoded(placed.slot, prompt)
+    table.release(placed.slot, keep=True, reply=[7, 8])
+    # Not a whole chunk: 7 tokens of the 8 the slot holds, the last left to decode.
+    assert table.place([1, 2, 3, 4, 5, 6, 7, 9, 10]).reused == 7
+
+
+def test_without_reuse_replies_a_reply_is_not_reusable() -> None:
+    table = SlotTable(1, 4)
+    prompt = [1, 2, 3, 4, 5, 6]
+    placed = table.place(prompt)
+    table.decoded(placed.slot, prompt)
+    table.release(placed.slot, keep=True, reply=[7, 8])
+    assert table.place([1, 2, 3, 4, 5, 6, 7, 8, 9]).reused == 4

@@ -129,3 +129,53 @@ def test_concurrent_requests_report_each_other(served: Served) -> None:
     assert sorted(e.stats.in_flight_at_admission for e in (first, second)) == [1, 2]
     assert first.stats.max_in_flight_at_admission == second.stats.max_in_flight_at_admission == 2
     assert first.stats.serving_batches and second.stats.serving_batches
+
+
+@pytest.fixture(scope="module")
+def reusing_replies(demo_gguf: Path) -> Iterator[Served]:
+    yield from serve(demo_gguf, slots=1, reuse_replies=True)
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+class Turn:
+    """One turn's prompt and reply ids, and the next turn's prompt (the turn's
+    prompt, its reply and new text) as text and as the engine tokenizes it."""
+
+    def __init__(self, served: Served, task: str) -> None:
+        served.submit(task, SHARED, max_tokens=8)
+        tokens, end = served.collect(task)
+        assert isinstance(end, FinishChunk), end
+        llama = served.engine._llama
+        assert llama is not None
+        self.prompt = llama.tokenize(SHARED)
+        assert end.prompt_tokens == len(self.prompt)
+        self.reply = [t.token_id for t in tokens]
+        self.following = SHARED + "".join(t.text for t in tokens) + "\n\nThe keeper answered:"
+        self.following_ids = llama.tokenize(self.following)
+
+
+def test_with_reuse_replies_a_conversations_next_turn_reuses_its_reply(
+    reusing_replies: Served,
+) -> None:
+    turn = Turn(reusing_replies, "turn-1")
+    # The cells generation steps wrote: every reply token but the last (a reply
+    # that ends at max_tokens never decodes its last token).
+    held = turn.prompt + turn.reply[:-1]
+    expected = min(_common(held, turn.following_ids), len(turn.following_ids) - 1)
+    assert expected > len(turn.prompt), "the reply does not re-tokenize as it was generated"
+    _, end = reusing_replies.run("turn-2", turn.following, max_tokens=2)
+    assert end.stats.cached_tokens == expected
+    assert end.stats.prompt_tokens == len(turn.following_ids)  # the whole prompt's count
+
+
+def test_by_default_a_reply_is_never_reused(one_slot: Served) -> None:
+    turn = Turn(one_slot, "exact-turn-1")
+    _, end = one_slot.run("exact-turn-2", turn.following, max_tokens=2)
+    assert 0 < end.stats.cached_tokens <= len(turn.prompt)
+    assert end.stats.cached_tokens % CHUNK == 0
