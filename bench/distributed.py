@@ -148,8 +148,17 @@ def delete(daemon: LoggedDaemon, instance_id: str) -> None:
 # -- routing ---------------------------------------------------------------------
 
 
-def routing(a: LoggedDaemon, b: LoggedDaemon, reps: int, max_tokens: int) -> dict[str, Any]:
+def routing(
+    a: LoggedDaemon, b: LoggedDaemon, reps: int, max_tokens: int, runner_threads: int | None
+) -> dict[str, Any]:
+    """``runner_threads`` (``inference.runner_threads`` on B) below the core count
+    leaves the daemons a core, as two machines would have: on one machine every
+    routed token wakes A's and B's loops and both ZeroMQ I/O threads while llama.cpp
+    keeps its compute threads spinning on every core."""
     body = chat_body(DEFAULT_PROMPT, max_tokens)
+    if runner_threads is not None:
+        config = {"inference": {"runner_threads": runner_threads}}
+        httpx.put(f"{b.url}/config", json=config, timeout=30).raise_for_status()
     instance = place(a, [b], context_tokens=2048, excluded_nodes=[_node_id(a)])
     sides = {"direct": b.url, "routed": a.url}
     runs: dict[str, list[tuple[float, float]]] = {"direct": [], "routed": []}
@@ -181,6 +190,7 @@ def routing(a: LoggedDaemon, b: LoggedDaemon, reps: int, max_tokens: int) -> dic
         "routed_ttft_ms": round(routed_ttft, 1),
         "added_ttft_ms": round(added, 1),
         "ok": ratio >= ROUTING_DECODE_TARGET and added <= ROUTING_TTFT_TARGET_MS,
+        "runner_threads": runner_threads,
         "runs": runs,
     }
 
@@ -330,6 +340,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--streams", type=int, default=4, help="concurrent streams (pool)")
     parser.add_argument("--context", type=int, default=1024, help="context tokens per slot")
+    parser.add_argument(
+        "--runner-threads",
+        type=int,
+        default=None,
+        help="routing: B's runner threads (default: all cores)",
+    )
     parser.add_argument("--llama-server", type=Path, default=BUILD_DIR / "bin" / "llama-server")
     parser.add_argument("--rpc-server", type=Path, default=DEFAULT_RPC_SERVER)
     add_run_options(parser)
@@ -338,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"benchmark": "distributed"}
     with two_nodes(args.models_dir) as (a, b):
         if "routing" in args.sections:
-            result = routing(a, b, args.reps, args.max_tokens)
+            result = routing(a, b, args.reps, args.max_tokens, args.runner_threads)
             report["routing"] = result
             print(
                 f"routing: decode {result['routed_decode_tps']:.1f} vs "

@@ -62,6 +62,10 @@ class InferenceConfig(_Section, frozen=True, kw_only=True):
     """Host RAM each text runner may use to keep prompt prefixes its slots gave up
     (restored on a later match instead of prefilled again); 0 turns it off. Read
     when a runner starts."""
+    runner_threads: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """CPU threads each model runner computes with (llama.cpp's ``-t``); unset, all
+    of this machine's cores. Lower it to leave cores to other work on the host.
+    Read when a runner starts."""
     reuse_replies: bool = False
     """Also reuse the KV cells a reply was generated into when its conversation
     comes back, as llama.cpp's server does: a later turn prefills only its new

@@ -119,7 +119,7 @@ class Launcher:
             model_path=str(path),
             context_tokens=context_tokens,
             slots=self._slots,
-            n_threads=None,
+            n_threads=self._node.config.inference.runner_threads,
             mode=self.runner_mode(model_id),
             pool=pool,
             prompt_cache_bytes=self._node.config.inference.prompt_cache_mb * 1024**2,
