@@ -334,6 +334,11 @@ class SkulkClient:
         """``GET /v1/plugins``: installed plugins and their nodes (``plugins:read``)."""
         return self._request("GET", "/v1/plugins", headers=self._owner_headers)
 
+    def host_network(self) -> JsonObject:
+        """``GET /v1/plugins/host-network``: this node's live fabric listeners, node id,
+        network version and namespace fingerprint (``plugins:read``)."""
+        return self._request("GET", "/v1/plugins/host-network", headers=self._owner_headers)
+
     def managed_plugin(self, plugin_id: str) -> JsonObject:
         """``GET /v1/plugins/managed/installations/{plugin_id}``: one installation."""
         path = f"/v1/plugins/managed/installations/{quote(plugin_id, safe='')}"

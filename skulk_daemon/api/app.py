@@ -27,6 +27,7 @@ from skulk_daemon.api.config import ConfigController
 from skulk_daemon.api.diagnostics import DiagnosticsController
 from skulk_daemon.api.embeddings import EmbeddingsController
 from skulk_daemon.api.errors import EXCEPTION_HANDLERS
+from skulk_daemon.api.host_network import HostNetworkController
 from skulk_daemon.api.hub import HubController
 from skulk_daemon.api.images import ImagesController
 from skulk_daemon.api.metrics import MetricsController
@@ -82,6 +83,7 @@ CONTROLLERS = [
     PluginsController,
     PluginNodesController,
     PluginGrantsController,
+    HostNetworkController,
     StoreController,
 ]
 

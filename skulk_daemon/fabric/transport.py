@@ -237,6 +237,13 @@ class FabricTransport:
             raise RuntimeError("the transport is not started")
         return self._bound_port
 
+    @property
+    def namespace(self) -> str:
+        """This cluster's routing namespace: the ZAP domain and the CURVE server public
+        key every node of the cluster derives from its key (public, but different for
+        every cluster key). Only digests of it leave the node."""
+        return f"{ZAP_DOMAIN.decode('ascii')}:{self._keys.server_public.decode('ascii')}"
+
     def connect(self, address: str) -> None:
         """Open a DEALER to `address` ("host:port"); a no-op when already open.
 
