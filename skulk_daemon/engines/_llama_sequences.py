@@ -96,10 +96,11 @@ class Sequence:
         self.task_id = pending.request.task_id
         self.seq_id = seq_id
         self.chain = chain
-        self.draw = Draw(params) if chain is None else None
+        self.greedy = is_plain_greedy(params)
+        """An argmax samples it (``chain`` and ``draw`` are then None)."""
+        self.draw = Draw(params) if chain is None and not self.greedy else None
         """Samples a plain chain in numpy (see ``_llama_draw``); ``chain`` is then None."""
         self.grammar = grammar
-        self.greedy = is_plain_greedy(params)
         self.max_tokens = pending.max_tokens
         self.text = TextStream(params.stop)
         self.logprobs = params.logprobs or params.top_logprobs > 0

@@ -300,9 +300,11 @@ class LlamaCppEngine:
         while self._waiting and self._slots.has_free():
             pending = self._waiting.popleft()
             params = pending.request.sampling
+            # NOTE: a plain greedy request is an argmax and a plain sampled one the
+            # numpy draw; only penalties and grammars need llama.cpp's chain.
             chain = (
                 None
-                if takes_draw(params)
+                if takes_draw(params) or sampling.is_plain_greedy(params)
                 else sampling.build_chain(llama.n_vocab, params, pending.tokens)
             )
             grammar = (
