@@ -14,9 +14,14 @@ returns ``None`` was a plain program: it has run, and the owner exits.
 
 The provider runs here, in the owner's process: Skulk's API process imports no plugin
 code. Unary calls run under the call's own deadline; one hanging call holds only its
-own connection (health and configuration keep answering). Credential values arrive in
-``configure_credential`` and are handed to the provider; they are never logged and
-never part of an answer.
+own connection (health and configuration keep answering). Protocol 4 adds streaming:
+server-streaming descriptors are served by ``handle_stream(context, call)``,
+client-streaming and bidirectional ones by ``handle_input_stream(context, call,
+frames)`` (the in-process streaming interface), with the optional ``admit_stream``
+consulted at admission; unary calls and streams share one concurrency bound. Skulk
+binds its transport node id once (``bind``); ``health`` and ``describe`` report it.
+Credential values arrive in ``configure_credential`` and are handed to the provider;
+they are never logged and never part of an answer.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import msgspec
 from skulk_core.extensions.capabilities import (
     CapabilityCall,
     CapabilityDescriptor,
+    CapabilityError,
     descriptor_revision,
 )
 from skulk_core.plugins.node_configuration import (
@@ -51,10 +57,17 @@ from skulk_core.plugins.node_configuration import (
 from skulk_daemon.extensions.proposals import ProposalApproval, ProposalReference
 from skulk_daemon.extensions.setup_actions import SetupStart
 from skulk_daemon.plugins.owners import wire
+from skulk_daemon.plugins.owners.owner_stream import OwnerStream
 
 log = logging.getLogger("skulk.plugins.owner")
 
 MAX_CONCURRENT_CALLS: Final = 8
+_HANDLER_OF: Final = {
+    "unary": "handle_call",
+    "server_streaming": "handle_stream",
+    "client_streaming": "handle_input_stream",
+    "bidirectional": "handle_input_stream",
+}
 PARENT_POLL_SECONDS: Final = 1.0
 """How often an owner checks that its manager still runs."""
 _SETUP_ACTIONS: Final = {
@@ -105,16 +118,18 @@ class OwnerHost:
         self.context = OwnerContext()
         self._calls = 0
         self._server: asyncio.AbstractServer | None = None
+        self.transport_node_id: str | None = None
+        """The Skulk transport identity this owner is bound to (first ``bind`` wins)."""
 
     # -- what the provider offers -------------------------------------------------------
 
     def descriptors(self) -> list[CapabilityDescriptor]:
         listing = getattr(self.provider, "capabilities", None)
-        if not callable(listing) or not callable(getattr(self.provider, "handle_call", None)):
+        if not callable(listing):
             return []
         found = [d for d in listing() if isinstance(d, CapabilityDescriptor)]
-        # NOTE: protocol 3 serves unary calls only; streaming claims need protocol 4.
-        return [d for d in found if d.io_mode == "unary"]
+        # Only modes whose handler the provider implements (protocol 4 serves them all).
+        return [d for d in found if callable(getattr(self.provider, _HANDLER_OF[d.io_mode], None))]
 
     def _ready(self, descriptor: CapabilityDescriptor) -> bool:
         check = getattr(self.provider, "capability_ready", None)
@@ -133,6 +148,7 @@ class OwnerHost:
         descriptors = self.descriptors()
         return {
             "protocol": wire.OWNER_PROTOCOL,
+            "transport_node_id": self.transport_node_id,
             "nodes": nodes,
             "credentials": callable(getattr(self.provider, "node_credentials", None)),
             "preflight": callable(getattr(self.provider, "node_preflight", None)),
@@ -162,7 +178,15 @@ class OwnerHost:
             case "health":
                 described = await self.describe()
                 digest = hashlib.sha256(json.dumps(described, sort_keys=True).encode())
-                return wire.ok({"healthy": True, "describe_revision": digest.hexdigest()})
+                return wire.ok(
+                    {
+                        "healthy": True,
+                        "describe_revision": digest.hexdigest(),
+                        "transport_node_id": self.transport_node_id,
+                    }
+                )
+            case "bind":
+                return self._bind(message.get("transport_node_id"))
             case "describe":
                 return wire.ok(await self.describe())
             case "configuration":
@@ -212,6 +236,17 @@ class OwnerHost:
             case _:
                 return wire.error("malformed", "unknown owner request")
 
+    def _bind(self, identity: object) -> bytes:
+        """Bind the Skulk transport identity once; a different one is refused."""
+        if not isinstance(identity, str) or not 0 < len(identity) <= 256:
+            return wire.error("malformed", "bind names a transport node id")
+        if self.transport_node_id is None:
+            self.transport_node_id = identity
+            log.info("owner bound to its Skulk host's transport identity")
+        elif self.transport_node_id != identity:
+            return wire.error("refused", "this owner is bound to another Skulk transport identity")
+        return wire.ok({"transport_node_id": self.transport_node_id})
+
     async def _proposal_action(self, op: str, message: dict[str, Any]) -> bytes:
         """One owner proposal action; the operator id is the actor Skulk authenticated."""
         handler = self._facet(_PROPOSAL_ACTIONS[op])
@@ -233,7 +268,7 @@ class OwnerHost:
 
     async def _call(self, message: dict[str, Any]) -> bytes:
         call = msgspec.convert(message.get("call"), CapabilityCall)
-        served = {d.qualified_id: d for d in self.descriptors()}
+        served = {d.qualified_id: d for d in self.descriptors() if d.io_mode == "unary"}
         descriptor = served.get(call.qualified_id)
         if descriptor is None or descriptor_revision(descriptor) != call.descriptor_revision:
             return wire.error("unsupported", f"this owner does not serve {call.qualified_id}")
@@ -255,7 +290,11 @@ class OwnerHost:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            answer = await self._answer(reader)
+            request = await self._request(reader)
+            if isinstance(request, dict) and request.get("op") == "stream":
+                await self._stream(request, reader, writer)
+                return
+            answer = request if isinstance(request, bytes) else await self._answer(request)
             with contextlib.suppress(ConnectionError, OSError):
                 writer.write(answer)
                 await writer.drain()
@@ -264,7 +303,8 @@ class OwnerHost:
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.wait_closed()
 
-    async def _answer(self, reader: asyncio.StreamReader) -> bytes:
+    async def _request(self, reader: asyncio.StreamReader) -> dict[str, Any] | bytes:
+        """The request object, or the refusal to answer (an encoded error)."""
         raw = bytearray()
         while b"\n" not in raw:
             chunk = await reader.read(65536)
@@ -281,6 +321,9 @@ class OwnerHost:
             return wire.error("malformed", "the request is not a JSON object")
         if len(raw) > wire.request_limit(str(message.get("op"))):
             return wire.error("too_large", "the request is over the owner protocol's bound")
+        return message
+
+    async def _answer(self, message: dict[str, Any]) -> bytes:
         try:
             answer = await self.handle(message)
         except _Refusal as refusal:
@@ -299,6 +342,73 @@ class OwnerHost:
         if len(answer) > wire.MAX_RESPONSE_BYTES:
             return wire.error("too_large", "the owner's answer would be over its bound")
         return answer
+
+    # -- streaming (protocol 4) ------------------------------------------------------------
+
+    async def _admission(self, message: dict[str, Any]) -> tuple[CapabilityCall, str] | bytes:
+        """The admitted call and its mode, or the refusal line."""
+        try:
+            call = msgspec.convert(message.get("call"), CapabilityCall)
+        except msgspec.ValidationError:
+            return wire.error("malformed", "the stream request does not match the owner protocol")
+        served = {d.qualified_id: d for d in self.descriptors() if d.io_mode != "unary"}
+        descriptor = served.get(call.qualified_id)
+        if descriptor is None or descriptor_revision(descriptor) != call.descriptor_revision:
+            return wire.error("unsupported", f"this owner does not stream {call.qualified_id}")
+        if self._calls >= MAX_CONCURRENT_CALLS:
+            return wire.error("busy", "this owner already serves its concurrent calls")
+        hook = getattr(self.provider, "admit_stream", None)
+        if callable(hook):
+            try:
+                async with asyncio.timeout(call.timeout_seconds):
+                    outcome = await _maybe_await(hook(self.context, call))
+            except TimeoutError:
+                return wire.error("timeout", "admission ran past the deadline")
+            except Exception:
+                log.error("admit_stream of %s raised an exception", call.qualified_id)
+                return wire.error("provider_error", "the owner failed to admit the stream")
+            if isinstance(outcome, CapabilityError):
+                return wire.encode(
+                    {
+                        "ok": False,
+                        "error": {
+                            "code": "refused",
+                            "message": outcome.message[:500],
+                            "capability_error": {
+                                "code": outcome.code,
+                                "message": outcome.message[:500],
+                            },
+                        },
+                    }
+                )
+        return call, descriptor.io_mode
+
+    async def _stream(
+        self, message: dict[str, Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        admitted = await self._admission(message)
+        if isinstance(admitted, bytes):
+            with contextlib.suppress(ConnectionError, OSError):
+                writer.write(admitted)
+                await writer.drain()
+            return
+        call, mode = admitted
+        self._calls += 1
+        try:
+            writer.write(wire.ok({"admitted": True}))
+            await writer.drain()
+            await OwnerStream(
+                self.provider,
+                context=self.context,
+                call=call,
+                mode=mode,
+                reader=reader,
+                writer=writer,
+            ).run()
+        except (ConnectionError, OSError, wire.StreamBroken):
+            log.info("stream %s: the host closed the connection", call.qualified_id)
+        finally:
+            self._calls -= 1
 
     async def serve(self, stop: asyncio.Event) -> None:
         directory = self.control

@@ -13,11 +13,24 @@ manager answer no owner capability is ready, whatever its owner says.
 Capabilities join the node's fabric as a *dynamic* source of the registry: static IDs
 keep priority, a contract two owners claim is hidden from both, and calls go to the
 owner over its socket (unary, the call's own deadline, the 64 KiB invocation bound,
-never replayed after a lost answer). An explicit disable or uninstall releases the
-owner's cached capability IDs; an owner whose enabled state is unknown keeps reserving
-them. Capability ids are advertised as telemetry tags, reconciled each poll, and
-withdrawn on shutdown. ``SKULK_EXTENSIONS_DISABLE=1`` turns capability admission off;
-configuration stays available.
+never replayed after a lost answer). An owner speaking protocol 4 also serves its
+server-streaming, client-streaming and bidirectional descriptors through the same
+registry (so the fabric's stream API, its guards and a second node reach them): each
+stream is admitted on its own owner connection (``admit_stream``), then relayed frame
+by frame; the terminal is withheld until the owner's cleanup acknowledgment and a
+clean close, and closing the relay (cancellation, deadline) closes the connection,
+which cancels the owner's handler. A protocol-3 owner's streaming claims are hidden;
+its unary capabilities are unchanged.
+
+On attaching, the adapter binds this node's transport node id to each owner; an owner
+that reports another identity (or a protocol outside 3-4) is refused: unavailable,
+its capabilities not ready, requests to it answered with the refusal's code.
+
+An explicit disable or uninstall releases the owner's cached capability IDs; an owner
+whose enabled state is unknown keeps reserving them. Capability ids are advertised as
+telemetry tags, reconciled each poll, and withdrawn on shutdown.
+``SKULK_EXTENSIONS_DISABLE=1`` turns capability admission off; configuration stays
+available.
 """
 
 from __future__ import annotations
@@ -27,13 +40,20 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import msgspec
 
-from skulk_core.extensions.capabilities import CapabilityCall, CapabilityDescriptor
+from skulk_core.extensions.capabilities import (
+    CapabilityCall,
+    CapabilityDescriptor,
+    CapabilityError,
+    CapabilityErrorCode,
+    CapabilityStreamFrame,
+)
 from skulk_core.plugins.errors import PluginRefusal
 from skulk_core.plugins.node_configuration import (
     MAX_NODES_PER_PROVIDER,
@@ -57,10 +77,24 @@ DISABLE_ENV: Final = "SKULK_EXTENSIONS_DISABLE"
 CALL_GRACE_SECONDS: Final = 0.5
 """The socket outlives the call's deadline by this much, so the deadline (not the
 socket) ends a hanging call, with the fabric's typed ``timeout``."""
+UNCLAIMED_STREAM_SECONDS: Final = 5.0
+"""An admitted owner connection no relay claims (the fabric refused it after
+admission) is closed after this long, which cancels the owner's handler."""
+
+Refusal = Literal["transport_identity_mismatch", "owner_protocol_unsupported"]
+"""Why an owner that answers is still refused."""
+_OWNER_CODES: Final[dict[str, CapabilityErrorCode]] = {
+    "unsupported": "not_found",
+    "busy": "overloaded",
+    "too_large": "payload_too_large",
+    "malformed": "invalid_payload",
+    "timeout": "timeout",
+}
 
 
 class ManagedOwnerProvider:
-    """One owner as a capability provider of the registry (unary only)."""
+    """One owner as a capability provider of the registry (every mode its protocol
+    allows)."""
 
     def __init__(self, owner: _Owner, owners: ManagedOwners) -> None:
         self._owner = owner
@@ -88,6 +122,19 @@ class ManagedOwnerProvider:
             raise RuntimeError("the managed owner answered without an output object")
         return output
 
+    async def admit_stream(self, context: object, call: CapabilityCall) -> CapabilityError | None:
+        return await self._owners.admit_stream(self._owner, call)
+
+    def handle_stream(
+        self, context: object, call: CapabilityCall
+    ) -> AsyncIterator[CapabilityStreamFrame]:
+        return self._owners.relay(self._owner, call, None)
+
+    def handle_input_stream(
+        self, context: object, call: CapabilityCall, frames: AsyncIterator[CapabilityStreamFrame]
+    ) -> AsyncIterator[CapabilityStreamFrame]:
+        return self._owners.relay(self._owner, call, frames)
+
 
 @dataclass
 class _Owner:
@@ -100,6 +147,10 @@ class _Owner:
     described: bool = False
     describe_revision: str | None = None
     nodes: tuple[ConfigurableNode, ...] = ()
+    protocol: int | None = None
+    """The owner protocol its description announced (3: unary only, 4: streaming)."""
+    refusal: Refusal | None = None
+    """Set while the owner answers but is refused (foreign identity, protocol)."""
     credentials: bool = False
     facets: frozenset[str] = frozenset()
     """The optional facets the owner declares (preflight, setup, proposals,
@@ -110,9 +161,17 @@ class _Owner:
 
 
 class ManagedOwners:
-    def __init__(self, access: ManagerAccess, fabric: CapabilityService | None = None) -> None:
+    def __init__(
+        self,
+        access: ManagerAccess,
+        fabric: CapabilityService | None = None,
+        *,
+        transport_node_id: str | None = None,
+    ) -> None:
         self.access = access
         self.fabric = fabric
+        self._transport_node_id = transport_node_id
+        self._pending: dict[tuple[str, str], tuple[wire.StreamConnection, asyncio.TimerHandle]] = {}
         self.admission = os.environ.get(DISABLE_ENV) != "1"
         self._owners: dict[str, _Owner] = {}
         self._manager_at: float | None = None
@@ -131,8 +190,14 @@ class ManagedOwners:
     def manager_available(self) -> bool:
         return self._fresh(self._manager_at)
 
+    def transport_node_id(self) -> str | None:
+        """This host's Skulk transport identity (the fabric's node id)."""
+        if self._transport_node_id is None and self.fabric is not None:
+            self._transport_node_id = str(self.fabric.node_id)
+        return self._transport_node_id
+
     def owner_available(self, owner: _Owner) -> bool:
-        return self.manager_available() and self._fresh(owner.observed_at)
+        return owner.refusal is None and self.manager_available() and self._fresh(owner.observed_at)
 
     def capability_ready(self, owner: _Owner, qualified_id: str) -> bool:
         return (
@@ -162,7 +227,116 @@ class ManagedOwners:
         owner = self._owners.get(plugin_id)
         if owner is None:
             raise wire.OwnerUnavailable("no such managed owner")
+        if owner.refusal is not None:
+            raise wire.OwnerUnavailable(_REFUSALS[owner.refusal])
         return await wire.arequest(wire.socket_path(owner.installation), message, timeout)
+
+    # -- streams ------------------------------------------------------------------------
+
+    async def admit_stream(self, owner: _Owner, call: CapabilityCall) -> CapabilityError | None:
+        """Open the call's owner connection and pass its admission; the connection waits
+        for the relay the fabric starts next."""
+        if owner.refusal is not None:
+            return CapabilityError(code="not_found", message=_REFUSALS[owner.refusal])
+        message = {"op": "stream", "call": msgspec.to_builtins(call)}
+        try:
+            connection = await wire.open_stream(
+                wire.socket_path(owner.installation), message, call.timeout_seconds
+            )
+        except wire.StreamRefused as refused:
+            typed = refused.capability_error
+            if isinstance(typed, dict):
+                try:
+                    return msgspec.convert(typed, CapabilityError)
+                except msgspec.ValidationError:
+                    pass
+            code = _OWNER_CODES.get(refused.code, "provider_error")
+            return CapabilityError(
+                code=code, message=f"the managed owner refused: {refused.message}"
+            )
+        except wire.OwnerError as refused:
+            code = _OWNER_CODES.get(refused.code, "provider_error")
+            return CapabilityError(code=code, message=refused.message)
+        except wire.OwnerUnavailable as lost:
+            code = "timeout" if lost.timed_out else "provider_error"
+            return CapabilityError(code=code, message=f"the managed owner: {lost.message}")
+        key = (owner.plugin_id, call.call_id)
+        stale = self._pending.pop(key, None)
+        if stale is not None:
+            stale[0].close()
+            stale[1].cancel()
+        timer = asyncio.get_running_loop().call_later(
+            UNCLAIMED_STREAM_SECONDS, self._unclaimed, key
+        )
+        self._pending[key] = (connection, timer)
+        return None
+
+    def _unclaimed(self, key: tuple[str, str]) -> None:
+        entry = self._pending.pop(key, None)
+        if entry is not None:
+            entry[0].close()
+
+    async def relay(
+        self,
+        owner: _Owner,
+        call: CapabilityCall,
+        frames: AsyncIterator[CapabilityStreamFrame] | None,
+    ) -> AsyncIterator[CapabilityStreamFrame]:
+        """The owner's frames for ``call`` (caller input forwarded while it lasts)."""
+        entry = self._pending.pop((owner.plugin_id, call.call_id), None)
+        if entry is None:
+            raise RuntimeError("the managed stream was not admitted by its owner")
+        connection, timer = entry
+        timer.cancel()
+        forward = None if frames is None else asyncio.create_task(_forward(connection, frames))
+        terminal: CapabilityStreamFrame | None = None
+        try:
+            while True:
+                try:
+                    packet = await connection.receive()
+                except wire.StreamBroken as broken:
+                    raise RuntimeError(
+                        f"the managed owner's stream broke: {broken.message}"
+                    ) from None
+                if packet is None:
+                    if forward is not None and forward.done() and not forward.cancelled():
+                        refused = forward.result()
+                        if refused is not None:
+                            raise RuntimeError(f"caller input was refused: {refused}")
+                    raise RuntimeError("the managed owner closed the stream before its cleanup")
+                if packet[0].get("kind") == "cleanup":
+                    if terminal is None:
+                        raise RuntimeError(
+                            "the managed owner acknowledged cleanup before its terminal"
+                        )
+                    try:
+                        trailing = await connection.receive()
+                    except wire.StreamBroken:
+                        trailing = packet  # not a clean close
+                    if trailing is not None:
+                        raise RuntimeError("the managed owner did not close after its cleanup")
+                    break
+                try:
+                    item = wire.packet_frame(call.call_id, "provider_to_caller", packet)
+                except wire.StreamBroken as broken:
+                    raise RuntimeError(f"the managed owner: {broken.message}") from None
+                if terminal is not None:
+                    raise RuntimeError("the managed owner sent output after its terminal")
+                if item.terminal:
+                    # NOTE: withheld until the owner acknowledges its cleanup and closes;
+                    # caller input stops being forwarded now.
+                    terminal = item
+                    if forward is not None:
+                        forward.cancel()
+                    continue
+                yield item
+            yield terminal
+        finally:
+            if forward is not None:
+                forward.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await forward
+            connection.close()  # before the terminal: the owner cancels its handler
 
     async def poll_once(self) -> None:
         try:
@@ -194,6 +368,36 @@ class ManagedOwners:
         await asyncio.gather(*(self._observe(o) for o in self._owners.values() if o.enabled))
         self._reconcile_tags()
 
+    async def observe(self, owner: _Owner) -> None:
+        """Read ``owner``'s health (binding this host's identity first, once), and its
+        description when it changed."""
+        await self._observe(owner)
+
+    async def _bound(self, owner: _Owner, path: Path, reported: object) -> bool:
+        """Whether the owner reports (or now binds) this host's transport identity."""
+        ours = self.transport_node_id()
+        if ours is None:
+            return True  # nothing to bind: no fabric (tests of the bare adapter)
+        if reported is None:
+            try:
+                bound = await wire.arequest(
+                    path, {"op": "bind", "transport_node_id": ours}, wire.HEALTH_TIMEOUT_SECONDS
+                )
+            except wire.OwnerError:
+                bound = None  # bound meanwhile to someone else (or it cannot bind)
+            reported = bound.get("transport_node_id") if isinstance(bound, dict) else None
+        if reported == ours:
+            return True
+        if owner.refusal != "transport_identity_mismatch":
+            log.error(
+                "%s: refused (transport_identity_mismatch): the owner is bound to another "
+                "Skulk transport identity",
+                owner.plugin_id,
+            )
+        owner.refusal = "transport_identity_mismatch"
+        owner.observed_at = None
+        return False
+
     async def _observe(self, owner: _Owner) -> None:
         path = wire.socket_path(owner.installation)
         try:
@@ -201,12 +405,19 @@ class ManagedOwners:
             revision = str(health.get("describe_revision")) if isinstance(health, dict) else None
             if revision is None or health.get("healthy") is not True:
                 return
+            if not await self._bound(owner, path, health.get("transport_node_id")):
+                return
+            if owner.refusal == "transport_identity_mismatch":
+                owner.refusal = None
             if revision != owner.describe_revision or not owner.described:
                 described = await wire.arequest(
                     path, {"op": "describe"}, wire.HEALTH_TIMEOUT_SECONDS
                 )
                 self._learn(owner, described)
                 owner.describe_revision = revision
+            if owner.refusal is not None:
+                owner.observed_at = None
+                return
             owner.observed_at = time.monotonic()
         except (wire.OwnerUnavailable, wire.OwnerError):
             return  # the observation ages; readiness lapses after three seconds
@@ -218,6 +429,19 @@ class ManagedOwners:
             raise ValueError("description is not an object")
         nodes = msgspec.convert(described.get("nodes") or [], tuple[ConfigurableNode, ...])
         owner.nodes = nodes[:MAX_NODES_PER_PROVIDER]
+        protocol = described.get("protocol")
+        owner.protocol = protocol if isinstance(protocol, int) else None
+        if owner.protocol not in wire.SUPPORTED_PROTOCOLS:
+            if owner.refusal != "owner_protocol_unsupported":
+                log.error(
+                    "%s: refused (owner_protocol_unsupported): protocol %r; this host accepts %s",
+                    owner.plugin_id,
+                    protocol,
+                    sorted(wire.SUPPORTED_PROTOCOLS),
+                )
+            owner.refusal = "owner_protocol_unsupported"
+        elif owner.refusal == "owner_protocol_unsupported":
+            owner.refusal = None
         owner.credentials = bool(described.get("credentials"))
         facets = ("preflight", "setup", "proposals", "proposal_actions", "setup_actions")
         owner.facets = frozenset(f for f in facets if described.get(f) is True)
@@ -228,8 +452,14 @@ class ManagedOwners:
             described.get("capabilities") or [], list[CapabilityDescriptor]
         )
         for descriptor in descriptors:
-            if descriptor.io_mode != "unary":
-                continue  # streaming claims need owner protocol 4
+            if descriptor.io_mode != "unary" and owner.protocol != wire.STREAMING_PROTOCOL:
+                log.warning(
+                    "%s: streaming capability %s hidden: streaming needs owner protocol %d",
+                    owner.plugin_id,
+                    descriptor.qualified_id,
+                    wire.STREAMING_PROTOCOL,
+                )
+                continue
             try:
                 registration = compile_descriptor(descriptor, provider, None, builtin=False)
             except ValueError as exc:
@@ -281,9 +511,46 @@ class ManagedOwners:
                 await self._task
             self._task = None
         self._manager_at = None
+        for connection, timer in self._pending.values():
+            timer.cancel()
+            connection.close()
+        self._pending.clear()
         fabric = self.fabric
         if fabric is not None:
             for tag in self._advertised:
                 if tag not in fabric.static_ids():
                     fabric.withdraw(tag)
         self._advertised = set()
+
+
+_REFUSALS: Final[dict[str, str]] = {
+    "transport_identity_mismatch": "the managed owner is bound to another Skulk transport "
+    "identity (transport_identity_mismatch)",
+    "owner_protocol_unsupported": "the managed owner speaks an owner protocol this host does "
+    "not accept (owner_protocol_unsupported)",
+}
+
+
+async def _forward(
+    connection: wire.StreamConnection, frames: AsyncIterator[CapabilityStreamFrame]
+) -> str | None:
+    """Caller input to the owner: chunks, then ``completed`` (input half-closed). A frame
+    the owner protocol cannot carry (a header over 64 KiB) closes the connection, which
+    cancels the owner's handler; the reason is returned."""
+    try:
+        async for item in frames:
+            if item.kind == "started":
+                continue
+            header, media = wire.frame_packet(item)
+            if item.kind == "completed":
+                header, media = {"kind": "completed", "sequence": item.sequence}, None
+            try:
+                await wire.write_packet(connection.writer, header, media)
+            except (ConnectionError, OSError):
+                return None  # the output side sees the owner go
+            if item.kind == "completed":
+                return None
+    except wire.StreamBroken as over:
+        connection.close()
+        return over.message
+    return None
