@@ -22,6 +22,11 @@ consulted at admission; unary calls and streams share one concurrency bound. Sku
 binds its transport node id once (``bind``); ``health`` and ``describe`` report it.
 Credential values arrive in ``configure_credential`` and are handed to the provider;
 they are never logged and never part of an answer.
+
+A provider with ``host_callbacks_available = True`` is described with
+``host_callbacks_available: true`` and also served ``host.sock`` beside the control
+socket (:mod:`skulk_daemon.plugins.owners.host_callbacks`); its hooks' context then
+carries ``context.host``, the callbacks to the bound Skulk host.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from skulk_core.plugins.node_configuration import (
 from skulk_daemon.extensions.proposals import ProposalApproval, ProposalReference
 from skulk_daemon.extensions.setup_actions import SetupStart
 from skulk_daemon.plugins.owners import wire
+from skulk_daemon.plugins.owners.host_callbacks import OwnerHostCallbacks
 from skulk_daemon.plugins.owners.owner_stream import OwnerStream
 
 log = logging.getLogger("skulk.plugins.owner")
@@ -85,10 +91,12 @@ _PROPOSAL_ACTIONS: Final = {
 
 class OwnerContext:
     """What an owner-hosted provider's hooks receive in place of the in-process
-    ``ExtensionContext``: capability-node summaries are kept here (not relayed)."""
+    ``ExtensionContext``: capability-node summaries are kept here (not relayed);
+    ``host`` is the provider's host callbacks (``None`` unless it opted in)."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: OwnerHostCallbacks | None = None) -> None:
         self.capability_nodes: dict[tuple[str, str], object] = {}
+        self.host = host
 
     def publish_capability_node(self, summary: Any) -> bool:
         self.capability_nodes[(summary.plugin_id, summary.node_id)] = summary
@@ -115,7 +123,10 @@ class OwnerHost:
     def __init__(self, provider: object, control: Path) -> None:
         self.provider = provider
         self.control = control
-        self.context = OwnerContext()
+        self.callbacks: OwnerHostCallbacks | None = None
+        if getattr(provider, "host_callbacks_available", False) is True:
+            self.callbacks = OwnerHostCallbacks(lambda: self.transport_node_id)
+        self.context = OwnerContext(self.callbacks)
         self._calls = 0
         self._server: asyncio.AbstractServer | None = None
         self.transport_node_id: str | None = None
@@ -161,6 +172,7 @@ class OwnerHost:
             "setup_actions": all(
                 callable(getattr(self.provider, name, None)) for name in _SETUP_ACTIONS.values()
             ),
+            "host_callbacks_available": self.callbacks is not None,
             "capabilities": [msgspec.to_builtins(d) for d in descriptors],
             "ready": [d.qualified_id for d in descriptors if self._ready(d)],
         }
@@ -419,6 +431,8 @@ class OwnerHost:
         path = directory / wire.SOCKET_NAME
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+        if self.callbacks is not None:
+            await self.callbacks.serve(directory)
         start = getattr(self.provider, "on_start", None)
         if callable(start):
             await _maybe_await(start(self.context))
@@ -435,6 +449,8 @@ class OwnerHost:
             self._server.close()
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+            if self.callbacks is not None:
+                await self.callbacks.close(directory)
             stop_hook = getattr(self.provider, "on_stop", None)
             if callable(stop_hook):
                 with contextlib.suppress(Exception):

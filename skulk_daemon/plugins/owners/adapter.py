@@ -26,6 +26,13 @@ On attaching, the adapter binds this node's transport node id to each owner; an 
 that reports another identity (or a protocol outside 3-4) is refused: unavailable,
 its capabilities not ready, requests to it answered with the refusal's code.
 
+An owner that describes ``host_callbacks_available: true`` is attached on its
+``host.sock`` (:mod:`.host_link`) once observed and bound: the adapter answers its
+``actions`` (no steward here: nothing permitted), ``revisions`` (its descriptors the
+fabric serves now) and ``invoke`` (through this node's fabric, exactly as any caller's
+call). A connection that ends is attached again (a fresh bind) on a later poll; nothing
+is replayed. Disable, uninstall, a refusal and shutdown close it.
+
 An explicit disable or uninstall releases the owner's cached capability IDs; an owner
 whose enabled state is unknown keeps reserving them. Capability ids are advertised as
 telemetry tags, reconciled each poll, and withdrawn on shutdown.
@@ -63,7 +70,7 @@ from skulk_daemon.capabilities.registry import Registration, compile_descriptor
 from skulk_daemon.plugins.access import ManagerAccess
 from skulk_daemon.plugins.connection import read_connection
 from skulk_daemon.plugins.manager.store import Store
-from skulk_daemon.plugins.owners import wire
+from skulk_daemon.plugins.owners import host_link, host_wire, wire
 
 if TYPE_CHECKING:
     from skulk_daemon.capabilities.service import CapabilityService
@@ -158,6 +165,10 @@ class _Owner:
     registrations: list[Registration] = field(default_factory=list)
     ready_ids: frozenset[str] = frozenset()
     provider: ManagedOwnerProvider | None = None
+    host_callbacks: bool = False
+    """Whether the owner describes ``host_callbacks_available``."""
+    host_link: asyncio.Task[None] | None = None
+    """The attached ``host.sock`` connection, while it lasts."""
 
 
 class ManagedOwners:
@@ -355,7 +366,7 @@ class ManagedOwners:
         listed = {str(i["plugin_id"]): i for i in answer["result"]["installations"]}
         for plugin_id in list(self._owners):
             if plugin_id not in listed:
-                del self._owners[plugin_id]  # purged: nothing left to manage
+                _unlink(self._owners.pop(plugin_id))  # purged: nothing left to manage
         for plugin_id, entry in listed.items():
             installation = store.directory(plugin_id)
             owner = self._owners.get(plugin_id)
@@ -365,6 +376,7 @@ class ManagedOwners:
             owner.enabled = bool(entry.get("enabled")) and not entry.get("uninstalled")
             if owner.enabled is False:
                 owner.observed_at = None
+                _unlink(owner)
         await asyncio.gather(*(self._observe(o) for o in self._owners.values() if o.enabled))
         self._reconcile_tags()
 
@@ -417,12 +429,26 @@ class ManagedOwners:
                 owner.describe_revision = revision
             if owner.refusal is not None:
                 owner.observed_at = None
+                _unlink(owner)
                 return
             owner.observed_at = time.monotonic()
+            self._link(owner, path)
         except (wire.OwnerUnavailable, wire.OwnerError):
             return  # the observation ages; readiness lapses after three seconds
         except Exception:
             log.warning("%s: the owner's description is unreadable", owner.plugin_id)
+
+    def _link(self, owner: _Owner, control: Path) -> None:
+        """Attach ``owner``'s host callbacks when it offers them and none is live."""
+        ours = self.transport_node_id()
+        if not owner.host_callbacks or ours is None:
+            _unlink(owner)
+            return
+        if owner.host_link is not None and not owner.host_link.done():
+            return
+        path = control.parent / host_wire.HOST_SOCKET_NAME
+        target = host_link.FabricCallbacks(self.fabric, lambda: owner.provider)
+        owner.host_link = asyncio.create_task(host_link.run(owner.plugin_id, path, ours, target))
 
     def _learn(self, owner: _Owner, described: Any) -> None:
         if not isinstance(described, dict):
@@ -443,6 +469,7 @@ class ManagedOwners:
         elif owner.refusal == "owner_protocol_unsupported":
             owner.refusal = None
         owner.credentials = bool(described.get("credentials"))
+        owner.host_callbacks = described.get("host_callbacks_available") is True
         facets = ("preflight", "setup", "proposals", "proposal_actions", "setup_actions")
         owner.facets = frozenset(f for f in facets if described.get(f) is True)
         provider = owner.provider or ManagedOwnerProvider(owner, self)
@@ -515,6 +542,12 @@ class ManagedOwners:
             timer.cancel()
             connection.close()
         self._pending.clear()
+        for owner in self._owners.values():
+            if owner.host_link is not None:
+                owner.host_link.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await owner.host_link
+                owner.host_link = None
         fabric = self.fabric
         if fabric is not None:
             for tag in self._advertised:
@@ -529,6 +562,12 @@ _REFUSALS: Final[dict[str, str]] = {
     "owner_protocol_unsupported": "the managed owner speaks an owner protocol this host does "
     "not accept (owner_protocol_unsupported)",
 }
+
+
+def _unlink(owner: _Owner) -> None:
+    if owner.host_link is not None:
+        owner.host_link.cancel()
+        owner.host_link = None
 
 
 async def _forward(

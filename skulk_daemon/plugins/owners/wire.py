@@ -166,18 +166,20 @@ def error(code: ErrorCode, message: str) -> bytes:
     return encode({"ok": False, "error": {"code": code, "message": message[:500]}})
 
 
-def _check_protected(path: Path) -> None:
+def check_protected(path: Path, name: str = "control socket") -> None:
+    """Refuse ``path`` unless it is an owner-only socket (0600, this uid, no symbolic
+    link) in an owner-only directory (0700); ``name`` names it in the refusal."""
     directory = path.parent
     try:
         dir_info = directory.lstat()
         info = path.lstat()
     except FileNotFoundError:
-        raise OwnerUnavailable("the owner is not running (no control socket)") from None
+        raise OwnerUnavailable(f"the owner is not running (no {name})") from None
     uid = os.getuid()
     if stat.S_ISLNK(dir_info.st_mode) or dir_info.st_uid != uid or dir_info.st_mode & 0o077:
         raise OwnerUnavailable("the owner's socket directory is not owner-only")
     if not stat.S_ISSOCK(info.st_mode) or info.st_uid != uid or info.st_mode & 0o077:
-        raise OwnerUnavailable("the owner's control socket is not an owner-only socket")
+        raise OwnerUnavailable(f"the owner's {name} is not an owner-only socket")
 
 
 def request(path: Path, message: dict[str, Any], timeout: float) -> Any:
@@ -187,7 +189,7 @@ def request(path: Path, message: dict[str, Any], timeout: float) -> Any:
     payload = encode(message)
     if len(payload) > request_limit(str(message.get("op"))):
         raise OwnerError("too_large", "the request is over the owner protocol's bound")
-    _check_protected(path)
+    check_protected(path)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
@@ -212,7 +214,7 @@ async def arequest(path: Path, message: dict[str, Any], timeout: float) -> Any: 
     payload = encode(message)
     if len(payload) > request_limit(str(message.get("op"))):
         raise OwnerError("too_large", "the request is over the owner protocol's bound")
-    _check_protected(path)
+    check_protected(path)
     writer: asyncio.StreamWriter | None = None
     try:
         async with asyncio.timeout(timeout):
@@ -391,7 +393,7 @@ async def open_stream(path: Path, message: dict[str, Any], timeout: float) -> St
     payload = encode(message)
     if len(payload) > MAX_INVOCATION_BYTES:
         raise OwnerError("too_large", "the request is over the owner protocol's bound")
-    _check_protected(path)
+    check_protected(path)
     writer: asyncio.StreamWriter | None = None
     admitted = False
     try:
