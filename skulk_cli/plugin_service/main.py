@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -26,14 +27,20 @@ from skulk_cli.plugin_service.setup import (
     manager_root,
     prepare,
     read_record,
+    record_staged,
+    runtime_verified,
     serve_command,
     service_root,
     write_record,
 )
+from skulk_cli.plugin_service.staging import activate_service_runtime, stage_service_runtime
 from skulk_cli.plugin_service.wire import MAX_REQUEST_BYTES, call_raw, read_connection
 from skulk_core.plugins.errors import PluginRefusal, ProtocolKind, protocol_sentence
+from skulk_core.plugins.service_runtime import Completion
 
 PROG_NAME = "skulk-plugin-service"
+READY_SECONDS = 90.0
+"""How long setup waits for a registered service to answer on the selected runtime."""
 
 # NOTE: as in skulk_cli.main: the committed completion scripts (completions/) speak
 # Typer's protocol, which only its registered classes answer.
@@ -123,23 +130,38 @@ def setup(
         typer.Option("--foreground", help="Where no service manager runs, run the manager now."),
     ] = False,
 ) -> None:
-    """Prepare the manager's root and connection, and register it as a service."""
+    """Stage and seal the manager's runtime, select it, and register it as a service."""
     console = _console()
     service = service_root(root)
     home = _config_home(config_home)
     try:
         record = prepare(service, home, tls_ca)
+        completion, fresh = stage_service_runtime(service)
+        record = record_staged(service, record, completion)
+        reloading = _select(service, completion)
     except PluginRefusal as refusal:
         _fail(refusal.message)
+    record = write_record(service, msgspec.structs.replace(record, phase="selected"))
+    if fresh:
+        console.print(
+            f"Staged runtime {completion.generation}: {completion.files} files, "
+            f"{completion.bytes} bytes, sealed as {completion.seal_sha256}.",
+            markup=False,
+        )
     command = serve_command(record, service)
     detected = registration.detect()
     if detected.kind == "none":
-        write_record(service, msgspec.structs.replace(record, service="none"))
+        record = write_record(service, msgspec.structs.replace(record, service="none"))
         console.print(
             f"No service manager runs here ({detected.reason}), so the plugin manager is "
             "not registered as a service and will not start at boot.",
             markup=False,
         )
+        if reloading:
+            console.print(
+                "The running manager selected this runtime and stopped: start it again.",
+                markup=False,
+            )
         if not foreground:
             console.print(
                 f"Run it in the foreground with: {PROG_NAME} serve"
@@ -156,7 +178,56 @@ def setup(
     record = write_record(
         service, msgspec.structs.replace(record, phase="registered", service=detected.kind)
     )
-    console.print(json.dumps(_setup_summary(record, "registered", detected.kind)))
+    if not _ready(service, completion.generation):
+        summary = _setup_summary(record, "registered", detected.kind)
+        console.print(json.dumps({**summary, "error_code": "service_readiness_pending"}))
+        raise typer.Exit(1)
+    record = write_record(service, msgspec.structs.replace(record, phase="ready"))
+    console.print(json.dumps(_setup_summary(record, "ready", detected.kind)))
+
+
+def _answering(service: Path, timeout: float = 5) -> dict[str, Any] | None:
+    """The running manager's ``list`` result, or ``None`` when none answers."""
+    try:
+        answer = call_raw(manager_root(service), b'{"action":"list"}', timeout=timeout)
+    except PluginRefusal:
+        return None
+    result = answer.get("result") if answer.get("ok") else None
+    return result if isinstance(result, dict) else None
+
+
+def _select(service: Path, completion: Completion) -> bool:
+    """Select ``completion``'s generation: through the running manager's
+    ``reload_runtime`` when a staged manager answers on another generation (it stops
+    for its service to restart it; ``True``), else directly."""
+    running = _answering(service)
+    if (
+        running is not None
+        and running.get("reload_runtime") is True
+        and running.get("runtime") == "staged"
+        and running.get("runtime_generation") != completion.generation
+    ):
+        request = {
+            "action": "reload_runtime",
+            "generation": completion.generation,
+            "manifest_sha256": completion.seal_sha256,
+        }
+        answer = call_raw(manager_root(service), json.dumps(request).encode())
+        if not answer.get("ok"):
+            raise PluginRefusal("seal_mismatch", _sentence(answer.get("error") or {}))
+        return True
+    activate_service_runtime(service, completion)
+    return False
+
+
+def _ready(service: Path, generation: str) -> bool:
+    deadline = time.monotonic() + READY_SECONDS
+    while time.monotonic() < deadline:
+        running = _answering(service, timeout=2)
+        if running is not None and running.get("runtime_generation") == generation:
+            return True
+        time.sleep(0.5)
+    return False
 
 
 def _setup_summary(record: Any, phase: str, service: str) -> dict[str, Any]:
@@ -165,6 +236,8 @@ def _setup_summary(record: Any, phase: str, service: str) -> dict[str, Any]:
         "phase": phase,
         "service": service,
         "runtime": record.runtime,
+        "generation": record.generation,
+        "seal_sha256": record.seal_sha256,
     }
 
 
@@ -184,36 +257,34 @@ def serve(root: RootOption = None) -> None:
 
 @app.command()
 def status(root: RootOption = None, config_home: ConfigHomeOption = None) -> None:
-    """Setup's last phase, and whether the manager answers now (read-only)."""
+    """Setup's last phase, whether the selected runtime still matches its seal, and
+    whether the manager answers now (read-only)."""
     service = service_root(root)
     try:
         record = read_record(service)
     except PluginRefusal as refusal:
         _fail(refusal.message)
-    available = False
+    verified = runtime_verified(service, record)
+    running = None if record is None else _answering(service)
+    available = running is not None
     error_code: str | None = None
-    if record is None:
+    if not verified:
         error_code = "registration_or_integrity_unavailable"
-    else:
-        try:
-            available = bool(
-                call_raw(manager_root(service), b'{"action":"list"}', timeout=5).get("ok")
-            )
-        except PluginRefusal:
-            available = False
-        if not available:
-            error_code = "service_unavailable"
+    elif not available:
+        error_code = "service_unavailable"
     body = {
         "phase": record.phase if record else None,
         "operation_id": record.operation_id if record else None,
         "service": record.service if record else None,
         "runtime": record.runtime if record else None,
-        "registered_runtime_verified": False,
+        "generation": record.generation if record else None,
+        "registered_runtime_verified": verified,
         "management_available": available,
+        "running_generation": running.get("runtime_generation") if running else None,
         "error_code": error_code,
     }
     _console().print(json.dumps(body))
-    if not available:
+    if error_code is not None:
         raise typer.Exit(1)
 
 
@@ -349,6 +420,7 @@ def _launch(config_home: Path | None, managed_id: str, kind: str, arguments: lis
         _fail("The local service profile belongs to another Skulk configuration.")
     command = [
         record.python,
+        *(["-I", "-B"] if record.runtime == "staged" else []),
         "-m",
         "skulk.extensions.runtime_manager",
         "launch",

@@ -9,6 +9,9 @@ container, a session without a user bus), :func:`detect` says so in a sentence a
 nothing is registered: the caller offers the foreground manager instead.
 
 These are per-user services (no ``sudo``); the spec's system-wide units are not built.
+The command registered is setup's ``serve_command``: the staged runtime's interpreter
+through the ``runtimes/current`` link, so the keep-alive restarts a manager that stopped
+after ``reload_runtime`` on the newly selected generation.
 """
 
 from __future__ import annotations
@@ -83,7 +86,9 @@ def register(kind: ServiceKind, command: list[str]) -> str | None:
             unit = Path.home() / ".config/systemd/user" / UNIT_NAME
             unit.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(unit, systemd_unit(command).encode(), mode=0o644)
-            for step in (("daemon-reload",), ("enable", "--now", UNIT_NAME)):
+            # NOTE: restart, not enable --now: a service already running on the previous
+            # runtime generation is stopped and started on the selected one.
+            for step in (("daemon-reload",), ("enable", UNIT_NAME), ("restart", UNIT_NAME)):
                 done = _run("systemctl", "--user", *step)
                 if done is None or done.returncode != 0:
                     return f"systemctl --user {' '.join(step)} failed"

@@ -5,6 +5,7 @@
     <service root>/                 owner-only (0700)
       setup.json                    the setup record (profile id, phase, runtime, TLS CA)
       manager/                      the manager's root (its socket, installations)
+      runtimes/                     the staged manager runtimes and the ``current`` link
 
 The service root is ``--root``, else ``SKULK_PLUGIN_SERVICE_ROOT``, else
 ``~/.local/share/skulk-plugin-service``; the connection record goes to
@@ -12,9 +13,12 @@ The service root is ``--root``, else ``SKULK_PLUGIN_SERVICE_ROOT``, else
 setup keeps the generated profile id; a different configuration home bound to the
 same root is refused rather than rebound.
 
-The manager runs from this Skulk environment (``runtime: "live_environment"``): a
-separately staged, sealed copy of the runtime is not built yet, and the record says
-so instead of claiming a ``staged`` phase.
+Setup stages a sealed copy of this Skulk environment under ``runtimes/``
+(``staging.py``) and records it (``runtime: "staged"``, the ``generation`` and its
+``seal_sha256``); the service runs ``runtimes/current/bin/python -I -B -m
+skulk.extensions.runtime_manager serve --root <manager root> --sealed-runtime``, so a
+``reload_runtime`` that moves ``current`` restarts it on another generation. Records
+written before staging existed read as ``runtime: "live_environment"``.
 """
 
 from __future__ import annotations
@@ -29,14 +33,23 @@ from typing import Final, Literal
 import msgspec
 
 from skulk_cli.plugin_service.wire import Connection, atomic_write, private_dir, write_connection
-from skulk_core.plugins.errors import refuse
+from skulk_core.plugins.errors import PluginRefusal, refuse
+from skulk_core.plugins.service_runtime import (
+    CURRENT_LINK,
+    Completion,
+    generation_dir,
+    runtimes,
+    selected,
+    verify,
+)
 
 ROOT_ENV: Final = "SKULK_PLUGIN_SERVICE_ROOT"
 DEFAULT_ROOT: Final = ".local/share/skulk-plugin-service"
 SETUP_FILE: Final = "setup.json"
 MANAGER_DIR: Final = "manager"
 
-Phase = Literal["preparing", "selected", "registered", "ready"]
+Phase = Literal["preparing", "staged", "selected", "registered", "ready"]
+Runtime = Literal["live_environment", "staged"]
 ServiceKind = Literal["systemd", "launchd", "none"]
 
 
@@ -45,8 +58,12 @@ class SetupRecord(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     profile_id: str
     phase: Phase
     config_home: str
-    runtime: Literal["live_environment"] = "live_environment"
+    runtime: Runtime = "live_environment"
     python: str
+    """The interpreter the manager runs on (``runtimes/current/bin/python`` when staged)."""
+    generation: str | None = None
+    seal_sha256: str | None = None
+    build_sha256: str | None = None
     tls_ca: str | None = None
     service: ServiceKind = "none"
     updated_at: int
@@ -105,24 +122,73 @@ def prepare(root: Path, config_home: Path, tls_ca: Path | None) -> SetupRecord:
         tls_ca=str(tls_ca.absolute()) if tls_ca else (previous.tls_ca if previous else None),
         updated_at=int(time.time()),
     )
+    if previous is not None:
+        record = msgspec.structs.replace(
+            record,
+            runtime=previous.runtime,
+            python=previous.python,
+            generation=previous.generation,
+            seal_sha256=previous.seal_sha256,
+            build_sha256=previous.build_sha256,
+        )
     write_record(root, record)
     write_connection(
         config_home,
         Connection(manager_root=str(manager_root(root)), profile_id=record.profile_id),
     )
-    return write_record(root, msgspec.structs.replace(record, phase="selected"))
+    return record
+
+
+def staged_python(root: Path) -> Path:
+    """The selected generation's interpreter, through the ``current`` link."""
+    return runtimes(root) / CURRENT_LINK / "bin" / "python"
+
+
+def record_staged(root: Path, record: SetupRecord, completion: Completion) -> SetupRecord:
+    """The record after staging: a new operation unless this generation was already the
+    recorded one (a rerun over an unchanged source)."""
+    same = record.generation == completion.generation
+    return write_record(
+        root,
+        msgspec.structs.replace(
+            record,
+            operation_id=record.operation_id if same else secrets.token_hex(16),
+            phase="staged",
+            runtime="staged",
+            python=str(staged_python(root)),
+            generation=completion.generation,
+            seal_sha256=completion.seal_sha256,
+            build_sha256=completion.build_sha256,
+            updated_at=int(time.time()),
+        ),
+    )
+
+
+def runtime_verified(root: Path, record: SetupRecord | None) -> bool:
+    """Read-only: the recorded generation is the selected one and matches its seal."""
+    if record is None or record.runtime != "staged" or record.generation is None:
+        return False
+    try:
+        verify(generation_dir(root, record.generation), record.seal_sha256)
+    except PluginRefusal:
+        return False
+    return selected(root) == record.generation
 
 
 def serve_command(record: SetupRecord, root: Path) -> list[str]:
     """The fixed manager command this setup runs (in the foreground or as a service)."""
+    isolated = ["-I", "-B"] if record.runtime == "staged" else []
     command = [
         record.python,
+        *isolated,
         "-m",
         "skulk.extensions.runtime_manager",
         "serve",
         "--root",
         str(manager_root(root)),
     ]
+    if record.runtime == "staged":
+        command.append("--sealed-runtime")
     if record.tls_ca is not None:
         command += ["--tls-ca", record.tls_ca]
     return command

@@ -7,8 +7,8 @@ carries a credential, a URL's secret part or a host-local path.
 
 The spec names three codes: ``manager_operation_refused`` (every refusal but two),
 ``release_protocol_unsupported`` (a verified release outside this host's protocol
-window) and ``manager_build_differs`` (a host on another build than the manager's; the
-host attachment that raises it is not built yet).
+window) and ``manager_build_differs`` (a host on another build than the staged manager's:
+``skulk_daemon/plugins/access.py`` refuses it).
 """
 
 from __future__ import annotations

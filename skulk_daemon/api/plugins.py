@@ -13,7 +13,8 @@ plugin scope, and ``operations:write`` does not imply one.
 Statuses: 404 unknown installation or operation, 409 a fence or refused intent (with
 the manager's sentence, the protocol sentence included), 422 malformed body or id,
 429 saturated (eight requests in flight, or a busy manager), 503 no setup or no
-manager, 504 the manager's deadline. Every response says ``Cache-Control: no-store``.
+manager (``manager_build_differs``: a staged manager of another Skulk build), 504 the
+manager's deadline. Every response says ``Cache-Control: no-store``.
 """
 
 from __future__ import annotations
@@ -24,8 +25,14 @@ import msgspec
 from litestar import Controller, Request, delete, get, post
 from litestar.datastructures import ResponseHeader
 
-from skulk_core.plugins.errors import PluginRefusal, ProtocolKind, protocol_sentence
+from skulk_core.plugins.errors import (
+    BUILD_DIFFERS,
+    PluginRefusal,
+    ProtocolKind,
+    protocol_sentence,
+)
 from skulk_core.plugins.node_configuration import MAX_PROVIDERS
+from skulk_core.plugins.service_runtime import ManagerBuildDiffers
 from skulk_daemon.api.authority import declare
 from skulk_daemon.api.openapi import OPENAI, documented, errors
 from skulk_daemon.authority.policy import Requirement
@@ -182,6 +189,8 @@ async def _ask(plugins: ManagerAccess, request: dict[str, Any]) -> dict[str, Any
     """The manager's result object for ``request``, or the HTTP error its refusal maps to."""
     try:
         answer = await plugins.call(request)
+    except ManagerBuildDiffers as differs:
+        fail(503, differs.message, BUILD_DIFFERS)
     except PluginRefusal as refusal:
         fail(_refusal_status(refusal.reason), refusal.message, f"manager_{refusal.reason}")
     if answer.get("ok"):
@@ -275,7 +284,13 @@ class PluginsController(Controller):
         plugins: ManagerAccess,
     ) -> dict[str, Any]:
         await _authorize(request, authority, PLUGINS_READ)
-        return await _ask(plugins, {"action": "list"})
+        listed = await _ask(plugins, {"action": "list"})
+        # NOTE: reload_runtime tells a manager from before that request apart; the
+        # manager's build and runtime fields stay host-local.
+        return {
+            "installations": listed["installations"],
+            "reload_runtime": listed.get("reload_runtime") is True,
+        }
 
     @post(
         "/managed/installations",

@@ -105,7 +105,10 @@ def wait_for(read: Any, states: tuple[str, ...]) -> dict[str, Any]:
 def test_install_activate_disable_uninstall_and_purge_over_http(
     app: AppNode, feed: Feed, manager: None
 ) -> None:
-    assert ok(owner(app, "GET", "/v1/plugins/managed")) == {"installations": []}
+    assert ok(owner(app, "GET", "/v1/plugins/managed")) == {
+        "installations": [],
+        "reload_runtime": True,
+    }
     refused(owner(app, "POST", BASE, json={"plugin_id": "not-managed"}), 422)
     refused(owner(app, "POST", BASE, json={"plugin_id": PLUGIN, "extra": 1}), 422)
     refused(owner(app, "GET", f"{BASE}/managed.nothing"), 404, "No installation")
@@ -224,7 +227,7 @@ def test_authority_refusals(app: AppNode, manager: None, monkeypatch: pytest.Mon
     bearer = {**OWNER, **device.bearer}
     refused(app.get(path, headers=bearer), 403, "plugins:read")  # pairing grants none
     set_scopes(app.data_dir, device.device_id, ["cluster:read", "plugins:read"])
-    assert ok(app.get(path, headers=bearer)) == {"installations": []}
+    assert ok(app.get(path, headers=bearer)) == {"installations": [], "reload_runtime": True}
     refused(
         app.post(BASE, json={"plugin_id": "managed.bearer"}, headers=bearer), 403, "plugins:manage"
     )
@@ -271,7 +274,10 @@ def test_plugin_grants_are_explicit_fenced_and_direct_owner_only(
     granted = ok(owner(app, "PUT", path, json={"expectedRevision": 0, "scopes": ["plugins:read"]}))
     assert (granted["revision"], granted["scopes"]) == (1, ["plugins:read"])
     # The existing token uses the grant at once; the pairing's own scopes are kept.
-    assert ok(app.get("/v1/plugins/managed", headers=bearer)) == {"installations": []}
+    assert ok(app.get("/v1/plugins/managed", headers=bearer)) == {
+        "installations": [],
+        "reload_runtime": True,
+    }
     assert {"cluster:read", "plugins:read"} <= service.authenticate(
         device.credentials["accessToken"]
     ).scopes

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -104,6 +105,8 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
     (base / "home").mkdir()
     yield Host(base=base, env=env, feed=feed, wheel=wheel, outputs=[], installed=[])
     feed.close()
+    # NOTE: setup staged a full copy of this environment; keep none around.
+    shutil.rmtree(base / "service" / "runtimes", ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +143,7 @@ def test_setup_says_plainly_that_no_service_manager_runs(host: Host) -> None:
     assert (summary["phase"], summary["service"], summary["runtime"]) == (
         "selected",
         "none",
-        "live_environment",
+        "staged",
     )
     connection = host.config_home / "managed-service" / "connection.json"
     assert stat.S_IMODE(connection.stat().st_mode) == 0o600

@@ -2,7 +2,9 @@
 ROOT`` sends one JSON request read from standard input and prints the response (exit 0
 when it succeeded, 1 when it was refused); ``launch --root ROOT --plugin ID --kind
 setup|manage -- ARGS`` verifies and executes an installed plugin's local command
-(``local_command.py``). Reached as ``python -m
+(``local_command.py``). ``serve --sealed-runtime`` first verifies the staged runtime it
+runs from and refuses to start (exit 2) when it differs from its seal (``runtime.py``);
+after a ``reload_runtime`` it stops (exit 0) for its service to restart it. Reached as ``python -m
 skulk_daemon.plugins.manager`` and as the spec's fixed service command ``python -m
 skulk.extensions.runtime_manager``."""
 
@@ -23,6 +25,7 @@ from skulk_daemon.plugins.manager.client import call_raw
 from skulk_daemon.plugins.manager.lifecycle import Lifecycle
 from skulk_daemon.plugins.manager.protocol import MAX_REQUEST_BYTES
 from skulk_daemon.plugins.manager.releases import Releases
+from skulk_daemon.plugins.manager.runtime import LIVE, ManagerRuntime, own_runtime
 from skulk_daemon.plugins.manager.server import ManagerServer
 from skulk_daemon.plugins.manager.store import Store
 from skulk_daemon.plugins.manager.supervisor import Supervisor
@@ -37,7 +40,7 @@ def _tls(ca_file: Path | None) -> ssl.SSLContext:
     return context
 
 
-async def _serve(root: Path, ca_file: Path | None) -> None:
+async def _serve(root: Path, ca_file: Path | None, runtime: ManagerRuntime = LIVE) -> None:
     store = Store(root)
     store.open()
     tls = _tls(ca_file)
@@ -47,9 +50,9 @@ async def _serve(root: Path, ca_file: Path | None) -> None:
     supervisor = Supervisor(store)
     lifecycle.supervisor = supervisor
     supervisor.start()
-    server = ManagerServer(root, lifecycle)
-    await server.start()
     stop = asyncio.Event()
+    server = ManagerServer(root, lifecycle, runtime=runtime, on_reload=stop.set)
+    await server.start()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
@@ -75,12 +78,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["serve", "call"])
     parser.add_argument("--root", type=Path, required=True)
     parser.add_argument("--tls-ca", type=Path, default=None, help="trust only this CA for feeds")
+    parser.add_argument(
+        "--sealed-runtime",
+        action="store_true",
+        help="run only from a staged runtime whose seal verifies (the registered service)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if args.command == "serve":
+        try:
+            runtime = own_runtime(args.sealed_runtime)
+        except PluginRefusal as refusal:
+            print(f"The plugin manager refuses to start: {refusal.message}", file=sys.stderr)
+            return 2
+        try:
+            asyncio.run(_serve(args.root, args.tls_ca, runtime))
+        except PluginRefusal as refusal:
+            print(f"The plugin manager stopped: {refusal.message}", file=sys.stderr)
+            return 1
+        return 0
     try:
-        if args.command == "serve":
-            asyncio.run(_serve(args.root, args.tls_ca))
-            return 0
         payload = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
         response = call_raw(args.root, payload)
     except PluginRefusal as refusal:

@@ -1,4 +1,7 @@
-"""Calling the manager: one request per connection, the response read to its end."""
+"""Calling the manager: one request per connection, the response read to its end.
+
+:func:`check_build` is the host's side of ``manager_build_differs``: a ``list`` answer
+naming a staged manager build other than the host's live one is refused."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from skulk_core.plugins.errors import refuse
+from skulk_core.plugins.service_runtime import ManagerBuildDiffers
 from skulk_daemon.plugins.manager.protocol import MAX_RESPONSE_BYTES, REQUEST_DEADLINE_SECONDS
 from skulk_daemon.plugins.manager.server import socket_path
 
@@ -54,3 +58,18 @@ def call(
     root: Path, request: dict[str, Any], timeout: float = CLIENT_TIMEOUT_SECONDS
 ) -> dict[str, Any]:
     return call_raw(root, json.dumps(request).encode(), timeout)
+
+
+def check_build(answer: dict[str, Any], host_build: str) -> None:
+    """Refuse (:class:`ManagerBuildDiffers`) a manager whose ``list`` answer names a build
+    other than ``host_build``. A manager running from a live environment names none."""
+    built = manager_build(answer)
+    if built is not None and built != host_build:
+        raise ManagerBuildDiffers(host_build, built)
+
+
+def manager_build(answer: dict[str, Any]) -> str | None:
+    """The Skulk build a ``list`` answer names (``None`` from a live environment)."""
+    result = answer.get("result") if answer.get("ok") else None
+    built = result.get("build_sha256") if isinstance(result, dict) else None
+    return built if isinstance(built, str) else None

@@ -4,11 +4,15 @@ Requests are a tagged union on ``action``: ``list``, ``register``, ``get``, ``su
 ``operation``, ``recover``, ``purge``; the release actions ``configure_source``, ``source_status``,
 ``inspect_release``, ``install``, ``install_status``, ``recover_install``; the catalog
 actions ``configure_catalog``, ``catalog_status``, ``read_catalog``,
-``install_from_catalog``. Unknown fields are refused. A response is ``{"ok": true,
-"result": ...}`` or ``{"ok": false, "error": {"code": ..., "message": ..., "reason": ...}}``
-where
-``code`` is ``manager_operation_refused`` except for ``release_protocol_unsupported``,
-which carries exactly ``kind``, ``offered`` and ``accepted`` (integers) and no message.
+``install_from_catalog``; and ``reload_runtime`` (``server.py``). ``list`` also names the
+manager's runtime: ``reload_runtime: true``, ``runtime`` (``staged`` or
+``live_environment``), ``runtime_generation`` and ``build_sha256`` (the staged copy's
+Skulk build; ``null`` from a live environment). Unknown fields are refused. A response
+is ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": {"code": ..., "message":
+..., "reason": ...}}`` where ``code`` is ``manager_operation_refused`` except for
+``release_protocol_unsupported``, which carries exactly ``kind``, ``offered`` and
+``accepted`` (integers) and no message, and ``manager_build_differs``, which carries the
+message and the two builds (``host_build_sha256``, ``manager_build_sha256``).
 Bounds: a request is at most 16 KiB, a response at most 256 KiB, eight clients at once,
 and one thirty-second deadline per request.
 """
@@ -20,6 +24,7 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 
 from skulk_core.plugins.errors import PluginRefusal, ReleaseProtocolUnsupported
+from skulk_core.plugins.service_runtime import Generation, ManagerBuildDiffers
 
 MAX_REQUEST_BYTES: Final = 16 * 1024
 MAX_RESPONSE_BYTES: Final = 256 * 1024
@@ -320,6 +325,21 @@ class InstallFromCatalogRequest(
     plugin_id: PluginId | None = None
 
 
+class ReloadRuntimeRequest(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    forbid_unknown_fields=True,
+    tag_field="action",
+    tag="reload_runtime",
+):
+    """Select another staged manager generation (sealed as ``manifest_sha256``) and stop,
+    so the OS service restarts the manager on it (answered by ``server.py``)."""
+
+    generation: Generation
+    manifest_sha256: Digest
+
+
 CatalogRequest = (
     ConfigureCatalogRequest | CatalogStatusRequest | ReadCatalogRequest | InstallFromCatalogRequest
 )
@@ -342,6 +362,7 @@ Request = (
     | PurgeRequest
     | ReleaseRequest
     | CatalogRequest
+    | ReloadRuntimeRequest
 )
 
 InstallState = Literal["accepted", "downloading", "staging", "staged", "recovery_required"]
@@ -417,6 +438,8 @@ def error(refusal: PluginRefusal) -> bytes:
     if isinstance(refusal, ReleaseProtocolUnsupported):
         # NOTE: exactly the code, kind, offered and accepted: the installer and the
         # routes render the sentence from these (errors.protocol_sentence).
+        body = refusal.wire()
+    elif isinstance(refusal, ManagerBuildDiffers):
         body = refusal.wire()
     return _ENCODER.encode({"ok": False, "error": body})
 

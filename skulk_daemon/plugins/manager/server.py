@@ -6,6 +6,10 @@ eight clients at once: a ninth is answered at once with a refusal and closed, ne
 queued. Each connection has one thirty-second deadline for reading, handling and
 answering. The socket lives in the owner-only manager root with mode 0600, and on
 Linux each peer's uid (``SO_PEERCRED``) must be this process's own.
+
+``list`` answers carry this manager's runtime (``runtime.py``: ``reload_runtime``,
+``build_sha256``); ``reload_runtime`` is answered here, and once its answer is sent the
+manager stops (``on_reload``) so its service restarts it on the selected generation.
 """
 
 from __future__ import annotations
@@ -17,12 +21,14 @@ import os
 import socket
 import struct
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from skulk_core.plugins.errors import PluginRefusal, refuse
 from skulk_daemon.plugins.manager import protocol
 from skulk_daemon.plugins.manager.lifecycle import Lifecycle
+from skulk_daemon.plugins.manager.runtime import LIVE, ManagerRuntime, reload_runtime
 
 log = logging.getLogger("skulk.plugins.manager")
 
@@ -52,9 +58,14 @@ class ManagerServer:
         *,
         deadline: float = protocol.REQUEST_DEADLINE_SECONDS,
         max_clients: int = protocol.MAX_CLIENTS,
+        runtime: ManagerRuntime = LIVE,
+        on_reload: Callable[[], None] | None = None,
     ) -> None:
         self.root = root
         self.lifecycle = lifecycle
+        self.runtime = runtime
+        self.on_reload = on_reload
+        """Called once a ``reload_runtime`` answer is sent: the manager stops."""
         self.deadline = deadline
         self.max_clients = max_clients
         self._active = 0
@@ -102,8 +113,11 @@ class ManagerServer:
                 )
                 return
             self._active += 1
+            reloaded: list[bool] = []
             try:
-                response = await asyncio.wait_for(self._answer(reader, writer), self.deadline)
+                response = await asyncio.wait_for(
+                    self._answer(reader, writer, reloaded), self.deadline
+                )
             except TimeoutError:
                 response = protocol.error(
                     refuse("timeout", "The request ran past the manager's deadline.")
@@ -111,19 +125,32 @@ class ManagerServer:
             finally:
                 self._active -= 1
             await self._send(writer, response)
+            if reloaded and self.on_reload is not None:
+                self.on_reload()
         finally:
             writer.close()
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.wait_closed()
 
-    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+    async def _answer(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reloaded: list[bool]
+    ) -> bytes:
         uid = _peer_uid(writer)
         if uid is not None and uid != os.getuid():
             return protocol.error(refuse("malformed", "Only the owner may use this manager."))
         try:
             raw = await _read_request(reader)
             request = protocol.decode_request(raw)
-            result = await asyncio.to_thread(self.lifecycle.handle, request)
+            result: Any
+            match request:
+                case protocol.ReloadRuntimeRequest():
+                    result = await asyncio.to_thread(reload_runtime, self.runtime, request)
+                    reloaded.append(True)
+                case protocol.ListRequest():
+                    listed = await asyncio.to_thread(self.lifecycle.handle, request)
+                    result = {**listed, **self.runtime.inventory()}
+                case _:
+                    result = await asyncio.to_thread(self.lifecycle.handle, request)
         except PluginRefusal as refusal:
             return protocol.error(refusal)
         except Exception:

@@ -1,0 +1,352 @@
+"""The manager's staged runtime: its layout, seal, build identity and selection.
+
+Shared by the owner's setup (``skulk_cli.plugin_service.staging`` stages and selects a
+generation) and the manager (``skulk_daemon.plugins.manager``: it verifies its own
+generation before serving and selects another on ``reload_runtime``)::
+
+    <service root>/runtimes/
+      .fence                        flock held while staging, verifying or selecting
+      current -> <generation>       the selection: one symbolic link, replaced atomically
+      <generation>/                 a virtual environment (bin/python -> base interpreter)
+        seal.json                   the seal: every file's path, SHA-256, size and mode,
+                                    every directory's mode, every link's target, the
+                                    Skulk build identity and the Python version
+        complete.json               written last (fsynced, temp + rename): the seal's
+                                    digest, file and byte counts; without it the
+                                    generation is never selected
+
+The **build identity** (``build_sha256``) is the SHA-256 over the domain
+``skulk-build-v1``, NUL, and the canonical JSON of ``[[path, sha256], ...]`` of every
+file of the Skulk packages (``skulk``, ``skulk_cli``, ``skulk_core``,
+``skulk_daemon``), sorted by path, bytecode caches and desktop-browser litter left
+out: the same bytes measure to the same identity in the live checkout and in a staged
+copy. The **seal digest** is :func:`~skulk_core.plugins.canonical.canonical_sha256` of
+the seal document; :func:`verify` re-measures the generation and refuses on any
+difference in membership, bytes, permissions or link targets (the interpreter link
+included). Nothing here re-seals a changed file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import stat
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Final
+
+import msgspec
+
+from skulk_core.plugins.canonical import canonical_json, canonical_sha256
+from skulk_core.plugins.errors import BUILD_DIFFERS, PluginRefusal, RefusalCode, refuse
+
+RUNTIMES_DIR: Final = "runtimes"
+SEAL_FILE: Final = "seal.json"
+COMPLETE_FILE: Final = "complete.json"
+CURRENT_LINK: Final = "current"
+FENCE_FILE: Final = ".fence"
+SETUP_RECORD: Final = "setup.json"
+SEAL_VERSION: Final = 1
+SKULK_PACKAGES: Final = ("skulk", "skulk_cli", "skulk_core", "skulk_daemon")
+BUILD_DOMAIN: Final = b"skulk-build-v1"
+GENERATION_PATTERN: Final = r"^[0-9a-f]{16}$"
+BLOCK: Final = 1024 * 1024
+
+Generation = Annotated[str, msgspec.Meta(pattern=GENERATION_PATTERN)]
+
+
+class Seal(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    version: int = SEAL_VERSION
+    generation: str
+    python: str
+    """The interpreter's version (``3.11.7``) and implementation."""
+    interpreter: str
+    """The base interpreter the generation's ``bin/python`` points at."""
+    build_sha256: str
+    source_sha256: str
+    """What it was staged from (Python, dependency inventory, Skulk build): a rerun of
+    setup with the same source reuses this generation."""
+    files: dict[str, tuple[str, int, int]]
+    """relative path -> (SHA-256, size, permission bits)."""
+    dirs: dict[str, int]
+    links: dict[str, str]
+
+
+class Completion(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    generation: str
+    seal_sha256: str
+    build_sha256: str
+    source_sha256: str
+    files: int
+    bytes: int
+    completed_at: int
+
+
+class ManagerBuildDiffers(PluginRefusal):
+    """A manager whose independent core build is not this host's live Skulk build."""
+
+    code: RefusalCode = BUILD_DIFFERS
+
+    def __init__(self, host_build: str, manager_build: str) -> None:
+        self.host_build = host_build
+        self.manager_build = manager_build
+        super().__init__(
+            "build_mismatch",
+            f"The local plugin manager runs Skulk build {manager_build}, but this host runs "
+            f"build {host_build}: rerun skulk-plugin-service setup in this Skulk "
+            "environment so the manager is staged from this build.",
+        )
+
+    def wire(self) -> dict[str, object]:
+        return {
+            "code": self.code,
+            "message": self.message,
+            "host_build_sha256": self.host_build,
+            "manager_build_sha256": self.manager_build,
+        }
+
+
+# -- measuring ---------------------------------------------------------------------------
+
+
+def ignored(name: str, mode: int) -> bool:
+    """The regular files a desktop browser leaves behind (never part of a seal)."""
+    return stat.S_ISREG(mode) and (name == ".DS_Store" or name.startswith("._"))
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(BLOCK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def package_files(package: Path) -> Iterator[tuple[str, Path]]:
+    """``(path relative to the package's parent, path)`` for each file of one Skulk
+    package; bytecode caches are left out and a link is refused (never borrowed)."""
+    for current, dirnames, filenames in os.walk(package, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        base = Path(current)
+        for name in sorted(dirnames + filenames):
+            path = base / name
+            info = path.lstat()
+            if stat.S_ISLNK(info.st_mode):
+                raise refuse(
+                    "source_invalid",
+                    f"The Skulk source holds a link ({path.relative_to(package.parent)}): it is "
+                    "refused rather than borrowed.",
+                )
+            if stat.S_ISREG(info.st_mode) and not ignored(name, info.st_mode):
+                if name.endswith((".pyc", ".pyo")):
+                    continue
+                yield path.relative_to(package.parent).as_posix(), path
+
+
+def build_identity(parent: Path | None = None) -> str:
+    """The build identity of the Skulk packages under ``parent`` (by default, the ones
+    this process imports)."""
+    parent = Path(__file__).resolve().parents[2] if parent is None else parent
+    entries: list[list[str]] = []
+    for name in SKULK_PACKAGES:
+        package = parent / name
+        if package.is_dir():
+            entries += [[relative, file_sha256(path)] for relative, path in package_files(package)]
+    entries.sort()
+    return hashlib.sha256(BUILD_DOMAIN + b"\x00" + canonical_json(entries)).hexdigest()
+
+
+def measure(
+    root: Path, known: dict[str, tuple[str, int]] | None = None
+) -> tuple[dict[str, tuple[str, int, int]], dict[str, int], dict[str, str]]:
+    """Files, directories and links under ``root`` (the two seal files left out).
+
+    ``known`` maps a path to the SHA-256 and size measured while it was copied: a file
+    of that size is not read again."""
+    known = known or {}
+    files: dict[str, tuple[str, int, int]] = {}
+    dirs: dict[str, int] = {}
+    links: dict[str, str] = {}
+    for current, dirnames, filenames in os.walk(root, followlinks=False):
+        base = Path(current)
+        for name in sorted(dirnames + filenames):
+            path = base / name
+            relative = path.relative_to(root).as_posix()
+            if relative in (SEAL_FILE, COMPLETE_FILE):
+                continue
+            info = path.lstat()
+            if ignored(name, info.st_mode):
+                continue
+            if stat.S_ISLNK(info.st_mode):
+                links[relative] = os.readlink(path)
+            elif stat.S_ISDIR(info.st_mode):
+                dirs[relative] = stat.S_IMODE(info.st_mode)
+            elif stat.S_ISREG(info.st_mode):
+                copied = known.get(relative)
+                sha = copied[0] if copied and copied[1] == info.st_size else file_sha256(path)
+                files[relative] = (sha, info.st_size, stat.S_IMODE(info.st_mode))
+            else:
+                raise refuse(
+                    "seal_mismatch", f"The staged runtime holds a special file: {relative}."
+                )
+    return files, dirs, links
+
+
+def seal_digest(seal: Seal) -> str:
+    return canonical_sha256(msgspec.to_builtins(seal))
+
+
+# -- files -------------------------------------------------------------------------------
+
+
+def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Temp file beside ``path``, fsync, rename, fsync the directory."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def runtimes(service_root: Path) -> Path:
+    return service_root / RUNTIMES_DIR
+
+
+def generation_dir(service_root: Path, generation: str) -> Path:
+    if re.fullmatch(GENERATION_PATTERN, generation) is None:
+        raise refuse("malformed", "A runtime generation is 16 lowercase hexadecimal characters.")
+    return runtimes(service_root) / generation
+
+
+@contextlib.contextmanager
+def fence(service_root: Path, *, wait: bool = True) -> Iterator[bool]:
+    """The runtimes fence (an exclusive flock); yields whether it is held."""
+    path = runtimes(service_root) / FENCE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+def read_completion(generation: Path) -> Completion | None:
+    path = generation / COMPLETE_FILE
+    if not path.is_file() or path.is_symlink():
+        return None
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=Completion)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+
+
+def read_seal(generation: Path) -> Seal:
+    try:
+        return msgspec.json.decode((generation / SEAL_FILE).read_bytes(), type=Seal)
+    except (OSError, msgspec.ValidationError, msgspec.DecodeError):
+        raise refuse(
+            "seal_mismatch", f"The runtime {generation.name} has no readable seal."
+        ) from None
+
+
+def verify(generation: Path, expected: str | None = None) -> Completion:
+    """The generation's completion record, once every file, directory and link measures
+    exactly to its seal (and the seal digest is ``expected``, when given)."""
+    name = generation.name
+    if not generation.is_dir() or generation.is_symlink():
+        raise refuse("not_found", f"No runtime generation {name} is staged.")
+    completion = read_completion(generation)
+    if completion is None or completion.generation != name:
+        raise refuse("not_found", f"The runtime generation {name} is not completely staged.")
+    seal = read_seal(generation)
+    digest = seal_digest(seal)
+    if digest != completion.seal_sha256 or seal.generation != name:
+        raise refuse("seal_mismatch", f"The runtime {name} does not match its completion record.")
+    if expected is not None and digest != expected:
+        raise refuse(
+            "seal_mismatch", f"The runtime {name} is sealed as {digest}, not as {expected}."
+        )
+    files, dirs, links = measure(generation)
+    sealed: dict[str, Any] = {"files": seal.files, "dirs": seal.dirs, "links": seal.links}
+    measured: dict[str, Any] = {"files": files, "dirs": dirs, "links": links}
+    for kind in ("files", "dirs", "links"):
+        for path in sorted(set(sealed[kind]) | set(measured[kind])):
+            if sealed[kind].get(path) != measured[kind].get(path):
+                raise refuse(
+                    "seal_mismatch",
+                    f"The runtime {name} no longer matches its seal ({path} differs): it will "
+                    "not run; rerun skulk-plugin-service setup to stage a fresh copy.",
+                )
+    return completion
+
+
+def selected(service_root: Path) -> str | None:
+    """The selected generation's name (the ``current`` link), or ``None``."""
+    link = runtimes(service_root) / CURRENT_LINK
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return None
+    return target if re.fullmatch(GENERATION_PATTERN, target) else None
+
+
+def select(service_root: Path, generation: str) -> None:
+    """Point ``current`` at ``generation`` (a complete one): one atomic rename."""
+    target = generation_dir(service_root, generation)
+    if read_completion(target) is None:
+        raise refuse("not_found", f"The runtime generation {generation} is not completely staged.")
+    link = runtimes(service_root) / CURRENT_LINK
+    temporary = link.with_name(f".{CURRENT_LINK}.{os.getpid()}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        temporary.unlink()
+    os.symlink(generation, temporary)
+    os.replace(temporary, link)
+    _fsync_dir(link.parent)
+
+
+def record_selection(service_root: Path, completion: Completion) -> None:
+    """Name ``completion``'s generation in the setup record (``setup.json``), when there
+    is one, so ``skulk-plugin-service status`` verifies the copy the service runs on.
+
+    Only the runtime fields change (temp + rename); the rest of the record, owned by
+    setup, is kept as it is."""
+    path = service_root / SETUP_RECORD
+    try:
+        record = msgspec.json.decode(path.read_bytes())
+    except (OSError, msgspec.DecodeError):
+        return
+    if not isinstance(record, dict):
+        return
+    record.update(
+        generation=completion.generation,
+        seal_sha256=completion.seal_sha256,
+        build_sha256=completion.build_sha256,
+        updated_at=int(time.time()),
+    )
+    write_atomic(path, msgspec.json.encode(record))

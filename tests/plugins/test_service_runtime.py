@@ -1,0 +1,431 @@
+"""``skulk-plugin-service setup`` stages a sealed manager runtime, and the manager runs
+from it: one real staging (a full copy of this environment, ~1.2 GB) shared by the
+module, the real CLI and manager as processes, cwd outside the checkout.
+
+Proves: setup stages, seals and selects a generation (a virtual environment holding
+real copies of the Skulk packages, no path back into the checkout, a seal that
+verifies); the staged interpreter imports Skulk from the copy even with the checkout on
+``PYTHONPATH`` and as cwd; a rerun over the same source reuses the generation and its
+operation; the sealed manager reports its build and ``reload_runtime`` in ``list``;
+the host refuses a manager of another build as ``manager_build_differs`` (access and
+route helper); a changed source stages a second generation beside the first without
+selecting it; ``reload_runtime`` refuses a wrong digest, an unknown and an incomplete
+generation, and with the right digest selects the second, records it in ``setup.json``
+and exits; a tampered file makes the manager refuse to start and ``status`` report
+``registered_runtime_verified: false``; with a stand-in ``systemctl`` that runs the
+unit's ``ExecStart``, setup registers the staged command and reaches ``ready`` once the
+manager answers on the selected generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.metadata
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from skulk_cli.plugin_service import staging
+from skulk_core.plugins.errors import PluginRefusal
+from skulk_core.plugins.service_runtime import (
+    ManagerBuildDiffers,
+    build_identity,
+    read_completion,
+    read_seal,
+    selected,
+    verify,
+)
+from skulk_daemon.api.plugins import _ask
+from skulk_daemon.errors import ApiError
+from skulk_daemon.plugins.access import ManagerAccess
+from skulk_daemon.plugins.manager.client import call
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SITE = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+
+
+@dataclass
+class Staged:
+    base: Path
+    env: dict[str, str]
+    summary: dict[str, Any]
+    seconds: float
+
+    @property
+    def root(self) -> Path:
+        return self.base / "service"
+
+    @property
+    def config_home(self) -> Path:
+        return self.base / "config"
+
+    @property
+    def generation(self) -> Path:
+        return self.root / "runtimes" / str(self.summary["generation"])
+
+    @property
+    def python(self) -> Path:
+        return self.root / "runtimes" / "current" / "bin" / "python"
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        home = ["--root", str(self.root), "--config-home", str(self.config_home)]
+        return subprocess.run(
+            [sys.executable, "-m", "skulk_cli.plugin_service", *args, *home],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            cwd=self.base,
+            timeout=300,
+            check=False,
+        )
+
+    def serve(self, log: Path | None = None) -> subprocess.Popen[str]:
+        # NOTE: the checkout on PYTHONPATH: -I must keep the manager on its own copy.
+        command = [
+            str(self.python),
+            "-I",
+            "-B",
+            "-m",
+            "skulk.extensions.runtime_manager",
+            "serve",
+            "--root",
+            str(self.root / "manager"),
+            "--sealed-runtime",
+        ]
+        env = {**self.env, "PYTHONPATH": str(REPO_ROOT)}
+        if log is None:
+            return subprocess.Popen(
+                command,
+                env=env,
+                cwd=self.base,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        with log.open("a") as output:
+            return subprocess.Popen(
+                command, env=env, cwd=self.base, stdout=output, stderr=subprocess.STDOUT, text=True
+            )
+
+
+def _summary(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return summary
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Staged]:
+    base = tmp_path_factory.mktemp("svc-runtime")
+    (base / "home").mkdir()
+    env = {**os.environ, "HOME": str(base / "home"), "NO_COLOR": "1", "COLUMNS": "200"}
+    env.pop("SKULK_PLUGIN_SERVICE_ROOT", None)
+    started = time.monotonic()
+    first = Staged(base, env, {}, 0.0)
+    done = first.cli("setup")
+    seconds = time.monotonic() - started
+    print(f"\nstaging the manager runtime took {seconds:.1f} s")
+    assert "Staged runtime" in done.stdout, done.stdout + done.stderr
+    yield Staged(base, env, _summary(done), seconds)
+    # NOTE: each generation is a full copy of this environment; keep no copies around.
+    shutil.rmtree(base / "service", ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def manager(staged: Staged) -> Iterator[subprocess.Popen[str]]:
+    log = staged.base / "manager.log"
+    started = time.monotonic()
+    process = staged.serve(log)
+    deadline = started + 120
+    while True:
+        assert process.poll() is None, log.read_text()
+        with contextlib.suppress(Exception):
+            if call(staged.root / "manager", {"action": "list"}, timeout=2)["ok"]:
+                break
+        assert time.monotonic() < deadline, "the staged manager never answered"
+        time.sleep(0.2)
+    print(f"\nthe sealed manager answered {time.monotonic() - started:.1f} s after start")
+    yield process
+    if process.poll() is None:
+        process.terminate()
+        process.wait(timeout=60)
+
+
+def test_setup_stages_seals_and_selects_a_generation(staged: Staged) -> None:
+    summary = staged.summary
+    assert (summary["phase"], summary["runtime"], summary["service"]) == (
+        "selected",
+        "staged",
+        "none",
+    )
+    record = json.loads((staged.root / "setup.json").read_text())
+    assert record["generation"] == summary["generation"]
+    assert record["seal_sha256"] == summary["seal_sha256"]
+    assert record["python"] == str(staged.python)
+    assert selected(staged.root) == summary["generation"]
+    generation = staged.generation
+    completion = verify(generation, summary["seal_sha256"])
+    assert completion.files > 1000 and completion.bytes > 10_000_000
+    seal = read_seal(generation)
+    assert seal.build_sha256 == completion.build_sha256 == record["build_sha256"]
+    # The Skulk packages are real copies that measure to the sealed build.
+    assert build_identity(generation / SITE) == seal.build_sha256
+    for package in ("skulk", "skulk_cli", "skulk_core", "skulk_daemon"):
+        assert f"{SITE}/{package}/__init__.py" in seal.files
+    # Nothing points back into the checkout or the live environment.
+    assert not any(path.endswith(".pth") for path in seal.files), "an editable hook was copied"
+    assert not any(path.endswith("/direct_url.json") and "skulk-" in path for path in seal.files)
+    assert all(not target.startswith(str(REPO_ROOT)) for target in seal.links.values())
+    assert (generation / "bin" / "python").resolve() == Path(seal.interpreter).resolve()
+    script = (generation / "bin" / "skulk-plugin-service").read_text().splitlines()[0]
+    assert script == f"#!{generation / 'bin' / 'python'}"
+    record_rows = (generation / SITE / "skulk-0.1.0.dist-info" / "RECORD").read_text()
+    assert "skulk_daemon/plugins/manager/cli.py,sha256=" in record_rows
+    assert staged.seconds < 180
+
+
+def test_the_staged_interpreter_imports_skulk_from_its_copy(staged: Staged) -> None:
+    done = subprocess.run(
+        [
+            str(staged.python),
+            "-I",
+            "-B",
+            "-c",
+            "import skulk_daemon.plugins.manager.cli as m, litestar; "
+            "print(m.__file__); print(litestar.__file__)",
+        ],
+        env={**staged.env, "PYTHONPATH": str(REPO_ROOT)},
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    for line in done.stdout.split():
+        assert Path(line).resolve().is_relative_to(staged.generation), line
+
+
+def test_the_sealed_manager_reports_its_runtime(
+    staged: Staged, manager: subprocess.Popen[str]
+) -> None:
+    listed = call(staged.root / "manager", {"action": "list"})["result"]
+    assert listed["reload_runtime"] is True
+    assert listed["runtime"] == "staged"
+    assert listed["runtime_generation"] == staged.summary["generation"]
+    assert listed["build_sha256"] == read_seal(staged.generation).build_sha256
+    status = staged.cli("status")
+    assert status.returncode == 0, status.stdout + status.stderr
+    body = json.loads(status.stdout)
+    assert body["registered_runtime_verified"] is True
+    assert body["management_available"] is True
+    assert body["running_generation"] == staged.summary["generation"]
+
+
+def test_a_rerun_reuses_the_completed_generation(
+    staged: Staged, manager: subprocess.Popen[str]
+) -> None:
+    before = sorted(p.name for p in (staged.root / "runtimes").iterdir())
+    started = time.monotonic()
+    done = staged.cli("setup")
+    seconds = time.monotonic() - started
+    print(f"\nrerunning setup over the same source took {seconds:.1f} s")
+    again = _summary(done)
+    assert "Staged runtime" not in done.stdout
+    assert again["generation"] == staged.summary["generation"]
+    assert again["operation_id"] == staged.summary["operation_id"]
+    assert sorted(p.name for p in (staged.root / "runtimes").iterdir()) == before
+    assert manager.poll() is None  # the same generation: the running manager is kept
+
+
+def test_the_host_refuses_a_manager_of_another_build(
+    staged: Staged, manager: subprocess.Popen[str]
+) -> None:
+    build = read_seal(staged.generation).build_sha256
+    other = "0" * 64
+    access = ManagerAccess(staged.config_home, host_build=other)
+    with pytest.raises(ManagerBuildDiffers) as differs:
+        asyncio.run(access.call({"action": "list"}))
+    assert differs.value.code == "manager_build_differs"
+    assert build in differs.value.message and other in differs.value.message
+    # Until a matching list, nothing else reaches that manager.
+    with pytest.raises(ManagerBuildDiffers):
+        asyncio.run(access.call({"action": "get", "plugin_id": "managed.absent"}))
+    with pytest.raises(ApiError) as routed:
+        asyncio.run(_ask(access, {"action": "list"}))
+    assert (routed.value.status_code, routed.value.code) == (503, "manager_build_differs")
+    same = ManagerAccess(staged.config_home, host_build=build)
+    assert asyncio.run(same.call({"action": "list"}))["ok"] is True
+
+
+def _reload(staged: Staged, generation: str, digest: str) -> dict[str, Any]:
+    request = {"action": "reload_runtime", "generation": generation, "manifest_sha256": digest}
+    return call(staged.root / "manager", request)
+
+
+def test_reload_runtime_refuses_then_selects_and_exits(
+    staged: Staged, manager: subprocess.Popen[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = str(staged.summary["generation"])
+    # A changed source stages a new generation beside the first (kept).
+    monkeypatch.setattr(staging, "source_sha256", lambda build: "e" * 64)
+    completion, fresh = staging.stage_service_runtime(staged.root)
+    assert fresh and completion.generation != first
+    assert read_completion(staged.generation) is not None
+    assert selected(staged.root) == first  # staging alone selects nothing
+    second, seal = completion.generation, completion.seal_sha256
+    wrong = _reload(staged, second, str(staged.summary["seal_sha256"]))
+    assert wrong["ok"] is False and wrong["error"]["reason"] == "seal_mismatch", wrong
+    assert wrong["error"]["code"] == "manager_operation_refused"
+    unknown = _reload(staged, "0" * 16, seal)
+    assert unknown["ok"] is False and unknown["error"]["reason"] == "not_found", unknown
+    incomplete = staged.root / "runtimes" / ("1" * 16)
+    (incomplete / "bin").mkdir(parents=True)
+    partial = _reload(staged, "1" * 16, seal)
+    assert partial["ok"] is False and "not completely staged" in partial["error"]["message"]
+    assert selected(staged.root) == first
+    assert manager.poll() is None  # refusals leave the manager serving
+    done = _reload(staged, second, seal)
+    assert done == {
+        "ok": True,
+        "result": {"generation": second, "selected": True, "restarting": True},
+    }
+    assert manager.wait(timeout=60) == 0  # it stops for the keep-alive to restart it
+    assert selected(staged.root) == second
+    record = json.loads((staged.root / "setup.json").read_text())
+    assert (record["generation"], record["seal_sha256"]) == (second, seal)
+    # status verifies the copy the service now starts from (none answers yet).
+    body = json.loads(staged.cli("status").stdout)
+    assert (body["registered_runtime_verified"], body["error_code"]) == (
+        True,
+        "service_unavailable",
+    )
+    staged.summary = {**staged.summary, "generation": second, "seal_sha256": seal}
+
+
+def test_a_tampered_runtime_is_refused(staged: Staged) -> None:
+    victim = staged.generation / SITE / "skulk_daemon" / "plugins" / "manager" / "cli.py"
+    original = victim.read_bytes()
+    victim.write_bytes(original + b"\n# changed\n")
+    try:
+        process = staged.serve()
+        output, _ = process.communicate(timeout=120)
+        assert process.returncode == 2, output
+        assert "refuses to start" in output and "no longer matches its seal" in output
+        assert "skulk_daemon/plugins/manager/cli.py differs" in output
+        status = staged.cli("status")
+        assert status.returncode == 1
+        body = json.loads(status.stdout)
+        assert body["registered_runtime_verified"] is False
+        assert body["error_code"] == "registration_or_integrity_unavailable"
+    finally:
+        victim.write_bytes(original)
+
+
+def _fake_environment(base: Path, case: str) -> tuple[Path, Path, Any]:
+    """A one-distribution environment that staging must refuse (nothing borrowed)."""
+    prefix = base / "live"
+    site = prefix / SITE
+    info = site / "foo-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: foo\nVersion: 1.0\n")
+    rows = ["foo-1.0.dist-info/METADATA,,", "foo-1.0.dist-info/RECORD,,"]
+    match case:
+        case "editable":
+            (info / "direct_url.json").write_text(
+                json.dumps({"url": "file:///src/foo", "dir_info": {"editable": True}})
+            )
+            rows.append("foo-1.0.dist-info/direct_url.json,,")
+        case "outside":
+            rows.append("../../../../../outside.txt,,")
+        case "link":
+            (site / "foo.py").symlink_to(REPO_ROOT / "README.md")
+            rows.append("foo.py,,")
+    (info / "RECORD").write_text("\n".join(rows) + "\n")
+    return prefix, site, importlib.metadata.PathDistribution(info)
+
+
+@pytest.mark.parametrize(
+    ("case", "sentence"),
+    [
+        ("editable", "is an editable install"),
+        ("outside", "outside this environment"),
+        ("link", "is a link"),
+    ],
+)
+def test_staging_refuses_what_it_would_have_to_borrow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, sentence: str
+) -> None:
+    prefix, site, dist = _fake_environment(tmp_path, case)
+    monkeypatch.setattr(staging.importlib.metadata, "distributions", lambda: [dist])
+    copier = staging._Copier(tmp_path / "generation", prefix)
+    with pytest.raises(PluginRefusal) as refused:
+        staging._copy_distributions(copier, site)
+    assert sentence in refused.value.message
+    assert refused.value.reason == "source_invalid"
+
+
+FAKE_SYSTEMCTL = """#!{python}
+# systemctl for this test: a running user manager whose restart starts the unit's
+# ExecStart (the exact registered command) as a process, its pid written beside it.
+import os, pathlib, shlex, subprocess, sys
+args = sys.argv[1:]
+state = pathlib.Path(os.environ["FAKE_SYSTEMCTL_DIR"])
+with (state / "calls").open("a") as calls:
+    calls.write(" ".join(args) + "\\n")
+if args == ["--user", "is-system-running"]:
+    print("running")
+elif args[:2] == ["--user", "restart"]:
+    unit = pathlib.Path.home() / ".config/systemd/user" / args[2]
+    line = next(l for l in unit.read_text().splitlines() if l.startswith("ExecStart="))
+    with (state / "service.log").open("a") as log:
+        process = subprocess.Popen(
+            shlex.split(line[len("ExecStart="):]), cwd="/", stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    (state / "pid").write_text(str(process.pid))
+"""
+
+
+def test_setup_registers_the_staged_command_and_waits_until_ready(staged: Staged) -> None:
+    fake = staged.base / "fake-systemd"
+    fake.mkdir()
+    systemctl = fake / "systemctl"
+    systemctl.write_text(FAKE_SYSTEMCTL.format(python=sys.executable))
+    systemctl.chmod(0o700)
+    env = {
+        **staged.env,
+        "PATH": f"{fake}{os.pathsep}{staged.env.get('PATH', '')}",
+        "FAKE_SYSTEMCTL_DIR": str(fake),
+    }
+    runner = Staged(staged.base, env, staged.summary, staged.seconds)
+    try:
+        done = runner.cli("setup")
+        summary = _summary(done)
+        assert (summary["phase"], summary["service"]) == ("ready", "systemd"), done.stdout
+        unit = (staged.base / "home/.config/systemd/user/skulk-plugin-manager.service").read_text()
+        assert (
+            f"ExecStart={staged.python} -I -B -m skulk.extensions.runtime_manager serve "
+            f"--root {staged.root / 'manager'} --sealed-runtime"
+        ) in unit
+        record = json.loads((staged.root / "setup.json").read_text())
+        assert (record["phase"], record["generation"]) == ("ready", summary["generation"])
+        assert selected(staged.root) == summary["generation"]
+        status = json.loads(runner.cli("status").stdout)
+        assert status["running_generation"] == summary["generation"]
+        assert status["registered_runtime_verified"] and status["management_available"]
+    finally:
+        pid = fake / "pid"
+        if pid.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid.read_text()), signal.SIGTERM)
