@@ -12,7 +12,6 @@ from typing import Any
 
 import httpx
 import openai
-import psutil
 import pytest
 
 from tests.api.in_process import AppNode, Served
@@ -25,6 +24,7 @@ from tests.daemon.serving import (
     wait_for,
     wait_idle,
 )
+from tests.runner_processes import runner_processes
 
 pytestmark = pytest.mark.slow
 
@@ -244,11 +244,7 @@ def test_openai_sdk_non_streaming_and_streaming(served: tuple[AppNode, str]) -> 
 
 def _runner_pids() -> list[int]:
     """The runner processes of this test process's nodes."""
-    return [
-        child.pid
-        for child in psutil.Process().children(recursive=True)
-        if "skulk_daemon.runner" in " ".join(child.cmdline())
-    ]
+    return [child.pid for child in runner_processes()]
 
 
 def test_delete_stops_the_runner_and_leaves_nothing(served: tuple[AppNode, str]) -> None:

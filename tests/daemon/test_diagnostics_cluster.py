@@ -20,6 +20,7 @@ from tests.daemon.serving import DEMO, wait_for
 from tests.daemon.test_cli_against_daemon import skulk
 from tests.daemon.test_cluster import converged, node_id
 from tests.daemon_process import DaemonProcess
+from tests.runner_processes import runner_processes
 
 pytestmark = pytest.mark.slow
 
@@ -51,13 +52,8 @@ def trio(tmp_path: Path, shared_models_dir: Path) -> Iterator[list[DaemonProcess
 
 def _runner_process(daemon: DaemonProcess) -> psutil.Process | None:
     assert daemon.process is not None
-    for child in psutil.Process(daemon.process.pid).children(recursive=True):
-        try:
-            if "skulk_daemon.runner" in " ".join(child.cmdline()):
-                return child
-        except psutil.Error:
-            continue
-    return None
+    found = runner_processes(daemon.process.pid)
+    return found[0] if found else None
 
 
 def _get(daemon: DaemonProcess, path: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from tests.daemon.serving import DEMO, sse_lines, wait_for, wait_idle
 from tests.daemon.serving import PROMPT as CHAT
 from tests.daemon.test_cluster import converged, node_id
 from tests.daemon_process import DaemonProcess
+from tests.runner_processes import runner_processes
 from tests.security.test_rpc_isolation import loopback_listeners, netns
 
 pytestmark = pytest.mark.slow
@@ -120,12 +121,14 @@ def delete(daemon: DaemonProcess, instance_id: str) -> None:
 def runner_pids(daemon: DaemonProcess) -> list[int]:
     """The daemon's runners (not a driver's dialing helper, a fork of it)."""
     assert daemon.process is not None
-    return [
-        child.pid
-        for child in psutil.Process(daemon.process.pid).children(recursive=True)
-        if "skulk_daemon.runner" in " ".join(child.cmdline())
-        and child.name() != HELPER_NAME.decode()
-    ]
+    runners = []
+    for child in runner_processes(daemon.process.pid):
+        try:
+            if child.name() != HELPER_NAME.decode():
+                runners.append(child.pid)
+        except psutil.Error:  # exited since it was listed
+            continue
+    return runners
 
 
 @pytest.fixture(scope="module")

@@ -10,23 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 import pytest
 
 from tests.daemon.serving import DEMO, PROMPT, place, sse_lines, wait_for
 from tests.daemon_process import DaemonProcess
+from tests.runner_processes import runner_processes
 
 pytestmark = pytest.mark.slow
 
 
 def _runner_pids(daemon: DaemonProcess) -> list[int]:
     assert daemon.process is not None
-    parent = psutil.Process(daemon.process.pid)
-    return [
-        child.pid
-        for child in parent.children(recursive=True)
-        if "skulk_daemon.runner" in " ".join(child.cmdline())
-    ]
+    return [child.pid for child in runner_processes(daemon.process.pid)]
 
 
 def test_runner_killed_mid_stream_fails_loudly(tmp_path: Path, shared_models_dir: Path) -> None:

@@ -6,11 +6,11 @@ import time
 from typing import Any
 
 import httpx
-import psutil
 import pytest
 
 from tests.daemon.serving import DEMO
 from tests.daemon_process import DaemonProcess
+from tests.runner_processes import runner_processes
 
 pytestmark = pytest.mark.slow
 
@@ -96,11 +96,7 @@ def test_runners_start_with_a_private_path_and_working_directory(
 ) -> None:
     daemon, _ = demo_served
     assert daemon.process is not None
-    runners = [
-        child
-        for child in psutil.Process(daemon.process.pid).children(recursive=True)
-        if "skulk_daemon.runner" in child.cmdline()
-    ]
+    runners = runner_processes(daemon.process.pid)
     assert runners
     for runner in runners:
         # -P: the directory the daemon started in is never on the runner's sys.path.
