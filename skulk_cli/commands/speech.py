@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +34,7 @@ from rich.text import Text
 from skulk_cli import console
 from skulk_cli.client import SkulkApiError, SkulkClient
 from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, node_client
+from skulk_core.files import atomic_write
 
 MAX_UPLOAD_BYTES: Final = 25 * 1024 * 1024
 SPEECH_FORMATS: Final = ("mp3", "wav", "flac", "ogg", "opus", "pcm")
@@ -57,18 +57,11 @@ def _format_for(output: Path, chosen: str | None) -> str:
 
 
 def _write_atomically(target: Path, content: bytes) -> None:
-    directory = target.parent if str(target.parent) else Path()
-    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".partial")
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """The audio file, whole or not at all, with the permissions a shell redirection
+    would give it (0666 less the umask)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    atomic_write(target, content, mode=0o666 & ~umask)
 
 
 def say(

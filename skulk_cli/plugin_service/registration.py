@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Final
 
 from skulk_cli.plugin_service.setup import ServiceKind
-from skulk_cli.plugin_service.wire import atomic_write
+from skulk_core.files import atomic_write
 
 UNIT_NAME: Final = "skulk-plugin-manager.service"
 LAUNCHD_LABEL: Final = "foundation.foxlight.skulk.plugins"

@@ -32,7 +32,8 @@ from typing import Final, Literal
 
 import msgspec
 
-from skulk_cli.plugin_service.wire import Connection, atomic_write, private_dir, write_connection
+from skulk_cli.plugin_service.wire import Connection, private_dir, write_connection
+from skulk_core.files import atomic_write
 from skulk_core.plugins.errors import PluginRefusal, refuse
 from skulk_core.plugins.service_runtime import (
     CURRENT_LINK,

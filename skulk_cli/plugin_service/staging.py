@@ -42,6 +42,7 @@ from typing import Final
 
 import msgspec
 
+from skulk_core.files import atomic_write
 from skulk_core.plugins.canonical import canonical_sha256
 from skulk_core.plugins.errors import PluginRefusal, refuse
 from skulk_core.plugins.service_runtime import (
@@ -61,7 +62,6 @@ from skulk_core.plugins.service_runtime import (
     seal_digest,
     select,
     verify,
-    write_atomic,
 )
 
 SKULK_DIST: Final = "skulk"
@@ -332,7 +332,7 @@ def stage_service_runtime(service_root: Path) -> tuple[Completion, bool]:
             links=links,
         )
         os.sync()  # NOTE: the copied bytes are on disk before anything says complete.
-        write_atomic(target / SEAL_FILE, msgspec.json.encode(seal), mode=0o400)
+        atomic_write(target / SEAL_FILE, msgspec.json.encode(seal), mode=0o400)
         completion = Completion(
             generation=generation,
             seal_sha256=seal_digest(seal),
@@ -342,7 +342,7 @@ def stage_service_runtime(service_root: Path) -> tuple[Completion, bool]:
             bytes=total,
             completed_at=int(time.time()),
         )
-        write_atomic(target / COMPLETE_FILE, msgspec.json.encode(completion), mode=0o400)
+        atomic_write(target / COMPLETE_FILE, msgspec.json.encode(completion), mode=0o400)
         return completion, True
 
 

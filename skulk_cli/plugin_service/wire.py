@@ -15,12 +15,12 @@ import json
 import os
 import socket
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any, Final
 
 import msgspec
 
+from skulk_core.files import atomic_write
 from skulk_core.plugins.errors import refuse
 
 SOCKET_NAME: Final = "control.sock"
@@ -40,22 +40,6 @@ class Connection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 def private_dir(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     path.chmod(0o700)
-
-
-def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Temp file beside ``path``, fsync, rename: readers see the old or the new file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def write_connection(config_home: Path, connection: Connection) -> None:

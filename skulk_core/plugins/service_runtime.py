@@ -34,7 +34,6 @@ import hashlib
 import os
 import re
 import stat
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +41,7 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
+from skulk_core.files import atomic_write, fsync_dir
 from skulk_core.plugins.canonical import canonical_json, canonical_sha256
 from skulk_core.plugins.errors import BUILD_DIFFERS, PluginRefusal, RefusalCode, refuse
 
@@ -204,31 +204,6 @@ def seal_digest(seal: Seal) -> str:
 # -- files -------------------------------------------------------------------------------
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Temp file beside ``path``, fsync, rename, fsync the directory."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def runtimes(service_root: Path) -> Path:
     return service_root / RUNTIMES_DIR
 
@@ -327,7 +302,7 @@ def select(service_root: Path, generation: str) -> None:
         temporary.unlink()
     os.symlink(generation, temporary)
     os.replace(temporary, link)
-    _fsync_dir(link.parent)
+    fsync_dir(link.parent)
 
 
 def record_selection(service_root: Path, completion: Completion) -> None:
@@ -349,4 +324,4 @@ def record_selection(service_root: Path, completion: Completion) -> None:
         build_sha256=completion.build_sha256,
         updated_at=int(time.time()),
     )
-    write_atomic(path, msgspec.json.encode(record))
+    atomic_write(path, msgspec.json.encode(record))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 from pathlib import Path
 
-OWNER_ONLY_FILE = 0o600
+from skulk_core.files import OWNER_ONLY_FILE, fsync_dir
+from skulk_core.files import atomic_write as _atomic_write
+
+__all__ = ["OWNER_ONLY_DIR", "OWNER_ONLY_FILE", "atomic_write", "ensure_private_dir", "fsync_dir"]
+
 OWNER_ONLY_DIR = 0o700
 
 
@@ -19,29 +21,7 @@ def ensure_private_dir(path: Path) -> None:
 
 
 def atomic_write(path: Path, data: bytes, mode: int = OWNER_ONLY_FILE) -> None:
-    """Write ``data`` so that readers see the old file or the new one, never a mix.
-
-    Temp file in the same directory, fsync, rename, fsync the directory.
-    """
+    """Write ``data`` so that readers see the old file or the new one, never a mix
+    (:func:`skulk_core.files.atomic_write`), creating the parent directories first."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
-    fsync_dir(path.parent)
-
-
-def fsync_dir(path: Path) -> None:
-    dir_fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    _atomic_write(path, data, mode)

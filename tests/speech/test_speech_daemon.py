@@ -6,7 +6,9 @@ and the built-in `tts@1.0.0`/`stt@1.0.0` providers, driven as an extension drive
 from __future__ import annotations
 
 import base64
+import os
 import re
+import stat
 import time
 import uuid
 import wave
@@ -67,7 +69,10 @@ def test_say_writes_a_wav_that_transcribe_reads_back(daemon: DaemonProcess, tmp_
     assert "audio/wav" in said.output
     with wave.open(str(out)) as wav:
         assert wav.getframerate() == 22_050 and wav.getnframes() > 22_050
-    assert not list(tmp_path.glob(".*.partial"))
+    assert not list(tmp_path.glob(".*.tmp"))  # written whole, through a temp file
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask  # as a redirection would
     heard = skulk(daemon, "transcribe", STT, str(out))
     assert heard.exit_code == 0, heard.output
     assert word_error_rate(SENTENCE, heard.output.strip().splitlines()[-1]) == 0.0
