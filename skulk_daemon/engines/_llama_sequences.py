@@ -114,7 +114,8 @@ class Sequence:
         self.next_token = -1
         self.n_generated = 0
         self.reply: list[int] = []
-        """Generated tokens a decode step has written cells for, in order."""
+        """Generated tokens a decode step has written cells for, in order (recorded
+        only with ``reuse_replies``, which reuses them)."""
         self.batched = False
         """Whether a decode step carried this sequence together with others."""
 

@@ -74,6 +74,12 @@ log = logging.getLogger(__name__)
 _REFUSED_BATCH: Final = "llama.cpp refused to decode this request's batch"
 
 
+def _fresh_cache(settings: LlamaCppSettings) -> tuple[SlotTable, PromptCache]:
+    """Empty slots and an empty RAM prompt cache (a fresh context holds no cells)."""
+    slots = SlotTable(settings.slots, settings.prefill_chunk, reuse_replies=settings.reuse_replies)
+    return slots, PromptCache(settings.prompt_cache_bytes, slots.reusable)
+
+
 class LlamaCppEngine:
     """The in-process llama.cpp engine (see the module docstring).
 
@@ -101,10 +107,7 @@ class LlamaCppEngine:
         self._waiting: deque[Pending] = deque()
         self._active: dict[TaskId, Sequence] = {}
         self._generating: list[Sequence] = []
-        self._slots = SlotTable(
-            settings.slots, settings.prefill_chunk, reuse_replies=settings.reuse_replies
-        )
-        self._prompt_cache = PromptCache(settings.prompt_cache_bytes, self._slots.reusable)
+        self._slots, self._prompt_cache = _fresh_cache(settings)
         self._decode_batches = 0
         self._prompt_tokens = 0
         self._cached_tokens = 0
@@ -116,10 +119,7 @@ class LlamaCppEngine:
     def load(self) -> None:
         settings = self._settings
         self._llama = LlamaModel.open(settings)
-        self._slots = SlotTable(
-            settings.slots, settings.prefill_chunk, reuse_replies=settings.reuse_replies
-        )
-        self._prompt_cache = PromptCache(settings.prompt_cache_bytes, self._slots.reusable)
+        self._slots, self._prompt_cache = _fresh_cache(settings)
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="llama-cpp-scheduler", daemon=True)
         self._thread.start()
@@ -415,8 +415,10 @@ class LlamaCppEngine:
         sample = self._sample
         done = False
         batched = len(generating) > 1
+        record_replies = self._slots.reuse_replies
         for i, sequence in enumerate(generating):
-            sequence.reply.append(sequence.next_token)
+            if record_replies:  # only the opt-in reuses a reply's cells
+                sequence.reply.append(sequence.next_token)
             sequence.pos += 1
             if batched:
                 sequence.batched = True
