@@ -236,6 +236,13 @@ def _wait(predicate: Callable[[], bool], what: str, daemon: LoggedDaemon) -> Non
     raise RuntimeError(f"timed out waiting for {what}\n{daemon.log_tail()}")
 
 
+def put_config(daemon: LoggedDaemon, body: dict[str, Any]) -> None:
+    """``PUT /config`` on ``daemon`` (runners read its inference settings when they start)."""
+    put = httpx.put(f"{daemon.url}/config", json=body, timeout=30)
+    if put.status_code != 200:
+        raise RuntimeError(f"PUT /config: {put.status_code} {put.text}")
+
+
 @contextmanager
 def skulk_serving(
     models_dir: Path, context_tokens: int, config: dict[str, Any] | None = None
@@ -251,9 +258,7 @@ def skulk_serving(
             except AssertionError as exc:
                 raise RuntimeError(f"{exc}\n{daemon.log_tail()}") from None
             if config is not None:
-                put = httpx.put(f"{daemon.url}/config", json=config, timeout=30)
-                if put.status_code != 200:
-                    raise RuntimeError(f"PUT /config: {put.status_code} {put.text}")
+                put_config(daemon, config)
             placed = httpx.post(
                 f"{daemon.url}/place_instance",
                 json={"model_id": DEMO_MODEL, "context_tokens": context_tokens},

@@ -61,6 +61,7 @@ from bench._common import (
     machine,
     median,
     print_json,
+    put_config,
     stream_chat,
     wait_for_quiet,
 )
@@ -157,8 +158,7 @@ def routing(
     keeps its compute threads spinning on every core."""
     body = chat_body(DEFAULT_PROMPT, max_tokens)
     if runner_threads is not None:
-        config = {"inference": {"runner_threads": runner_threads}}
-        httpx.put(f"{b.url}/config", json=config, timeout=30).raise_for_status()
+        put_config(b, {"inference": {"runner_threads": runner_threads}})
     instance = place(a, [b], context_tokens=2048, excluded_nodes=[_node_id(a)])
     sides = {"direct": b.url, "routed": a.url}
     runs: dict[str, list[tuple[float, float]]] = {"direct": [], "routed": []}
