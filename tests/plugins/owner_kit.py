@@ -120,25 +120,59 @@ class ManagedSettingsEcho(SettingsEchoExtension):
 '''
 
 
-def owner_wheel(out_dir: Path) -> Wheel:
-    info = f"{DIST}-1.0.0.dist-info"
+def fixture_owner_wheel(
+    out_dir: Path, *, dist: str, modules: dict[str, bytes], owner: str
+) -> Wheel:
+    """A real wheel of ``dist`` holding ``modules`` (relative path to source) that
+    declares ``owner`` (``module:attr``) under ``skulk.capability_runtime``."""
+    entry_points = f"[skulk.capability_runtime]\nowner = {owner}\n".encode()
     return build_wheel(
         out_dir,
-        dist=DIST,
+        dist=dist,
         owner=False,
-        extra_members={
+        extra_members={**modules, f"{dist}-1.0.0.dist-info/entry_points.txt": entry_points},
+    )
+
+
+def publish_fixture_owner(
+    feed: Feed,
+    publisher: Publisher,
+    out_dir: Path,
+    *,
+    dist: str,
+    source: Path,
+    owner_class: str,
+    bundle_id: str,
+) -> None:
+    """A fixture package (one ``__init__.py``) signed by ``publisher`` and served from
+    ``feed`` as ``release.json`` with its wheel."""
+    wheel = fixture_owner_wheel(
+        out_dir,
+        dist=dist,
+        modules={f"{dist}/__init__.py": source.read_bytes()},
+        owner=f"{dist}:{owner_class}",
+    )
+    _publish(feed, publisher, wheel, bundle_id)
+
+
+def owner_wheel(out_dir: Path) -> Wheel:
+    return fixture_owner_wheel(
+        out_dir,
+        dist=DIST,
+        modules={
             f"{DIST}/__init__.py": (FIXTURE / "__init__.py").read_bytes(),
             f"{DIST}/managed.py": MANAGED.encode(),
-            f"{info}/entry_points.txt": (
-                f"[skulk.capability_runtime]\nowner = {DIST}.managed:ManagedSettingsEcho\n"
-            ).encode(),
         },
+        owner=f"{DIST}.managed:ManagedSettingsEcho",
     )
 
 
 def publish_owner(feed: Feed, publisher: Publisher, out_dir: Path) -> None:
-    wheel = owner_wheel(out_dir)
-    document = release_document(publisher, [wheel], bundle_id="skulk-settings-echo")
+    _publish(feed, publisher, owner_wheel(out_dir), "skulk-settings-echo")
+
+
+def _publish(feed: Feed, publisher: Publisher, wheel: Wheel, bundle_id: str) -> None:
+    document = release_document(publisher, [wheel], bundle_id=bundle_id)
     feed.publish("release.json", publisher.sign(document))
     feed.publish_wheel(wheel)
 

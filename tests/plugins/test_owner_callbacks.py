@@ -43,9 +43,9 @@ from skulk_daemon.plugins.connection import ManagerConnection, write_connection
 from skulk_daemon.plugins.owners import host_link, host_wire, wire
 from tests.daemon.test_cluster import node_id
 from tests.daemon_process import DaemonProcess
-from tests.plugins.kit import Feed, Publisher, build_wheel, release_document
+from tests.plugins.kit import Feed, Publisher
 from tests.plugins.manager_process import Manager
-from tests.plugins.owner_kit import install_owner, settle
+from tests.plugins.owner_kit import install_owner, publish_fixture_owner, settle
 
 pytestmark = pytest.mark.slow
 
@@ -59,21 +59,15 @@ UNKNOWN_REVISION = "sha256:" + "0" * 64
 
 
 def publish(feed: Feed, out_dir: Path) -> None:
-    info = f"{DIST}-1.0.0.dist-info"
-    wheel = build_wheel(
+    publish_fixture_owner(
+        feed,
+        ACME,
         out_dir,
         dist=DIST,
-        owner=False,
-        extra_members={
-            f"{DIST}/__init__.py": SOURCE.read_bytes(),
-            f"{info}/entry_points.txt": (
-                f"[skulk.capability_runtime]\nowner = {DIST}:CallbackOwner\n"
-            ).encode(),
-        },
+        source=SOURCE,
+        owner_class="CallbackOwner",
+        bundle_id="skulk-callback-owner",
     )
-    document = release_document(ACME, [wheel], bundle_id="skulk-callback-owner")
-    feed.publish("release.json", ACME.sign(document))
-    feed.publish_wheel(wheel)
 
 
 @dataclass

@@ -41,9 +41,9 @@ from tests.daemon.serving import wait_for
 from tests.daemon.test_cluster import converged, node_id
 from tests.daemon_process import DaemonProcess
 from tests.extension_site import install_fixture, site_env
-from tests.plugins.kit import Feed, Publisher, build_wheel, release_document
+from tests.plugins.kit import Feed, Publisher
 from tests.plugins.manager_process import Manager
-from tests.plugins.owner_kit import install_owner, settle
+from tests.plugins.owner_kit import install_owner, publish_fixture_owner, settle
 
 pytestmark = pytest.mark.slow
 
@@ -64,21 +64,15 @@ def _fixture_module() -> ModuleType:
 
 
 def publish(feed: Feed, out_dir: Path) -> None:
-    info = f"{DIST}-1.0.0.dist-info"
-    wheel = build_wheel(
+    publish_fixture_owner(
+        feed,
+        ACME,
         out_dir,
         dist=DIST,
-        owner=False,
-        extra_members={
-            f"{DIST}/__init__.py": SOURCE.read_bytes(),
-            f"{info}/entry_points.txt": (
-                f"[skulk.capability_runtime]\nowner = {DIST}:StreamOwner\n"
-            ).encode(),
-        },
+        source=SOURCE,
+        owner_class="StreamOwner",
+        bundle_id="skulk-stream-owner",
     )
-    document = release_document(ACME, [wheel], bundle_id="skulk-stream-owner")
-    feed.publish("release.json", ACME.sign(document))
-    feed.publish_wheel(wheel)
 
 
 @dataclass
