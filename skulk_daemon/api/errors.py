@@ -15,7 +15,7 @@ from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from skulk_daemon.errors import ApiError, authority_api_error, error_body
+from skulk_daemon.errors import NO_STORE_HEADERS, ApiError, authority_api_error, error_body
 from skulk_daemon.node.node import CommandRefused
 from skulk_daemon.operator.errors import AuthorityError
 
@@ -89,3 +89,21 @@ EXCEPTION_HANDLERS = {
     HTTPException: handle_http_exception,
     Exception: handle_unexpected,
 }
+
+
+def _no_store(handler: Any) -> Any:
+    def handle(request: Request[Any, Any, Any], exc: Any) -> Response[Any]:
+        response: Response[Any] = handler(request, exc)
+        for name, value in NO_STORE_HEADERS.items():
+            response.headers[name] = value
+        return response
+
+    return handle
+
+
+NO_STORE_EXCEPTION_HANDLERS = {
+    kind: _no_store(handler) for kind, handler in EXCEPTION_HANDLERS.items()
+}
+"""The same handlers, every answer marked ``Cache-Control: no-store``: for controllers
+whose refusals must not be cached either, the guard's (raised before any handler, so
+a controller's ``response_headers`` never reach them) included."""

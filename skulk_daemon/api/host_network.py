@@ -29,17 +29,17 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import psutil
-from litestar import Controller, Request, Response, get
+from litestar import Controller, Request, get
 from litestar.datastructures import ResponseHeader
 
 from skulk_core.cluster.fabric import PROTOCOL_VERSION
 from skulk_core.plugins.host_attachment import HostNetwork, UnsupportedListener, host_network
 from skulk_daemon.api.authority import declare
-from skulk_daemon.api.errors import handle_api_error
+from skulk_daemon.api.errors import NO_STORE_EXCEPTION_HANDLERS
 from skulk_daemon.api.openapi import OPENAI, errors
 from skulk_daemon.api.plugins import authorize, fail
 from skulk_daemon.authority.policy import Requirement
-from skulk_daemon.errors import NO_STORE_HEADERS, ApiError
+from skulk_daemon.errors import NO_STORE_HEADERS
 from skulk_daemon.fabric.cluster import DATA_TRANSPORT, ClusterAgent
 from skulk_daemon.node.node import Node
 from skulk_daemon.operator.plugin_grants import PLUGINS_READ
@@ -168,13 +168,6 @@ async def read_within(
         )
 
 
-def _no_store(request: Request[Any, Any, Any], exc: ApiError) -> Response[dict[str, Any]]:
-    """Refusals too, the guard's included, say ``Cache-Control: no-store``."""
-    headers = {**exc.headers, **NO_STORE_HEADERS}
-    marked = ApiError(exc.status_code, exc.message, code=exc.code, type=exc.type, headers=headers)
-    return handle_api_error(request, marked)
-
-
 class HostNetworkController(Controller):
     path = "/v1/plugins/host-network"
     tags = ("Plugins",)
@@ -182,7 +175,7 @@ class HostNetworkController(Controller):
     # headers, or the operator listener; the handler applies the owner / scope rule.
     opt = declare(Requirement.DIRECT_LOOPBACK)
     response_headers = tuple(ResponseHeader(name=k, value=v) for k, v in NO_STORE_HEADERS.items())
-    exception_handlers = {ApiError: _no_store}  # noqa: RUF012
+    exception_handlers = NO_STORE_EXCEPTION_HANDLERS  # type: ignore[assignment]
 
     @get(
         "/",

@@ -18,6 +18,7 @@ from litestar import Controller, Request, get, put
 from litestar.datastructures import ResponseHeader
 
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.errors import NO_STORE_EXCEPTION_HANDLERS
 from skulk_daemon.api.openapi import documented
 from skulk_daemon.api.plugins import (
     CHANGE_ERRORS,
@@ -77,6 +78,7 @@ class PluginGrantsController(Controller):
     opt = declare(Requirement.PAIRING)
     request_max_body_size = 4096
     response_headers = tuple(ResponseHeader(name=k, value=v) for k, v in NO_STORE_HEADERS.items())
+    exception_handlers = NO_STORE_EXCEPTION_HANDLERS  # type: ignore[assignment]
 
     @get("/", summary="Paired devices' plugin grants (direct owner only)", responses=READ_ERRORS)
     async def grants(

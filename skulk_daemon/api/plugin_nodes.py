@@ -30,6 +30,7 @@ from skulk_core.plugins.node_configuration import (
     NodeCredentialMutation,
 )
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.errors import NO_STORE_EXCEPTION_HANDLERS
 from skulk_daemon.api.openapi import documented
 from skulk_daemon.api.plugins import (
     CHANGE_ERRORS,
@@ -134,6 +135,7 @@ class PluginNodesController(Controller):
     opt = declare(Requirement.DIRECT_LOOPBACK)
     request_max_body_size = MAX_PLUGIN_BODY_BYTES
     response_headers = tuple(ResponseHeader(name=k, value=v) for k, v in NO_STORE_HEADERS.items())
+    exception_handlers = NO_STORE_EXCEPTION_HANDLERS  # type: ignore[assignment]
 
     @get(
         "/{plugin_id:str}/nodes/{node_id:str}/configuration",

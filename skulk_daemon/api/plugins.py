@@ -34,6 +34,7 @@ from skulk_core.plugins.errors import (
 from skulk_core.plugins.node_configuration import MAX_PROVIDERS
 from skulk_core.plugins.service_runtime import ManagerBuildDiffers
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.errors import NO_STORE_EXCEPTION_HANDLERS
 from skulk_daemon.api.openapi import OPENAI, documented, errors
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.errors import NO_STORE_HEADERS, ApiError
@@ -250,6 +251,7 @@ class PluginsController(Controller):
     opt = declare(Requirement.DIRECT_LOOPBACK)
     request_max_body_size = MAX_PLUGIN_BODY_BYTES
     response_headers = tuple(ResponseHeader(name=k, value=v) for k, v in NO_STORE_HEADERS.items())
+    exception_handlers = NO_STORE_EXCEPTION_HANDLERS  # type: ignore[assignment]
 
     @get("/", summary="Installed plugins and their nodes", responses=READ_ERRORS)
     async def inventory(

@@ -218,6 +218,12 @@ def test_authority_refusals(app: AppNode, manager: None, monkeypatch: pytest.Mon
     assert "plugins are managed from a browser on this node" in missing.json()["error"]["message"]
     forwarded = app.get(path, headers={**OWNER, "X-Forwarded-For": "203.0.113.9"})
     assert forwarded.status_code == 403, forwarded.text
+    # The guard refuses before any handler runs; its refusals are not cacheable either,
+    # on every plugin route family.
+    for guarded in (path, "/v1/plugins", f"/v1/plugins/{PLUGIN}/nodes/n/configuration"):
+        refusal = app.get(guarded, headers={**OWNER, "X-Forwarded-For": "203.0.113.9"})
+        assert refusal.status_code == 403, refusal.text
+        assert refusal.headers["cache-control"].startswith("no-store"), guarded
     invalid = app.get(path, headers={**OWNER, "Authorization": "Bearer not-a-real-token"})
     assert invalid.status_code == 401, invalid.text  # never falls back to direct authority
 
@@ -245,6 +251,7 @@ def test_authority_refusals(app: AppNode, manager: None, monkeypatch: pytest.Mon
     monkeypatch.setattr(app_transport, "PEER", ("203.0.113.7", 50000))
     remote = app.get(path, headers=OWNER)
     assert remote.status_code == 403, remote.text
+    assert remote.headers["cache-control"].startswith("no-store")
 
 
 def test_plugin_grants_are_explicit_fenced_and_direct_owner_only(
@@ -269,7 +276,9 @@ def test_plugin_grants_are_explicit_fenced_and_direct_owner_only(
     refused(app.http.put(path, json={"expectedRevision": 0, "scopes": []}, headers=bearer), 403)
     refused(app.get(grants, headers=bearer), 403, "direct owner access")
     forwarded = {**OWNER, "X-Forwarded-For": "198.51.100.1"}
-    assert app.get(grants, headers=forwarded).status_code == 403
+    grant_refusal = app.get(grants, headers=forwarded)
+    assert grant_refusal.status_code == 403
+    assert grant_refusal.headers["cache-control"].startswith("no-store")
 
     granted = ok(owner(app, "PUT", path, json={"expectedRevision": 0, "scopes": ["plugins:read"]}))
     assert (granted["revision"], granted["scopes"]) == (1, ["plugins:read"])
