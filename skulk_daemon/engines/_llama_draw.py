@@ -18,13 +18,17 @@ depends on the few tokens near the peak:
   distribution.
 
 So :func:`candidates` finds a window that provably contains what the chain
-keeps (one vectorised pass over the logits, widened only when it must be),
+keeps (one pass over the logits, widened only when it must be),
 applies the chain's rules to it in the chain's order (top-k, top-p, min-p, then
 the temperature) and :class:`Draw` picks from the result with its own seeded
 generator. The kept tokens and their probabilities are llama.cpp's (a test
 compares them with llama.cpp's own samplers); the random stream is numpy's, so
 a seed reproduces Skulk's draws, not llama.cpp's. Penalties and grammars keep
 llama.cpp's chain (see :mod:`_llama_sampling`).
+
+The passes over the whole vocabulary (the window, and the normaliser that top-p
+and an untruncated draw need) are :mod:`_draw_native`'s: C where it is built,
+numpy otherwise.
 """
 
 from __future__ import annotations
@@ -35,17 +39,23 @@ from typing import Final
 import numpy as np
 
 from skulk_core.chat.generation import SamplingParams
+from skulk_daemon.engines import _draw_native
 
 _FIRST_WINDOW: Final = 8.0
 """Nats below the peak the first window reaches (measured on Gemma 3: about 100
 tokens holding 97 % of the mass); each retry doubles it."""
 _WIDEST_WINDOW: Final = 128.0
 """Past this the window is the whole vocabulary."""
+_SUM_TOLERANCE: Final = 1e-6
+"""The normaliser's relative error bound (float32 terms: the kernel measures within
+3.2e-7 of a float64 sum on Gemma 3's logits; ``test_llama_draw`` holds it to this).
+Top-p counts against the normaliser raised by it, so its nucleus never falls short."""
 
 
-def _window(logits: np.ndarray, floor: float) -> np.ndarray:
-    """Ids of the tokens whose logit is at least ``floor``."""
-    return np.flatnonzero(logits >= floor)
+def _window(logits: np.ndarray, floor: float, scratch: np.ndarray | None = None) -> np.ndarray:
+    """Ids of the tokens whose logit is at least ``floor`` (a view of ``scratch``
+    when one is given: use it before the next call)."""
+    return _draw_native.window(logits, floor, scratch)
 
 
 def _sorted(logits: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -53,11 +63,15 @@ def _sorted(logits: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return ids[np.argsort(-logits[ids], kind="stable")]
 
 
-def _top_k(logits: np.ndarray, peak: float, k: int) -> np.ndarray:
+def _top_k(logits: np.ndarray, peak: float, k: int, scratch: np.ndarray | None) -> np.ndarray:
     """The ``k`` highest logits' ids, sorted."""
     gap = _FIRST_WINDOW
     while True:
-        ids = _window(logits, peak - gap) if gap <= _WIDEST_WINDOW else np.arange(len(logits))
+        ids = (
+            _window(logits, peak - gap, scratch)
+            if gap <= _WIDEST_WINDOW
+            else np.arange(len(logits))
+        )
         if len(ids) >= k:
             break
         gap *= 2.0
@@ -66,28 +80,21 @@ def _top_k(logits: np.ndarray, peak: float, k: int) -> np.ndarray:
     return _sorted(logits, ids)
 
 
-def _relative_weights(logits: np.ndarray, peak: float, out: np.ndarray) -> np.ndarray:
-    """``exp(logits - peak)`` for the whole vocabulary, written into ``out``
-    (one float32 pass, no temporaries: this is the draw's costliest step)."""
-    np.subtract(logits, np.float32(peak), out=out)
-    np.exp(out, out=out)
-    return out
-
-
 def _nucleus_window(
-    logits: np.ndarray, peak: float, top_p: float, scratch: np.ndarray
+    logits: np.ndarray, peak: float, top_p: float, scratch: np.ndarray | None
 ) -> tuple[np.ndarray, float]:
     """Sorted ids of a window whose mass reaches ``top_p``, and the normaliser
-    (the whole vocabulary's ``sum(exp(logit - peak))``)."""
-    weights = _relative_weights(logits, peak, scratch)
-    total = float(weights.sum())
+    (the whole vocabulary's ``sum(exp(logit - peak))``, the draw's costliest pass,
+    raised by its error bound)."""
+    total, ids = _draw_native.exp_sum_window(logits, peak, 1.0, peak - _FIRST_WINDOW, scratch)
+    total *= 1.0 + _SUM_TOLERANCE
     gap = _FIRST_WINDOW
-    while gap <= _WIDEST_WINDOW:
-        ids = np.flatnonzero(weights >= math.exp(-gap))
-        if float(weights[ids].sum()) / total >= top_p:
-            return _sorted(logits, ids), total
+    while float(np.exp(logits[ids].astype(np.float64) - peak).sum()) / total < top_p:
         gap *= 2.0
-    return _sorted(logits, np.arange(len(logits))), total
+        if gap > _WIDEST_WINDOW:
+            return _sorted(logits, np.arange(len(logits))), total
+        ids = _window(logits, peak - gap, scratch)
+    return _sorted(logits, ids), total
 
 
 def _cut_top_p(weights: np.ndarray, total: float, top_p: float) -> int:
@@ -103,7 +110,7 @@ def candidates(
     """The tokens llama.cpp's top-k, top-p, min-p and temperature keep, by
     descending logit, and their probabilities at the temperature; ``None`` when
     the chain keeps the whole vocabulary (no truncation at all: see
-    :meth:`Draw.__call__`). ``scratch``: a float32 buffer the vocabulary's size
+    :meth:`Draw.__call__`). ``scratch``: an int32 buffer the vocabulary's size
     to reuse."""
     n_vocab = len(logits)
     peak = float(logits.max())
@@ -111,18 +118,16 @@ def candidates(
     top_p = params.top_p if params.top_p < 1.0 else 1.0
     min_p = params.min_p if params.min_p > 0.0 else 0.0
     if top_k:
-        ids = _top_k(logits, peak, top_k)
+        ids = _top_k(logits, peak, top_k, scratch)
         if top_p < 1.0:
             weights = np.exp(logits[ids].astype(np.float64) - peak)
             ids = ids[: _cut_top_p(weights, float(weights.sum()), top_p)]
     elif top_p < 1.0:
-        if scratch is None or len(scratch) != n_vocab:
-            scratch = np.empty(n_vocab, dtype=np.float32)
         ids, total = _nucleus_window(logits, peak, top_p, scratch)
         weights = np.exp(logits[ids].astype(np.float64) - peak)
         ids = ids[: _cut_top_p(weights, total, top_p)]
     elif min_p:
-        ids = _sorted(logits, _window(logits, peak + math.log(min_p)))
+        ids = _sorted(logits, _window(logits, peak + math.log(min_p), scratch))
     else:
         return None
     if min_p and len(ids) > 1:
@@ -141,11 +146,11 @@ class Draw:
     def __init__(self, params: SamplingParams) -> None:
         self._params = params
         self._rng = np.random.default_rng(None if params.seed is None else params.seed & 0xFFFFFFFF)
-        self._scratch = np.empty(0, dtype=np.float32)
+        self._scratch = np.empty(0, dtype=np.int32)
 
     def __call__(self, logits: np.ndarray) -> int:
         if len(self._scratch) != len(logits):
-            self._scratch = np.empty(len(logits), dtype=np.float32)
+            self._scratch = np.empty(len(logits), dtype=np.int32)
         kept = candidates(logits, self._params, self._scratch)
         u = float(self._rng.random())
         if kept is not None:
@@ -156,20 +161,19 @@ class Draw:
         # The whole vocabulary at the temperature, in two stages: the tokens near
         # the peak (nearly all the mass), else the rest.
         peak = float(logits.max())
-        weights = np.subtract(logits, np.float32(peak), out=self._scratch)
-        np.multiply(weights, np.float32(1.0 / self._params.temperature), out=weights)
-        np.exp(weights, out=weights)
-        total = float(weights.sum())
-        floor = math.exp(-_FIRST_WINDOW)
-        near = np.flatnonzero(weights >= floor)
-        near_mass = float(weights[near].sum())
+        inverse = 1.0 / self._params.temperature
+        floor = peak - _FIRST_WINDOW * self._params.temperature
+        total, near = _draw_native.exp_sum_window(logits, peak, inverse, floor, self._scratch)
+        near_weights = np.exp((logits[near].astype(np.float64) - peak) * inverse)
+        running = np.cumsum(near_weights)
         target = u * total
-        if target < near_mass or len(near) == len(logits):
+        if target < running[-1] or len(near) == len(logits):
             pool = near
         else:
-            target -= near_mass
-            pool = np.flatnonzero(weights < floor)
-        running = np.cumsum(weights[pool], dtype=np.float64)
+            # The rare second stage (a high temperature puts mass far from the peak).
+            target -= running[-1]
+            pool = np.flatnonzero(logits < np.float32(floor))
+            running = np.cumsum(np.exp((logits[pool].astype(np.float64) - peak) * inverse))
         return int(pool[min(int(np.searchsorted(running, target, side="right")), len(pool) - 1)])
 
 

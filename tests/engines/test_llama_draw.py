@@ -3,7 +3,8 @@
 llama.cpp's top-k, top-p, min-p and temperature samplers run here on a
 token-data array (they need no model), over logits the size of Gemma 3's
 vocabulary in several shapes: a sharp peak, a flat spread, ties. The tokens the
-numpy path keeps and their probabilities must match llama.cpp's.
+numpy path keeps and their probabilities must match llama.cpp's, with the
+vocabulary passes in the C kernel and in its numpy stand-in alike.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import numpy as np
 import pytest
 
 from skulk_core.chat.generation import SamplingParams
-from skulk_daemon.engines._llama_draw import Draw, candidates, takes_draw
+from skulk_daemon.engines import _draw_native
+from skulk_daemon.engines._llama_draw import _SUM_TOLERANCE, Draw, candidates, takes_draw
 
 N_VOCAB = 262_144
 _TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
@@ -44,6 +46,48 @@ CHAINS = [
     SamplingParams(max_tokens=1, temperature=1.0, top_k=1),
     SamplingParams(max_tokens=1, temperature=0.6, top_p=0.999),
 ]
+
+
+@pytest.fixture(params=["native", "numpy"])
+def passes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test with the vocabulary passes in C, then in numpy."""
+    if request.param == "numpy":
+        monkeypatch.setattr(_draw_native, "_LIB", None)
+    return str(request.param)
+
+
+def test_the_kernel_is_built_and_matches_float64() -> None:
+    # A source checkout builds it (hatch_build.py); a silent build failure would
+    # leave every draw on the slow numpy path.
+    assert _draw_native.NATIVE
+    rng = np.random.default_rng(9)
+    cases = [*SHAPES.values(), rng.normal(0.0, 4.0, 100_003).astype(np.float32)]
+    masked = SHAPES["peaked"].copy()
+    masked[::7] = -np.inf  # logit-biased tokens
+    cases.append(masked)
+    for logits in cases:
+        peak = float(logits.max())
+        for temperature in (0.2, 0.8, 1.0, 4.0):
+            exact = np.exp(
+                (logits.astype(np.float64) - np.float32(peak)) * np.float32(1 / temperature)
+            ).sum()
+            got = _draw_native.exp_sum(logits, peak, 1 / temperature)
+            assert abs(got - exact) / exact < _SUM_TOLERANCE
+        for floor in (peak, peak - 3.0, peak - 20.0, -np.inf):
+            expected = np.flatnonzero(logits >= np.float32(floor))
+            assert np.array_equal(_draw_native.window(logits, floor), expected)
+            total, ids = _draw_native.exp_sum_window(logits, peak, 1.0, floor)
+            assert np.array_equal(ids, expected)
+            assert total == _draw_native.exp_sum(logits, peak)
+
+
+def test_a_window_writes_only_what_its_buffer_holds() -> None:
+    logits = np.arange(1_000, dtype=np.float32)
+    ids = np.full(1_000, -1, dtype=np.int32)
+    assert np.array_equal(_draw_native.window(logits, 990.0, ids), np.arange(990, 1_000))
+    assert np.all(ids[10:] == -1)  # nothing written past the hits
+    small = np.empty(4, dtype=np.int32)  # too small: a buffer of the right size is used
+    assert len(_draw_native.window(logits, 500.0, small)) == 500
 
 
 def _llama_cpp_keeps(logits: np.ndarray, params: SamplingParams) -> dict[int, float]:
@@ -81,7 +125,9 @@ def _llama_cpp_keeps(logits: np.ndarray, params: SamplingParams) -> dict[int, fl
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 @pytest.mark.parametrize("params", CHAINS, ids=repr)
-def test_the_draw_keeps_what_llama_cpp_keeps(shape: str, params: SamplingParams) -> None:
+def test_the_draw_keeps_what_llama_cpp_keeps(
+    shape: str, params: SamplingParams, passes: str
+) -> None:
     logits = SHAPES[shape]
     expected = _llama_cpp_keeps(logits, params)
     kept = candidates(logits, params)
@@ -113,7 +159,7 @@ def _frequencies(draw: Draw, logits: np.ndarray, n: int) -> np.ndarray:
     return counts / n
 
 
-def test_draws_follow_the_kept_distribution() -> None:
+def test_draws_follow_the_kept_distribution(passes: str) -> None:
     rng = np.random.default_rng(5)
     logits = rng.normal(0.0, 1.5, 500).astype(np.float32)
     params = SamplingParams(max_tokens=1, temperature=0.9, top_p=0.9, seed=11)
@@ -125,7 +171,7 @@ def test_draws_follow_the_kept_distribution() -> None:
     assert np.abs(seen - expected).max() < 0.01
 
 
-def test_an_untruncated_draw_reaches_the_whole_vocabulary_in_proportion() -> None:
+def test_an_untruncated_draw_reaches_the_whole_vocabulary_in_proportion(passes: str) -> None:
     # One likely token and 19,999 unlikely ones at a high temperature: together
     # the unlikely ones, all outside the window near the peak, carry most of the
     # mass, so both stages of the draw are exercised.
