@@ -10,9 +10,12 @@ A release (``type: "skulk.release"``) names its bundle identity, a monotonic
 ``sequence``, the artifact ``platform`` (``"any"`` or one artifact family such as
 ``linux-glibc-x86_64``), the qualified Skulk build, the permissions it asks for, an
 expiry, and its ``runtime``: the exact wheels (file name, SHA-256, size) staged into
-the installation's own virtual environment, and the runtime protocol. Each of the two
-protocol numbers must fall in this host's window (:data:`RELEASE_WINDOW`,
-:data:`RUNTIME_WINDOW`): the current protocol and, once there is one, the previous.
+the installation's own virtual environment, the optional bundle ``archive`` (a zip,
+signed the same way, extracted into the generation and carrying the fixed
+``__owner__.py`` / ``__setup__.py`` / ``__manage__.py`` shims), and the runtime
+protocol. Each of the two protocol numbers must fall in this host's window
+(:data:`RELEASE_WINDOW`, :data:`RUNTIME_WINDOW`): the current protocol and, once there is
+one, the previous.
 
 A catalog (``type: "skulk.catalog"``) lists releases a publisher signed, with a
 monotonic ``revision``; reading it installs nothing.
@@ -59,6 +62,8 @@ _Count = Annotated[int, msgspec.Meta(ge=1)]
 _Items = Annotated[tuple[_Name, ...], msgspec.Meta(max_length=MAX_LIST_ITEMS)]
 WHEEL_NAME_PATTERN: Final = r"^[A-Za-z0-9_.+!-]{1,200}\.whl$"
 """A wheel is a plain file name in the release directory: no path, no query."""
+ARCHIVE_NAME_PATTERN: Final = r"^[A-Za-z0-9_.+!-]{1,200}\.zip$"
+"""The bundle archive is a plain ``.zip`` file name in the release directory."""
 BUNDLE_ID_PATTERN: Final = r"^[a-z0-9][a-z0-9._-]{0,127}$"
 
 
@@ -73,17 +78,39 @@ class ReleaseArtifact(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             raise ValueError("an artifact file name must not contain '..'")
 
 
+class ReleaseArchive(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The signed bundle archive: fetched and checked exactly as a wheel is."""
+
+    filename: Annotated[str, msgspec.Meta(pattern=ARCHIVE_NAME_PATTERN)]
+    sha256: Sha256Hex
+    bytes: _Count
+
+    def __post_init__(self) -> None:
+        if ".." in self.filename:
+            raise ValueError("an artifact file name must not contain '..'")
+
+
+SignedArtifact = ReleaseArtifact | ReleaseArchive
+"""Any file a release signs: a wheel or its bundle archive."""
+
+
 class ReleaseRuntime(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     protocol: _Count
     python_requires: _Short
-    wheels: Annotated[
-        tuple[ReleaseArtifact, ...], msgspec.Meta(min_length=1, max_length=MAX_WHEELS)
-    ]
+    wheels: Annotated[tuple[ReleaseArtifact, ...], msgspec.Meta(max_length=MAX_WHEELS)]
+    archive: ReleaseArchive | None = None
 
     def __post_init__(self) -> None:
         names = [wheel.filename for wheel in self.wheels]
         if len(set(names)) != len(names):
             raise ValueError("a wheel is named twice")
+        if not names and self.archive is None:
+            raise ValueError("a runtime carries at least one wheel or a bundle archive")
+
+    @property
+    def artifacts(self) -> tuple[SignedArtifact, ...]:
+        """Every signed file: the wheels, then the archive."""
+        return (*self.wheels, *(() if self.archive is None else (self.archive,)))
 
 
 class ReleaseClaims(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -105,8 +132,8 @@ class ReleaseClaims(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
     @property
     def artifact_bytes(self) -> int:
-        """The aggregate bound: every signed artifact together."""
-        return sum(wheel.bytes for wheel in self.runtime.wheels)
+        """The aggregate bound: every signed artifact (wheels and archive) together."""
+        return sum(artifact.bytes for artifact in self.runtime.artifacts)
 
 
 class CatalogEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

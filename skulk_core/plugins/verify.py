@@ -152,7 +152,7 @@ def verify_release(
         raise ReleaseProtocolUnsupported("runtime", offered_runtime, runtime_window.accepted)
     claims = _claims(signed, ReleaseClaims, "release")
     _check_period(claims.created_at, claims.expires_at, now, "release")
-    check_not_revoked(trust, digest, *(wheel.sha256 for wheel in claims.runtime.wheels))
+    check_not_revoked(trust, digest, *(artifact.sha256 for artifact in claims.runtime.artifacts))
     return VerifiedRelease(claims=claims, runtime_digest=digest)
 
 

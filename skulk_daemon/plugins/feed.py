@@ -29,7 +29,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-from skulk_core.plugins.documents import MAX_METADATA_BYTES, ReleaseArtifact
+from skulk_core.plugins.documents import MAX_METADATA_BYTES, SignedArtifact
 from skulk_core.plugins.errors import PluginRefusal, refuse
 from skulk_daemon.system.fsutil import fsync_dir
 
@@ -109,8 +109,9 @@ class FeedClient:
             body += chunk
         return bytes(body)
 
-    def artifact(self, artifact: ReleaseArtifact, destination: Path, deadline: float) -> None:
-        """Download one signed artifact to ``destination`` (checked, then renamed)."""
+    def artifact(self, artifact: SignedArtifact, destination: Path, deadline: float) -> None:
+        """Download one signed artifact (a wheel or the bundle archive) to ``destination``
+        (checked, then renamed)."""
         destination.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(dir=destination.parent, prefix=".partial-")
         digest = hashlib.sha256()

@@ -4,9 +4,10 @@ setup-plugin`` / ``manage-plugin``), verified here and then executed in place.
 Reached as ``python -m skulk.extensions.runtime_manager launch --root ROOT --plugin ID
 --kind setup|manage -- ARGS`` (the service command's own entry point, which the
 terminal command executes: ``skulk_cli`` imports nothing of this layer). Nothing the
-caller supplies names an executable, module or path: the entry is the one the selected
-generation's signed wheels declare under ``skulk.capability_runtime`` (``setup`` or
-``manage``; exactly one declaration).
+caller supplies names an executable, module or path: the launcher is the selected
+generation's sealed bundle shim (``__setup__.py`` / ``__manage__.py``, loaded as that
+module, its ``main`` called) or the entry its signed wheels declare under
+``skulk.capability_runtime`` (``setup`` or ``manage``); exactly one source.
 
 Before anything of the plugin runs: a nonroot owner; at most 128 arguments and 16 KiB of
 UTF-8 argument bytes; a registered installation with a selected generation (a disabled
@@ -23,7 +24,6 @@ terminal (stdin, stdout, stderr, signals) and is never replayed.
 from __future__ import annotations
 
 import argparse
-import configparser
 import fcntl
 import os
 import stat
@@ -36,12 +36,13 @@ import msgspec
 
 from skulk_core.plugins.errors import PluginRefusal, refuse
 from skulk_core.plugins.verify import check_host, verify_release
+from skulk_daemon.plugins.archive import SHIM_LOADER
 from skulk_daemon.plugins.host import host_facts
 from skulk_daemon.plugins.manager.protocol import Selection
 from skulk_daemon.plugins.manager.releases import SourceRecord
 from skulk_daemon.plugins.manager.store import Store
-from skulk_daemon.plugins.staging import ENTRY
-from skulk_daemon.plugins.wheels import RUNTIME_GROUP
+from skulk_daemon.plugins.staging import single_entry
+from skulk_daemon.plugins.wheels import declared_entries
 
 Kind = Literal["setup", "manage"]
 MAX_ARGUMENTS: Final = 128
@@ -49,14 +50,16 @@ MAX_ARGUMENT_BYTES: Final = 16 * 1024
 FENCE_WAIT_SECONDS: Final = 30.0
 PENDING_STATES: Final = frozenset({"accepted", "applying", "recovery_required"})
 
-_RUN: Final = (
+_RUN: Final = SHIM_LOADER + (
     "import importlib, sys\n"
-    "site, entry = sys.argv[1], sys.argv[2]\n"
+    "site, bundle, entry = sys.argv[1], sys.argv[2], sys.argv[3]\n"
     "sys.path.append(site)\n"
-    "sys.argv = [entry, *sys.argv[3:]]\n"
+    "sys.argv = [entry, *sys.argv[4:]]\n"
     "module, _, function = entry.partition(':')\n"
-    "raise SystemExit(getattr(importlib.import_module(module), function)())\n"
+    "loaded = _load_shim(bundle, module) if bundle else importlib.import_module(module)\n"
+    "raise SystemExit(getattr(loaded, function)())\n"
 )
+"""argv: ``site``, ``bundle`` (empty for a wheel's entry), ``entry``, the arguments."""
 
 
 def _check_arguments(arguments: list[str]) -> None:
@@ -137,25 +140,8 @@ def _verify_trust(store: Store, plugin_id: str, digest: str) -> None:
 
 
 def declared_entry(site: Path, kind: Kind) -> str:
-    """The ``kind`` entry the installed (sealed) distributions declare, read as data."""
-    found: list[str] = []
-    for entry_points in sorted(site.glob("*.dist-info/entry_points.txt")):
-        parser = configparser.ConfigParser(interpolation=None)
-        parser.optionxform = str  # type: ignore[assignment,method-assign]
-        try:
-            parser.read_string(entry_points.read_text())
-        except (configparser.Error, UnicodeDecodeError):
-            raise refuse("unsafe_archive", "An installed entry point list is unreadable.") from None
-        if parser.has_option(RUNTIME_GROUP, kind):
-            found.append(parser.get(RUNTIME_GROUP, kind).strip())
-    if not found:
-        raise refuse(
-            "not_found",
-            f"The selected release declares no {kind} entry point under {RUNTIME_GROUP}.",
-        )
-    if len(found) > 1 or not ENTRY.match(found[0]):
-        raise refuse("unsafe_archive", f"The selected release declares its {kind} entry badly.")
-    return found[0]
+    """The one ``kind`` entry the installed (sealed) distributions declare, read as data."""
+    return single_entry(declared_entries(site, kind), kind)
 
 
 def prepare(
@@ -176,17 +162,15 @@ def prepare(
         if selection != before:
             raise refuse("malformed", "The selection changed while waiting: run the command again.")
         _verify_trust(store, plugin_id, digest)
-        stager = store.stager(plugin_id)
-        stager.completion(digest)  # a completed generation whose seal holds
-        sites = sorted((stager.generation(digest) / "runtime").glob("lib/python*/site-packages"))
-        if len(sites) != 1:
-            raise refuse("recovery_required", "The staged runtime has no single site-packages.")
-        entry = declared_entry(sites[0], kind)
+        # The seals hold and exactly one source names the launcher.
+        launcher = store.stager(plugin_id).launcher(digest, kind)
     except BaseException:
         os.close(fd)
         raise
     os.set_inheritable(fd, True)
-    return [sys.executable, "-I", "-B", "-c", _RUN, str(sites[0]), entry, *arguments], fd
+    bundle = "" if launcher.bundle is None else str(launcher.bundle)
+    command = [sys.executable, "-I", "-B", "-c", _RUN, str(launcher.site), bundle, launcher.entry]
+    return [*command, *arguments], fd
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,9 +4,9 @@ Catalogs are read the same way (:func:`read_catalog`), and reading one fetches
 nothing else. Metadata first, always: the record is fetched (bounded), verified against the
 installation's trust, checked against this host and against the installation's
 release floor (a rollback is refused here, before any transfer). Only a verified
-release's signed wheels are then requested, each to its exact signed size and
-SHA-256, all within one artifact deadline; files already cached and still matching
-are not fetched again.
+release's signed wheels and bundle archive are then requested, each to its exact signed
+size and SHA-256, all within one artifact deadline; files already cached and still
+matching are not fetched again.
 """
 
 from __future__ import annotations
@@ -72,13 +72,14 @@ def _cached(path: Path, size: int, sha256: str) -> bool:
 
 
 def download_release(client: FeedClient, release: VerifiedRelease, artifacts: Path) -> int:
-    """Fetch every signed wheel of ``release`` into ``artifacts``; returns bytes fetched."""
+    """Fetch every signed file of ``release`` (its wheels, then its archive) into
+    ``artifacts``; returns bytes fetched."""
     deadline = time.monotonic() + ARTIFACT_DEADLINE_SECONDS
     fetched = 0
-    for wheel in release.claims.runtime.wheels:
-        destination = artifacts / wheel.filename
-        if _cached(destination, wheel.bytes, wheel.sha256):
+    for artifact in release.claims.runtime.artifacts:
+        destination = artifacts / artifact.filename
+        if _cached(destination, artifact.bytes, artifact.sha256):
             continue
-        client.artifact(wheel, destination, deadline)
-        fetched += wheel.bytes
+        client.artifact(artifact, destination, deadline)
+        fetched += artifact.bytes
     return fetched

@@ -1,5 +1,6 @@
-"""The seal over a staged runtime: its exact file membership, bytes, permissions and
-interpreter target, measured once at completion and checked before it ever runs.
+"""The seal over a staged runtime (and its extracted bundle archive): its exact file
+membership, bytes, permissions and interpreter target, measured once at completion and
+checked before it ever runs.
 
 :func:`measure` walks a directory without following links: each regular file by
 SHA-256, size and permission bits, each directory by its permission bits, each link
@@ -68,13 +69,14 @@ def digest(manifest: dict[str, Any]) -> str:
     return canonical_sha256(manifest)
 
 
-def check(root: Path, expected: str) -> None:
-    """Refuse unless ``root`` measures exactly to the seal ``expected``."""
+def check(root: Path, expected: str, what: str = "runtime") -> None:
+    """Refuse unless ``root`` measures exactly to the seal ``expected``; ``what`` names
+    the sealed tree in the refusal (the staged ``runtime``, its ``bundle``)."""
     if not root.is_dir() or root.is_symlink():
-        raise refuse("seal_mismatch", "The staged runtime is missing: recover it explicitly.")
+        raise refuse("seal_mismatch", f"The staged {what} is missing: recover it explicitly.")
     if digest(measure(root)) != expected:
         raise refuse(
             "seal_mismatch",
-            "The staged runtime no longer matches its seal: it will not run; recover it "
+            f"The staged {what} no longer matches its seal: it will not run; recover it "
             "explicitly.",
         )

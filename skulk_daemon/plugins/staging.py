@@ -4,21 +4,28 @@ One generation per release digest, under ``<root>/generations/<runtime_digest>/`
 
 1. ``intent.json`` is written (atomically, fsynced) before any effect;
 2. the cached artifacts are checked again (exact size and SHA-256 as signed), every
-   wheel is inspected as data (``wheels.py``) and exactly one must declare the owner
-   under ``skulk.capability_runtime``; the host compatibility is checked again;
+   wheel is inspected as data (``wheels.py``), so is the bundle archive if the release
+   signs one (``archive.py``), and each launcher has exactly one source: the owner is
+   the archive's ``__owner__.py`` or the one wheel declaring ``owner`` under
+   ``skulk.capability_runtime`` (both, or neither, is refused); ``setup`` and
+   ``manage`` are optional but likewise never declared twice; the host compatibility
+   is checked again;
 3. ``runtime/`` is made from the base interpreter and the installer installs exactly
    those wheel files by pinned hash, offline (``installers.py``), its bounded output kept
    in ``installer.log``;
-4. the runtime's inventory must be exactly the signed distributions;
-5. ``seal.json`` (the measured manifest) and last ``complete.json`` (the seal digest,
-   fsynced) complete it.
+4. the runtime's inventory must be exactly the signed distributions; the archive is
+   extracted into ``bundle/``;
+5. ``seal.json`` and ``bundle-seal.json`` (the measured manifests) and last
+   ``complete.json`` (their digests and the bundle's shims, fsynced) complete it.
 
 A generation without ``complete.json`` is never runnable: a crash anywhere before it
 leaves ``recovery_required`` with its evidence (intent, partial runtime, installer
 output) in place, and staging the same digest again is refused rather than silently
 rerun. Only :meth:`Stager.recover` rebuilds, after moving the old attempt aside as
-evidence. :meth:`Stager.owner_command` checks the seal before anything in the runtime
-starts, and runs it with ``-I -B`` so running it cannot change what was sealed.
+evidence. :meth:`Stager.launcher` and :meth:`Stager.owner_command` check the seals
+(runtime and bundle; a bundle the generation was not sealed with is refused too) before
+anything starts, and launchers run with ``-I -B`` so running cannot change what was
+sealed.
 """
 
 from __future__ import annotations
@@ -27,8 +34,9 @@ import os
 import re
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final, Literal, NoReturn
 
 import msgspec
 
@@ -36,8 +44,18 @@ from skulk_core.plugins.documents import HostFacts
 from skulk_core.plugins.errors import PluginRefusal, refuse
 from skulk_core.plugins.verify import VerifiedRelease, check_host
 from skulk_daemon.plugins import seal
+from skulk_daemon.plugins.archive import (
+    BUNDLE_DIR,
+    KINDS,
+    SHIM_LOADER,
+    SHIMS,
+    BundleFacts,
+    Kind,
+    extract_archive,
+    inspect_archive,
+)
 from skulk_daemon.plugins.installers import Installer, default_installer
-from skulk_daemon.plugins.wheels import WheelFacts, inspect_wheel
+from skulk_daemon.plugins.wheels import RUNTIME_GROUP, WheelFacts, declared_entries, inspect_wheel
 from skulk_daemon.system.fsutil import atomic_write, ensure_private_dir
 
 INSTALLER_OUTPUT_BYTES: Final = 64 * 1024
@@ -61,6 +79,7 @@ class StagingIntent(msgspec.Struct, frozen=True, kw_only=True):
     installer: str
     wheels: tuple[tuple[str, str], ...]
     started_at: int
+    archive: tuple[str, str] | None = None
 
 
 class Completion(msgspec.Struct, frozen=True, kw_only=True):
@@ -69,11 +88,26 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
     owner_entry: str
     file_count: int
     completed_at: int
+    bundle_seal_sha256: str | None = None
+    """The seal of ``bundle/``; ``None``: the release signs no archive."""
+    bundle_shims: tuple[Kind, ...] = ()
+    """The launchers the sealed bundle carries (``owner``, ``setup``, ``manage``)."""
 
 
 class Failure(msgspec.Struct, frozen=True, kw_only=True):
     code: FailureCode
     detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Launcher:
+    """What starts one launcher of a sealed generation: ``entry`` (``module:function``)
+    with ``site`` on the path and, for an archive shim, ``bundle``'s shim file loaded as
+    that module."""
+
+    entry: str
+    site: Path
+    bundle: Path | None
 
 
 class GenerationStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -134,8 +168,8 @@ class Stager:
                 "and it needs explicit recovery.",
             )
         check_host(release.claims, host)
-        facts = self._check_artifacts(release, artifacts)
-        owner = _owner_entry(facts)
+        facts, bundle = self._check_artifacts(release, artifacts)
+        owner = _owner_entry(facts, bundle)
         directory = self.generation(release.runtime_digest)
         ensure_private_dir(directory.parent)
         directory.mkdir(mode=0o700)
@@ -151,6 +185,9 @@ class Stager:
                 installer=self.installer.name,
                 wheels=tuple((w.filename, w.sha256) for w in claims.runtime.wheels),
                 started_at=int(time.time()),
+                archive=None
+                if claims.runtime.archive is None
+                else (claims.runtime.archive.filename, claims.runtime.archive.sha256),
             ),
         )
         runtime = directory / "runtime"
@@ -164,8 +201,12 @@ class Stager:
         )
         log = directory / "installer.log"
         self._run(self.installer.create_environment(runtime), log, directory)
-        self._run(self.installer.install(runtime, requirements), log, directory)
+        if claims.runtime.wheels:  # a self-contained bundle installs nothing
+            self._run(self.installer.install(runtime, requirements), log, directory)
         self._check_inventory(runtime, facts, directory)
+        bundle_seal = None
+        if claims.runtime.archive is not None:
+            bundle_seal = self._extract(artifacts / claims.runtime.archive.filename, directory)
         manifest = seal.measure(runtime)
         atomic_write(directory / "seal.json", msgspec.json.encode(manifest))
         _write(
@@ -176,6 +217,8 @@ class Stager:
                 owner_entry=owner,
                 file_count=len(manifest["files"]),
                 completed_at=int(time.time()),
+                bundle_seal_sha256=bundle_seal,
+                bundle_shims=() if bundle is None else bundle.shims,
             ),
         )
         return self.status(release.runtime_digest)
@@ -200,18 +243,31 @@ class Stager:
             os.replace(directory, evidence / f"{release.runtime_digest}-{attempt}")
         return self.stage(release, artifacts, host)
 
-    def _check_artifacts(self, release: VerifiedRelease, artifacts: Path) -> list[WheelFacts]:
-        facts = []
-        for wheel in release.claims.runtime.wheels:
-            path = artifacts / wheel.filename
+    def _check_artifacts(
+        self, release: VerifiedRelease, artifacts: Path
+    ) -> tuple[list[WheelFacts], BundleFacts | None]:
+        for artifact in release.claims.runtime.artifacts:
+            path = artifacts / artifact.filename
             if not path.is_file() or path.is_symlink():
-                raise refuse("digest_mismatch", f"{wheel.filename} has not been downloaded.")
-            if path.stat().st_size != wheel.bytes or seal.file_sha256(path) != wheel.sha256:
+                raise refuse("digest_mismatch", f"{artifact.filename} has not been downloaded.")
+            if path.stat().st_size != artifact.bytes or seal.file_sha256(path) != artifact.sha256:
                 raise refuse(
-                    "digest_mismatch", f"{wheel.filename} no longer matches its signed digest."
+                    "digest_mismatch", f"{artifact.filename} no longer matches its signed digest."
                 )
-            facts.append(inspect_wheel(path))
-        return facts
+        facts = [inspect_wheel(artifacts / w.filename) for w in release.claims.runtime.wheels]
+        archive = release.claims.runtime.archive
+        return facts, None if archive is None else inspect_archive(artifacts / archive.filename)
+
+    def _extract(self, archive: Path, directory: Path) -> str:
+        """Extract the inspected archive into ``bundle/`` and seal it; its seal digest."""
+        bundle = directory / BUNDLE_DIR
+        try:
+            extract_archive(archive, bundle)
+        except (PluginRefusal, OSError) as exc:
+            self._fail(directory, f"the bundle archive did not extract ({type(exc).__name__})")
+        manifest = seal.measure(bundle)
+        atomic_write(directory / "bundle-seal.json", msgspec.json.encode(manifest))
+        return seal.digest(manifest)
 
     def _run(self, argv: list[str], log: Path, directory: Path) -> None:
         env = {
@@ -245,7 +301,7 @@ class Stager:
         if returncode != 0:
             self._fail(directory, f"installer exited with {returncode}")
 
-    def _fail(self, directory: Path, detail: str) -> None:
+    def _fail(self, directory: Path, detail: str) -> NoReturn:
         _write(directory / "failure.json", Failure(code="installation_failed", detail=detail))
         raise refuse(
             "installer_failed",
@@ -273,6 +329,15 @@ class Stager:
             raise refuse("recovery_required", "This release has no completed staged runtime.")
         done = msgspec.json.decode(marker.read_bytes(), type=Completion)
         seal.check(directory / "runtime", done.seal_sha256)
+        bundle = directory / BUNDLE_DIR
+        if done.bundle_seal_sha256 is not None:
+            seal.check(bundle, done.bundle_seal_sha256, "bundle")
+        elif os.path.lexists(bundle):
+            raise refuse(
+                "seal_mismatch",
+                "The staged runtime holds a bundle it was not sealed with: it will not run; "
+                "recover it explicitly.",
+            )
         return done
 
     def intent(self, runtime_digest: str) -> StagingIntent:
@@ -280,13 +345,33 @@ class Stager:
         path = self.generation(runtime_digest) / "intent.json"
         return msgspec.json.decode(path.read_bytes(), type=StagingIntent)
 
-    def owner_command(self, runtime_digest: str) -> list[str]:
-        """argv that starts the owner: only after the seal is checked, never writing
-        bytecode, isolated from the user site and the environment."""
+    def launcher(self, runtime_digest: str, kind: Kind) -> Launcher:
+        """The one source of the ``kind`` launcher, after the seals are checked: the
+        bundle's shim or the entry a sealed wheel declares (both refused, neither
+        ``not_found``). Nothing the caller supplies names a path or a module."""
         done = self.completion(runtime_digest)
-        module, _, function = done.owner_entry.partition(":")
+        generation = self.generation(runtime_digest)
+        sites = sorted((generation / "runtime").glob("lib/python*/site-packages"))
+        if len(sites) != 1:
+            raise refuse("recovery_required", "The staged runtime has no single site-packages.")
+        declared = declared_entries(sites[0], kind)
+        if kind in done.bundle_shims:
+            if declared:
+                raise _both(kind)
+            return Launcher(entry=shim_entry(kind), site=sites[0], bundle=generation / BUNDLE_DIR)
+        return Launcher(entry=single_entry(declared, kind), site=sites[0], bundle=None)
+
+    def owner_command(self, runtime_digest: str) -> list[str]:
+        """argv that starts the owner in the generation's own interpreter: only after the
+        seals are checked, never writing bytecode, isolated from the user site and the
+        environment."""
+        launcher = self.launcher(runtime_digest, "owner")
+        module, _, function = launcher.entry.partition(":")
         python = self.generation(runtime_digest) / "runtime" / "bin" / "python"
-        code = f"import importlib; importlib.import_module({module!r}).{function}()"
+        if launcher.bundle is None:
+            code = f"import importlib; importlib.import_module({module!r}).{function}()"
+        else:
+            code = f"{SHIM_LOADER}_load_shim({str(launcher.bundle)!r}, {module!r}).{function}()"
         return [str(python), "-I", "-B", "-c", code]
 
 
@@ -294,16 +379,52 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _owner_entry(facts: list[WheelFacts]) -> str:
-    owners = [f.runtime_entries["owner"] for f in facts if "owner" in f.runtime_entries]
-    if len(owners) != 1:
+def shim_entry(kind: Kind) -> str:
+    """The fixed entry of an archive shim: ``__owner__:main`` and so on."""
+    return f"{SHIMS[kind].removesuffix('.py')}:main"
+
+
+def single_entry(declared: list[str], kind: Kind) -> str:
+    """The one well-formed ``kind`` entry the sealed wheels declare."""
+    if not declared:
         raise refuse(
-            "unsafe_archive",
-            "Exactly one signed wheel must declare the owner under skulk.capability_runtime.",
+            "not_found",
+            f"The selected release declares no {kind} entry point under {RUNTIME_GROUP} "
+            f"and its archive carries no {SHIMS[kind]}.",
         )
-    if not ENTRY.match(owners[0]):
-        raise refuse("unsafe_archive", "The declared owner is not a module:function name.")
-    return owners[0]
+    if len(declared) > 1 or not ENTRY.match(declared[0]):
+        raise refuse("unsafe_archive", f"The selected release declares its {kind} entry badly.")
+    return declared[0]
+
+
+def _both(kind: Kind) -> PluginRefusal:
+    return refuse(
+        "unsafe_archive",
+        f"Both the bundle archive's {SHIMS[kind]} and a signed wheel's {kind} entry under "
+        f"{RUNTIME_GROUP} declare the {kind} launcher: a release has exactly one.",
+    )
+
+
+def _owner_entry(facts: list[WheelFacts], bundle: BundleFacts | None) -> str:
+    """Check that every launcher has at most one source, the owner exactly one; the
+    owner's entry."""
+    shims = () if bundle is None else bundle.shims
+    owner = shim_entry("owner") if "owner" in shims else ""
+    for kind in KINDS:
+        declared = [f.runtime_entries[kind] for f in facts if kind in f.runtime_entries]
+        if kind in shims:
+            if declared:
+                raise _both(kind)
+        elif kind == "owner" and len(declared) != 1:
+            raise refuse(
+                "unsafe_archive",
+                "Exactly one signed wheel must declare the owner under "
+                f"{RUNTIME_GROUP}, or the bundle archive must carry {SHIMS['owner']}.",
+            )
+        elif declared:
+            entry = single_entry(declared, kind)
+            owner = entry if kind == "owner" else owner
+    return owner
 
 
 def _bound(log: Path) -> None:

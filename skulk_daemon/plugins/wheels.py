@@ -6,7 +6,8 @@ file name parses and one of its tags fits this interpreter, its ``.dist-info`` n
 same distribution and version as its file name, and its ``RECORD`` lists exactly its
 members with their SHA-256 and size. ``entry_points.txt`` is read as text to find what
 the wheel declares under ``skulk.capability_runtime`` (``owner``, ``manage``,
-``setup``).
+``setup``); :func:`declared_entries` reads the same declarations from the installed,
+sealed ``site-packages``.
 """
 
 from __future__ import annotations
@@ -173,3 +174,18 @@ def _runtime_entries(
     if not parser.has_section(RUNTIME_GROUP):
         return {}
     return {key: value.strip() for key, value in parser.items(RUNTIME_GROUP)}
+
+
+def declared_entries(site: Path, kind: str) -> list[str]:
+    """Every ``kind`` entry the installed distributions in ``site`` declare, read as data."""
+    found: list[str] = []
+    for entry_points in sorted(site.glob("*.dist-info/entry_points.txt")):
+        parser = configparser.ConfigParser(interpolation=None)
+        parser.optionxform = str  # type: ignore[assignment,method-assign]
+        try:
+            parser.read_string(entry_points.read_text())
+        except (configparser.Error, UnicodeDecodeError):
+            raise refuse("unsafe_archive", "An installed entry point list is unreadable.") from None
+        if parser.has_option(RUNTIME_GROUP, kind):
+            found.append(parser.get(RUNTIME_GROUP, kind).strip())
+    return found

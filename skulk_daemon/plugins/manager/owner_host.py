@@ -4,7 +4,9 @@ owner, on the owner-only socket of :mod:`skulk_daemon.plugins.owners.wire`.
 The supervisor starts it (``python -I -B -m skulk_daemon.plugins.manager.owner_host``)
 with Skulk's own interpreter, the sealed generation's ``site-packages`` appended to
 the import path (after Skulk's, so a plugin cannot shadow the public surface), the
-generation's signed owner entry (``module:attr``) and the installation's owner
+generation's signed owner entry (``module:attr``; with ``--bundle``, the sealed bundle's
+``__owner__.py`` loaded as ``__owner__``, the bundle appended to the path after
+``site-packages``, and ``attr`` its ``main``) and the installation's owner
 directory. ``attr`` is a provider class (or a zero-argument factory returning a
 provider): an object with ``capabilities()`` + ``handle_call`` and/or the
 ``NodeConfigurationProvider`` / ``NodeCredentialsProvider`` facets (and the optional
@@ -61,6 +63,7 @@ from skulk_core.plugins.node_configuration import (
 )
 from skulk_daemon.extensions.proposals import ProposalApproval, ProposalReference
 from skulk_daemon.extensions.setup_actions import SetupStart
+from skulk_daemon.plugins.archive import load_shim
 from skulk_daemon.plugins.owners import wire
 from skulk_daemon.plugins.owners.host_callbacks import OwnerHostCallbacks
 from skulk_daemon.plugins.owners.owner_stream import OwnerStream
@@ -106,11 +109,12 @@ class OwnerContext:
         return self.capability_nodes.pop((plugin_id, node_id), None) is not None
 
 
-def load_provider(entry: str, site: Path | None) -> object | None:
+def load_provider(entry: str, site: Path | None, bundle: Path | None = None) -> object | None:
     if site is not None:
         sys.path.append(str(site))
     module_name, _, attr = entry.partition(":")
-    target = getattr(importlib.import_module(module_name), attr)
+    module = importlib.import_module(module_name) if bundle is None else load_shim(bundle, "owner")
+    target = getattr(module, attr)
     provider: object | None = target()
     return provider
 
@@ -493,10 +497,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--entry", required=True)
     parser.add_argument("--control", required=True, type=Path)
     parser.add_argument("--site", type=Path, default=None)
+    parser.add_argument("--bundle", type=Path, default=None)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     sys.argv = [args.entry]  # the plugin sees no arguments of the runtime's own
-    provider = load_provider(args.entry, args.site)
+    provider = load_provider(args.entry, args.site, args.bundle)
     if provider is None:
         return 0  # a plain program: it ran; the supervisor sees it exit
     asyncio.run(_run(provider, args.control))

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Final
 
-from skulk_core.plugins.errors import PluginRefusal, refuse
+from skulk_core.plugins.errors import PluginRefusal
 from skulk_core.plugins.supervision import Backoff, after_exit
 from skulk_daemon.plugins.manager.store import Store
 from skulk_daemon.plugins.owners.wire import owner_dir
@@ -53,18 +53,15 @@ class _Owner:
 
 def owner_command(store: Store, plugin_id: str, digest: str) -> list[str]:
     """argv of the owner runtime (``owner_host``) for the sealed generation ``digest``:
-    Skulk's own interpreter, isolated (``-I -B``), the seal checked first, the
-    generation's verified ``site-packages`` appended to the path, its signed owner entry,
-    and the installation's owner-only socket directory."""
-    stager = store.stager(plugin_id)
-    done = stager.completion(digest)
-    runtime = stager.generation(digest) / "runtime"
-    sites = sorted(runtime.glob("lib/python*/site-packages"))
-    if len(sites) != 1:
-        raise refuse("recovery_required", "The staged runtime has no single site-packages.")
+    Skulk's own interpreter, isolated (``-I -B``), the seals checked first, the
+    generation's verified ``site-packages`` appended to the path, its one owner launcher
+    (the bundle's ``__owner__.py``, passed as ``--bundle``, or the signed wheel's owner
+    entry), and the installation's owner-only socket directory."""
+    launcher = store.stager(plugin_id).launcher(digest, "owner")
     control = owner_dir(store.directory(plugin_id))
     ensure_private_dir(control)
     control.chmod(0o700)
+    bundle = [] if launcher.bundle is None else ["--bundle", str(launcher.bundle)]
     return [
         sys.executable,
         "-I",
@@ -72,9 +69,10 @@ def owner_command(store: Store, plugin_id: str, digest: str) -> list[str]:
         "-m",
         "skulk_daemon.plugins.manager.owner_host",
         "--entry",
-        done.owner_entry,
+        launcher.entry,
         "--site",
-        str(sites[0]),
+        str(launcher.site),
+        *bundle,
         "--control",
         str(control),
     ]
