@@ -8,8 +8,9 @@ imports ``skulk_daemon``, reaches the manager only over its socket protocol
 - ``wire.py``: the socket protocol and the protected connection record;
 - ``setup.py``: the service root, the setup record and the connection record;
 - ``staging.py``: the sealed copy of this environment the manager runs from;
-- ``registration.py``: the system service (a systemd user unit, a launchd agent), or
-  the honest statement that no service manager runs here;
+- ``registration.py``: the system service (a systemd system unit, a launchd daemon)
+  through the fixed sudo helper ``system_helper.py``, or the honest statement that no
+  service manager runs here;
 - ``guided.py``: the guided ``install-plugin`` (trust, review, separate consents);
 - ``main.py``: the Typer app (``setup``, ``status``, ``serve``, ``manage``,
   ``install-plugin``, ``catalog``, ``uninstall``, ``purge-plugin``).

@@ -59,7 +59,8 @@ RootOption = Annotated[
     typer.Option(
         "--root",
         envvar="SKULK_PLUGIN_SERVICE_ROOT",
-        help="Service root (default ~/.local/share/skulk-plugin-service).",
+        help="Service root (default: the durable system service root where a service "
+        "manager runs, else ~/.local/share/skulk-plugin-service).",
     ),
 ]
 ConfigHomeOption = Annotated[
@@ -132,8 +133,20 @@ def setup(
 ) -> None:
     """Stage and seal the manager's runtime, select it, and register it as a service."""
     console = _console()
-    service = service_root(root)
+    if registration.under_sudo():
+        _fail(
+            "Do not run setup under sudo: run it as the nonroot Skulk owner; it asks sudo "
+            "itself for the fixed system-service helper."
+        )
+    detected = registration.detect()
+    service = service_root(root, registration.durable_root(detected.kind))
+    detected = registration.fit(detected, service)
     home = _config_home(config_home)
+    try:
+        registration.check_owner(detected.kind)
+        registration.provision(detected.kind, service, _say(console))
+    except registration.Unregistered as unregistered:
+        _fail(str(unregistered))
     try:
         record = prepare(service, home, tls_ca)
         completion, fresh = stage_service_runtime(service)
@@ -149,7 +162,6 @@ def setup(
             markup=False,
         )
     command = serve_command(record, service)
-    detected = registration.detect()
     if detected.kind == "none":
         record = write_record(service, msgspec.structs.replace(record, service="none"))
         console.print(
@@ -172,8 +184,11 @@ def setup(
             return
         console.print("Starting the plugin manager in the foreground (Ctrl-C stops it).")
         os.execv(command[0], command)
-    failure = registration.register(detected.kind, command)
-    if failure is not None:
+    try:
+        registration.stage_tls_ca(service, record.tls_ca)
+        healthy = reloading or _on_generation(service, completion.generation)
+        registration.register(detected.kind, service, _say(console), healthy=healthy)
+    except (registration.Unregistered, OSError) as failure:
         _fail(f"Registering the {detected.kind} service failed: {failure}.")
     record = write_record(
         service, msgspec.structs.replace(record, phase="registered", service=detected.kind)
@@ -220,6 +235,15 @@ def _select(service: Path, completion: Completion) -> bool:
     return False
 
 
+def _say(console: Console) -> registration.Say:
+    return lambda message: console.print(message, markup=False)
+
+
+def _on_generation(service: Path, generation: str) -> bool:
+    running = _answering(service, timeout=2)
+    return running is not None and running.get("runtime_generation") == generation
+
+
 def _ready(service: Path, generation: str) -> bool:
     deadline = time.monotonic() + READY_SECONDS
     while time.monotonic() < deadline:
@@ -244,7 +268,7 @@ def _setup_summary(record: Any, phase: str, service: str) -> dict[str, Any]:
 @app.command()
 def serve(root: RootOption = None) -> None:
     """Run the manager in the foreground with the recorded setup."""
-    service = service_root(root)
+    service = service_root(root, registration.default_root())
     try:
         record = read_record(service)
     except PluginRefusal as refusal:
@@ -259,7 +283,7 @@ def serve(root: RootOption = None) -> None:
 def status(root: RootOption = None, config_home: ConfigHomeOption = None) -> None:
     """Setup's last phase, whether the selected runtime still matches its seal, and
     whether the manager answers now (read-only)."""
-    service = service_root(root)
+    service = service_root(root, registration.default_root())
     try:
         record = read_record(service)
     except PluginRefusal as refusal:

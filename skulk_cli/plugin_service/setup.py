@@ -7,7 +7,8 @@
       manager/                      the manager's root (its socket, installations)
       runtimes/                     the staged manager runtimes and the ``current`` link
 
-The service root is ``--root``, else ``SKULK_PLUGIN_SERVICE_ROOT``, else
+The service root is ``--root``, else ``SKULK_PLUGIN_SERVICE_ROOT``, else, where a system
+service manager runs, the durable system service root (``registration.py``), else
 ``~/.local/share/skulk-plugin-service``; the connection record goes to
 ``SKULK_CONFIG_HOME/managed-service/connection.json`` (``wire.py``). Rerunning
 setup keeps the generated profile id; a different configuration home bound to the
@@ -70,12 +71,16 @@ class SetupRecord(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     updated_at: int
 
 
-def service_root(explicit: Path | None) -> Path:
+def service_root(explicit: Path | None, system_default: Path | None = None) -> Path:
+    """``--root``, else the environment, else the platform's durable system service root
+    (``system_default``, where a service manager runs), else the per-user default."""
     if explicit is not None:
         return explicit.expanduser().absolute()
     env = os.environ.get(ROOT_ENV)
     if env:
         return Path(env).expanduser().absolute()
+    if system_default is not None:
+        return system_default
     return Path.home() / DEFAULT_ROOT
 
 
