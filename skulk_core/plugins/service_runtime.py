@@ -1,8 +1,9 @@
 """The manager's staged runtime: its layout, seal, build identity and selection.
 
-Shared by the owner's setup (``skulk_cli.plugin_service.staging`` stages and selects a
-generation) and the manager (``skulk_daemon.plugins.manager``: it verifies its own
-generation before serving and selects another on ``reload_runtime``)::
+Shared by the staging code (``service_staging.py``: setup and the host's refresh after a
+Skulk update stage and select generations), the manager (``skulk_daemon.plugins.manager``:
+it verifies its own generation before serving and selects another on ``reload_runtime``)
+and the removal of unused generations (``service_generations.py``)::
 
     <service root>/runtimes/
       .fence                        flock held while staging, verifying or selecting
@@ -87,19 +88,25 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     completed_at: int
 
 
+RERUN_SETUP: Final = (
+    "rerun skulk-plugin-service setup in this Skulk environment so the manager is staged "
+    "from this build."
+)
+
+
 class ManagerBuildDiffers(PluginRefusal):
-    """A manager whose independent core build is not this host's live Skulk build."""
+    """A manager whose independent core build is not this host's live Skulk build;
+    ``next_step`` says what happens about it (by default: rerun setup)."""
 
     code: RefusalCode = BUILD_DIFFERS
 
-    def __init__(self, host_build: str, manager_build: str) -> None:
+    def __init__(self, host_build: str, manager_build: str, next_step: str = RERUN_SETUP) -> None:
         self.host_build = host_build
         self.manager_build = manager_build
         super().__init__(
             "build_mismatch",
             f"The local plugin manager runs Skulk build {manager_build}, but this host runs "
-            f"build {host_build}: rerun skulk-plugin-service setup in this Skulk "
-            "environment so the manager is staged from this build.",
+            f"build {host_build}: {next_step}",
         )
 
     def wire(self) -> dict[str, object]:
@@ -303,6 +310,27 @@ def select(service_root: Path, generation: str) -> None:
     os.symlink(generation, temporary)
     os.replace(temporary, link)
     fsync_dir(link.parent)
+
+
+class Registration(msgspec.Struct, frozen=True, kw_only=True):
+    """What the setup record says the registered service runs (its other fields, owned
+    by setup, are not read here)."""
+
+    runtime: str = "live_environment"
+    python: str = ""
+    service: str = "none"
+
+
+def read_registration(service_root: Path) -> Registration | None:
+    try:
+        return msgspec.json.decode((service_root / SETUP_RECORD).read_bytes(), type=Registration)
+    except (OSError, msgspec.ValidationError, msgspec.DecodeError):
+        return None
+
+
+def current_python(service_root: Path) -> Path:
+    """The interpreter a registered staged service runs: through the ``current`` link."""
+    return runtimes(service_root) / CURRENT_LINK / "bin" / "python"
 
 
 def record_selection(service_root: Path, completion: Completion) -> None:

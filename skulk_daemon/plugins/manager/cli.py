@@ -4,9 +4,10 @@ when it succeeded, 1 when it was refused); ``launch --root ROOT --plugin ID --ki
 setup|manage -- ARGS`` verifies and executes an installed plugin's local command
 (``local_command.py``). ``serve --sealed-runtime`` first verifies the staged runtime it
 runs from and refuses to start (exit 2) when it differs from its seal (``runtime.py``);
-after a ``reload_runtime`` it stops (exit 0) for its service to restart it. Reached as ``python -m
-skulk_daemon.plugins.manager`` and as the spec's fixed service command ``python -m
-skulk.extensions.runtime_manager``."""
+after a ``reload_runtime`` it stops (exit 0) for its service to restart it. ``serve``
+holds the root's lifetime fence until its owners are closed (``server.py``). Reached as
+``python -m skulk_daemon.plugins.manager`` and as the spec's fixed service command
+``python -m skulk.extensions.runtime_manager``."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from skulk_daemon.plugins.manager.lifecycle import Lifecycle
 from skulk_daemon.plugins.manager.protocol import MAX_REQUEST_BYTES
 from skulk_daemon.plugins.manager.releases import Releases
 from skulk_daemon.plugins.manager.runtime import LIVE, ManagerRuntime, own_runtime
-from skulk_daemon.plugins.manager.server import ManagerServer
+from skulk_daemon.plugins.manager.server import ManagerServer, serving_lifetime
 from skulk_daemon.plugins.manager.store import Store
 from skulk_daemon.plugins.manager.supervisor import Supervisor
 
@@ -92,7 +93,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"The plugin manager refuses to start: {refusal.message}", file=sys.stderr)
             return 2
         try:
-            asyncio.run(_serve(args.root, args.tls_ca, runtime))
+            # NOTE: held until every owner is closed: a manager started while the
+            # previous one still stops its owners waits here, before supervising any.
+            with serving_lifetime(args.root):
+                asyncio.run(_serve(args.root, args.tls_ca, runtime))
         except PluginRefusal as refusal:
             print(f"The plugin manager stopped: {refusal.message}", file=sys.stderr)
             return 1

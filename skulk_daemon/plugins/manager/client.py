@@ -1,7 +1,9 @@
 """Calling the manager: one request per connection, the response read to its end.
 
 :func:`check_build` is the host's side of ``manager_build_differs``: a ``list`` answer
-naming a staged manager build other than the host's live one is refused."""
+naming a staged manager build other than the host's live one is refused.
+:func:`call_with_peer` also returns the answering process's id (the socket's peer
+credentials), so the host can stop exactly the manager that answered."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import json
 import os
 import socket
 import stat
+import struct
+import sys
 from pathlib import Path
 from typing import Any, Final
 
@@ -19,10 +23,37 @@ from skulk_daemon.plugins.manager.protocol import MAX_RESPONSE_BYTES, REQUEST_DE
 from skulk_daemon.plugins.manager.server import socket_path
 
 CLIENT_TIMEOUT_SECONDS: Final = REQUEST_DEADLINE_SECONDS + 5.0
+_SOL_LOCAL: Final = 0
+_LOCAL_PEERPID: Final = 0x002
+"""macOS ``<sys/un.h>``: the peer's process id on a connected Unix socket."""
+
+
+def _peer_pid(sock: socket.socket) -> int | None:
+    """The process that listens on the socket ``sock`` is connected to, when this
+    platform says (and, on Linux, only when it is this user's)."""
+    if sys.platform.startswith("linux"):
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid, uid, _ = struct.unpack("3i", raw)
+        return pid if uid == os.getuid() and pid > 0 else None
+    if sys.platform == "darwin":
+        pid = sock.getsockopt(_SOL_LOCAL, _LOCAL_PEERPID)
+        return pid if pid > 0 else None
+    return None
 
 
 def call_raw(root: Path, payload: bytes, timeout: float = CLIENT_TIMEOUT_SECONDS) -> dict[str, Any]:
     """Send ``payload`` (one JSON request) and return the decoded response."""
+    return _exchange(root, payload, timeout)[0]
+
+
+def call_with_peer(
+    root: Path, request: dict[str, Any], timeout: float = CLIENT_TIMEOUT_SECONDS
+) -> tuple[dict[str, Any], int | None]:
+    """The manager's answer to ``request`` and the id of the process that answered."""
+    return _exchange(root, json.dumps(request).encode(), timeout)
+
+
+def _exchange(root: Path, payload: bytes, timeout: float) -> tuple[dict[str, Any], int | None]:
     path = socket_path(root)
     try:
         info = path.lstat()
@@ -36,6 +67,7 @@ def call_raw(root: Path, payload: bytes, timeout: float = CLIENT_TIMEOUT_SECONDS
         sock.settimeout(timeout)
         try:
             sock.connect(str(path))
+            pid = _peer_pid(sock)
             # NOTE: a manager that refuses at once (busy) may close before reading the
             # request; its answer is still there to read, so a failed send is not fatal.
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -51,7 +83,7 @@ def call_raw(root: Path, payload: bytes, timeout: float = CLIENT_TIMEOUT_SECONDS
         except OSError:
             raise refuse("unreachable", "The manager did not answer.") from None
     decoded: dict[str, Any] = json.loads(body)
-    return decoded
+    return decoded, pid
 
 
 def call(

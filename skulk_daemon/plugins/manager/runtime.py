@@ -13,14 +13,25 @@ reload.
 (the one staging holds), points ``current`` at it, names it in the setup record and
 answers; the server then stops the manager, closing every owner it supervises, and the
 OS service's keep-alive starts it again on the new generation.
+
+:func:`lifetime_fence` is the manager's own fence (an flock on ``<manager
+root>/lifetime.lock``): ``serve`` holds it from before it supervises anything until
+every owner it supervised is closed, so a manager the keep-alive starts early waits for
+its predecessor, and the host holds it (with the runtimes fence) while it selects a
+generation for a manager it stopped (``skulk_daemon.plugins.manager_refresh``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import sys
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import skulk_daemon
 from skulk_core.plugins.errors import refuse
@@ -33,6 +44,35 @@ from skulk_core.plugins.service_runtime import (
     verify,
 )
 from skulk_daemon.plugins.manager.protocol import ReloadRuntimeRequest
+
+LIFETIME_FENCE: Final = "lifetime.lock"
+FENCE_POLL_SECONDS: Final = 0.1
+
+
+@contextlib.contextmanager
+def lifetime_fence(root: Path, wait: float | None = None) -> Iterator[bool]:
+    """Hold the manager root's lifetime fence; yields whether it is held (``wait``
+    seconds at most, or until it is free when ``None``)."""
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(root / LIFETIME_FENCE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        if wait is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield True
+            return
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    yield False
+                    return
+                time.sleep(FENCE_POLL_SECONDS)
+        yield True
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ Linux each peer's uid (``SO_PEERCRED``) must be this process's own.
 ``list`` answers carry this manager's runtime (``runtime.py``: ``reload_runtime``,
 ``build_sha256``); ``reload_runtime`` is answered here, and once its answer is sent the
 manager stops (``on_reload``) so its service restarts it on the selected generation.
+:func:`serving_lifetime` is ``serve``'s hold on the root's lifetime fence.
 """
 
 from __future__ import annotations
@@ -21,14 +22,19 @@ import os
 import socket
 import struct
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
 from skulk_core.plugins.errors import PluginRefusal, refuse
 from skulk_daemon.plugins.manager import protocol
 from skulk_daemon.plugins.manager.lifecycle import Lifecycle
-from skulk_daemon.plugins.manager.runtime import LIVE, ManagerRuntime, reload_runtime
+from skulk_daemon.plugins.manager.runtime import (
+    LIVE,
+    ManagerRuntime,
+    lifetime_fence,
+    reload_runtime,
+)
 
 log = logging.getLogger("skulk.plugins.manager")
 
@@ -48,6 +54,22 @@ def _peer_uid(writer: asyncio.StreamWriter) -> int | None:
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     _, uid, _ = struct.unpack("3i", raw)
     return int(uid)
+
+
+@contextlib.contextmanager
+def serving_lifetime(root: Path) -> Iterator[None]:
+    """Hold the root's lifetime fence for a manager's whole life: a manager still
+    answering on the root is refused; one that is stopping (closing its owners), or a
+    host selecting a runtime, is waited for."""
+    with lifetime_fence(root, 0.0) as held:
+        if held:
+            yield
+            return
+    if _answering(socket_path(root)):
+        raise refuse("malformed", "Another manager already answers on this root.")
+    log.info("waiting for the previous manager to close its owners")
+    with lifetime_fence(root):
+        yield
 
 
 class ManagerServer:
