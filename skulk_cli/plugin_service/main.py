@@ -165,8 +165,8 @@ def setup(
     if detected.kind == "none":
         record = write_record(service, msgspec.structs.replace(record, service="none"))
         console.print(
-            f"No service manager runs here ({detected.reason}), so the plugin manager is "
-            "not registered as a service and will not start at boot.",
+            f"The plugin manager is not registered as a service ({detected.reason}), so "
+            "it will not start at boot.",
             markup=False,
         )
         if reloading:

@@ -25,7 +25,6 @@ import importlib.metadata
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -36,7 +35,8 @@ from typing import Any
 
 import pytest
 
-from skulk_cli.plugin_service import staging
+from skulk_cli.plugin_service import system_helper
+from skulk_core.plugins import service_staging as staging
 from skulk_core.plugins.errors import PluginRefusal
 from skulk_core.plugins.service_runtime import (
     ManagerBuildDiffers,
@@ -375,57 +375,57 @@ def test_staging_refuses_what_it_would_have_to_borrow(
     assert refused.value.reason == "source_invalid"
 
 
-FAKE_SYSTEMCTL = """#!{python}
-# systemctl for this test: a running user manager whose restart starts the unit's
-# ExecStart (the exact registered command) as a process, its pid written beside it.
-import os, pathlib, shlex, subprocess, sys
-args = sys.argv[1:]
-state = pathlib.Path(os.environ["FAKE_SYSTEMCTL_DIR"])
-with (state / "calls").open("a") as calls:
-    calls.write(" ".join(args) + "\\n")
-if args == ["--user", "is-system-running"]:
-    print("running")
-elif args[:2] == ["--user", "restart"]:
-    unit = pathlib.Path.home() / ".config/systemd/user" / args[2]
-    line = next(l for l in unit.read_text().splitlines() if l.startswith("ExecStart="))
-    with (state / "service.log").open("a") as log:
-        process = subprocess.Popen(
-            shlex.split(line[len("ExecStart="):]), cwd="/", stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )
-    (state / "pid").write_text(str(process.pid))
+FAKE_SYSTEMCTL = """#!/bin/sh
+# systemctl for this test: a running system manager (nothing is registered with it).
+echo "$*" >> "{calls}"
+[ "$1" = is-system-running ] && echo running
 """
 
 
-def test_setup_registers_the_staged_command_and_waits_until_ready(staged: Staged) -> None:
+def test_the_registered_command_runs_the_selected_generation(staged: Staged) -> None:
+    # systemd runs here (a stand-in), but this module's service root is a temporary one:
+    # setup registers only the durable root, so it says why and registers nothing. The
+    # command the fixed unit would run is then started as systemd would start it.
     fake = staged.base / "fake-systemd"
     fake.mkdir()
     systemctl = fake / "systemctl"
-    systemctl.write_text(FAKE_SYSTEMCTL.format(python=sys.executable))
+    systemctl.write_text(FAKE_SYSTEMCTL.format(calls=fake / "calls"))
     systemctl.chmod(0o700)
-    env = {
-        **staged.env,
-        "PATH": f"{fake}{os.pathsep}{staged.env.get('PATH', '')}",
-        "FAKE_SYSTEMCTL_DIR": str(fake),
-    }
+    env = {**staged.env, "PATH": f"{fake}{os.pathsep}{staged.env.get('PATH', '')}"}
     runner = Staged(staged.base, env, staged.summary, staged.seconds)
+    done = runner.cli("setup")
+    summary = _summary(done)
+    assert (summary["phase"], summary["service"]) == ("selected", "none"), done.stdout
+    assert "is not the durable system service root" in done.stdout
+    assert (fake / "calls").read_text().splitlines() == ["is-system-running"]
+    unit = system_helper.systemd_unit(os.getuid(), staged.root, tls=False)
+    exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    command = exec_start.removeprefix("ExecStart=").split(" ")
+    assert command == [
+        str(staged.python),
+        "-I",
+        "-B",
+        "-m",
+        "skulk.extensions.runtime_manager",
+        "serve",
+        "--root",
+        str(staged.root / "manager"),
+        "--sealed-runtime",
+    ]
+    with (staged.base / "service.log").open("a") as log:
+        service = subprocess.Popen(
+            command, cwd=staged.root, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
     try:
-        done = runner.cli("setup")
-        summary = _summary(done)
-        assert (summary["phase"], summary["service"]) == ("ready", "systemd"), done.stdout
-        unit = (staged.base / "home/.config/systemd/user/skulk-plugin-manager.service").read_text()
-        assert (
-            f"ExecStart={staged.python} -I -B -m skulk.extensions.runtime_manager serve "
-            f"--root {staged.root / 'manager'} --sealed-runtime"
-        ) in unit
-        record = json.loads((staged.root / "setup.json").read_text())
-        assert (record["phase"], record["generation"]) == ("ready", summary["generation"])
-        assert selected(staged.root) == summary["generation"]
-        status = json.loads(runner.cli("status").stdout)
-        assert status["running_generation"] == summary["generation"]
+        deadline = time.monotonic() + 60
+        status: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            status = json.loads(runner.cli("status").stdout)
+            if status.get("management_available"):
+                break
+            time.sleep(0.5)
+        assert status["running_generation"] == summary["generation"] == selected(staged.root)
         assert status["registered_runtime_verified"] and status["management_available"]
     finally:
-        pid = fake / "pid"
-        if pid.exists():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid.read_text()), signal.SIGTERM)
+        service.terminate()
+        service.wait(timeout=60)

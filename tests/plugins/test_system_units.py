@@ -363,7 +363,7 @@ def test_this_host_has_no_running_systemd_so_setup_says_so(tmp_path: Path) -> No
     try:
         done = _setup(env, tmp_path)
         assert done.returncode == 0, done.stderr
-        assert f"No service manager runs here ({detected.reason})" in done.stdout
+        assert f"not registered as a service ({detected.reason})" in done.stdout
         assert "skulk-plugin-service serve" in done.stdout
         assert not (state / "sudo.log").exists()
         assert (tmp_path / ".local/share/skulk-plugin-service/setup.json").is_file()
