@@ -16,10 +16,12 @@ same root is refused rather than rebound.
 
 Setup stages a sealed copy of this Skulk environment under ``runtimes/``
 (``staging.py``) and records it (``runtime: "staged"``, the ``generation`` and its
-``seal_sha256``); the service runs ``runtimes/current/bin/python -I -B -m
-skulk.extensions.runtime_manager serve --root <manager root> --sealed-runtime``, so a
-``reload_runtime`` that moves ``current`` restarts it on another generation. Records
-written before staging existed read as ``runtime: "live_environment"``.
+``seal_sha256``); the service runs ``runtimes/current/bin/python -I -S -B
+runtimes/current/bootstrap.py serve --root <manager root> --sealed-runtime`` (the
+bootstrap verifies the seal before site initialisation, then runs
+``skulk.extensions.runtime_manager``), so a ``reload_runtime`` that moves ``current``
+restarts it on another generation. Records written before staging existed read as
+``runtime: "live_environment"``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from skulk_core.plugins.errors import PluginRefusal, refuse
 from skulk_core.plugins.service_runtime import (
     CURRENT_LINK,
     Completion,
+    current_bootstrap,
     generation_dir,
     runtimes,
     selected,
@@ -182,18 +185,16 @@ def runtime_verified(root: Path, record: SetupRecord | None) -> bool:
 
 
 def serve_command(record: SetupRecord, root: Path) -> list[str]:
-    """The fixed manager command this setup runs (in the foreground or as a service)."""
-    isolated = ["-I", "-B"] if record.runtime == "staged" else []
-    command = [
-        record.python,
-        *isolated,
-        "-m",
-        "skulk.extensions.runtime_manager",
-        "serve",
-        "--root",
-        str(manager_root(root)),
-    ]
-    if record.runtime == "staged":
+    """The fixed manager command this setup runs (in the foreground or as a service): a
+    staged runtime starts through its bootstrap (``-I -S -B``), which verifies the seal
+    before anything of it is imported."""
+    staged = record.runtime == "staged"
+    if staged:
+        entry = ["-I", "-S", "-B", str(current_bootstrap(root))]
+    else:
+        entry = ["-m", "skulk.extensions.runtime_manager"]
+    command = [record.python, *entry, "serve", "--root", str(manager_root(root))]
+    if staged:
         command.append("--sealed-runtime")
     if record.tls_ca is not None:
         command += ["--tls-ca", record.tls_ca]

@@ -17,8 +17,9 @@ The caller supplies only the verb and the UID (nonroot, and under ``sudo`` the i
 user's own): paths, arguments and the definition's text are derived here from the fixed
 layout, which is validated (root-owned parent, owner-owned root, a staged runtime).
 Definitions are written root-owned 0644 through a temp file and a rename. A definition
-that is not one of ours occupying the reserved name is refused; the earlier Linux unit
-with a quoted ``WorkingDirectory`` is recognised and replaced with the literal form.
+that is not one of ours occupying the reserved name is refused; the earlier forms (the
+Linux unit with a quoted ``WorkingDirectory``, and the command from before the runtime's
+bootstrap) are recognised and replaced with the current one.
 The service tools are run from fixed paths with a fixed ``PATH``.
 
 ``SKULK_SYSTEM_HELPER_PREFIX`` (tests only) roots every fixed path, tools included, in a
@@ -60,6 +61,7 @@ TOOLS: Final[dict[Kind, tuple[str, ...]]] = {
     "systemd": ("/usr/bin/systemctl", "/bin/systemctl"),
     "launchd": ("/bin/launchctl",),
 }
+MANAGER_MODULE: Final = "skulk.extensions.runtime_manager"
 TLS_CA_FILE: Final = "tls-ca.pem"
 """The feed CA the service trusts, copied into the service root by setup (fixed name)."""
 MAX_DEFINITION_BYTES: Final = 256 * 1024
@@ -100,14 +102,18 @@ def definition_path(kind: Kind, uid: int) -> Path:
     return Path(prefix() + DEFINITIONS[kind]) / f"{label(uid)}{SUFFIX[kind]}"
 
 
-def manager_command(root: Path, tls: bool) -> list[str]:
-    """The fixed manager command: the selected staged runtime's interpreter, isolated."""
+def manager_command(root: Path, tls: bool, *, earlier: bool = False) -> list[str]:
+    """The fixed manager command: the selected staged runtime's interpreter, isolated and
+    without site initialisation, on its ``bootstrap.py``, which verifies the seal before
+    anything of the runtime is imported (``skulk_core.plugins.service_bootstrap``).
+    ``earlier`` is the form registered before the bootstrap (``-I -B -m``), recognised
+    only so it can be replaced."""
+    current = root / "runtimes" / "current"
+    entry = ["-I", "-B", "-m", MANAGER_MODULE] if earlier else ["-I", "-S", "-B"]
     command = [
-        str(root / "runtimes" / "current" / "bin" / "python"),
-        "-I",
-        "-B",
-        "-m",
-        "skulk.extensions.runtime_manager",
+        str(current / "bin" / "python"),
+        *entry,
+        *([] if earlier else [str(current / "bootstrap.py")]),
         "serve",
         "--root",
         str(root / "manager"),
@@ -118,9 +124,12 @@ def manager_command(root: Path, tls: bool) -> list[str]:
     return command
 
 
-def systemd_unit(uid: int, root: Path, tls: bool, *, legacy: bool = False) -> str:
+def systemd_unit(
+    uid: int, root: Path, tls: bool, *, legacy: bool = False, earlier: bool = False
+) -> str:
     """The unit text; ``legacy`` is the earlier form, whose quoted ``WorkingDirectory``
-    systemd does not accept (recognised only so it can be repaired)."""
+    systemd does not accept, and ``earlier`` the command from before the bootstrap (both
+    recognised only so they can be repaired)."""
     if not SYSTEMD_SAFE.fullmatch(str(root)):
         raise Refused(f"The service root {root} holds characters a systemd unit cannot carry.")
     directory = f'"{root}"' if legacy else str(root)
@@ -134,7 +143,7 @@ def systemd_unit(uid: int, root: Path, tls: bool, *, legacy: bool = False) -> st
         "Type=simple\n"
         f"User={uid}\n"
         f"WorkingDirectory={directory}\n"
-        f"ExecStart={' '.join(manager_command(root, tls))}\n"
+        f"ExecStart={' '.join(manager_command(root, tls, earlier=earlier))}\n"
         "Restart=always\n"
         "RestartSec=5\n"
         "UMask=0077\n"
@@ -144,10 +153,12 @@ def systemd_unit(uid: int, root: Path, tls: bool, *, legacy: bool = False) -> st
     )
 
 
-def launchd_plist(uid: int, user_name: str, root: Path, tls: bool) -> bytes:
+def launchd_plist(
+    uid: int, user_name: str, root: Path, tls: bool, *, earlier: bool = False
+) -> bytes:
     body = {
         "Label": label(uid),
-        "ProgramArguments": manager_command(root, tls),
+        "ProgramArguments": manager_command(root, tls, earlier=earlier),
         "UserName": user_name,
         "WorkingDirectory": str(root),
         "RunAtLoad": True,
@@ -172,17 +183,22 @@ def user_name(uid: int) -> str:
 
 
 def definitions(kind: Kind, uid: int, root: Path) -> tuple[bytes, list[bytes]]:
-    """The definition this layout needs now, and every other form that is ours."""
+    """The definition this layout needs now, and every other form that is ours (the
+    other TLS choice, and the earlier forms: the quoted unit, the pre-bootstrap command)."""
     tls = has_tls_ca(root)
     if kind == "systemd":
-        forms = [
-            systemd_unit(uid, root, t, legacy=old).encode()
+        forms = [systemd_unit(uid, root, t).encode() for t in (tls, not tls)] + [
+            systemd_unit(uid, root, t, legacy=quoted, earlier=True).encode()
             for t in (tls, not tls)
-            for old in (False, True)
+            for quoted in (False, True)
         ]
     else:
         name = user_name(uid)
-        forms = [launchd_plist(uid, name, root, t) for t in (tls, not tls)]
+        forms = [
+            launchd_plist(uid, name, root, t, earlier=old)
+            for old in (False, True)
+            for t in (tls, not tls)
+        ]
     return forms[0], forms[1:]
 
 

@@ -12,6 +12,8 @@ and the removal of unused generations (``service_generations.py``)::
         seal.json                   the seal: every file's path, SHA-256, size and mode,
                                     every directory's mode, every link's target, the
                                     Skulk build identity and the Python version
+        bootstrap.py                the service's entry (``service_bootstrap.py``):
+                                    verifies the seal, then runs the manager
         complete.json               written last (fsynced, temp + rename): the seal's
                                     digest, file and byte counts; without it the
                                     generation is never selected
@@ -24,7 +26,9 @@ out: the same bytes measure to the same identity in the live checkout and in a s
 copy. The **seal digest** is :func:`~skulk_core.plugins.canonical.canonical_sha256` of
 the seal document; :func:`verify` re-measures the generation and refuses on any
 difference in membership, bytes, permissions or link targets (the interpreter link
-included). Nothing here re-seals a changed file.
+included), through the one seal walk in ``service_bootstrap.py``, which is also what the
+registered service starts through (``<generation>/bootstrap.py``, standard library only,
+checked before site initialisation). Nothing here re-seals a changed file.
 """
 
 from __future__ import annotations
@@ -38,25 +42,33 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import Annotated, Final
 
 import msgspec
 
 from skulk_core.files import atomic_write, fsync_dir
+from skulk_core.plugins import service_bootstrap as walk
 from skulk_core.plugins.canonical import canonical_json, canonical_sha256
 from skulk_core.plugins.errors import BUILD_DIFFERS, PluginRefusal, RefusalCode, refuse
+from skulk_core.plugins.service_bootstrap import (
+    SEAL_VERSION,
+    SealMismatch,
+    file_sha256,
+    first_difference,
+    ignored,
+    mismatch,
+)
 
 RUNTIMES_DIR: Final = "runtimes"
-SEAL_FILE: Final = "seal.json"
-COMPLETE_FILE: Final = "complete.json"
+SEAL_FILE: Final = walk.SEAL_FILE
+COMPLETE_FILE: Final = walk.COMPLETE_FILE
+BOOTSTRAP_FILE: Final = walk.BOOTSTRAP_FILE
 CURRENT_LINK: Final = "current"
 FENCE_FILE: Final = ".fence"
 SETUP_RECORD: Final = "setup.json"
-SEAL_VERSION: Final = 1
 SKULK_PACKAGES: Final = ("skulk", "skulk_cli", "skulk_core", "skulk_daemon")
 BUILD_DOMAIN: Final = b"skulk-build-v1"
 GENERATION_PATTERN: Final = r"^[0-9a-f]{16}$"
-BLOCK: Final = 1024 * 1024
 
 Generation = Annotated[str, msgspec.Meta(pattern=GENERATION_PATTERN)]
 
@@ -121,19 +133,6 @@ class ManagerBuildDiffers(PluginRefusal):
 # -- measuring ---------------------------------------------------------------------------
 
 
-def ignored(name: str, mode: int) -> bool:
-    """The regular files a desktop browser leaves behind (never part of a seal)."""
-    return stat.S_ISREG(mode) and (name == ".DS_Store" or name.startswith("._"))
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def package_files(package: Path) -> Iterator[tuple[str, Path]]:
     """``(path relative to the package's parent, path)`` for each file of one Skulk
     package; bytecode caches are left out and a link is refused (never borrowed)."""
@@ -171,37 +170,12 @@ def build_identity(parent: Path | None = None) -> str:
 def measure(
     root: Path, known: dict[str, tuple[str, int]] | None = None
 ) -> tuple[dict[str, tuple[str, int, int]], dict[str, int], dict[str, str]]:
-    """Files, directories and links under ``root`` (the two seal files left out).
-
-    ``known`` maps a path to the SHA-256 and size measured while it was copied: a file
-    of that size is not read again."""
-    known = known or {}
-    files: dict[str, tuple[str, int, int]] = {}
-    dirs: dict[str, int] = {}
-    links: dict[str, str] = {}
-    for current, dirnames, filenames in os.walk(root, followlinks=False):
-        base = Path(current)
-        for name in sorted(dirnames + filenames):
-            path = base / name
-            relative = path.relative_to(root).as_posix()
-            if relative in (SEAL_FILE, COMPLETE_FILE):
-                continue
-            info = path.lstat()
-            if ignored(name, info.st_mode):
-                continue
-            if stat.S_ISLNK(info.st_mode):
-                links[relative] = os.readlink(path)
-            elif stat.S_ISDIR(info.st_mode):
-                dirs[relative] = stat.S_IMODE(info.st_mode)
-            elif stat.S_ISREG(info.st_mode):
-                copied = known.get(relative)
-                sha = copied[0] if copied and copied[1] == info.st_size else file_sha256(path)
-                files[relative] = (sha, info.st_size, stat.S_IMODE(info.st_mode))
-            else:
-                raise refuse(
-                    "seal_mismatch", f"The staged runtime holds a special file: {relative}."
-                )
-    return files, dirs, links
+    """Files, directories and links under ``root`` (the two seal files left out), as
+    :func:`~skulk_core.plugins.service_bootstrap.measure` walks them."""
+    try:
+        return walk.measure(root, known)
+    except SealMismatch as special:
+        raise refuse("seal_mismatch", str(special)) from None
 
 
 def seal_digest(seal: Seal) -> str:
@@ -257,9 +231,9 @@ def read_seal(generation: Path) -> Seal:
         ) from None
 
 
-def verify(generation: Path, expected: str | None = None) -> Completion:
-    """The generation's completion record, once every file, directory and link measures
-    exactly to its seal (and the seal digest is ``expected``, when given)."""
+def read_records(generation: Path, expected: str | None = None) -> tuple[Completion, Seal]:
+    """The generation's completion record and seal, once they name it and each other
+    (and the seal digest is ``expected``, when given); nothing is measured."""
     name = generation.name
     if not generation.is_dir() or generation.is_symlink():
         raise refuse("not_found", f"No runtime generation {name} is staged.")
@@ -274,18 +248,25 @@ def verify(generation: Path, expected: str | None = None) -> Completion:
         raise refuse(
             "seal_mismatch", f"The runtime {name} is sealed as {digest}, not as {expected}."
         )
-    files, dirs, links = measure(generation)
-    sealed: dict[str, Any] = {"files": seal.files, "dirs": seal.dirs, "links": seal.links}
-    measured: dict[str, Any] = {"files": files, "dirs": dirs, "links": links}
-    for kind in ("files", "dirs", "links"):
-        for path in sorted(set(sealed[kind]) | set(measured[kind])):
-            if sealed[kind].get(path) != measured[kind].get(path):
-                raise refuse(
-                    "seal_mismatch",
-                    f"The runtime {name} no longer matches its seal ({path} differs): it will "
-                    "not run; rerun skulk-plugin-service setup to stage a fresh copy.",
-                )
+    return completion, seal
+
+
+def verify(generation: Path, expected: str | None = None) -> Completion:
+    """The generation's completion record, once every file, directory and link measures
+    exactly to its seal (and the seal digest is ``expected``, when given)."""
+    completion, seal = read_records(generation, expected)
+    try:
+        path = first_difference(generation, seal.files, seal.dirs, seal.links)
+    except SealMismatch as special:
+        raise refuse("seal_mismatch", str(special)) from None
+    if path is not None:
+        raise refuse("seal_mismatch", mismatch(generation.name, path))
     return completion
+
+
+def current_bootstrap(service_root: Path) -> Path:
+    """The bootstrap a registered staged service runs: through the ``current`` link."""
+    return runtimes(service_root) / CURRENT_LINK / BOOTSTRAP_FILE
 
 
 def selected(service_root: Path) -> str | None:

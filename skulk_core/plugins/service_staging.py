@@ -16,7 +16,10 @@ generation of its own build when the manager runs another one
    nothing in the copy points back into the checkout. Any other editable install, a
    link among the copied files or a file outside the environment is refused rather
    than borrowed;
-4. ``seal.json`` then ``complete.json`` (see the core module), both temp + rename,
+4. ``bootstrap.py``, the generation's own copy of ``service_bootstrap.py`` (the entry
+   the registered service starts through, ``-I -S -B``: it verifies the seal before
+   site initialisation or any manager import);
+5. ``seal.json`` then ``complete.json`` (see the core module), both temp + rename,
    after the copied bytes are flushed to disk.
 
 The generation is named at random; its ``source_sha256`` (Python, the dependency
@@ -46,10 +49,12 @@ from typing import Final
 import msgspec
 
 from skulk_core.files import atomic_write
+from skulk_core.plugins import service_bootstrap
 from skulk_core.plugins.canonical import canonical_sha256
 from skulk_core.plugins.errors import PluginRefusal, refuse
+from skulk_core.plugins.service_bootstrap import BLOCK
 from skulk_core.plugins.service_runtime import (
-    BLOCK,
+    BOOTSTRAP_FILE,
     COMPLETE_FILE,
     SEAL_FILE,
     SKULK_PACKAGES,
@@ -68,11 +73,14 @@ from skulk_core.plugins.service_runtime import (
 )
 
 SKULK_DIST: Final = "skulk"
+BOOTSTRAP_SOURCE: Final = "skulk_core/plugins/service_bootstrap.py"
 VENV_SECONDS: Final = 120.0
 
 
 def python_identity() -> str:
-    return f"{sys.implementation.name}-{'.'.join(map(str, sys.version_info[:3]))}"
+    """What the seal records as its Python, and the bootstrap checks the service's
+    interpreter against (``cpython-3.11.7``)."""
+    return service_bootstrap.python_identity()
 
 
 def base_interpreter() -> Path:
@@ -317,12 +325,17 @@ def stage_service_runtime(service_root: Path) -> tuple[Completion, bool]:
         copier = _Copier(target, live_prefix)
         site = Path(sysconfig.get_paths()["purelib"])
         files, total = _copy_distributions(copier, site)
-        copied_build = build_identity(target / site.relative_to(live_prefix))
+        copied_site = target / site.relative_to(live_prefix)
+        copied_build = build_identity(copied_site)
         if copied_build != build:
             raise refuse(
                 "source_invalid",
                 "The Skulk source changed while it was being copied: run setup again.",
             )
+        # NOTE: from the copy just measured into the build, so the entry the service
+        # runs is byte for byte the sealed module.
+        _, size = copier.copy(copied_site / BOOTSTRAP_SOURCE, BOOTSTRAP_FILE)
+        files, total = files + 1, total + size
         measured_files, dirs, links = measure(target, copier.known)
         seal = Seal(
             generation=generation,

@@ -229,16 +229,17 @@ def _refused_for_build(response: httpx.Response) -> str:
 
 def _register(host: Host) -> subprocess.Popen[bytes]:
     """What a registered setup leaves: ``service`` recorded, and the serve command kept
-    alive (the command setup registers: the ``current`` link's interpreter, isolated)."""
+    alive (the command setup registers: the ``current`` link's interpreter, isolated, on
+    that generation's bootstrap)."""
     record = json.loads((host.root / "setup.json").read_text())
     assert record["python"] == str(host.runtimes / "current" / "bin" / "python")
     atomic_write(host.root / "setup.json", json.dumps({**record, "service": "systemd"}).encode())
     command = [
         record["python"],
         "-I",
+        "-S",
         "-B",
-        "-m",
-        "skulk.extensions.runtime_manager",
+        str(host.runtimes / "current" / "bootstrap.py"),
         "serve",
         "--root",
         str(host.manager_root),

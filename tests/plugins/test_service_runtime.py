@@ -12,9 +12,14 @@ route helper); a changed source stages a second generation beside the first with
 selecting it; ``reload_runtime`` refuses a wrong digest, an unknown and an incomplete
 generation, and with the right digest selects the second, records it in ``setup.json``
 and exits; a tampered file makes the manager refuse to start and ``status`` report
-``registered_runtime_verified: false``; with a stand-in ``systemctl`` that runs the
-unit's ``ExecStart``, setup registers the staged command and reaches ``ready`` once the
-manager answers on the selected generation.
+``registered_runtime_verified: false``; the registered command's ``-I -S -B`` bootstrap
+refuses a tampered byte, a changed mode, an extra file, a missing one, a link, a
+``.DS_Store`` directory and another interpreter with one line and exit 2, before any code
+of the generation runs (planted ``sitecustomize.py``/``.pth`` hooks and tampered manager
+code would write a marker; the command from before the bootstrap does run the tampered
+code), while Finder's plain leftover files are ignored and the normal start serves
+``list`` without walking the seal twice; the fixed unit's ``ExecStart``, started as
+systemd would, runs the selected generation.
 """
 
 from __future__ import annotations
@@ -90,19 +95,11 @@ class Staged:
             check=False,
         )
 
-    def serve(self, log: Path | None = None) -> subprocess.Popen[str]:
+    def serve(self, log: Path | None = None, *, earlier: bool = False) -> subprocess.Popen[str]:
+        """The registered service's fixed command (``earlier``: the form from before the
+        bootstrap, which verifies after importing the manager)."""
         # NOTE: the checkout on PYTHONPATH: -I must keep the manager on its own copy.
-        command = [
-            str(self.python),
-            "-I",
-            "-B",
-            "-m",
-            "skulk.extensions.runtime_manager",
-            "serve",
-            "--root",
-            str(self.root / "manager"),
-            "--sealed-runtime",
-        ]
+        command = system_helper.manager_command(self.root, tls=False, earlier=earlier)
         env = {**self.env, "PYTHONPATH": str(REPO_ROOT)}
         if log is None:
             return subprocess.Popen(
@@ -144,6 +141,9 @@ def staged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Staged]:
 
 @pytest.fixture(scope="module")
 def manager(staged: Staged) -> Iterator[subprocess.Popen[str]]:
+    # Finder's leftovers, plain files, are ignored by the bootstrap's seal check.
+    for leftover in (staged.generation / ".DS_Store", staged.generation / SITE / "._cli.py"):
+        leftover.write_bytes(b"\x00\x00\x00\x01Bud1")
     log = staged.base / "manager.log"
     started = time.monotonic()
     process = staged.serve(log)
@@ -190,6 +190,11 @@ def test_setup_stages_seals_and_selects_a_generation(staged: Staged) -> None:
     assert (generation / "bin" / "python").resolve() == Path(seal.interpreter).resolve()
     script = (generation / "bin" / "skulk-plugin-service").read_text().splitlines()[0]
     assert script == f"#!{generation / 'bin' / 'python'}"
+    # The service's entry is the sealed copy of the shared bootstrap module.
+    assert "bootstrap.py" in seal.files
+    assert (generation / "bootstrap.py").read_bytes() == (
+        generation / SITE / "skulk_core" / "plugins" / "service_bootstrap.py"
+    ).read_bytes()
     record_rows = (generation / SITE / "skulk-0.1.0.dist-info" / "RECORD").read_text()
     assert "skulk_daemon/plugins/manager/cli.py,sha256=" in record_rows
     assert staged.seconds < 180
@@ -219,6 +224,10 @@ def test_the_staged_interpreter_imports_skulk_from_its_copy(staged: Staged) -> N
 def test_the_sealed_manager_reports_its_runtime(
     staged: Staged, manager: subprocess.Popen[str]
 ) -> None:
+    assert (staged.generation / ".DS_Store").is_file()  # present, and ignored
+    log = (staged.base / "manager.log").read_text()
+    generation = staged.summary["generation"]
+    assert f"serving from the sealed runtime {generation} (seal verified by the bootstrap)" in log
     listed = call(staged.root / "manager", {"action": "list"})["result"]
     assert listed["reload_runtime"] is True
     assert listed["runtime"] == "staged"
@@ -332,6 +341,161 @@ def test_a_tampered_runtime_is_refused(staged: Staged) -> None:
         victim.write_bytes(original)
 
 
+MARKER_CODE = "import pathlib; pathlib.Path({marker!r}).write_text('ran')\n"
+
+
+def _bootstrap(staged: Staged, python: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The registered command, run once to its refusal (a marker file says whether any
+    planted code of the generation ran)."""
+    command = system_helper.manager_command(staged.root, tls=False)
+    if python is not None:
+        command[0] = str(python)
+    return subprocess.run(
+        command,
+        env={**staged.env, "PYTHONPATH": str(REPO_ROOT)},
+        cwd=staged.base,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@contextlib.contextmanager
+def _tampered_manager_code(staged: Staged) -> Iterator[str]:
+    """The manager's cli.py, same size, running planted code when it is imported: only
+    its SHA-256 differs."""
+    victim = staged.generation / SITE / "skulk_daemon" / "plugins" / "manager" / "cli.py"
+    original = victim.read_bytes()
+    future = b"from __future__ import annotations\n"
+    payload = MARKER_CODE.format(marker=str(staged.base / "marker")).encode()
+    # NOTE: the docstring gives up as many characters as the payload takes.
+    changed = original[:3] + original[3 + len(payload) :].replace(future, future + payload, 1)
+    assert len(changed) == len(original) and changed != original
+    compile(changed, "cli.py", "exec")
+    victim.write_bytes(changed)
+    try:
+        yield f"{SITE}/skulk_daemon/plugins/manager/cli.py"
+    finally:
+        victim.write_bytes(original)
+
+
+@contextlib.contextmanager
+def _planted_startup_hooks(staged: Staged) -> Iterator[str]:
+    """A sitecustomize.py and a .pth in site-packages: normal site initialisation would
+    run both (checked), -S runs neither and the bootstrap refuses the extra members."""
+    site = staged.generation / SITE
+    hook = MARKER_CODE.format(marker=str(staged.base / "marker"))
+    (site / "sitecustomize.py").write_text(hook)
+    (site / "zz-planted.pth").write_text(hook)
+    try:
+        live = subprocess.run(
+            [str(staged.python), "-I", "-B", "-c", "pass"], env=staged.env, timeout=60, check=True
+        )
+        assert live.returncode == 0 and (staged.base / "marker").read_text() == "ran"
+        (staged.base / "marker").unlink()
+        yield f"{SITE}/sitecustomize.py"
+    finally:
+        for planted in ("sitecustomize.py", "zz-planted.pth"):
+            (site / planted).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _changed_mode(staged: Staged) -> Iterator[str]:
+    victim = staged.generation / SITE / "skulk_core" / "__init__.py"
+    mode = victim.stat().st_mode
+    victim.chmod(0o755)
+    try:
+        yield f"{SITE}/skulk_core/__init__.py"
+    finally:
+        victim.chmod(mode)
+
+
+@contextlib.contextmanager
+def _missing_file(staged: Staged) -> Iterator[str]:
+    victim = staged.generation / SITE / "msgspec" / "__init__.py"
+    aside = staged.base / "aside.py"
+    victim.rename(aside)
+    try:
+        yield f"{SITE}/msgspec/__init__.py"
+    finally:
+        aside.rename(victim)
+
+
+@contextlib.contextmanager
+def _file_made_a_link(staged: Staged) -> Iterator[str]:
+    """A sealed file replaced by a link to an identical copy: links are refused."""
+    victim = staged.generation / SITE / "skulk" / "__init__.py"
+    aside = staged.base / "identical.py"
+    victim.rename(aside)
+    victim.symlink_to(aside)
+    try:
+        yield f"{SITE}/skulk/__init__.py"
+    finally:
+        victim.unlink()
+        aside.rename(victim)
+
+
+@contextlib.contextmanager
+def _leftover_directory(staged: Staged) -> Iterator[str]:
+    """A directory named like Finder's leftovers is a member, not a leftover."""
+    directory = staged.generation / SITE / ".DS_Store"
+    directory.mkdir()
+    try:
+        yield f"{SITE}/.DS_Store"
+    finally:
+        directory.rmdir()
+
+
+TAMPERINGS = {
+    "a tampered byte": _tampered_manager_code,
+    "a changed mode": _changed_mode,
+    "an extra file": _planted_startup_hooks,
+    "a missing file": _missing_file,
+    "a symlink": _file_made_a_link,
+    "a .DS_Store directory": _leftover_directory,
+}
+
+
+@pytest.mark.parametrize("case", list(TAMPERINGS))
+def test_the_bootstrap_refuses_before_importing_anything(staged: Staged, case: str) -> None:
+    marker = staged.base / "marker"
+    with TAMPERINGS[case](staged) as path:
+        done = _bootstrap(staged)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert done.stdout == ""
+        assert done.stderr.splitlines() == [
+            f"The plugin manager refuses to start: The runtime {staged.generation.name} no "
+            f"longer matches its seal ({path} differs): it will not run; rerun "
+            "skulk-plugin-service setup to stage a fresh copy."
+        ]
+        assert not marker.exists(), f"{case}: code of the generation ran before the check"
+
+
+def test_the_earlier_command_ran_tampered_code_before_its_check(staged: Staged) -> None:
+    # What the bootstrap prevents: the command registered before it imports the manager
+    # (the tampered code runs) and only then refuses. It is still a refusal.
+    marker = staged.base / "marker"
+    with _tampered_manager_code(staged):
+        process = staged.serve(earlier=True)
+        output, _ = process.communicate(timeout=120)
+        assert process.returncode == 2, output
+        assert "skulk_daemon/plugins/manager/cli.py differs" in output
+        assert marker.read_text() == "ran"
+    marker.unlink()
+
+
+def test_the_bootstrap_refuses_another_interpreter(staged: Staged) -> None:
+    # The live environment's interpreter (the same base binary, another prefix).
+    done = _bootstrap(staged, Path(sys.executable))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.splitlines() == [
+        f"The plugin manager refuses to start: {os.path.abspath(sys.executable)} is not the "
+        f"interpreter of the runtime {staged.generation.name}: start the service with that "
+        "runtime's bin/python."
+    ]
+
+
 def _fake_environment(base: Path, case: str) -> tuple[Path, Path, Any]:
     """A one-distribution environment that staging must refuse (nothing borrowed)."""
     prefix = base / "live"
@@ -404,9 +568,9 @@ def test_the_registered_command_runs_the_selected_generation(staged: Staged) -> 
     assert command == [
         str(staged.python),
         "-I",
+        "-S",
         "-B",
-        "-m",
-        "skulk.extensions.runtime_manager",
+        str(staged.root / "runtimes" / "current" / "bootstrap.py"),
         "serve",
         "--root",
         str(staged.root / "manager"),

@@ -122,9 +122,9 @@ def test_the_unit_is_fixed_and_literal() -> None:
     root = Path("/var/lib/skulk-plugin-services/1000")
     unit = systemd_unit(1000, root, tls=False)
     lines = unit.splitlines()
-    python = f"{root}/runtimes/current/bin/python"
+    current = f"{root}/runtimes/current"
     assert (
-        f"ExecStart={python} -I -B -m skulk.extensions.runtime_manager serve --root "
+        f"ExecStart={current}/bin/python -I -S -B {current}/bootstrap.py serve --root "
         f"{root}/manager --sealed-runtime" in lines
     )
     assert {"User=1000", f"WorkingDirectory={root}", "Restart=always"} <= set(lines)
@@ -133,6 +133,11 @@ def test_the_unit_is_fixed_and_literal() -> None:
     assert f"--sealed-runtime --tls-ca {root}/tls-ca.pem\n" in with_ca
     legacy = systemd_unit(1000, root, tls=False, legacy=True)
     assert legacy == unit.replace(f"WorkingDirectory={root}", f'WorkingDirectory="{root}"')
+    earlier = systemd_unit(1000, root, tls=False, earlier=True)
+    assert (
+        f"ExecStart={current}/bin/python -I -B -m skulk.extensions.runtime_manager serve "
+        f"--root {root}/manager --sealed-runtime" in earlier.splitlines()
+    )
     with pytest.raises(system_helper.Refused, match="characters a systemd unit cannot carry"):
         systemd_unit(1000, Path("/tmp/a b"), tls=False)
 
@@ -145,9 +150,9 @@ def test_the_launch_daemon_plist_names_a_nonroot_user() -> None:
     assert body["ProgramArguments"] == [
         f"{root}/runtimes/current/bin/python",
         "-I",
+        "-S",
         "-B",
-        "-m",
-        "skulk.extensions.runtime_manager",
+        f"{root}/runtimes/current/bootstrap.py",
         "serve",
         "--root",
         f"{root}/manager",
@@ -210,14 +215,21 @@ def test_an_unrelated_occupant_is_refused_and_the_quoted_unit_repaired(system: S
     system.unit.symlink_to(system.root / "runtimes/g1/bin/python")
     assert system.helper("register-systemd", str(OWNER)).returncode == 3
     assert system.unit.is_symlink()
-    # The exact earlier unit, quoted WorkingDirectory, is replaced by the literal one.
-    system.unit.unlink()
-    system.unit.write_text(systemd_unit(OWNER, system.root, tls=False, legacy=True))
-    repaired = system.helper("register-systemd", str(OWNER))
-    assert repaired.returncode == 0 and repaired.stdout.startswith("repaired "), repaired.stderr
-    text = system.unit.read_text()
-    assert f"WorkingDirectory={system.root}\n" in text and '"' not in text
-    assert system.log("systemctl")[-1] == f"restart {NAME}.service"
+    # The exact earlier units (quoted WorkingDirectory; the command from before the
+    # bootstrap) are replaced by the current one.
+    for earlier in (
+        systemd_unit(OWNER, system.root, tls=False, legacy=True, earlier=True),
+        systemd_unit(OWNER, system.root, tls=False, earlier=True),
+    ):
+        system.unit.unlink()
+        system.unit.write_text(earlier)
+        repaired = system.helper("register-systemd", str(OWNER))
+        assert repaired.returncode == 0, repaired.stderr
+        assert repaired.stdout.startswith("repaired "), repaired.stdout
+        text = system.unit.read_text()
+        assert text == systemd_unit(OWNER, system.root, tls=False)
+        assert f"WorkingDirectory={system.root}\n" in text and '"' not in text
+        assert system.log("systemctl")[-1] == f"restart {NAME}.service"
 
 
 def test_the_helper_takes_only_a_nonroot_uid_of_its_invoker(system: System) -> None:
@@ -265,6 +277,11 @@ def test_the_launch_daemon_is_bootstrapped_in_the_system_domain(system: System) 
         f"bootout system/{NAME}",
         f"bootstrap system {plist}",
     ]
+    # The daemon registered before the bootstrap is ours, and replaced.
+    plist.write_bytes(launchd_plist(OWNER, "nobody", root, tls=False, earlier=True))
+    repaired = system.helper("register-launchd", str(OWNER))
+    assert repaired.stdout.startswith("repaired "), repaired.stdout + repaired.stderr
+    assert plist.read_bytes() == launchd_plist(OWNER, "nobody", root, tls=False)
     plist.write_bytes(plistlib.dumps({"Label": NAME, "ProgramArguments": ["/bin/sh"]}))
     assert system.helper("register-launchd", str(OWNER)).returncode == 3
 

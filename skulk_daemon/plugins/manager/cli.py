@@ -2,12 +2,14 @@
 ROOT`` sends one JSON request read from standard input and prints the response (exit 0
 when it succeeded, 1 when it was refused); ``launch --root ROOT --plugin ID --kind
 setup|manage -- ARGS`` verifies and executes an installed plugin's local command
-(``local_command.py``). ``serve --sealed-runtime`` first verifies the staged runtime it
-runs from and refuses to start (exit 2) when it differs from its seal (``runtime.py``);
+(``local_command.py``). ``serve --sealed-runtime`` runs only from a staged runtime whose
+seal verified, by the generation's ``bootstrap.py`` before anything was imported or, started
+the earlier way, here; it refuses to start (exit 2) when it differs (``runtime.py``);
 after a ``reload_runtime`` it stops (exit 0) for its service to restart it. ``serve``
 holds the root's lifetime fence until its owners are closed (``server.py``). Reached as
-``python -m skulk_daemon.plugins.manager`` and as the spec's fixed service command
-``python -m skulk.extensions.runtime_manager``."""
+``python -m skulk_daemon.plugins.manager``, as the spec's ``python -m
+skulk.extensions.runtime_manager`` and, for the registered service, through the
+bootstrap, which runs that module."""
 
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ from skulk_daemon.plugins.manager.runtime import LIVE, ManagerRuntime, own_runti
 from skulk_daemon.plugins.manager.server import ManagerServer, serving_lifetime
 from skulk_daemon.plugins.manager.store import Store
 from skulk_daemon.plugins.manager.supervisor import Supervisor
+
+log = logging.getLogger("skulk.plugins.manager")
 
 
 def _tls(ca_file: Path | None) -> ssl.SSLContext:
@@ -92,6 +96,12 @@ def main(argv: list[str] | None = None) -> int:
         except PluginRefusal as refusal:
             print(f"The plugin manager refuses to start: {refusal.message}", file=sys.stderr)
             return 2
+        if runtime.kind == "staged":
+            log.info(
+                "serving from the sealed runtime %s (seal verified by the %s)",
+                runtime.generation,
+                runtime.verified_by,
+            )
         try:
             # NOTE: held until every owner is closed: a manager started while the
             # previous one still stops its owners waits here, before supervising any.

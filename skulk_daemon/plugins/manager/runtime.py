@@ -2,12 +2,15 @@
 and replaced by ``reload_runtime``.
 
 ``serve --sealed-runtime`` (the command setup registers) runs on
-``<service root>/runtimes/current/bin/python``: :func:`own_runtime` resolves that
-generation, re-measures it against its seal and refuses to start when any file,
-directory, permission or link differs, or when this process's code is not the
-generation's own copy. A manager started without the flag runs from a live Skulk
-environment (the tests, a source checkout): it reports no build and has nothing to
-reload.
+``<service root>/runtimes/current/bin/python``, started through the generation's
+``bootstrap.py`` (``skulk_core.plugins.service_bootstrap``), which has already walked
+the seal before site initialisation and any import of this code: :func:`own_runtime`
+then only checks that the records name that generation and that this process's code is
+its copy. Started the earlier way (``-I -B -m skulk.extensions.runtime_manager``, a unit
+registered before the bootstrap), it re-measures the generation here, after the
+imports, and refuses to start on any difference. A manager started without the flag
+runs from a live Skulk environment (the tests, a source checkout): it reports no build
+and has nothing to reload.
 
 :func:`reload_runtime` verifies another complete generation under the runtimes fence
 (the one staging holds), points ``current`` at it, names it in the setup record and
@@ -34,11 +37,13 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 import skulk_daemon
+from skulk_core.plugins import service_bootstrap
 from skulk_core.plugins.errors import refuse
 from skulk_core.plugins.service_runtime import (
     RUNTIMES_DIR,
     fence,
     generation_dir,
+    read_records,
     record_selection,
     select,
     verify,
@@ -81,6 +86,8 @@ class ManagerRuntime:
     service_root: Path | None = None
     generation: str | None = None
     build_sha256: str | None = None
+    verified_by: Literal["bootstrap", "manager"] | None = None
+    """Who walked the seal: the bootstrap before any import, or this process after."""
 
     def inventory(self) -> dict[str, Any]:
         """What ``list`` adds: this manager's runtime and its ``reload_runtime`` support."""
@@ -106,7 +113,12 @@ def own_runtime(sealed: bool) -> ManagerRuntime:
             "--sealed-runtime needs the interpreter of a staged runtime "
             "(runtimes/current/bin/python under the service root).",
         )
-    completion = verify(generation)
+    # NOTE: the bootstrap's walk replaces this process's: the seal is not measured twice.
+    by_bootstrap = service_bootstrap.verified() == generation
+    if by_bootstrap:
+        completion, _ = read_records(generation)
+    else:
+        completion = verify(generation)
     code = Path(skulk_daemon.__file__).resolve()
     if not code.is_relative_to(generation):
         raise refuse(
@@ -114,7 +126,11 @@ def own_runtime(sealed: bool) -> ManagerRuntime:
             "The manager's code does not come from its staged runtime: run it with -I.",
         )
     return ManagerRuntime(
-        "staged", generation.parent.parent, completion.generation, completion.build_sha256
+        "staged",
+        generation.parent.parent,
+        completion.generation,
+        completion.build_sha256,
+        "bootstrap" if by_bootstrap else "manager",
     )
 
 
