@@ -34,7 +34,6 @@ checked before site initialisation). Nothing here re-seals a changed file.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import re
@@ -46,7 +45,7 @@ from typing import Annotated, Final
 
 import msgspec
 
-from skulk_core.files import atomic_write, fsync_dir
+from skulk_core.files import atomic_write, file_lock, fsync_dir
 from skulk_core.plugins import service_bootstrap as walk
 from skulk_core.plugins.canonical import canonical_json, canonical_sha256
 from skulk_core.plugins.errors import BUILD_DIFFERS, PluginRefusal, RefusalCode, refuse
@@ -200,16 +199,8 @@ def fence(service_root: Path, *, wait: bool = True) -> Iterator[bool]:
     """The runtimes fence (an exclusive flock); yields whether it is held."""
     path = runtimes(service_root) / FENCE_FILE
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)
+    with file_lock(path, None if wait else 0.0) as held:
+        yield held
 
 
 def read_completion(generation: Path) -> Completion | None:

@@ -27,16 +27,14 @@ generation for a manager it stopped (``skulk_daemon.plugins.manager_refresh``).
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
 import skulk_daemon
+from skulk_core.files import file_lock
 from skulk_core.plugins import service_bootstrap
 from skulk_core.plugins.errors import refuse
 from skulk_core.plugins.service_runtime import (
@@ -51,7 +49,6 @@ from skulk_core.plugins.service_runtime import (
 from skulk_daemon.plugins.manager.protocol import ReloadRuntimeRequest
 
 LIFETIME_FENCE: Final = "lifetime.lock"
-FENCE_POLL_SECONDS: Final = 0.1
 
 
 @contextlib.contextmanager
@@ -59,25 +56,8 @@ def lifetime_fence(root: Path, wait: float | None = None) -> Iterator[bool]:
     """Hold the manager root's lifetime fence; yields whether it is held (``wait``
     seconds at most, or until it is free when ``None``)."""
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(root / LIFETIME_FENCE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        if wait is None:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield True
-            return
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    yield False
-                    return
-                time.sleep(FENCE_POLL_SECONDS)
-        yield True
-    finally:
-        os.close(fd)
+    with file_lock(root / LIFETIME_FENCE, wait) as held:
+        yield held
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import re
 import secrets
@@ -27,6 +26,7 @@ from typing import Final
 
 import msgspec
 
+from skulk_core.files import file_lock
 from skulk_core.plugins.errors import refuse
 from skulk_daemon.plugins.manager.protocol import (
     PLUGIN_ID_PATTERN,
@@ -132,22 +132,5 @@ class Store:
         NOTE: an flock, not a lock in this process: staging and local setup run as
         other processes and take the same fence, and it dies with its holder.
         """
-        path = self.directory(plugin_id) / "fence.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            deadline = time.monotonic() + wait
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        yield False
-                        return
-                    time.sleep(0.05)
-            try:
-                yield True
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
+        with file_lock(self.directory(plugin_id) / "fence.lock", wait) as held:
+            yield held
