@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,8 +42,9 @@ class CustomBuildHook(BuildHookInterface):  # type: ignore[type-arg]
         root = Path(self.root)
         if version == "editable":
             target = root / LIBRARY
-        else:
-            target = Path(tempfile.mkdtemp(prefix="skulk-kernel-")) / "_draw_kernel.so"
+        else:  # removed in finalize, once the wheel holds it
+            self._scratch = tempfile.mkdtemp(prefix="skulk-kernel-")
+            target = Path(self._scratch) / "_draw_kernel.so"
         failure = compile_kernel(root / SOURCE, target)
         if failure is not None:
             print(
@@ -53,3 +55,8 @@ class CustomBuildHook(BuildHookInterface):  # type: ignore[type-arg]
             build_data["force_include"][str(target)] = LIBRARY
             build_data["pure_python"] = False
             build_data["infer_tag"] = True
+
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        scratch = getattr(self, "_scratch", None)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)

@@ -33,10 +33,10 @@ from skulk_cli.plugin_service.setup import (
     service_root,
     write_record,
 )
-from skulk_cli.plugin_service.staging import activate_service_runtime, stage_service_runtime
 from skulk_cli.plugin_service.wire import MAX_REQUEST_BYTES, call_raw, read_connection
 from skulk_core.plugins.errors import PluginRefusal, ProtocolKind, protocol_sentence
 from skulk_core.plugins.service_runtime import Completion
+from skulk_core.plugins.service_staging import activate_service_runtime, stage_service_runtime
 
 PROG_NAME = "skulk-plugin-service"
 READY_SECONDS = 90.0

@@ -49,10 +49,9 @@ from typing import Final
 import msgspec
 
 from skulk_core.files import atomic_write
-from skulk_core.plugins import service_bootstrap
 from skulk_core.plugins.canonical import canonical_sha256
 from skulk_core.plugins.errors import PluginRefusal, refuse
-from skulk_core.plugins.service_bootstrap import BLOCK
+from skulk_core.plugins.service_bootstrap import BLOCK, python_identity
 from skulk_core.plugins.service_runtime import (
     BOOTSTRAP_FILE,
     COMPLETE_FILE,
@@ -75,12 +74,6 @@ from skulk_core.plugins.service_runtime import (
 SKULK_DIST: Final = "skulk"
 BOOTSTRAP_SOURCE: Final = "skulk_core/plugins/service_bootstrap.py"
 VENV_SECONDS: Final = 120.0
-
-
-def python_identity() -> str:
-    """What the seal records as its Python, and the bootstrap checks the service's
-    interpreter against (``cpython-3.11.7``)."""
-    return service_bootstrap.python_identity()
 
 
 def base_interpreter() -> Path:

@@ -82,19 +82,25 @@ def _top_k(logits: np.ndarray, peak: float, k: int, scratch: np.ndarray | None) 
 
 def _nucleus_window(
     logits: np.ndarray, peak: float, top_p: float, scratch: np.ndarray | None
-) -> tuple[np.ndarray, float]:
-    """Sorted ids of a window whose mass reaches ``top_p``, and the normaliser
-    (the whole vocabulary's ``sum(exp(logit - peak))``, the draw's costliest pass,
-    raised by its error bound)."""
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Ids of a window whose mass reaches ``top_p`` by descending logit, their
+    weights ``exp(logit - peak)``, and the normaliser (the whole vocabulary's
+    ``sum(exp(logit - peak))``, the draw's costliest pass, raised by its error bound)."""
     total, ids = _draw_native.exp_sum_window(logits, peak, 1.0, peak - _FIRST_WINDOW, scratch)
     total *= 1.0 + _SUM_TOLERANCE
     gap = _FIRST_WINDOW
-    while float(np.exp(logits[ids].astype(np.float64) - peak).sum()) / total < top_p:
+    while True:
+        weights = np.exp(logits[ids].astype(np.float64) - peak)
+        if float(weights.sum()) / total >= top_p:
+            break
         gap *= 2.0
         if gap > _WIDEST_WINDOW:
-            return _sorted(logits, np.arange(len(logits))), total
+            ids = np.arange(len(logits))
+            weights = np.exp(logits.astype(np.float64) - peak)
+            break
         ids = _window(logits, peak - gap, scratch)
-    return _sorted(logits, ids), total
+    order = np.argsort(-logits[ids], kind="stable")
+    return ids[order], weights[order], total
 
 
 def _cut_top_p(weights: np.ndarray, total: float, top_p: float) -> int:
@@ -123,8 +129,7 @@ def candidates(
             weights = np.exp(logits[ids].astype(np.float64) - peak)
             ids = ids[: _cut_top_p(weights, float(weights.sum()), top_p)]
     elif top_p < 1.0:
-        ids, total = _nucleus_window(logits, peak, top_p, scratch)
-        weights = np.exp(logits[ids].astype(np.float64) - peak)
+        ids, weights, total = _nucleus_window(logits, peak, top_p, scratch)
         ids = ids[: _cut_top_p(weights, total, top_p)]
     elif min_p:
         ids = _sorted(logits, _window(logits, peak + math.log(min_p), scratch))

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from skulk_core.plugins.errors import PluginRefusal, refuse
+from skulk_core.plugins.service_bootstrap import python_identity
 from skulk_core.plugins.service_generations import collect, discard
 from skulk_core.plugins.service_runtime import (
     RERUN_SETUP,
@@ -52,11 +53,7 @@ from skulk_core.plugins.service_runtime import (
     selected,
     verify,
 )
-from skulk_core.plugins.service_staging import (
-    base_interpreter,
-    python_identity,
-    stage_service_runtime,
-)
+from skulk_core.plugins.service_staging import base_interpreter, stage_service_runtime
 from skulk_daemon.plugins.manager.client import call, call_with_peer
 from skulk_daemon.plugins.manager.runtime import lifetime_fence
 

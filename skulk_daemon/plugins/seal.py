@@ -14,7 +14,6 @@ one of those names still is.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from pathlib import Path
@@ -22,21 +21,9 @@ from typing import Any, Final
 
 from skulk_core.plugins.canonical import canonical_sha256
 from skulk_core.plugins.errors import refuse
+from skulk_core.plugins.service_bootstrap import file_sha256, ignored
 
 SEAL_VERSION: Final = 1
-
-
-def _ignored(name: str, mode: int) -> bool:
-    return stat.S_ISREG(mode) and (name == ".DS_Store" or name.startswith("._"))
-
-
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1024 * 1024), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def measure(root: Path) -> dict[str, Any]:
@@ -50,7 +37,7 @@ def measure(root: Path) -> dict[str, Any]:
             path = base / name
             info = path.lstat()
             relative = path.relative_to(root).as_posix()
-            if _ignored(name, info.st_mode):
+            if ignored(name, info.st_mode):
                 continue
             if stat.S_ISLNK(info.st_mode):
                 links[relative] = os.readlink(path)

@@ -42,6 +42,7 @@ import msgspec
 
 from skulk_core.plugins.documents import HostFacts
 from skulk_core.plugins.errors import PluginRefusal, refuse
+from skulk_core.plugins.service_bootstrap import file_sha256
 from skulk_core.plugins.verify import VerifiedRelease, check_host
 from skulk_daemon.plugins import seal
 from skulk_daemon.plugins.archive import (
@@ -250,7 +251,7 @@ class Stager:
             path = artifacts / artifact.filename
             if not path.is_file() or path.is_symlink():
                 raise refuse("digest_mismatch", f"{artifact.filename} has not been downloaded.")
-            if path.stat().st_size != artifact.bytes or seal.file_sha256(path) != artifact.sha256:
+            if path.stat().st_size != artifact.bytes or file_sha256(path) != artifact.sha256:
                 raise refuse(
                     "digest_mismatch", f"{artifact.filename} no longer matches its signed digest."
                 )
