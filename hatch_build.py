@@ -22,12 +22,13 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 SOURCE = "skulk_daemon/engines/_draw_kernel.c"
 LIBRARY = "skulk_daemon/engines/_draw_kernel.so"
 FLAGS = ["-O3", "-fno-math-errno", "-fPIC", "-shared", "-Wall", "-Wno-psabi"]
+LIBS = ["-lm"]
 
 
 def compile_kernel(source: Path, target: Path) -> str | None:
     """Builds ``target`` from ``source``; ``None`` on success, else why not."""
     compiler = shlex.split(os.environ.get("CC", "cc"))
-    command = [*compiler, *FLAGS, str(source), "-o", str(target)]
+    command = [*compiler, *FLAGS, str(source), "-o", str(target), *LIBS]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -1,6 +1,11 @@
-"""The sampled draw's passes over the whole vocabulary, native where it is built.
+"""The sampled draw in C where it is built: :class:`Chain`, and the passes.
 
-Each is one pass over a float32 logits vector:
+:class:`Chain` is the whole draw for one request's sampling parameters: the
+tokens llama.cpp's top-k, top-p, min-p and temperature keep, and the pick, one
+call a token (``skulk_chain``/``skulk_draw`` in ``_draw_kernel.c``). It exists
+only where the kernel loads; ``_llama_draw`` computes the same in numpy
+otherwise, over these passes (each one pass over a float32 logits vector, C
+where it is built, numpy otherwise):
 
 * :func:`exp_sum`: ``sum(exp((logits - shift) * scale))``, the softmax
   normaliser (``shift`` at least the largest logit, ``scale`` the inverse
@@ -8,10 +13,9 @@ Each is one pass over a float32 logits vector:
 * :func:`window`: the ids of the logits at or above a floor, ascending;
 * :func:`exp_sum_window`: both in the same pass.
 
-``_draw_kernel.c`` computes both with eight-lane vector loops (built by
-``hatch_build.py`` at install). Without the library, :data:`NATIVE` is false and
-numpy computes the same values: its float32 exp is scalar on hosts without
-AVX-512, four to five times slower.
+``_draw_kernel.c`` is built by ``hatch_build.py`` at install. Without it,
+:data:`NATIVE` is false and numpy computes the same values: its float32 exp is
+scalar on hosts without AVX-512, four to five times slower.
 """
 
 from __future__ import annotations
@@ -26,6 +30,20 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 LIBRARY: Final = Path(__file__).with_name("_draw_kernel.so")
+
+
+class _ChainParams(ctypes.Structure):
+    """``chain_params`` in ``_draw_kernel.c``."""
+
+    _fields_ = [
+        ("top_k", ctypes.c_int64),
+        ("top_p", ctypes.c_double),
+        ("min_p", ctypes.c_double),
+        ("temperature", ctypes.c_double),
+        ("first_gap", ctypes.c_double),
+        ("widest_gap", ctypes.c_double),
+        ("sum_tolerance", ctypes.c_double),
+    ]
 
 
 def _load() -> ctypes.CDLL | None:
@@ -47,6 +65,18 @@ def _load() -> ctypes.CDLL | None:
         ctypes.c_int64,
         ctypes.POINTER(ctypes.c_int64),
     ]
+    for name, restype in (("skulk_chain", ctypes.c_int64), ("skulk_draw", ctypes.c_int32)):
+        function = getattr(lib, name)
+        function.restype = restype
+        function.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_int64,
+            ctypes.POINTER(_ChainParams),
+            *([ctypes.c_double] if name == "skulk_draw" else []),
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+        ]
     lib.skulk_window.restype = ctypes.c_int64
     lib.skulk_window.argtypes = [
         ctypes.c_void_p,
@@ -120,3 +150,78 @@ def exp_sum_window(
         ctypes.byref(count),
     )
     return float(total), ids[: count.value]
+
+
+class Chain:
+    """One request's chain in C, with its buffers (for one vocabulary size).
+
+    ``top_k`` 0, ``top_p`` 1 and ``min_p`` 0 are off; the gaps and tolerance are
+    ``_llama_draw``'s (how far below the peak the first window reaches, past which
+    gap the window is the whole vocabulary, and the normaliser's error bound)."""
+
+    __slots__ = ("_addresses", "_ids", "_lib", "_params", "_probs", "_work")
+
+    def __init__(self, lib: ctypes.CDLL, params: _ChainParams) -> None:
+        self._lib = lib
+        self._params = params
+        self._ids = np.empty(0, dtype=np.int32)
+        self._probs = np.empty(0, dtype=np.float64)
+        self._work = np.empty(0, dtype=np.int64)  # (float logit, int32 id) pairs
+        self._addresses = (0, 0, 0)
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        top_k: int,
+        top_p: float,
+        min_p: float,
+        temperature: float,
+        first_gap: float,
+        widest_gap: float,
+        sum_tolerance: float,
+    ) -> Chain | None:
+        """The chain, or ``None`` where the kernel is not built."""
+        if _LIB is None:
+            return None
+        return cls(
+            _LIB,
+            _ChainParams(top_k, top_p, min_p, temperature, first_gap, widest_gap, sum_tolerance),
+        )
+
+    def _buffers(self, n: int) -> tuple[int, int, int]:
+        """The addresses of ids, probs and work, sized for ``n`` (kept: reading an
+        array's address costs microseconds, a token's budget is a hundred)."""
+        if len(self._ids) != n:
+            self._ids = np.empty(n, dtype=np.int32)
+            self._probs = np.empty(n, dtype=np.float64)
+            self._work = np.empty(n, dtype=np.int64)
+            self._addresses = (
+                self._ids.ctypes.data,
+                self._probs.ctypes.data,
+                self._work.ctypes.data,
+            )
+        return self._addresses
+
+    def keep(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """The kept tokens by descending logit and their probabilities (copies);
+        ``None`` when the chain keeps the whole vocabulary."""
+        logits = _contiguous(logits)
+        count = self._lib.skulk_chain(
+            logits.ctypes.data, len(logits), ctypes.byref(self._params), *self._buffers(len(logits))
+        )
+        if count == 0:
+            return None
+        return self._ids[:count].copy(), self._probs[:count].copy()
+
+    def draw(self, logits: np.ndarray, u: float) -> int:
+        """The token for the uniform draw ``u`` in [0, 1)."""
+        logits = _contiguous(logits)
+        return self.draw_at(logits.ctypes.data, len(logits), u)
+
+    def draw_at(self, logits: int | ctypes._Pointer[ctypes.c_float], n: int, u: float) -> int:
+        """:meth:`draw` over ``n`` float32 logits at a pointer or address (llama.cpp's
+        row, with no array around it)."""
+        return int(
+            self._lib.skulk_draw(logits, n, ctypes.byref(self._params), u, *self._buffers(n))
+        )

@@ -26,13 +26,14 @@ compares them with llama.cpp's own samplers); the random stream is numpy's, so
 a seed reproduces Skulk's draws, not llama.cpp's. Penalties and grammars keep
 llama.cpp's chain (see :mod:`_llama_sampling`).
 
-The passes over the whole vocabulary (the window, and the normaliser that top-p
-and an untruncated draw need) are :mod:`_draw_native`'s: C where it is built,
-numpy otherwise.
+Where the C kernel is built, all of it (the chain and the pick) is one call a
+token into :class:`_draw_native.Chain`; the numpy code here is the fallback and
+the reference the tests hold both to.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 from typing import Final
 
@@ -110,6 +111,18 @@ def _cut_top_p(weights: np.ndarray, total: float, top_p: float) -> int:
     return int(reached[0]) + 1 if len(reached) else len(weights)
 
 
+def _native_chain(params: SamplingParams) -> _draw_native.Chain | None:
+    return _draw_native.Chain.create(
+        top_k=max(params.top_k, 0),
+        top_p=min(params.top_p, 1.0),
+        min_p=max(params.min_p, 0.0),
+        temperature=params.temperature,
+        first_gap=_FIRST_WINDOW,
+        widest_gap=_WIDEST_WINDOW,
+        sum_tolerance=_SUM_TOLERANCE,
+    )
+
+
 def candidates(
     logits: np.ndarray, params: SamplingParams, scratch: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray] | None:
@@ -117,7 +130,16 @@ def candidates(
     descending logit, and their probabilities at the temperature; ``None`` when
     the chain keeps the whole vocabulary (no truncation at all: see
     :meth:`Draw.__call__`). ``scratch``: an int32 buffer the vocabulary's size
-    to reuse."""
+    to reuse (numpy only)."""
+    native = _native_chain(params)
+    if native is not None:
+        return native.keep(logits)
+    return _numpy_candidates(logits, params, scratch)
+
+
+def _numpy_candidates(
+    logits: np.ndarray, params: SamplingParams, scratch: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray] | None:
     n_vocab = len(logits)
     peak = float(logits.max())
     top_k = params.top_k if 0 < params.top_k < n_vocab else 0
@@ -146,18 +168,27 @@ class Draw:
     """One sequence's sampler for the plain chain (no penalties, no grammar,
     temperature above 0), seeded like the request."""
 
-    __slots__ = ("_params", "_rng", "_scratch")
+    __slots__ = ("_native", "_params", "_rng", "_scratch")
 
     def __init__(self, params: SamplingParams) -> None:
         self._params = params
         self._rng = np.random.default_rng(None if params.seed is None else params.seed & 0xFFFFFFFF)
         self._scratch = np.empty(0, dtype=np.int32)
+        self._native = _native_chain(params)
+
+    def at(self, logits: ctypes._Pointer[ctypes.c_float], n_vocab: int) -> int:
+        """The draw over llama.cpp's logits row at ``logits`` (``n_vocab`` floats)."""
+        if self._native is not None:
+            return self._native.draw_at(logits, n_vocab, float(self._rng.random()))
+        return self(np.ctypeslib.as_array(logits, shape=(n_vocab,)))
 
     def __call__(self, logits: np.ndarray) -> int:
+        u = float(self._rng.random())
+        if self._native is not None:
+            return self._native.draw(logits, u)
         if len(self._scratch) != len(logits):
             self._scratch = np.empty(len(logits), dtype=np.int32)
-        kept = candidates(logits, self._params, self._scratch)
-        u = float(self._rng.random())
+        kept = _numpy_candidates(logits, self._params, self._scratch)
         if kept is not None:
             ids, probs = kept
             return int(

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Final, cast
 
 import llama_cpp
-import numpy as np
 
 from skulk_daemon.engines.base import DEFAULT_SLOTS, EngineLoadError
 from skulk_daemon.engines.llama_rpc import OffloadParams, RpcOffload, offload_summary
@@ -307,11 +306,6 @@ class LlamaModel:
         piece = (buffer.raw[:size], bool(llama_cpp.llama_vocab_is_eog(self.vocab, token)))
         self.pieces[token] = piece
         return piece
-
-    def logits(self, index: int) -> np.ndarray:
-        """Output row ``index`` of the last decode, as a float32 view (no copy)."""
-        pointer = llama_cpp.llama_get_logits_ith(self.ctx, index)
-        return np.ctypeslib.as_array(pointer, shape=(self.n_vocab,))
 
     def piece_text(self, token: int) -> str:
         return self.piece(token)[0].decode("utf-8", errors="replace")

@@ -445,7 +445,7 @@ class LlamaCppEngine:
         if sequence.greedy:
             return sampling.argmax(llama_cpp.llama_get_logits_ith(llama.ctx, index), llama.n_vocab)
         if sequence.draw is not None:
-            return sequence.draw(llama.logits(index))
+            return sequence.draw.at(llama_cpp.llama_get_logits_ith(llama.ctx, index), llama.n_vocab)
         assert sequence.chain is not None
         if sequence.grammar is not None:
             return sampling.sample_constrained(

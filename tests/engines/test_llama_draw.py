@@ -13,6 +13,7 @@ import ctypes
 from collections.abc import Iterator
 
 import llama_cpp
+import msgspec
 import numpy as np
 import pytest
 
@@ -34,6 +35,16 @@ def _shapes() -> Iterator[tuple[str, np.ndarray]]:
     tied = peaked.copy()
     tied[rng.choice(N_VOCAB, 40, replace=False)] = tied.max()
     yield "tied", tied
+    # Shapes that test the one-pass scan's running peak: leading -inf blocks
+    # (logit-biased tokens), a new record in every block, and the peak in the
+    # last, partial block of a vocabulary that is no multiple of the block.
+    masked = peaked.copy()
+    masked[:1_000] = -np.inf
+    yield "masked-start", masked
+    yield "rising", np.linspace(-100.0, 10.0, N_VOCAB, dtype=np.float32)
+    late = base[: N_VOCAB - 13].copy()
+    late[-2] = 25.0
+    yield "late-peak", late
 
 
 SHAPES = dict(_shapes())
@@ -186,6 +197,18 @@ def test_an_untruncated_draw_reaches_the_whole_vocabulary_in_proportion(passes: 
     assert abs(np.mean(drawn == 0) - expected[0]) < 0.01
     assert expected[1:].sum() > 0.6
     assert len(np.unique(drawn[drawn != 0])) > 5_000  # spread over the tail, not one token
+
+
+def test_a_draw_over_llama_cpp_s_row_is_the_draw_over_the_array(passes: str) -> None:
+    # The engine hands the draw llama.cpp's logits pointer, not an array.
+    logits = SHAPES["peaked"]
+    pointer = logits.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+    for params in CHAINS[:4]:
+        seeded = msgspec.structs.replace(params, seed=5)
+        by_array, by_pointer = Draw(seeded), Draw(seeded)
+        drawn = [by_array(logits) for _ in range(30)]
+        assert drawn == [by_pointer.at(pointer, len(logits)) for _ in range(30)]
+        assert len(set(drawn)) > 1  # really drawn, not the argmax every time
 
 
 def test_a_seed_repeats_its_draws_and_another_seed_does_not() -> None:
