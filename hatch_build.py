@@ -26,15 +26,22 @@ LIBS = ["-lm"]
 
 
 def compile_kernel(source: Path, target: Path) -> str | None:
-    """Builds ``target`` from ``source``; ``None`` on success, else why not."""
+    """Builds ``target`` from ``source``; ``None`` on success, else why not.
+
+    Built beside it and renamed over it: a daemon or test that has the old library
+    loaded keeps its mapping (an in-place rewrite could crash it)."""
     compiler = shlex.split(os.environ.get("CC", "cc"))
-    command = [*compiler, *FLAGS, str(source), "-o", str(target), *LIBS]
+    building = target.with_name(f".{target.name}.{os.getpid()}")
+    command = [*compiler, *FLAGS, str(source), "-o", str(building), *LIBS]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
+        building.unlink(missing_ok=True)
         return f"{shlex.join(command)}: {exc}"
     if done.returncode != 0:
+        building.unlink(missing_ok=True)
         return f"{shlex.join(command)} exited {done.returncode}: {done.stderr.strip()[-2000:]}"
+    os.replace(building, target)
     return None
 
 

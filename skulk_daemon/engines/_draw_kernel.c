@@ -508,6 +508,7 @@ HOT int32_t skulk_draw(const float *x, int64_t n, const chain_params *p, double 
     }
     double gap = p->first_gap * p->temperature;
     double total = scan(x, n, (float)inverse, gap, ids, &count, &peak);
+    if (count == 0) return 0; /* every logit -inf (or NaN): none likelier than another */
     double target = u * total;
     double running = 0.0;
     for (int64_t i = 0; i < count; i++) {

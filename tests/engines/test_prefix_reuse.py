@@ -41,6 +41,15 @@ def _ids(served: Served, task: str, prompt: str, max_tokens: int = 12) -> tuple[
     return [t.token_id for t in tokens], end.stats.cached_tokens
 
 
+def _trace(served: Served, task: str, prompt: str) -> tuple[list[object], int]:
+    """The greedy tokens with their log-probabilities and runners-up: equal only
+    when the logits are (practically) bit-identical, where equal tokens are not."""
+    served.submit(task, prompt, max_tokens=8, logprobs=True, top_logprobs=5)
+    tokens, end = served.collect(task)
+    assert isinstance(end, FinishChunk), end
+    return [(t.token_id, t.logprob, t.top_logprobs) for t in tokens], end.stats.cached_tokens
+
+
 def _evict(served: Served, task: str) -> None:
     """Run an unrelated prompt, so a one-slot engine holds nothing of the others."""
     served.run(task, "1, 2, 3, 4, 5,", max_tokens=2)
@@ -57,6 +66,28 @@ def test_a_reused_prefix_decodes_exactly_like_a_cold_prompt(one_slot: Served) ->
 
     _evict(one_slot, "evict")
     cold, cached = _ids(one_slot, "second-cold", second)
+    assert cached == 0
+    assert warm == cold
+
+
+@pytest.fixture(scope="module")
+def one_long_slot(demo_gguf: Path) -> Iterator[Served]:
+    yield from serve(demo_gguf, slots=1, context_tokens=1024)
+
+
+def test_a_prompt_decodes_alike_however_its_whole_chunks_are_batched(
+    one_long_slot: Served,
+) -> None:
+    # About 630 tokens: cold, the engine decodes [0, 512), [512, 576) and the
+    # partial tail; after a first prompt of about 210 tokens it reuses 192 and
+    # decodes [192, 576) as one batch, then the same tail. (Batches of 100 tokens
+    # instead fail this.)
+    long = " ".join(f"Entry {i}: {SHARED}" for i in range(5))
+    _ids(one_long_slot, "long-first", long[: len(long) // 3], max_tokens=2)
+    warm, cached = _trace(one_long_slot, "long-warm", long)
+    assert cached >= 3 * CHUNK and cached % CHUNK == 0
+    _evict(one_long_slot, "long-evict")
+    cold, cached = _trace(one_long_slot, "long-cold", long)
     assert cached == 0
     assert warm == cold
 
