@@ -321,8 +321,9 @@ INLINE int bucket(float logit, float peak, double inverse) {
  * which by_logit order walks one after another, and only the bucket where the
  * mass crosses is sorted. Bucket masses are float sums (error below the
  * normaliser's tolerance); within the crossing bucket they are doubles, as for a
- * small set. Scratch: w, room for count floats. */
-INLINE int64_t cut_top_p(candidate *c, int64_t count, float peak, double target, float *w) {
+ * small set. w: weigh's weights of c at scale 1 (read only past SMALL). */
+INLINE int64_t cut_top_p(candidate *c, int64_t count, float peak, double target,
+                         const float *w) {
     double running = 0.0;
     int64_t from = 0, to = count;
     float low = peak;
@@ -331,7 +332,6 @@ INLINE int64_t cut_top_p(candidate *c, int64_t count, float peak, double target,
     if (count > SMALL && low < peak) {
         double inverse = BUCKETS / ((double)peak - (double)low);
         double mass[BUCKETS] = {0};
-        weigh(c, count, peak, 1.0f, w);
         int last = 0;
         for (int64_t i = 0; i < count; i++) {
             int b = bucket(c[i].logit, peak, inverse);
@@ -422,6 +422,7 @@ INLINE int64_t keep_set(const float *x, int64_t n, const chain_params *p, float 
         if (p->top_p < 1.0) {
             double total = 0.0; /* over the k, as llama.cpp's top-p after top-k */
             for (int64_t i = 0; i < count; i++) total += exp((double)work[i].logit - (double)*peak);
+            if (count > SMALL) weigh(work, count, *peak, 1.0f, w);
             count = cut_top_p(work, count, *peak, p->top_p * total, w);
         }
     } else if (p->top_p < 1.0) {
@@ -432,18 +433,18 @@ INLINE int64_t keep_set(const float *x, int64_t n, const chain_params *p, float 
             if (weigh(work, count, *peak, 1.0f, w) >= p->top_p * total) break;
             /* Past the first window: the reach its histogram finds, then doubling
              * (should the histogram's float sums have fallen short). */
-            double next = gap == p->first_gap
-                              ? reach(x, n, *peak, p->widest_gap, p->top_p * total)
-                              : gap * 2.0;
-            gap = next > gap ? next : gap * 2.0;
+            double wider = gap == p->first_gap ? reach(x, n, *peak, p->widest_gap, p->top_p * total)
+                                               : 0.0;
+            gap = wider > gap ? wider : gap * 2.0;
             if (gap > p->widest_gap) {
                 for (int64_t i = 0; i < n; i++) work[i] = (candidate){x[i], (int32_t)i};
                 count = n;
+                weigh(work, count, *peak, 1.0f, w);
                 break;
             }
             count = skulk_window(x, n, (float)((double)*peak - gap), ids, n);
         }
-        count = cut_top_p(work, count, *peak, p->top_p * total, w);
+        count = cut_top_p(work, count, *peak, p->top_p * total, w); /* w: the last weigh's */
     } else if (p->min_p > 0.0) {
         *peak = peak_of(x, n);
         count = skulk_window(x, n, (float)((double)*peak + log(p->min_p)), ids, n);

@@ -7,13 +7,14 @@ its longest prefix, or a copy of a longer one another slot (free or busy) holds
 
 NOTE: only whole prefill chunks are ever reused. llama.cpp's CPU kernels round
 differently depending on how a prompt is split into batches (splitting a
-600-token prompt at 512 rather than every 64 tokens moved Gemma 3's logits by
-0.9), so the engine decodes every prompt in chunks that start at multiples of
-``chunk`` and reuses only cells those same chunks produced: a prompt served
-from the cache then decodes exactly as it would cold, and temperature-0 output
-does not depend on what was served before. Cells a generation step wrote (an
-earlier answer) are never reused for the same reason: they came from a
-one-row decode.
+600-token prompt into 512 + 88 rather than 64-token pieces moved Gemma 3's
+logits by 0.9), so the engine decodes every prompt in batches of whole chunks
+from a multiple of ``chunk``, then its partial last chunk (however the whole
+chunks are grouped, their cells come out the same), and reuses only whole
+chunks: a prompt served from the cache then decodes exactly as it would cold,
+and temperature-0 output does not depend on what was served before. Cells a
+generation step wrote (an earlier answer) are never reused for the same reason:
+they came from a one-row decode.
 
 With ``reuse_replies`` (an operator's opt-in, what llama.cpp's server does)
 the table gives up that guarantee for speed: any common prefix is reused, the
