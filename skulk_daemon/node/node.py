@@ -300,7 +300,7 @@ class Node:
                 self._reports.task_done()
 
     async def flush_reports(self) -> None:
-        """Wait until every report made so far is applied (used at shutdown)."""
+        """Wait until every report made so far is applied (at shutdown; tests wait on it)."""
         if self._reporter is not None and not self._reporter.done():
             await self._reports.join()
 

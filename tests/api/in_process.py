@@ -169,6 +169,14 @@ class AppNode(NodePaths):
         """The tag of the instance's first runner status (``"RunnerReady"``), if any."""
         return runner_status(self.get("/state").json(), instance_id)
 
+    def settle(self) -> None:
+        """Wait until every report the node has made so far (a task started or
+        finished, a runner's status) is applied to the state ``/state`` shows.
+
+        Reports are applied in the background, so an answered request's task may
+        otherwise still show as running, or not show yet."""
+        self._test_client.blocking_portal.call(self.node.flush_reports)
+
 
 @dataclass(frozen=True)
 class Served:

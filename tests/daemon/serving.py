@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
@@ -46,8 +46,21 @@ def place(daemon: Node, context: int = CONTEXT, model_id: str = DEMO) -> str:
     return instance_id
 
 
+@runtime_checkable
+class Settles(Protocol):
+    """A node whose background reports a test can wait for (the in-process app)."""
+
+    def settle(self) -> None: ...
+
+
 def wait_idle(daemon: Node, instance_id: str) -> None:
-    """Wait until the instance's runner is ready again with no task in flight."""
+    """Wait until the instance's runner is ready again with no task in flight.
+
+    On an in-process node the node's reports are applied first, so an earlier
+    answered request's task is gone from ``/state`` for good once this returns (a
+    daemon process applies them a moment after it answers)."""
+    if isinstance(daemon, Settles):
+        daemon.settle()
 
     def idle() -> bool:
         state = daemon.get("/state").json()
