@@ -68,70 +68,34 @@ INLINE float exp_neg1(float x) {
     return exp_neg8(v)[0];
 }
 
-INLINE void collect(const float *x, int64_t from, int64_t to, float floor, int32_t *ids,
-                           int64_t cap, int64_t *count) {
-    if (*count + (to - from) <= cap) { /* room for all: no branch (a flat row hits half) */
-        int64_t c = *count;
-        for (int64_t i = from; i < to; i++) {
-            ids[c] = (int32_t)i;
-            c += x[i] >= floor;
-        }
-        *count = c;
-        return;
-    }
-    for (int64_t i = from; i < to; i++) {
-        if (x[i] >= floor) {
-            if (*count < cap) ids[*count] = (int32_t)i;
-            (*count)++;
-        }
-    }
-}
-
 INLINE int any_lane(v8i mask) {
     v8i none = {0};
     return memcmp(&mask, &none, sizeof mask) != 0;
 }
 
-/* sum over i of exp((x[i] - shift) * scale), for shift >= every x[i] and scale > 0.
- * Eight float lanes add at most BLOCK / 8 terms each, and doubles add the blocks.
- * In the same pass the ids of the elements >= floor are written to ids (ascending,
- * at most cap of them) and counted in *count; ids NULL skips that. */
-HOT double skulk_exp_sum(const float *x, int64_t n, float shift, float scale, float floor,
-                         int32_t *ids, int64_t cap, int64_t *count) {
-    double total = 0.0;
-    int64_t i = 0;
-    *count = 0;
-    while (i + 64 <= n) {
-        v8f part = {0};
-        int64_t end = i + BLOCK < n ? i + BLOCK : n;
-        for (; i + 64 <= end; i += 64) {
-            v8i hit = {0};
-            for (int j = 0; j < 64; j += 8) {
-                v8f v = load8(x + i + j);
-                part += exp_neg8((v - shift) * scale);
-                hit |= v >= floor;
-            }
-            if (ids != NULL && any_lane(hit)) collect(x, i, i + 64, floor, ids, cap, count);
-        }
-        for (int lane = 0; lane < 8; lane++) total += part[lane];
+/* Append the ids of x[from..to) >= floor to ids at *count (room for all; no
+ * branch: a flat row's blocks hit half their elements). */
+INLINE void collect(const float *x, int64_t from, int64_t to, float floor, int32_t *ids,
+                    int64_t *count) {
+    int64_t c = *count;
+    for (int64_t i = from; i < to; i++) {
+        ids[c] = (int32_t)i;
+        c += x[i] >= floor;
     }
-    for (int64_t j = i; j < n; j++) total += exp_neg1((x[j] - shift) * scale);
-    if (ids != NULL) collect(x, i, n, floor, ids, cap, count);
-    return total;
+    *count = c;
 }
 
-/* The ids of the elements >= floor, ascending; returns how many there are
- * (only the first cap are written). */
-HOT int64_t skulk_window(const float *x, int64_t n, float floor, int32_t *ids, int64_t cap) {
+/* The ids of the elements >= floor, ascending, in ids (room for n); how many. */
+INLINE int64_t window(const float *x, int64_t n, float floor, int32_t *ids) {
     int64_t count = 0;
     int64_t i = 0;
     for (; i + 64 <= n; i += 64) {
         /* One horizontal test per 64 elements: nearly every block holds no hit. */
         v8i hit = load8(x + i) >= floor;
         for (int j = 8; j < 64; j += 8) hit |= load8(x + i + j) >= floor;
-        if (any_lane(hit)) collect(x, i, i + 64, floor, ids, cap, &count);
+        if (any_lane(hit)) collect(x, i, i + 64, floor, ids, &count);
     }
-    collect(x, i, n, floor, ids, cap, &count);
+    collect(x, i, n, floor, ids, &count);
     return count;
 }
 
@@ -157,7 +121,8 @@ INLINE float peak_of(const float *x, int64_t n) {
     return m;
 }
 
-/* Like collect, and whether any of them exceeds m. */
+/* Append the ids of x[from..to) >= floor to ids at *count (room for all), and
+ * whether any of them exceeds m. */
 INLINE int collect_above(const float *x, int64_t from, int64_t to, float floor, float m,
                          int32_t *ids, int64_t *count) {
     int above = 0;
@@ -226,6 +191,13 @@ INLINE double scan(const float *x, int64_t n, float scale, double gap, int32_t *
     *count = kept;
     *peak = m;
     return total;
+}
+
+/* scan itself, for the tests (every draw starts with it): they hold its sum to a
+ * float64 one and its window to numpy's. */
+HOT double skulk_scan(const float *x, int64_t n, float scale, double gap, int32_t *ids,
+                      int64_t *count, float *peak) {
+    return scan(x, n, scale, gap, ids, count, peak);
 }
 
 /* What the chain keeps and how it looks for it (the gaps are nats below the peak;
@@ -410,7 +382,7 @@ INLINE int64_t keep_set(const float *x, int64_t n, const chain_params *p, float 
     if (truncates_k) {
         *peak = peak_of(x, n);
         for (double gap = p->first_gap;; gap *= 2.0) {
-            count = gap <= p->widest_gap ? skulk_window(x, n, (float)((double)*peak - gap), ids, n)
+            count = gap <= p->widest_gap ? window(x, n, (float)((double)*peak - gap), ids)
                                          : everything(ids, n);
             if (count >= p->top_k) break;
         }
@@ -442,12 +414,12 @@ INLINE int64_t keep_set(const float *x, int64_t n, const chain_params *p, float 
                 weigh(work, count, *peak, 1.0f, w);
                 break;
             }
-            count = skulk_window(x, n, (float)((double)*peak - gap), ids, n);
+            count = window(x, n, (float)((double)*peak - gap), ids);
         }
         count = cut_top_p(work, count, *peak, p->top_p * total, w); /* w: the last weigh's */
     } else if (p->min_p > 0.0) {
         *peak = peak_of(x, n);
-        count = skulk_window(x, n, (float)((double)*peak + log(p->min_p)), ids, n);
+        count = window(x, n, (float)((double)*peak + log(p->min_p)), ids);
         for (int64_t i = 0; i < count; i++) work[i] = (candidate){x[ids[i]], ids[i]};
     } else {
         return 0;

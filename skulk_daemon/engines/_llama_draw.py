@@ -53,10 +53,19 @@ _SUM_TOLERANCE: Final = 1e-6
 Top-p counts against the normaliser raised by it, so its nucleus never falls short."""
 
 
-def _window(logits: np.ndarray, floor: float, scratch: np.ndarray | None = None) -> np.ndarray:
-    """Ids of the tokens whose logit is at least ``floor`` (a view of ``scratch``
-    when one is given: use it before the next call)."""
-    return _draw_native.window(logits, floor, scratch)
+def _window(logits: np.ndarray, floor: float) -> np.ndarray:
+    """Ids of the tokens whose logit is at least ``floor``, ascending."""
+    return np.flatnonzero(logits >= np.float32(floor))
+
+
+def _exp_sum(logits: np.ndarray, peak: float, scale: float = 1.0) -> float:
+    """``sum(exp((logits - peak) * scale))``: the softmax normaliser at the inverse
+    temperature ``scale``, float32 terms summed in float64 (as the kernel does)."""
+    weights = np.subtract(logits, np.float32(peak), dtype=np.float32)
+    if scale != 1.0:
+        np.multiply(weights, np.float32(scale), out=weights)
+    np.exp(weights, out=weights)
+    return float(weights.sum(dtype=np.float64))
 
 
 def _sorted(logits: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -64,15 +73,11 @@ def _sorted(logits: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return ids[np.argsort(-logits[ids], kind="stable")]
 
 
-def _top_k(logits: np.ndarray, peak: float, k: int, scratch: np.ndarray | None) -> np.ndarray:
+def _top_k(logits: np.ndarray, peak: float, k: int) -> np.ndarray:
     """The ``k`` highest logits' ids, sorted."""
     gap = _FIRST_WINDOW
     while True:
-        ids = (
-            _window(logits, peak - gap, scratch)
-            if gap <= _WIDEST_WINDOW
-            else np.arange(len(logits))
-        )
+        ids = _window(logits, peak - gap) if gap <= _WIDEST_WINDOW else np.arange(len(logits))
         if len(ids) >= k:
             break
         gap *= 2.0
@@ -82,13 +87,13 @@ def _top_k(logits: np.ndarray, peak: float, k: int, scratch: np.ndarray | None) 
 
 
 def _nucleus_window(
-    logits: np.ndarray, peak: float, top_p: float, scratch: np.ndarray | None
+    logits: np.ndarray, peak: float, top_p: float
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """Ids of a window whose mass reaches ``top_p`` by descending logit, their
     weights ``exp(logit - peak)``, and the normaliser (the whole vocabulary's
     ``sum(exp(logit - peak))``, the draw's costliest pass, raised by its error bound)."""
-    total, ids = _draw_native.exp_sum_window(logits, peak, 1.0, peak - _FIRST_WINDOW, scratch)
-    total *= 1.0 + _SUM_TOLERANCE
+    total = _exp_sum(logits, peak) * (1.0 + _SUM_TOLERANCE)
+    ids = _window(logits, peak - _FIRST_WINDOW)
     gap = _FIRST_WINDOW
     while True:
         weights = np.exp(logits[ids].astype(np.float64) - peak)
@@ -99,7 +104,7 @@ def _nucleus_window(
             ids = np.arange(len(logits))
             weights = np.exp(logits.astype(np.float64) - peak)
             break
-        ids = _window(logits, peak - gap, scratch)
+        ids = _window(logits, peak - gap)
     order = np.argsort(-logits[ids], kind="stable")
     return ids[order], weights[order], total
 
@@ -123,22 +128,19 @@ def _native_chain(params: SamplingParams) -> _draw_native.Chain | None:
     )
 
 
-def candidates(
-    logits: np.ndarray, params: SamplingParams, scratch: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray] | None:
+def candidates(logits: np.ndarray, params: SamplingParams) -> tuple[np.ndarray, np.ndarray] | None:
     """The tokens llama.cpp's top-k, top-p, min-p and temperature keep, by
     descending logit, and their probabilities at the temperature; ``None`` when
     the chain keeps the whole vocabulary (no truncation at all: see
-    :meth:`Draw.__call__`). ``scratch``: an int32 buffer the vocabulary's size
-    to reuse (numpy only)."""
+    :meth:`Draw.__call__`)."""
     native = _native_chain(params)
     if native is not None:
         return native.keep(logits)
-    return _numpy_candidates(logits, params, scratch)
+    return _numpy_candidates(logits, params)
 
 
 def _numpy_candidates(
-    logits: np.ndarray, params: SamplingParams, scratch: np.ndarray | None
+    logits: np.ndarray, params: SamplingParams
 ) -> tuple[np.ndarray, np.ndarray] | None:
     n_vocab = len(logits)
     peak = float(logits.max())
@@ -146,15 +148,15 @@ def _numpy_candidates(
     top_p = params.top_p if params.top_p < 1.0 else 1.0
     min_p = params.min_p if params.min_p > 0.0 else 0.0
     if top_k:
-        ids = _top_k(logits, peak, top_k, scratch)
+        ids = _top_k(logits, peak, top_k)
         if top_p < 1.0:
             weights = np.exp(logits[ids].astype(np.float64) - peak)
             ids = ids[: _cut_top_p(weights, float(weights.sum()), top_p)]
     elif top_p < 1.0:
-        ids, weights, total = _nucleus_window(logits, peak, top_p, scratch)
+        ids, weights, total = _nucleus_window(logits, peak, top_p)
         ids = ids[: _cut_top_p(weights, total, top_p)]
     elif min_p:
-        ids = _sorted(logits, _window(logits, peak + math.log(min_p), scratch))
+        ids = _sorted(logits, _window(logits, peak + math.log(min_p)))
     else:
         return None
     if min_p and len(ids) > 1:
@@ -168,12 +170,11 @@ class Draw:
     """One sequence's sampler for the plain chain (no penalties, no grammar,
     temperature above 0), seeded like the request."""
 
-    __slots__ = ("_native", "_params", "_rng", "_scratch")
+    __slots__ = ("_native", "_params", "_rng")
 
     def __init__(self, params: SamplingParams) -> None:
         self._params = params
         self._rng = np.random.default_rng(None if params.seed is None else params.seed & 0xFFFFFFFF)
-        self._scratch = np.empty(0, dtype=np.int32)
         self._native = _native_chain(params)
 
     def at(self, logits: ctypes._Pointer[ctypes.c_float], n_vocab: int) -> int:
@@ -186,9 +187,7 @@ class Draw:
         u = float(self._rng.random())
         if self._native is not None:
             return self._native.draw(logits, u)
-        if len(self._scratch) != len(logits):
-            self._scratch = np.empty(len(logits), dtype=np.int32)
-        kept = _numpy_candidates(logits, self._params, self._scratch)
+        kept = _numpy_candidates(logits, self._params)
         if kept is not None:
             ids, probs = kept
             return int(
@@ -199,7 +198,7 @@ class Draw:
         peak = float(logits.max())
         inverse = 1.0 / self._params.temperature
         floor = peak - _FIRST_WINDOW * self._params.temperature
-        total, near = _draw_native.exp_sum_window(logits, peak, inverse, floor, self._scratch)
+        total, near = _exp_sum(logits, peak, inverse), _window(logits, floor)
         near_weights = np.exp((logits[near].astype(np.float64) - peak) * inverse)
         running = np.cumsum(near_weights)
         target = u * total
