@@ -6,8 +6,9 @@ chat template), except that the server keeps its prompt cache on, its default
 (``--cache-prompt``, RAM cache and context checkpoints at their defaults).
 
 1. **One conversation, 8 turns.** A ~230-token system prompt, then every turn
-   adds ~150 tokens of user text and asks for a 24-token reply (greedy,
-   streamed); each side's own replies go into its history. TTFT per turn.
+   adds ~150 tokens of user text and asks for a 24-token reply (streamed, greedy
+   unless ``--temperature`` samples it); each side's own replies go into its
+   history. TTFT per turn.
 2. **Four conversations at once, one system prompt.** Four first turns that share
    the system prompt (each with its own user text) start together. Reports the
    aggregate TTFT (mean over the four) and Skulk's own prefill counter: the prompt
@@ -25,6 +26,7 @@ Run from the repository root::
 
     bench/build_llama_server.sh            # once, several minutes
     .venv/bin/python -m bench.multi_turn [--reps 3] [--json] [--skulk-only]
+        [--temperature 0.8] [--reuse-replies]
 """
 
 from __future__ import annotations
@@ -119,12 +121,12 @@ class Timed(StreamTiming):
         return None
 
 
-def body(messages: list[dict[str, str]]) -> dict[str, Any]:
+def body(messages: list[dict[str, str]], temperature: float) -> dict[str, Any]:
     return {
         "model": DEMO_MODEL,
         "messages": messages,
         "max_tokens": REPLY_TOKENS,
-        "temperature": 0,
+        "temperature": temperature,
         "stream": True,
         "stream_options": {"include_usage": True},
     }
@@ -134,19 +136,19 @@ async def stream(client: httpx.AsyncClient, url: str, payload: Mapping[str, Any]
     return await stream_chat_async(client, url, payload, Timed)
 
 
-async def conversation(url: str, seed: str) -> list[Timed]:
+async def conversation(url: str, seed: str, temperature: float) -> list[Timed]:
     messages = [{"role": "system", "content": words(f"{seed}/system", SYSTEM_WORDS)}]
     turns: list[Timed] = []
     async with httpx.AsyncClient(timeout=600.0, limits=FRESH_CONNECTIONS) as client:
         for turn in range(TURNS):
             messages.append({"role": "user", "content": words(f"{seed}/user{turn}", USER_WORDS)})
-            timing = await stream(client, url, body(messages))
+            timing = await stream(client, url, body(messages, temperature))
             messages.append({"role": "assistant", "content": "".join(timing.text)})
             turns.append(timing)
     return turns
 
 
-async def shared_start(url: str, seed: str) -> list[Timed]:
+async def shared_start(url: str, seed: str, temperature: float) -> list[Timed]:
     system = {"role": "system", "content": words(f"{seed}/system", SYSTEM_WORDS)}
     limits = httpx.Limits(max_connections=CONVERSATIONS, max_keepalive_connections=0)
     async with httpx.AsyncClient(timeout=600.0, limits=limits) as client:
@@ -157,7 +159,11 @@ async def shared_start(url: str, seed: str) -> list[Timed]:
                         client,
                         url,
                         body(
-                            [system, {"role": "user", "content": words(f"{seed}/c{i}", USER_WORDS)}]
+                            [
+                                system,
+                                {"role": "user", "content": words(f"{seed}/c{i}", USER_WORDS)},
+                            ],
+                            temperature,
                         ),
                     )
                     for i in range(CONVERSATIONS)
@@ -178,9 +184,9 @@ class Side:
         return median([sum(t.ttft_s for t in run) * 1000.0 / len(run) for run in self.shared])
 
 
-def run_side(url: str, seed: str, side: Side) -> None:
-    side.turns.append(asyncio.run(conversation(url, f"{seed}/talk")))
-    side.shared.append(asyncio.run(shared_start(url, f"{seed}/shared")))
+def run_side(url: str, seed: str, side: Side, temperature: float) -> None:
+    side.turns.append(asyncio.run(conversation(url, f"{seed}/talk", temperature)))
+    side.shared.append(asyncio.run(shared_start(url, f"{seed}/shared", temperature)))
 
 
 class ServerPeer:
@@ -192,10 +198,11 @@ class ServerPeer:
     with other seeded text of the same sizes; every repetition starts from prompts
     nobody sent before anyway, so that measures the same thing."""
 
-    def __init__(self, binary: Path, model: Path, stack: ExitStack) -> None:
+    def __init__(self, binary: Path, model: Path, stack: ExitStack, temperature: float) -> None:
         self._binary = binary
         self._model = model
         self._stack = stack
+        self._temperature = temperature
         self._url: str | None = None
         self.restarts = 0
 
@@ -205,7 +212,7 @@ class ServerPeer:
         url = self._stack.enter_context(
             llama_server(self._binary, self._model, CONTEXT, log, extra_args=SERVER_CACHE_ON)
         )
-        run_side(url, f"warm-up/{self.restarts}", Side([], []))
+        run_side(url, f"warm-up/{self.restarts}", Side([], []), self._temperature)
         return url
 
     def run(self, seed: str, side: Side) -> None:
@@ -215,7 +222,7 @@ class ServerPeer:
             try:
                 if self._url is None:
                     self._url = self._start()
-                run_side(self._url, attempt_seed, result)
+                run_side(self._url, attempt_seed, result, self._temperature)
             except httpx.TransportError as exc:
                 print(f"llama-server went away ({exc!r}); restarting it", file=sys.stderr)
                 self._url = None
@@ -299,6 +306,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run Skulk with inference.reuse_replies (reply cells reused, as llama-server does)",
     )
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        help="sample the replies (unseeded) instead of greedy: Skulk then reuses reply cells",
+    )
     add_run_options(parser)
     args = parser.parse_args(argv)
     load_at_start = wait_for_quiet(args.max_load)
@@ -308,20 +321,22 @@ def main(argv: list[str] | None = None) -> int:
     restarts = 0
     config = {"inference": {"reuse_replies": True}} if args.reuse_replies else None
     with skulk_serving(args.models_dir, CONTEXT, config) as daemon:
+        temperature = args.temperature
         if server is None:
-            run_side(daemon.url, "warm-up", Side([], []))
+            run_side(daemon.url, "warm-up", Side([], []), temperature)
             for rep in range(args.reps):
-                run_side(daemon.url, f"rep{rep}", skulk)
+                run_side(daemon.url, f"rep{rep}", skulk, temperature)
                 print(f"rep {rep + 1}/{args.reps} skulk done", file=sys.stderr)
         else:
-            run_side(daemon.url, "warm-up", Side([], []))
+            run_side(daemon.url, "warm-up", Side([], []), temperature)
             with ExitStack() as stack:
-                peer = ServerPeer(args.llama_server, demo_model_path(args.models_dir), stack)
+                model = demo_model_path(args.models_dir)
+                peer = ServerPeer(args.llama_server, model, stack, temperature)
                 for rep in range(args.reps):
                     order = ["skulk", "server"] if rep % 2 == 0 else ["server", "skulk"]
                     for name in order:
                         if name == "skulk":
-                            run_side(daemon.url, f"rep{rep}", skulk)
+                            run_side(daemon.url, f"rep{rep}", skulk, temperature)
                         else:
                             peer.run(f"rep{rep}", server)
                         print(f"rep {rep + 1}/{args.reps} {name} done", file=sys.stderr)
@@ -335,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
                 **out,
                 "reps": args.reps,
                 "reuse_replies": args.reuse_replies,
+                "temperature": args.temperature,
                 "server_restarts": restarts,
                 "context": CONTEXT,
                 "threads": cpu_count(),

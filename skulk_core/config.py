@@ -67,11 +67,13 @@ class InferenceConfig(_Section, frozen=True, kw_only=True):
     of this machine's cores. Lower it to leave cores to other work on the host.
     Read when a runner starts."""
     reuse_replies: bool = False
-    """Also reuse the KV cells a reply was generated into when its conversation
-    comes back, as llama.cpp's server does: a later turn prefills only its new
-    text. Off by default, because temperature-0 output may then differ from a
-    cold prompt's (llama.cpp's CPU kernels round a one-token generation step
-    differently from a batched prefill). Read when a runner starts."""
+    """Reuse the KV cells a reply was generated into when its conversation comes
+    back for every request, as llama.cpp's server does: a later turn prefills only
+    its new text. Off by default, because temperature-0 output may then differ
+    from a cold prompt's (llama.cpp's CPU kernels round a one-token generation
+    step differently from a batched prefill); without it only unseeded sampled
+    requests, which have nothing to reproduce, reuse a reply's cells. Read when a
+    runner starts."""
 
 
 class StagingConfig(_Section, frozen=True, kw_only=True):

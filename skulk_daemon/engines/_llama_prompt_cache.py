@@ -12,10 +12,11 @@ An entry whose tokens are a prefix of a newer one is dropped (the newer one
 holds everything it did). A budget of 0 turns the cache off. Used from the
 engine's scheduler thread only.
 
-NOTE: keys are whole prefill chunks of a decoded prompt, the same tokens the
-slot table reuses (see :mod:`._llama_slots`): restored cells are exactly the
-cells a cold prefill of those chunks writes, so reuse keeps temperature-0 output
-the same.
+NOTE: an entry keeps what the slot table knew of its cells (see
+:mod:`._llama_slots`): the tokens behind them and how many lead with exact ones.
+A request that must be reproducible is given exact cells only, which are what a
+cold prefill of those chunks writes, so reuse keeps temperature-0 output the
+same.
 """
 
 from __future__ import annotations
@@ -26,18 +27,21 @@ from skulk_daemon.engines.base import PromptCacheStats
 
 
 class CachedPrefix:
-    """One saved prefix: its tokens and the sequence state holding their cells."""
+    """One saved prefix: its tokens (the first ``exact`` of them with exact cells)
+    and the sequence state holding their cells."""
 
-    __slots__ = ("data", "last_used", "tokens")
+    __slots__ = ("data", "exact", "last_used", "tokens")
 
-    def __init__(self, tokens: list[int], data: bytes, last_used: int) -> None:
+    def __init__(self, tokens: list[int], exact: int, data: bytes, last_used: int) -> None:
         self.tokens = tokens
+        self.exact = exact
         self.data = data
         self.last_used = last_used
 
 
-Reusable = Callable[[list[int], list[int]], int]
-"""``(cached tokens, prompt) -> how many leading prompt tokens the cells can give``."""
+Reusable = Callable[[list[int], int, list[int], bool], int]
+"""``(held tokens, how many lead with exact cells, prompt, exact cells only) -> how
+many leading prompt tokens the cells can give`` (:meth:`SlotTable.reusable`)."""
 
 
 class PromptCache:
@@ -58,36 +62,37 @@ class PromptCache:
     def enabled(self) -> bool:
         return self.budget_bytes > 0
 
-    def covers(self, tokens: list[int]) -> bool:
-        """Whether an entry already holds every cell of ``tokens``."""
-        n = len(tokens)
-        return any(len(entry.tokens) >= n and entry.tokens[:n] == tokens for entry in self._entries)
+    def covers(self, tokens: list[int], exact: int) -> bool:
+        """Whether an entry already holds every cell of ``tokens``, at least the
+        first ``exact`` of them exact."""
+        return any(_holds(entry, tokens, exact) for entry in self._entries)
 
-    def best(self, prompt: list[int]) -> tuple[CachedPrefix | None, int]:
-        """The entry giving ``prompt`` the most reusable tokens, and how many."""
+    def best(self, prompt: list[int], strict: bool) -> tuple[CachedPrefix | None, int]:
+        """The entry giving ``prompt`` the most reusable tokens, and how many
+        (``strict``: exact cells only)."""
         found: CachedPrefix | None = None
         most = 0
         for entry in self._entries:
-            n = self._reusable(entry.tokens, prompt)
+            n = self._reusable(entry.tokens, entry.exact, prompt, strict)
             if n > most:
                 found, most = entry, n
         return found, most
 
-    def put(self, tokens: list[int], data: bytes) -> bool:
-        """Keep ``data`` (the cells of ``tokens``); False when it cannot fit at all."""
+    def put(self, tokens: list[int], exact: int, data: bytes) -> bool:
+        """Keep ``data`` (the cells of ``tokens``, the first ``exact`` of them
+        exact); False when it cannot fit at all. Entries it holds whole go."""
         size = len(data)
         if not tokens or size == 0 or size > self.budget_bytes:
             return False
-        n = len(tokens)
-        for entry in [
-            e for e in self._entries if len(e.tokens) <= n and tokens[: len(e.tokens)] == e.tokens
-        ]:
+        new = CachedPrefix(tokens, exact, data, 0)
+        for entry in [e for e in self._entries if _holds(new, e.tokens, e.exact)]:
             self._drop(entry)
         while self._entries and self._bytes + size > self.budget_bytes:
             self._drop(min(self._entries, key=lambda e: e.last_used))
             self._evicted += 1
         self._clock += 1
-        self._entries.append(CachedPrefix(tokens, data, self._clock))
+        new.last_used = self._clock
+        self._entries.append(new)
         self._bytes += size
         self._saved += 1
         return True
@@ -117,3 +122,9 @@ class PromptCache:
     def _drop(self, entry: CachedPrefix) -> None:
         self._entries.remove(entry)
         self._bytes -= len(entry.data)
+
+
+def _holds(entry: CachedPrefix, tokens: list[int], exact: int) -> bool:
+    """Whether ``entry`` has every cell of ``tokens`` and at least ``exact`` exact."""
+    n = len(tokens)
+    return len(entry.tokens) >= n and entry.exact >= exact and entry.tokens[:n] == tokens

@@ -57,6 +57,7 @@ class Sequence:
 
     __slots__ = (
         "batched",
+        "cached_exact",
         "cached_tokens",
         "chain",
         "draw",
@@ -88,9 +89,11 @@ class Sequence:
         in_flight: int,
         *,
         cached_tokens: int = 0,
+        cached_exact: int = 0,
     ) -> None:
         """``in_flight``: sequences holding a slot with this one admitted, itself
-        included; ``cached_tokens``: prompt tokens whose cells the slot kept."""
+        included; ``cached_tokens``: prompt tokens whose cells the slot kept, the
+        first ``cached_exact`` of them exact (see ``_llama_slots``)."""
         params = pending.request.sampling
         self.pending = pending
         self.task_id = pending.request.task_id
@@ -108,14 +111,15 @@ class Sequence:
         self.in_flight_at_admission = in_flight
         self.max_in_flight = in_flight
         self.cached_tokens = cached_tokens
+        self.cached_exact = cached_exact
         self.first_token_at = 0.0
         self.prefill_s = 0.0
         self.pos = 0
         self.next_token = -1
         self.n_generated = 0
         self.reply: list[int] = []
-        """Generated tokens a decode step has written cells for, in order (recorded
-        only with ``reuse_replies``, which reuses them)."""
+        """Generated tokens a decode step has written cells for, in order (a sampled
+        request's next turn may reuse them)."""
         self.batched = False
         """Whether a decode step carried this sequence together with others."""
 

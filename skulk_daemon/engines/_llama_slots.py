@@ -1,25 +1,29 @@
 """Which slot a prompt takes, and how much of it the KV cache already holds.
 
 Each slot (a llama.cpp sequence) keeps its KV cells after a request, and this
-table remembers the tokens behind them. A new prompt takes the free slot holding
-its longest prefix, or a copy of a longer one another slot (free or busy) holds
-(see :meth:`SlotTable.place`).
+table remembers the tokens behind them: the last prompt and the reply tokens
+generation steps decoded after it. A new prompt takes the free slot holding its
+longest reusable prefix, or a copy of a longer one another slot (free or busy)
+holds (see :meth:`SlotTable.place`).
 
-NOTE: only whole prefill chunks are ever reused. llama.cpp's CPU kernels round
-differently depending on how a prompt is split into batches (splitting a
+NOTE: only *exact* cells are reused for a request whose output must not depend
+on what was served before (temperature 0, or a seed). llama.cpp's CPU kernels
+round differently depending on how a prompt is split into batches (splitting a
 600-token prompt into 512 + 88 rather than 64-token pieces moved Gemma 3's
 logits by 0.9), so the engine decodes every prompt in batches of whole chunks
 from a multiple of ``chunk``, then its partial last chunk (however the whole
-chunks are grouped, their cells come out the same), and reuses only whole
-chunks: a prompt served from the cache then decodes exactly as it would cold,
-and temperature-0 output does not depend on what was served before. Cells a
-generation step wrote (an earlier answer) are never reused for the same reason:
-they came from a one-row decode.
+chunks are grouped, their cells come out the same). The whole chunks of a
+prompt decoded that way from an exact start are exact: a prompt served from
+them decodes exactly as it would cold. A partial chunk's cells and a reply's
+(written by one-row generation steps) are not, nor is anything decoded after
+cells that were not.
 
-With ``reuse_replies`` (an operator's opt-in, what llama.cpp's server does)
-the table gives up that guarantee for speed: any common prefix is reused, the
-cells of a reply included, so a conversation's next turn prefills only its new
-text; temperature-0 output may then differ from a cold prompt's.
+A sampled request without a seed has no output to reproduce, so where its
+common prefix reaches past the exact cells it reuses all of it, a reply's cells
+included, as llama.cpp's server does: a sampled conversation's next turn
+prefills only its new text. With ``reuse_replies`` (an
+operator's opt-in) every request does, temperature 0 included, which may then
+differ from a cold prompt's output.
 """
 
 from __future__ import annotations
@@ -30,33 +34,40 @@ NO_SOURCE: Final = -1
 
 
 class Slot:
-    """One sequence id and the prompt tokens whose cells it still holds."""
+    """One sequence id and the tokens whose cells it still holds."""
 
-    __slots__ = ("busy", "index", "last_used", "tokens")
+    __slots__ = ("busy", "exact", "index", "last_used", "tokens")
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.tokens: list[int] = []
-        """Whole prefill chunks of the last prompt decoded here (its cells are kept)."""
+        """The tokens whose cells are kept: the last prompt, then its reply's."""
+        self.exact = 0
+        """How many of ``tokens`` lead with exact cells (a multiple of the chunk)."""
         self.last_used = 0
         self.busy = False
 
 
 class Placement:
     """Where a prompt goes: ``slot``, with its first ``reused`` tokens' cells kept
-    (copied from slot ``source`` first, unless that is :data:`NO_SOURCE`).
-    ``evicted`` is what the slot held before, when placing the prompt there loses
-    some of it and no other slot still holds it all (the engine may save it)."""
+    (copied from slot ``source`` first, unless that is :data:`NO_SOURCE`), the
+    first ``exact`` of them exact. ``strict``: the request reuses exact cells only.
+    ``evicted`` is what the slot held before (its first ``evicted_exact`` exact),
+    when placing the prompt there loses some of it and no other slot still holds
+    it all (the engine may save it)."""
 
-    __slots__ = ("evicted", "reused", "slot", "source")
+    __slots__ = ("evicted", "evicted_exact", "exact", "reused", "slot", "source", "strict")
 
     def __init__(
-        self, slot: int, reused: int, source: int = NO_SOURCE, evicted: list[int] | None = None
+        self, slot: int, reused: int, source: int = NO_SOURCE, *, exact: int = 0, strict: bool
     ) -> None:
         self.slot = slot
         self.reused = reused
         self.source = source
-        self.evicted: list[int] = evicted or []
+        self.exact = exact
+        self.strict = strict
+        self.evicted: list[int] = []
+        self.evicted_exact = 0
 
 
 class SlotTable:
@@ -66,33 +77,52 @@ class SlotTable:
         if chunk < 1:
             raise ValueError(f"the prefill chunk must be positive, got {chunk}")
         self.reuse_replies = reuse_replies
-        self.chunk = 1 if reuse_replies else chunk
-        """The reuse granule: whole prefill chunks, or any token with ``reuse_replies``."""
+        self.chunk = chunk
+        """The exact reuse granule: whole prefill chunks."""
         self._slots = [Slot(i) for i in range(slots)]
         self._clock = 0
 
     def has_free(self) -> bool:
         return any(not slot.busy for slot in self._slots)
 
-    def reusable(self, cached: list[int], prompt: list[int]) -> int:
-        """Tokens of ``prompt`` whose cells ``cached`` can give: whole chunks of
-        the common prefix, always leaving the last prompt token to decode (its
-        logits pick the first token)."""
+    def strict(self, reproducible: bool) -> bool:
+        """Whether a request reuses exact cells only: one whose output must be
+        reproducible (temperature 0, a seed), unless ``reuse_replies`` is on."""
+        return reproducible and not self.reuse_replies
+
+    def reusable(self, held: list[int], exact: int, prompt: list[int], strict: bool) -> int:
+        """Tokens of ``prompt`` whose cells a sequence holding ``held`` (the first
+        ``exact`` of them exact) can give, always leaving the last prompt token to
+        decode (its logits pick the first token): whole chunks of the common
+        prefix among the exact cells, or for a request that is not ``strict`` the
+        whole common prefix where it reaches past them.
+
+        NOTE: a prompt that parts from ``held`` among the exact cells takes their
+        whole chunks even when it need not be exact: reusing the few tokens of a
+        partial chunk as well would save little and leave every cell it decodes
+        inexact, of no use to a later reproducible request."""
         chunk = self.chunk
-        limit = min(len(cached), len(prompt) - 1)
+        limit = min(exact, len(prompt) - 1)
         limit -= limit % chunk
         n = 0
-        while n < limit and cached[n : n + chunk] == prompt[n : n + chunk]:
+        while n < limit and held[n : n + chunk] == prompt[n : n + chunk]:
             n += chunk
-        return n
+        if strict or n < limit:
+            return n
+        common = n
+        limit = min(len(held), len(prompt) - 1)
+        while common < limit and held[common] == prompt[common]:
+            common += 1
+        return common if common > exact else n
 
-    def place(self, prompt: list[int]) -> Placement:
+    def place(self, prompt: list[int], *, reproducible: bool = True) -> Placement:
         """Choose a free slot for ``prompt`` (there must be one) and mark it busy.
 
         The slot is the free one holding the longest reusable prefix (ties: the
         least recently used) among those that keep the busy slots' ids as
         consecutive as they can be. When another slot, busy or free, holds a
         longer prefix than the chosen one, its cells are copied over.
+        ``reproducible``: see :meth:`strict`.
 
         NOTE: llama.cpp packs a step's sequences into one forward pass only while
         their ids are consecutive; a request parked in a slot two away from the
@@ -103,43 +133,57 @@ class SlotTable:
         busy = {slot.index for slot in self._slots if slot.busy}
         free = [slot for slot in self._slots if not slot.busy]
         assert free, "place() without a free slot"
+        strict = self.strict(reproducible)
+
+        def gives(slot: Slot) -> int:
+            return self.reusable(slot.tokens, slot.exact, prompt, strict)
 
         def split(slot: Slot) -> int:
             """How many runs of consecutive busy ids taking ``slot`` adds."""
             return 1 - (slot.index - 1 in busy) - (slot.index + 1 in busy)
 
-        target = min(free, key=lambda s: (split(s), -self.reusable(s.tokens, prompt), s.last_used))
-        reused = self.reusable(target.tokens, prompt)
-        placement = Placement(target.index, reused)
+        target = min(free, key=lambda s: (split(s), -gives(s), s.last_used))
+        reused = gives(target)
+        placement = Placement(target.index, reused, exact=min(reused, target.exact), strict=strict)
         others = [slot for slot in self._slots if slot is not target]
         if others:
-            donor = max(others, key=lambda s: self.reusable(s.tokens, prompt))
-            shared = self.reusable(donor.tokens, prompt)
+            donor = max(others, key=gives)
+            shared = gives(donor)
             if shared > reused:
-                placement = Placement(target.index, shared, donor.index)
+                placement = Placement(
+                    target.index, shared, donor.index, exact=min(shared, donor.exact), strict=strict
+                )
         held = target.tokens
         kept = reused if placement.source == NO_SOURCE else 0
         if len(held) > kept and not any(_starts_with(slot.tokens, held) for slot in others):
-            placement.evicted = held
+            placement.evicted, placement.evicted_exact = held, target.exact
         target.busy = True
-        target.tokens = []  # until the prompt is decoded, nothing here is reusable
+        target.tokens, target.exact = [], 0  # until the prompt is decoded, nothing here
         self._touch(target)
         return placement
 
-    def decoded(self, index: int, prompt: list[int]) -> None:
-        """Slot ``index`` now holds ``prompt``'s cells (its whole chunks are reusable)."""
+    def decoded(self, index: int, prompt: list[int], *, reused: int = 0, exact: int = 0) -> None:
+        """Slot ``index`` now holds ``prompt``'s cells, decoded after ``reused``
+        kept ones of which the first ``exact`` were exact. The prompt's whole
+        chunks are exact when the decode started from exact cells at a chunk's
+        start; else only the exact chunks it kept are."""
         slot = self._slots[index]
-        slot.tokens = prompt[: len(prompt) - len(prompt) % self.chunk]
+        chunk = self.chunk
+        slot.tokens = prompt
+        if reused == exact and reused % chunk == 0:
+            slot.exact = len(prompt) - len(prompt) % chunk
+        else:
+            slot.exact = exact - exact % chunk
 
     def release(self, index: int, *, keep: bool, reply: list[int] | None = None) -> None:
         """The slot's request ended; ``keep=False`` when its cells were dropped.
-        ``reply`` is what generation steps decoded after the prompt: its cells
-        become reusable with ``reuse_replies``."""
+        ``reply`` is what generation steps decoded after the prompt (cells that
+        are never exact)."""
         slot = self._slots[index]
         slot.busy = False
         if not keep:
-            slot.tokens = []
-        elif reply and self.reuse_replies:
+            slot.tokens, slot.exact = [], 0
+        elif reply:
             slot.tokens = slot.tokens + reply
         self._touch(slot)
 
@@ -150,12 +194,12 @@ class SlotTable:
         if not free:
             return None
         slot = min(free, key=lambda s: (len(s.tokens), s.last_used))
-        slot.tokens = []
+        slot.tokens, slot.exact = [], 0
         return slot.index
 
     def forget_all(self) -> None:
         for slot in self._slots:
-            slot.tokens = []
+            slot.tokens, slot.exact = [], 0
 
     def _touch(self, slot: Slot) -> None:
         self._clock += 1

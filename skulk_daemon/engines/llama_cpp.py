@@ -44,6 +44,7 @@ from skulk_core.chat.generation import (
     ERROR_INVALID_REQUEST,
     FinishReason,
     GenerationRequest,
+    SamplingParams,
     TokenChunk,
 )
 from skulk_core.ids import TaskId
@@ -73,6 +74,13 @@ __all__ = ["DEFAULT_N_BATCH", "LlamaCppEngine", "LlamaCppSettings", "set_llama_l
 log = logging.getLogger(__name__)
 
 _REFUSED_BATCH: Final = "llama.cpp refused to decode this request's batch"
+
+
+def _reproducible(params: SamplingParams) -> bool:
+    """Whether a request's output must not depend on what was served before: a
+    greedy or seeded one, which reuses exact cells only (an unseeded sampled one
+    may reuse any, a reply's included; see ``_llama_slots``)."""
+    return params.temperature <= 0.0 or params.seed is not None
 
 
 def _fresh_cache(settings: LlamaCppSettings) -> tuple[SlotTable, PromptCache]:
@@ -313,41 +321,46 @@ class LlamaCppEngine:
                 if params.grammar is not None
                 else None
             )
-            placement = self._slots.place(pending.tokens)
-            slot, reused, source = self._take_slot(placement, pending.tokens)
+            placement = self._slots.place(pending.tokens, reproducible=_reproducible(params))
+            slot, reused, exact, source = self._take_slot(placement, pending.tokens)
             if reused == 0 or not llama.keep_prefix(slot, reused, source):
                 llama.forget(slot)
-                reused = 0
+                reused = exact = 0
             in_flight = len(self._active) + 1
-            sequence = Sequence(pending, slot, chain, grammar, in_flight, cached_tokens=reused)
+            sequence = Sequence(
+                pending, slot, chain, grammar, in_flight, cached_tokens=reused, cached_exact=exact
+            )
             for other in self._active.values():
                 other.max_in_flight = max(other.max_in_flight, in_flight)
             self._active[sequence.task_id] = sequence
             self._prefill(sequence)
 
-    def _take_slot(self, placement: Placement, prompt: list[int]) -> tuple[int, int, int | None]:
+    def _take_slot(
+        self, placement: Placement, prompt: list[int]
+    ) -> tuple[int, int, int, int | None]:
         """Save what the slot is about to lose to the prompt cache, then restore a
         longer cached prefix of ``prompt`` into it if the cache has one: the slot,
-        the tokens its cells give, and the slot to copy them from first (or None)."""
+        the tokens its cells give (and how many of those are exact), and the slot
+        to copy them from first (or None)."""
         llama = self._llama
         assert llama is not None
         cache = self._prompt_cache
-        slot, reused = placement.slot, placement.reused
+        slot, reused, exact = placement.slot, placement.reused, placement.exact
         source = None if placement.source == NO_SOURCE else placement.source
         if not cache.enabled:
-            return slot, reused, source
-        evicted = placement.evicted
-        if evicted and not cache.covers(evicted):
+            return slot, reused, exact, source
+        evicted, evicted_exact = placement.evicted, placement.evicted_exact
+        if evicted and not cache.covers(evicted, evicted_exact):
             data = llama.save_sequence(slot, len(evicted))
             if data is not None:
-                cache.put(evicted, data)
-        entry, cached = cache.best(prompt)
+                cache.put(evicted, evicted_exact, data)
+        entry, cached = cache.best(prompt, placement.strict)
         if entry is None or cached <= reused:
-            return slot, reused, source
+            return slot, reused, exact, source
         if not llama.restore_sequence(slot, entry.data):
-            return slot, 0, None
+            return slot, 0, 0, None
         cache.restored(entry, cached)
-        return slot, cached, None
+        return slot, cached, min(cached, entry.exact), None
 
     def _prefill(self, sequence: Sequence) -> None:
         """Decode what the slot does not hold of a prompt from a multiple of
@@ -397,7 +410,9 @@ class LlamaCppEngine:
             start += n
         sequence.prefill_s = time.perf_counter() - started
         sequence.pos = total
-        self._slots.decoded(slot, tokens)
+        self._slots.decoded(
+            slot, tokens, reused=sequence.cached_tokens, exact=sequence.cached_exact
+        )
         if not self._accept(sequence, self._sample(sequence, n - 1), n - 1):
             # NOTE: kept in seq-id order. With a non-unified (and sliding-window) KV
             # cache llama.cpp only packs sequences into one micro-batch when their ids
@@ -426,10 +441,8 @@ class LlamaCppEngine:
         sample = self._sample
         done = False
         batched = len(generating) > 1
-        record_replies = self._slots.reuse_replies
         for i, sequence in enumerate(generating):
-            if record_replies:  # only the opt-in reuses a reply's cells
-                sequence.reply.append(sequence.next_token)
+            sequence.reply.append(sequence.next_token)
             sequence.pos += 1
             if batched:
                 sequence.batched = True

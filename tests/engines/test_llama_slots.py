@@ -14,13 +14,27 @@ def tokens(n: int, start: int = 0) -> list[int]:
 
 def test_only_whole_shared_chunks_are_reused_and_the_last_token_is_left() -> None:
     table = SlotTable(1, CHUNK)
-    cached = tokens(10)[: 10 - 10 % CHUNK]  # what decoded() keeps of a 10-token prompt
-    assert table.reusable(cached, tokens(10)) == 8
-    assert table.reusable(cached, tokens(9)) == 8  # 8 of 9: the 9th is decoded
-    assert table.reusable(cached, tokens(8)) == 4  # never the whole prompt
-    assert table.reusable(cached, [*tokens(6), 99, 100, 101]) == 4  # differs inside chunk 2
-    assert table.reusable(cached, [99, *tokens(9, 1)]) == 0
-    assert table.reusable([], tokens(9)) == 0
+    held = tokens(10)  # a 10-token prompt decoded cold: its 8 whole-chunk cells exact
+
+    def strict(prompt: list[int]) -> int:
+        return table.reusable(held, 8, prompt, True)
+
+    assert strict(tokens(10)) == 8
+    assert strict(tokens(9)) == 8  # 8 of 9: the 9th is decoded
+    assert strict(tokens(8)) == 4  # never the whole prompt
+    assert strict([*tokens(6), 99, 100, 101]) == 4  # differs inside chunk 2
+    assert strict([99, *tokens(9, 1)]) == 0
+    assert table.reusable([], 0, tokens(9), True) == 0
+
+
+def test_a_request_free_to_reuse_anything_takes_the_whole_common_prefix() -> None:
+    table = SlotTable(1, CHUNK)
+    held = tokens(10)
+    assert table.reusable(held, 8, tokens(12), False) == 10
+    # Parting among the exact cells: their whole chunks, which keeps what it decodes exact.
+    assert table.reusable(held, 8, [*tokens(6), 99, 100], False) == 4
+    assert table.reusable(held, 8, [*tokens(9), 99, 100], False) == 9
+    assert table.reusable(held, 8, tokens(10), False) == 9  # the last is left to decode
 
 
 def test_a_slot_keeps_the_whole_chunks_of_its_last_prompt() -> None:
@@ -91,10 +105,44 @@ def test_with_reuse_replies_any_common_prefix_and_the_reply_are_reusable() -> No
     assert table.place([1, 2, 3, 4, 5, 6, 7, 9, 10]).reused == 7
 
 
-def test_without_reuse_replies_a_reply_is_not_reusable() -> None:
+def test_a_reproducible_request_never_reuses_a_reply() -> None:
     table = SlotTable(1, 4)
     prompt = [1, 2, 3, 4, 5, 6]
     placed = table.place(prompt)
     table.decoded(placed.slot, prompt)
     table.release(placed.slot, keep=True, reply=[7, 8])
-    assert table.place([1, 2, 3, 4, 5, 6, 7, 8, 9]).reused == 4
+    placed = table.place([1, 2, 3, 4, 5, 6, 7, 8, 9])
+    assert (placed.reused, placed.exact, placed.strict) == (4, 4, True)
+
+
+def test_a_sampled_turn_reuses_its_reply_and_the_slot_keeps_only_what_stays_exact() -> None:
+    table = SlotTable(1, 4)
+    first = list(range(10))  # decoded cold: [0, 8) exact
+    table.place(first, reproducible=False)
+    table.decoded(0, first)
+    table.release(0, keep=True, reply=[10, 11])
+    second = list(range(16))  # the first turn, its reply, then new text
+    placed = table.place(second, reproducible=False)
+    assert (placed.reused, placed.exact, placed.strict) == (12, 8, False)
+    table.decoded(0, second, reused=placed.reused, exact=placed.exact)
+    table.release(0, keep=True)
+    # What followed the reply's cells is not exact either: a greedy request gets
+    # the first turn's whole chunks, a sampled one everything but its last token.
+    greedy = table.place(list(range(20)))
+    assert (greedy.reused, greedy.exact) == (8, 8)
+    table.decoded(0, list(range(20)), reused=8, exact=8)  # an exact start: all exact again
+    table.release(0, keep=True)
+    assert table.place(list(range(20))).reused == 16
+
+
+def test_a_sampled_prompt_that_parts_among_exact_cells_keeps_the_slot_exact() -> None:
+    table = SlotTable(1, 4)
+    table.place(list(range(12)))
+    table.decoded(0, list(range(12)))
+    table.release(0, keep=True)
+    parted = [*range(6), 99, 98, 97, 96]
+    placed = table.place(parted, reproducible=False)
+    assert (placed.reused, placed.exact) == (4, 4)
+    table.decoded(0, parted, reused=4, exact=4)
+    table.release(0, keep=True)
+    assert table.place([*parted, 1]).reused == 8  # what it decoded is exact too

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -178,8 +179,8 @@ class Turn:
     """One turn's prompt and reply ids, and the next turn's prompt (the turn's
     prompt, its reply and new text) as text and as the engine tokenizes it."""
 
-    def __init__(self, served: Served, task: str) -> None:
-        served.submit(task, SHARED, max_tokens=8)
+    def __init__(self, served: Served, task: str, **sampling: Any) -> None:
+        served.submit(task, SHARED, max_tokens=8, **sampling)
         tokens, end = served.collect(task)
         assert isinstance(end, FinishChunk), end
         llama = served.engine._llama
@@ -208,5 +209,38 @@ def test_with_reuse_replies_a_conversations_next_turn_reuses_its_reply(
 def test_by_default_a_reply_is_never_reused(one_slot: Served) -> None:
     turn = Turn(one_slot, "exact-turn-1")
     _, end = one_slot.run("exact-turn-2", turn.following, max_tokens=2)
+    assert 0 < end.stats.cached_tokens <= len(turn.prompt)
+    assert end.stats.cached_tokens % CHUNK == 0
+
+
+# top_k 1 keeps a sampled reply the greedy one (whose re-tokenization is known to
+# match); the request still counts as sampled, with no output to reproduce.
+SAMPLED = {"temperature": 0.8, "top_k": 1}
+
+
+def test_a_sampled_turn_reuses_its_reply_and_a_greedy_one_still_decodes_as_cold(
+    one_slot: Served,
+) -> None:
+    turn = Turn(one_slot, "sampled-turn-1", **SAMPLED)
+    held = turn.prompt + turn.reply[:-1]
+    expected = min(_common(held, turn.following_ids), len(turn.following_ids) - 1)
+    assert expected > len(turn.prompt), "the reply does not re-tokenize as it was generated"
+    _, end = one_slot.run("sampled-turn-2", turn.following, max_tokens=2, **SAMPLED)
+    assert end.stats.cached_tokens == expected
+    # The slot now holds cells decoded after a reply's: a greedy request is given
+    # only the whole chunks before it, and decodes exactly as it would cold.
+    warm, end = one_slot.run("greedy-after-sampled", turn.following, max_tokens=12)
+    assert 0 < end.stats.cached_tokens <= len(turn.prompt)
+    assert end.stats.cached_tokens % CHUNK == 0
+    _evict(one_slot, "evict-sampled")
+    cold, end = one_slot.run("greedy-cold", turn.following, max_tokens=12)
+    assert end.stats.cached_tokens == 0
+    assert warm == cold
+
+
+def test_a_seeded_turn_reuses_exact_cells_only(one_slot: Served) -> None:
+    seeded = {**SAMPLED, "seed": 7}
+    turn = Turn(one_slot, "seeded-turn-1", **seeded)
+    _, end = one_slot.run("seeded-turn-2", turn.following, max_tokens=2, **seeded)
     assert 0 < end.stats.cached_tokens <= len(turn.prompt)
     assert end.stats.cached_tokens % CHUNK == 0

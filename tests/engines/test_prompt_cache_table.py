@@ -1,5 +1,6 @@
 """The prompt cache's bookkeeping, without a model: LRU eviction within the byte
-budget, prefixes superseded by longer entries, and the best match chosen."""
+budget, prefixes superseded by longer entries, the best match chosen, and exact
+cells kept apart from the rest."""
 
 from __future__ import annotations
 
@@ -13,41 +14,59 @@ def _cache(budget: int) -> PromptCache:
     return PromptCache(budget, SlotTable(1, CHUNK).reusable)
 
 
+def _put(cache: PromptCache, tokens: list[int], data: bytes) -> bool:
+    """An entry whose whole chunks are exact (a prompt decoded cold)."""
+    return cache.put(tokens, len(tokens) - len(tokens) % CHUNK, data)
+
+
 def test_the_least_recently_used_entry_goes_first() -> None:
     cache = _cache(30)
     a, b, c = [1] * 8, [2] * 8, [3] * 8
-    assert cache.put(a, b"x" * 10) and cache.put(b, b"x" * 10) and cache.put(c, b"x" * 10)
-    entry, n = cache.best([*a, 9])
+    assert _put(cache, a, b"x" * 10) and _put(cache, b, b"x" * 10) and _put(cache, c, b"x" * 10)
+    entry, n = cache.best([*a, 9], True)
     assert entry is not None and n == 8
     cache.restored(entry, n)  # a is now the most recent
-    cache.put([4] * 8, b"x" * 10)
-    assert cache.best([*b, 9])[0] is None  # b was the least recently used
-    assert cache.best([*a, 9])[0] is not None and cache.best([*c, 9])[0] is not None
+    _put(cache, [4] * 8, b"x" * 10)
+    assert cache.best([*b, 9], True)[0] is None  # b was the least recently used
+    assert cache.best([*a, 9], True)[0] is not None and cache.best([*c, 9], True)[0] is not None
     stats = cache.stats()
     assert stats.bytes == 30 and stats.entries == 3 and stats.evicted == 1
 
 
 def test_a_longer_prefix_replaces_the_shorter_one() -> None:
     cache = _cache(100)
-    cache.put([1, 2, 3, 4], b"x" * 10)
-    cache.put([1, 2, 3, 4, 5, 6, 7, 8], b"y" * 20)
+    _put(cache, [1, 2, 3, 4], b"x" * 10)
+    _put(cache, [1, 2, 3, 4, 5, 6, 7, 8], b"y" * 20)
     assert cache.stats().entries == 1 and cache.stats().bytes == 20
-    assert cache.covers([1, 2, 3, 4]) and not cache.covers([1, 2, 3, 5])
+    assert cache.covers([1, 2, 3, 4], 4) and not cache.covers([1, 2, 3, 5], 0)
+
+
+def test_a_longer_entry_with_fewer_exact_cells_keeps_the_exact_one() -> None:
+    cache = _cache(100)
+    _put(cache, [1, 2, 3, 4, 5, 6, 7, 8], b"x")
+    # The same prompt, then a reply: more cells, but only the first chunk exact.
+    cache.put([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 4, b"y")
+    assert cache.stats().entries == 2
+    assert not cache.covers([1, 2, 3, 4, 5, 6, 7, 8, 9], 8)
+    entry, n = cache.best([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], True)
+    assert entry is not None and entry.data == b"x" and n == 8
+    entry, n = cache.best([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], False)
+    assert entry is not None and entry.data == b"y" and n == 10
 
 
 def test_an_entry_larger_than_the_budget_is_not_kept() -> None:
     cache = _cache(10)
-    assert not cache.put([1] * 8, b"x" * 11)
+    assert not _put(cache, [1] * 8, b"x" * 11)
     assert cache.stats().entries == 0 and cache.stats().saved == 0
     assert not _cache(0).enabled
 
 
 def test_the_best_match_gives_the_most_whole_chunks() -> None:
     cache = _cache(100)
-    cache.put([1, 2, 3, 4, 5, 6, 7, 8], b"x")
-    cache.put([1, 2, 3, 4, 9, 9, 9, 9, 9, 9, 9, 9], b"y")
-    entry, n = cache.best([1, 2, 3, 4, 9, 9, 9, 9, 0])
+    _put(cache, [1, 2, 3, 4, 5, 6, 7, 8], b"x")
+    _put(cache, [1, 2, 3, 4, 9, 9, 9, 9, 9, 9, 9, 9], b"y")
+    entry, n = cache.best([1, 2, 3, 4, 9, 9, 9, 9, 0], True)
     assert entry is not None and entry.data == b"y" and n == 8
     # The last prompt token is always left to decode.
-    entry, n = cache.best([1, 2, 3, 4, 5, 6, 7, 8])
+    entry, n = cache.best([1, 2, 3, 4, 5, 6, 7, 8], True)
     assert n == 4
