@@ -22,6 +22,10 @@ from tests.daemon.serving import DEMO
 pytestmark = pytest.mark.slow
 
 CHUNK = DEFAULT_PREFILL_CHUNK
+GREEDY = {"temperature": 0}
+"""Greedy, so only exact cells are reused: a sampled request may also reuse the few
+template tokens another test's short prompt left in a slot, and is then not cold.
+(The Anthropic SDK has no ``temperature`` argument; the API takes the field.)"""
 
 
 def system_prompt(name: str) -> str:
@@ -83,12 +87,9 @@ def test_chat_completions_report_cached_prompt_tokens(oai: openai.OpenAI) -> Non
 
 def test_responses_report_cached_input_tokens(oai: openai.OpenAI) -> None:
     instructions = system_prompt("Responses")
-    first = oai.responses.create(
-        model=DEMO, instructions=instructions, input="Good evening.", max_output_tokens=3
-    )
-    again = oai.responses.create(
-        model=DEMO, instructions=instructions, input="Good evening.", max_output_tokens=3
-    )
+    ask = {"instructions": instructions, "input": "Good evening.", "max_output_tokens": 3}
+    first = oai.responses.create(model=DEMO, temperature=0, **ask)
+    again = oai.responses.create(model=DEMO, temperature=0, **ask)
     assert first.usage is not None and again.usage is not None
     assert first.usage.input_tokens_details.cached_tokens == 0
     cached = again.usage.input_tokens_details.cached_tokens
@@ -102,9 +103,11 @@ def test_claude_messages_report_cache_reads_apart_from_input(app: AppNode) -> No
     ) as client:
         system = system_prompt("Claude")
         ask: list[anthropic.types.MessageParam] = [{"role": "user", "content": "Good evening."}]
-        first = client.messages.create(model=DEMO, system=system, messages=ask, max_tokens=3)
+        first = client.messages.create(
+            model=DEMO, system=system, messages=ask, max_tokens=3, extra_body=GREEDY
+        )
         with client.messages.stream(
-            model=DEMO, system=system, messages=ask, max_tokens=3
+            model=DEMO, system=system, messages=ask, max_tokens=3, extra_body=GREEDY
         ) as stream:
             again = stream.get_final_message()
     assert first.usage.cache_read_input_tokens == 0
