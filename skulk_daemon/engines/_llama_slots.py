@@ -111,6 +111,11 @@ class SlotTable:
             return n
         common = n
         limit = min(len(held), len(prompt) - 1)
+        while (
+            common + chunk <= limit
+            and held[common : common + chunk] == prompt[common : common + chunk]
+        ):
+            common += chunk
         while common < limit and held[common] == prompt[common]:
             common += 1
         return common if common > exact else n
@@ -134,9 +139,13 @@ class SlotTable:
         free = [slot for slot in self._slots if not slot.busy]
         assert free, "place() without a free slot"
         strict = self.strict(reproducible)
+        given = {
+            slot.index: self.reusable(slot.tokens, slot.exact, prompt, strict)
+            for slot in self._slots
+        }
 
         def gives(slot: Slot) -> int:
-            return self.reusable(slot.tokens, slot.exact, prompt, strict)
+            return given[slot.index]
 
         def split(slot: Slot) -> int:
             """How many runs of consecutive busy ids taking ``slot`` adds."""
@@ -164,16 +173,15 @@ class SlotTable:
 
     def decoded(self, index: int, prompt: list[int], *, reused: int = 0, exact: int = 0) -> None:
         """Slot ``index`` now holds ``prompt``'s cells, decoded after ``reused``
-        kept ones of which the first ``exact`` were exact. The prompt's whole
-        chunks are exact when the decode started from exact cells at a chunk's
-        start; else only the exact chunks it kept are."""
+        kept ones of which the first ``exact`` (whole chunks) were exact. The
+        prompt's whole chunks are exact when every kept cell was; else only the
+        exact ones it kept are."""
         slot = self._slots[index]
-        chunk = self.chunk
         slot.tokens = prompt
-        if reused == exact and reused % chunk == 0:
-            slot.exact = len(prompt) - len(prompt) % chunk
-        else:
-            slot.exact = exact - exact % chunk
+        # NOTE: exact kept cells are whole chunks (reusable() gives a count past
+        # whole chunks only where it reaches beyond the exact cells), so reused ==
+        # exact means the decode started from exact cells at a chunk's start.
+        slot.exact = len(prompt) - len(prompt) % self.chunk if reused == exact else exact
 
     def release(self, index: int, *, keep: bool, reply: list[int] | None = None) -> None:
         """The slot's request ended; ``keep=False`` when its cells were dropped.
