@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import Result
 
+from skulk_cli import console
 from skulk_cli.commands import placement
 from skulk_cli.main import app
 
@@ -566,9 +567,22 @@ def test_interactive_chat_survives_a_failed_turn_and_leaves_it_out(node: FakeNod
     assert second.body["messages"] == [{"role": "user", "content": "hello"}]  # type: ignore[index]
 
 
-def test_ctrl_c_cancels_the_generation_not_the_session(node: FakeNode) -> None:
+def test_ctrl_c_cancels_the_generation_not_the_session(
+    node: FakeNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cancelled = threading.Event()
-    streaming = threading.Event()
+    # Set once the client has printed the first token, so it has read the
+    # command id sent before it: the press then lands mid-generation, never
+    # before the client knows what to cancel (the server racing ahead of a
+    # loaded client made this fail about one run in fifty).
+    printed = threading.Event()
+    write = console.TextStream.write
+
+    def write_and_mark(self: console.TextStream, text: str, style: str = "") -> None:
+        write(self, text, style)
+        printed.set()
+
+    monkeypatch.setattr(console.TextStream, "write", write_and_mark)
 
     def endless() -> Iterator[bytes]:
         yield f": command_id {CHAT_COMMAND_ID}\n\n".encode()
@@ -577,7 +591,6 @@ def test_ctrl_c_cancels_the_generation_not_the_session(node: FakeNode) -> None:
         for _ in range(500):
             if cancelled.wait(0.02):
                 break
-            streaming.set()
             yield b": keep-alive\n\n"
         yield b'data: {"error": {"message": "cancelled", "code": "cancelled"}}\n\n'
         yield b"data: [DONE]\n\n"
@@ -591,7 +604,7 @@ def test_ctrl_c_cancels_the_generation_not_the_session(node: FakeNode) -> None:
     node.routes[("POST", f"/v1/cancel/{CHAT_COMMAND_ID}")] = cancel
 
     def press_ctrl_c() -> None:
-        if streaming.wait(10):
+        if printed.wait(10):
             _thread.interrupt_main()
 
     presser = threading.Thread(target=press_ctrl_c)
