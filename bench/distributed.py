@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import httpx
+import psutil
 
 if __package__ in (None, ""):  # `python bench/distributed.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -246,6 +247,38 @@ def donor_layers(pool: dict[str, Any]) -> int:
     raise RuntimeError("the pool has no donor shard")
 
 
+def _cpu_s(process: psutil.Process) -> float:
+    try:
+        times = process.cpu_times()
+    except psutil.NoSuchProcess:
+        return 0.0
+    return float(times.user + times.system)
+
+
+def process_groups(a: LoggedDaemon, b: LoggedDaemon) -> dict[str, list[psutil.Process]]:
+    """Every process a round can spend CPU in, by role: the two daemons, their
+    runners (the pool's driver and donor), llama.cpp's own server and RPC servers,
+    and this script (the client, and the gate of the gated side)."""
+    me = psutil.Process()
+    groups: dict[str, list[psutil.Process]] = {"client+gate": [me]}
+    daemons = {}
+    for label, daemon in (("daemon A", a), ("daemon B", b)):
+        assert daemon.process is not None
+        daemons[daemon.process.pid] = label
+    for child in me.children():
+        label = daemons.get(child.pid)
+        if label is not None:
+            groups[label] = [child]
+            groups[f"runners {label[-1]}"] = child.children(recursive=True)
+        elif child.name() in ("llama-server", "ggml-rpc-server"):
+            groups.setdefault(child.name(), []).append(child)
+    return groups
+
+
+def cpu_snapshot(groups: dict[str, list[psutil.Process]]) -> dict[str, float]:
+    return {label: sum(_cpu_s(p) for p in members) for label, members in groups.items()}
+
+
 def rounds(url: str, body: dict[str, Any], streams: int, reps: int, label: str) -> list[Round]:
     done = []
     for rep in range(reps):
@@ -276,6 +309,9 @@ def pool(
     figures: dict[str, dict[int, list[Round]]] = {
         side: {n: [] for n in levels} for side in ("single", "pooled", "server", "server_gated")
     }
+    cpu: dict[str, dict[int, dict[str, list[float]]]] = {
+        side: {n: {} for n in levels} for side in ("pooled", "server", "server_gated")
+    }
     single = place(a, [b], context_tokens=context, min_nodes=1)
     asyncio.run(run_round(a.url, body, streams))  # warm
     for n in levels:
@@ -305,11 +341,18 @@ def pool(
             sides = {"pooled": front.url, "server": server, "server_gated": server_gated}
             for url in sides.values():
                 asyncio.run(run_round(url, body, streams))  # warm
+            groups = process_groups(a, b)
             for rep in range(reps):
                 for n in levels:
                     order = list(sides) if (rep + n) % 2 == 0 else list(reversed(sides))
                     for side in order:
-                        figures[side][n] += rounds(sides[side], body, n, 1, side)
+                        before = cpu_snapshot(groups)
+                        done = rounds(sides[side], body, n, 1, side)
+                        after = cpu_snapshot(groups)
+                        figures[side][n] += done
+                        for label, seconds in after.items():
+                            ms = (seconds - before[label]) * 1000.0 / done[0].tokens
+                            cpu[side][n].setdefault(label, []).append(ms)
     delete(a, pooled["instanceId"])
     rows = []
     for n in levels:
@@ -328,6 +371,10 @@ def pool(
                 "llama_server_gated_tps": round(theirs_gated, 2),
                 "pooled_over_llama_server_gated": round(mine / theirs_gated, 4),
                 "ok": mine / theirs >= POOL_TARGET,
+                "cpu_ms_per_token": {
+                    side: {label: round(median(v), 3) for label, v in cpu[side][n].items()}
+                    for side in cpu
+                },
             }
         )
     return {"donor_layers": layers, "rows": rows}
@@ -391,6 +438,12 @@ def main(argv: list[str] | None = None) -> int:
                     f" {'ok' if row['ok'] else 'MISS'}"
                 )
             print(f"target: Skulk pool / llama-server pool >= {POOL_TARGET:g}")
+            print("CPU ms per token, by process (median of the rounds):")
+            for row in result["rows"]:
+                for side, by_process in row["cpu_ms_per_token"].items():
+                    spent = ", ".join(f"{k} {v:.2f}" for k, v in by_process.items() if v >= 0.01)
+                    total = sum(by_process.values())
+                    print(f"  {row['streams']} stream(s) {side:>12}: total {total:.2f}: {spent}")
     if args.json:
         report.update(machine=machine(), load_at_start=round(load_at_start, 2), threads=cpu_count())
         print_json(report)
