@@ -14,14 +14,14 @@ from typing import Final, cast
 
 import llama_cpp
 
+from skulk_daemon.engines._llama_exact import EXACT_ROWS
 from skulk_daemon.engines.base import DEFAULT_SLOTS, EngineLoadError
 from skulk_daemon.engines.llama_rpc import OffloadParams, RpcOffload, offload_summary
 
 DEFAULT_N_BATCH: Final = 512
 DEFAULT_PREFILL_CHUNK: Final = 64
-"""Tokens per prompt decode, and so the granularity of prefix reuse (see
-``_llama_slots``). Measured on the demo model with one thread: 512 prompt tokens
-in 64-token chunks decode as fast as in one 512-token batch; 32 was 30 % slower."""
+"""The smallest prompt batch whose cells are exact: llama.cpp's CPU flash
+attention tiles batches of 64 rows and up (see ``_llama_exact``)."""
 _GGUF_MAGIC: Final = b"GGUF"
 _PIECE_BUFFER_BYTES: Final = 128
 _GGML_LOG_LEVEL_ERROR: Final = 4  # enum ggml_log_level in ggml.h
@@ -110,7 +110,11 @@ class LlamaCppSettings:
         self.slots = slots
         self.n_threads = n_threads if n_threads else (os.cpu_count() or 1)
         self.n_batch = n_batch
-        self.prefill_chunk = max(1, min(prefill_chunk, n_batch))
+        if prefill_chunk < 1 or prefill_chunk % EXACT_ROWS:
+            raise ValueError(
+                f"prefill_chunk must be a positive multiple of {EXACT_ROWS}, got {prefill_chunk}"
+            )
+        self.prefill_chunk = prefill_chunk
         if prompt_cache_bytes < 0:
             raise ValueError(f"prompt_cache_bytes must not be negative, got {prompt_cache_bytes}")
         self.prompt_cache_bytes = prompt_cache_bytes

@@ -15,7 +15,7 @@ engine's scheduler thread only.
 NOTE: an entry keeps what the slot table knew of its cells (see
 :mod:`._llama_slots`): the tokens behind them and how many lead with exact ones.
 A request that must be reproducible is given exact cells only, which are what a
-cold prefill of those chunks writes, so reuse keeps temperature-0 output the
+cold prefill of those tokens writes, so reuse keeps temperature-0 output the
 same.
 """
 

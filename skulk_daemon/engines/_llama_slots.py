@@ -7,16 +7,11 @@ longest reusable prefix, or a copy of a longer one another slot (free or busy)
 holds (see :meth:`SlotTable.place`).
 
 NOTE: only *exact* cells are reused for a request whose output must not depend
-on what was served before (temperature 0, or a seed). llama.cpp's CPU kernels
-round differently depending on how a prompt is split into batches (splitting a
-600-token prompt into 512 + 88 rather than 64-token pieces moved Gemma 3's
-logits by 0.9), so the engine decodes every prompt in batches of whole chunks
-from a multiple of ``chunk``, then its partial last chunk (however the whole
-chunks are grouped, their cells come out the same). The whole chunks of a
-prompt decoded that way from an exact start are exact: a prompt served from
-them decodes exactly as it would cold. A partial chunk's cells and a reply's
-(written by one-row generation steps) are not, nor is anything decoded after
-cells that were not.
+on what was served before (temperature 0, or a seed): the cells a cold decode of
+the prompt writes, bit for bit (see ``_llama_exact``: the engine batches every
+prompt so that all its cells but the last ``len % 4`` are, and a reply's never
+are). A conversation's next greedy turn therefore reuses its previous prompt
+but for up to three tokens, and prefills the reply and the new text.
 
 A sampled request without a seed has no output to reproduce, so where its
 common prefix reaches past the exact cells it reuses all of it, a reply's cells
@@ -29,6 +24,8 @@ differ from a cold prompt's output.
 from __future__ import annotations
 
 from typing import Final
+
+from ._llama_exact import ExactBatching
 
 NO_SOURCE: Final = -1
 
@@ -43,7 +40,7 @@ class Slot:
         self.tokens: list[int] = []
         """The tokens whose cells are kept: the last prompt, then its reply's."""
         self.exact = 0
-        """How many of ``tokens`` lead with exact cells (a multiple of the chunk)."""
+        """How many of ``tokens`` lead with exact cells (a multiple of the rule's rows)."""
         self.last_used = 0
         self.busy = False
 
@@ -73,12 +70,10 @@ class Placement:
 class SlotTable:
     """The engine's slots; used from its scheduler thread only."""
 
-    def __init__(self, slots: int, chunk: int, *, reuse_replies: bool = False) -> None:
-        if chunk < 1:
-            raise ValueError(f"the prefill chunk must be positive, got {chunk}")
+    def __init__(self, slots: int, rule: ExactBatching, *, reuse_replies: bool = False) -> None:
         self.reuse_replies = reuse_replies
-        self.chunk = chunk
-        """The exact reuse granule: whole prefill chunks."""
+        self.rule = rule
+        """Which cells are exact, and where a reproducible prompt resumes."""
         self._slots = [Slot(i) for i in range(slots)]
         self._clock = 0
 
@@ -93,32 +88,23 @@ class SlotTable:
     def reusable(self, held: list[int], exact: int, prompt: list[int], strict: bool) -> int:
         """Tokens of ``prompt`` whose cells a sequence holding ``held`` (the first
         ``exact`` of them exact) can give, always leaving the last prompt token to
-        decode (its logits pick the first token): whole chunks of the common
-        prefix among the exact cells, or for a request that is not ``strict`` the
-        whole common prefix where it reaches past them.
+        decode (its logits pick the first token): the common prefix among the
+        exact cells, cut back to where the rule resumes (a multiple of its rows,
+        at least a chunk before the prompt's end), or for a request that is not
+        ``strict`` the whole common prefix where it reaches past them.
 
-        NOTE: a prompt that parts from ``held`` among the exact cells takes their
-        whole chunks even when it need not be exact: reusing the few tokens of a
-        partial chunk as well would save little and leave every cell it decodes
-        inexact, of no use to a later reproducible request."""
-        chunk = self.chunk
-        limit = min(exact, len(prompt) - 1)
-        limit -= limit % chunk
-        n = 0
-        while n < limit and held[n : n + chunk] == prompt[n : n + chunk]:
-            n += chunk
-        if strict or n < limit:
-            return n
-        common = n
-        limit = min(len(held), len(prompt) - 1)
-        while (
-            common + chunk <= limit
-            and held[common : common + chunk] == prompt[common : common + chunk]
-        ):
-            common += chunk
-        while common < limit and held[common] == prompt[common]:
-            common += 1
-        return common if common > exact else n
+        NOTE: a prompt that parts from ``held`` among the exact cells resumes
+        where the rule says even when it need not be exact: reusing a few more
+        cells would save little and leave every cell it decodes inexact, of no use
+        to a later reproducible request."""
+        total = len(prompt)
+        limit = min(exact, total - 1)
+        common = _common(held, prompt, limit)
+        resume = self.rule.start(common, total)
+        if strict or common < limit:
+            return resume
+        common = _common(held, prompt, min(len(held), total - 1), common)
+        return common if common > exact else resume
 
     def place(self, prompt: list[int], *, reproducible: bool = True) -> Placement:
         """Choose a free slot for ``prompt`` (there must be one) and mark it busy.
@@ -173,15 +159,14 @@ class SlotTable:
 
     def decoded(self, index: int, prompt: list[int], *, reused: int = 0, exact: int = 0) -> None:
         """Slot ``index`` now holds ``prompt``'s cells, decoded after ``reused``
-        kept ones of which the first ``exact`` (whole chunks) were exact. The
-        prompt's whole chunks are exact when every kept cell was; else only the
-        exact ones it kept are."""
+        kept ones of which the first ``exact`` were exact. All but the last few
+        are exact when the decode resumed from exact cells where the rule would
+        have; else only the exact ones it kept are."""
         slot = self._slots[index]
         slot.tokens = prompt
-        # NOTE: exact kept cells are whole chunks (reusable() gives a count past
-        # whole chunks only where it reaches beyond the exact cells), so reused ==
-        # exact means the decode started from exact cells at a chunk's start.
-        slot.exact = len(prompt) - len(prompt) % self.chunk if reused == exact else exact
+        rule = self.rule
+        exact_start = reused == exact and rule.start(reused, len(prompt)) == reused
+        slot.exact = rule.exact_after(len(prompt)) if exact_start else exact
 
     def release(self, index: int, *, keep: bool, reply: list[int] | None = None) -> None:
         """The slot's request ended; ``keep=False`` when its cells were dropped.
@@ -212,6 +197,17 @@ class SlotTable:
     def _touch(self, slot: Slot) -> None:
         self._clock += 1
         slot.last_used = self._clock
+
+
+def _common(a: list[int], b: list[int], limit: int, start: int = 0) -> int:
+    """The length of ``a`` and ``b``'s common prefix, at most ``limit``, given
+    that their first ``start`` tokens match (compared a slice at a time first)."""
+    n, step = start, 64
+    while n + step <= limit and a[n : n + step] == b[n : n + step]:
+        n += step
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return n
 
 
 def _starts_with(tokens: list[int], prefix: list[int]) -> bool:

@@ -6,8 +6,8 @@ another's room). One scheduler thread owns the context; every iteration it
 
 1. applies submissions and cancellations in arrival order,
 2. admits waiting requests (FIFO) into free slots: each prompt is decoded into
-   its sequence in batches of whole ``prefill_chunk``-token chunks (then the
-   partial last one) and its first token sampled;
+   its sequence in batches that keep its cells exact (see ``_llama_exact``)
+   and its first token sampled;
    a slot keeps its cells after a request, so a prompt that starts with what a
    slot already holds (or what another slot holds: its cells are copied)
    decodes only the rest (see ``_llama_slots``); what a slot loses to another
@@ -50,6 +50,7 @@ from skulk_core.chat.generation import (
 from skulk_core.ids import TaskId
 from skulk_daemon.engines import _llama_sampling as sampling
 from skulk_daemon.engines._llama_draw import takes_draw
+from skulk_daemon.engines._llama_exact import ExactBatching
 from skulk_daemon.engines._llama_model import (
     DEFAULT_N_BATCH,
     LlamaCppSettings,
@@ -85,7 +86,8 @@ def _reproducible(params: SamplingParams) -> bool:
 
 def _fresh_cache(settings: LlamaCppSettings) -> tuple[SlotTable, PromptCache]:
     """Empty slots and an empty RAM prompt cache (a fresh context holds no cells)."""
-    slots = SlotTable(settings.slots, settings.prefill_chunk, reuse_replies=settings.reuse_replies)
+    rule = ExactBatching(settings.prefill_chunk, widest=settings.n_batch)
+    slots = SlotTable(settings.slots, rule, reuse_replies=settings.reuse_replies)
     return slots, PromptCache(settings.prompt_cache_bytes, slots.reusable)
 
 
@@ -363,38 +365,27 @@ class LlamaCppEngine:
         return slot, cached, min(cached, entry.exact), None
 
     def _prefill(self, sequence: Sequence) -> None:
-        """Decode what the slot does not hold of a prompt from a multiple of
-        ``prefill_chunk``, in batches of whole chunks (up to ``n_batch`` tokens)
-        and then the partial last one, then sample the first token from its last
-        logit.
+        """Decode what the slot does not hold of a prompt, in the batches the
+        exact rule gives (up to ``n_batch`` tokens each), then sample the first
+        token from its last logit.
 
         NOTE: prompts are never packed together, nor with other sequences'
         generation steps. llama.cpp's CPU kernels round differently depending on
-        how a prompt is split into batches (Gemma 3 270M moves logits by ~1.0),
-        but not when every batch but the last is whole 64-token chunks from a
-        multiple of 64 (measured with flash attention, bit-identical logits after
-        701 tokens: 64-token batches, 512 + 128 and 256 + 64 + 320 before the same
-        61-token tail; any other split, 512 + 189 among them, differs). So each
-        prompt gets the cells it gets alone and cold, however much of it was
-        reused, and temperature-0 output does not depend on what else is served
-        or what the cache held, while a long prompt still decodes in batches of up
-        to ``n_batch`` (a 64-token batch costs more per token).
+        a batch's shape (see ``_llama_exact``), so each prompt gets the cells it
+        gets alone and cold, however much of it was reused, and temperature-0
+        output does not depend on what else is served or what the cache held.
         """
         llama = self._llama
         assert llama is not None
         tokens = sequence.pending.tokens
         total = len(tokens)
-        capacity = self._settings.prefill_chunk
-        widest = max(capacity, self._settings.n_batch // capacity * capacity)
         token, pos, n_seq_id, seq_id, logits = llama.batch_arrays()
         slot = sequence.seq_id
         started = time.perf_counter()
         n = 0
         self._cached_tokens += sequence.cached_tokens
         start = sequence.cached_tokens
-        while start < total:
-            whole = (total - start) // capacity * capacity
-            n = min(whole, widest) if whole else total - start
+        for n in self._slots.rule.batches(start, total):
             for i in range(n):
                 token[i] = tokens[start + i]
                 pos[i] = start + i

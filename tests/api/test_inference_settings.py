@@ -8,6 +8,7 @@ import logging
 import openai
 import pytest
 
+from skulk_daemon.engines._llama_exact import EXACT_ROWS
 from skulk_daemon.engines._llama_model import DEFAULT_PREFILL_CHUNK
 from tests.api.in_process import AppFactory
 from tests.api.test_prompt_cache_usage import system_prompt
@@ -54,11 +55,11 @@ def test_runner_threads_and_reuse_replies_reach_the_runner(
     assert second.usage is not None and second.usage.prompt_tokens_details is not None
     cached = second.usage.prompt_tokens_details.cached_tokens
     held = first.usage.prompt_tokens
-    # By default only whole 64-token chunks of the first prompt are reused; this
-    # first prompt does not end on a chunk boundary, so reusing all of it shows the
-    # setting took effect.
-    assert held % DEFAULT_PREFILL_CHUNK != 0
+    # By default a greedy request reuses the first prompt on whole rows, and leaves
+    # at least a chunk to decode: reusing more shows the setting took effect.
+    by_default = min(held, second.usage.prompt_tokens - DEFAULT_PREFILL_CHUNK)
     assert cached is not None and cached >= held
+    assert cached > by_default // EXACT_ROWS * EXACT_ROWS
     reply = first.choices[0].message.content or ""
     if reply and reply == reply.strip():
         # The template keeps the reply as generated: its cells are reused too.

@@ -3,146 +3,165 @@
 
 from __future__ import annotations
 
+from skulk_daemon.engines._llama_exact import ExactBatching
 from skulk_daemon.engines._llama_slots import NO_SOURCE, SlotTable
 
-CHUNK = 4
+# A small rule: exact batches of 8 tokens or more, exact counts in 4s.
+RULE = ExactBatching(8, 4, widest=32)
 
 
 def tokens(n: int, start: int = 0) -> list[int]:
     return list(range(start, start + n))
 
 
-def test_only_whole_shared_chunks_are_reused_and_the_last_token_is_left() -> None:
-    table = SlotTable(1, CHUNK)
-    held = tokens(10)  # a 10-token prompt decoded cold: its 8 whole-chunk cells exact
+def test_a_strict_request_reuses_exact_cells_on_whole_rows_leaving_a_chunk() -> None:
+    table = SlotTable(1, RULE)
+    held = tokens(20)  # a 20-token prompt decoded cold: all 20 cells exact
 
     def strict(prompt: list[int]) -> int:
-        return table.reusable(held, 8, prompt, True)
+        return table.reusable(held, 20, prompt, True)
 
-    assert strict(tokens(10)) == 8
-    assert strict(tokens(9)) == 8  # 8 of 9: the 9th is decoded
-    assert strict(tokens(8)) == 4  # never the whole prompt
-    assert strict([*tokens(6), 99, 100, 101]) == 4  # differs inside chunk 2
-    assert strict([99, *tokens(9, 1)]) == 0
-    assert table.reusable([], 0, tokens(9), True) == 0
+    assert strict(tokens(30)) == 20
+    assert strict(tokens(24)) == 16  # 8 tokens, a chunk, are left to decode
+    assert strict(tokens(20)) == 12  # never the whole prompt
+    assert strict([*tokens(14), *tokens(16, 100)]) == 12  # parts at 14: whole rows
+    assert strict([99, *tokens(29, 1)]) == 0
+    assert strict(tokens(7)) == 0  # shorter than a chunk
+    assert table.reusable([], 0, tokens(30), True) == 0
 
 
 def test_a_request_free_to_reuse_anything_takes_the_whole_common_prefix() -> None:
-    table = SlotTable(1, CHUNK)
-    held = tokens(10)
-    assert table.reusable(held, 8, tokens(12), False) == 10
-    # Parting among the exact cells: their whole chunks, which keeps what it decodes exact.
-    assert table.reusable(held, 8, [*tokens(6), 99, 100], False) == 4
-    assert table.reusable(held, 8, [*tokens(9), 99, 100], False) == 9
-    assert table.reusable(held, 8, tokens(10), False) == 9  # the last is left to decode
+    table = SlotTable(1, RULE)
+    held = tokens(22)  # a 20-token prompt, then two reply tokens (not exact)
+    assert table.reusable(held, 20, tokens(30), False) == 22
+    assert table.reusable(held, 20, tokens(22), False) == 21  # the last is left to decode
+    # Parting among the exact cells: where the rule resumes, which keeps what it decodes exact.
+    assert table.reusable(held, 20, [*tokens(14), *tokens(16, 100)], False) == 12
+    assert table.reusable(held, 20, tokens(20), False) == 12
 
 
-def test_a_slot_keeps_the_whole_chunks_of_its_last_prompt() -> None:
-    table = SlotTable(2, CHUNK)
-    first = table.place(tokens(10))
+def test_a_slot_keeps_its_last_prompt_but_the_last_rows() -> None:
+    table = SlotTable(2, RULE)
+    first = table.place(tokens(18))
     assert (first.slot, first.reused, first.source) == (0, 0, NO_SOURCE)
-    table.decoded(0, tokens(10))
+    table.decoded(0, tokens(18))
     table.release(0, keep=True)
-    again = table.place(tokens(14))
-    assert (again.slot, again.reused, again.source) == (0, 8, NO_SOURCE)
+    again = table.place(tokens(40))
+    assert (again.slot, again.reused, again.source) == (0, 16, NO_SOURCE)
+
+
+def test_a_prompt_shorter_than_a_chunk_leaves_nothing_exact() -> None:
+    table = SlotTable(1, RULE)
+    table.place(tokens(6))
+    table.decoded(0, tokens(6))
+    table.release(0, keep=True)
+    assert table.place(tokens(30)).reused == 0
 
 
 def test_a_prefix_in_a_busy_slot_is_copied() -> None:
-    table = SlotTable(3, CHUNK)
+    table = SlotTable(3, RULE)
     for slot, start in ((0, 100), (1, 0)):
-        placed = table.place(tokens(12, start))
+        placed = table.place(tokens(20, start))
         assert placed.slot == slot
-        table.decoded(slot, tokens(12, start))
+        table.decoded(slot, tokens(20, start))
     table.release(0, keep=True)  # slot 0 free (another prompt); slot 1 busy (ours)
-    placed = table.place(tokens(13))
+    placed = table.place(tokens(40))
     # Slots 0 and 2 both sit next to the busy one; 2 is the least recently used.
-    assert (placed.slot, placed.reused, placed.source) == (2, 12, 1)
+    assert (placed.slot, placed.reused, placed.source) == (2, 20, 1)
 
 
 def test_with_nothing_busy_a_conversation_keeps_its_own_slot() -> None:
-    table = SlotTable(2, CHUNK)
+    table = SlotTable(2, RULE)
     for slot, start in ((0, 100), (1, 0)):
-        table.place(tokens(12, start))
-        table.decoded(slot, tokens(12, start))
+        table.place(tokens(20, start))
+        table.decoded(slot, tokens(20, start))
     table.release(1, keep=True)
     table.release(0, keep=True)
-    for _ in range(2):  # the two conversations take turns: neither evicts the other
+    for held in (20, 40):  # the two conversations take turns: neither evicts the other
         for slot, start in ((1, 0), (0, 100)):
-            placed = table.place(tokens(13, start))
-            assert (placed.slot, placed.reused, placed.source) == (slot, 12, NO_SOURCE)
-            table.decoded(slot, tokens(13, start))
+            placed = table.place(tokens(held + 20, start))
+            assert (placed.slot, placed.reused, placed.source) == (slot, held, NO_SOURCE)
+            table.decoded(slot, tokens(held + 20, start))
             table.release(slot, keep=True)
 
 
 def test_a_free_slot_that_would_split_the_batch_is_copied_from_instead() -> None:
-    table = SlotTable(3, CHUNK)
-    table.place(tokens(12, 100))  # slot 0
-    table.place(tokens(12, 200))  # slot 1
-    table.place(tokens(12))  # slot 2
+    table = SlotTable(3, RULE)
+    table.place(tokens(20, 100))  # slot 0
+    table.place(tokens(20, 200))  # slot 1
+    table.place(tokens(20))  # slot 2
     for slot, start in ((0, 100), (1, 200), (2, 0)):
-        table.decoded(slot, tokens(12, start))
+        table.decoded(slot, tokens(20, start))
     table.release(1, keep=True)
     table.release(2, keep=True)  # busy: {0}; ours sits in slot 2, away from it
-    placed = table.place(tokens(13))
-    assert (placed.slot, placed.reused, placed.source) == (1, 12, 2)
+    placed = table.place(tokens(40))
+    assert (placed.slot, placed.reused, placed.source) == (1, 20, 2)
 
 
 def test_a_slot_whose_cells_were_dropped_offers_nothing() -> None:
-    table = SlotTable(1, CHUNK)
-    table.place(tokens(12))
-    table.decoded(0, tokens(12))
+    table = SlotTable(1, RULE)
+    table.place(tokens(20))
+    table.decoded(0, tokens(20))
     table.release(0, keep=False)
-    assert table.place(tokens(12)).reused == 0
+    assert table.place(tokens(40)).reused == 0
 
 
 def test_with_reuse_replies_any_common_prefix_and_the_reply_are_reusable() -> None:
-    table = SlotTable(1, 4, reuse_replies=True)
-    prompt = [1, 2, 3, 4, 5, 6]
-    placed = table.place(prompt)
-    table.decoded(placed.slot, prompt)
-    table.release(placed.slot, keep=True, reply=[7, 8])
-    # Not a whole chunk: 7 tokens of the 8 the slot holds, the last left to decode.
-    assert table.place([1, 2, 3, 4, 5, 6, 7, 9, 10]).reused == 7
+    table = SlotTable(1, RULE, reuse_replies=True)
+    placed = table.place(tokens(18))
+    table.decoded(placed.slot, tokens(18))
+    table.release(placed.slot, keep=True, reply=[18, 19])
+    # Past the 16 exact cells: 19 of the 20 the slot holds, then it parts.
+    assert table.place([*tokens(19), *tokens(10, 100)]).reused == 19
 
 
 def test_a_reproducible_request_never_reuses_a_reply() -> None:
-    table = SlotTable(1, 4)
-    prompt = [1, 2, 3, 4, 5, 6]
-    placed = table.place(prompt)
-    table.decoded(placed.slot, prompt)
-    table.release(placed.slot, keep=True, reply=[7, 8])
-    placed = table.place([1, 2, 3, 4, 5, 6, 7, 8, 9])
-    assert (placed.reused, placed.exact, placed.strict) == (4, 4, True)
+    table = SlotTable(1, RULE)
+    placed = table.place(tokens(18))
+    table.decoded(placed.slot, tokens(18))
+    table.release(placed.slot, keep=True, reply=[18, 19])
+    placed = table.place(tokens(40))
+    assert (placed.reused, placed.exact, placed.strict) == (16, 16, True)
 
 
 def test_a_sampled_turn_reuses_its_reply_and_the_slot_keeps_only_what_stays_exact() -> None:
-    table = SlotTable(1, 4)
-    first = list(range(10))  # decoded cold: [0, 8) exact
-    table.place(first, reproducible=False)
-    table.decoded(0, first)
-    table.release(0, keep=True, reply=[10, 11])
-    second = list(range(16))  # the first turn, its reply, then new text
+    table = SlotTable(1, RULE)
+    table.place(tokens(18), reproducible=False)
+    table.decoded(0, tokens(18))  # decoded cold: [0, 16) exact
+    table.release(0, keep=True, reply=[18, 19])
+    second = tokens(40)  # the first turn, its reply, then new text
     placed = table.place(second, reproducible=False)
-    assert (placed.reused, placed.exact, placed.strict) == (12, 8, False)
+    assert (placed.reused, placed.exact, placed.strict) == (20, 16, False)
     table.decoded(0, second, reused=placed.reused, exact=placed.exact)
     table.release(0, keep=True)
     # What followed the reply's cells is not exact either: a greedy request gets
-    # the first turn's whole chunks, a sampled one everything but its last token.
-    greedy = table.place(list(range(20)))
-    assert (greedy.reused, greedy.exact) == (8, 8)
-    table.decoded(0, list(range(20)), reused=8, exact=8)  # an exact start: all exact again
+    # the first turn's exact cells, a sampled one everything but its last token.
+    greedy = table.place(tokens(50))
+    assert (greedy.reused, greedy.exact) == (16, 16)
+    table.decoded(0, tokens(50), reused=16, exact=16)  # an exact start: exact again
     table.release(0, keep=True)
-    assert table.place(list(range(20))).reused == 16
+    assert table.place(tokens(60)).reused == 48
+
+
+def test_a_sampled_request_resumed_off_the_rule_leaves_the_slot_inexact() -> None:
+    table = SlotTable(1, RULE)
+    table.place(tokens(20))
+    table.decoded(0, tokens(20))
+    table.release(0, keep=True)
+    # Reused 20 of 24: only 4 tokens decoded, in a batch under a chunk.
+    table.decoded(0, tokens(24), reused=20, exact=20)
+    table.release(0, keep=True)
+    assert table.place(tokens(40)).reused == 20
 
 
 def test_a_sampled_prompt_that_parts_among_exact_cells_keeps_the_slot_exact() -> None:
-    table = SlotTable(1, 4)
-    table.place(list(range(12)))
-    table.decoded(0, list(range(12)))
+    table = SlotTable(1, RULE)
+    table.place(tokens(24))
+    table.decoded(0, tokens(24))
     table.release(0, keep=True)
-    parted = [*range(6), 99, 98, 97, 96]
+    parted = [*tokens(14), *tokens(16, 100)]
     placed = table.place(parted, reproducible=False)
-    assert (placed.reused, placed.exact) == (4, 4)
-    table.decoded(0, parted, reused=4, exact=4)
+    assert (placed.reused, placed.exact) == (12, 12)
+    table.decoded(0, parted, reused=12, exact=12)
     table.release(0, keep=True)
-    assert table.place([*parted, 1]).reused == 8  # what it decoded is exact too
+    assert table.place([*parted, *tokens(10, 200)]).reused == 28  # what it decoded is exact

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from skulk_core.chat.generation import FinishChunk
+from skulk_daemon.engines._llama_exact import EXACT_ROWS
 from skulk_daemon.engines._llama_model import DEFAULT_PREFILL_CHUNK
 from tests.engines.serving import Served, serve
 
@@ -28,6 +29,14 @@ SHARED = (
 )
 SECRET = " the treasure is buried under the old oak tree by the river, ten paces north."
 OTHER = " meet me at the station on Friday at noon, and bring the map."
+ANSWER = (
+    "\n\nThe keeper read the letter twice by the lamp, then folded it again and put "
+    "it in the drawer of her desk, under the log. In the morning she rowed across the "
+    "bay to the village, asked the postmaster who had sent a bottle to sea that "
+    "winter, and walked up the hill to the last house, where an old sailor sat "
+    "mending nets by the door. She said:"
+)
+"""A next turn's new text: longer than a chunk, so a greedy turn keeps all it can."""
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +72,7 @@ def test_a_reused_prefix_decodes_exactly_like_a_cold_prompt(one_slot: Served) ->
     assert cached == 0  # nothing held yet
 
     warm, cached = _ids(one_slot, "second-warm", second)
-    assert cached >= CHUNK and cached % CHUNK == 0
+    assert cached >= CHUNK and cached % EXACT_ROWS == 0
 
     _evict(one_slot, "evict")
     cold, cached = _ids(one_slot, "second-cold", second)
@@ -76,17 +85,15 @@ def one_long_slot(demo_gguf: Path) -> Iterator[Served]:
     yield from serve(demo_gguf, slots=1, context_tokens=1024)
 
 
-def test_a_prompt_decodes_alike_however_its_whole_chunks_are_batched(
-    one_long_slot: Served,
-) -> None:
-    # About 630 tokens: cold, the engine decodes [0, 512), [512, 576) and the
-    # partial tail; after a first prompt of about 210 tokens it reuses 192 and
-    # decodes [192, 576) as one batch, then the same tail. (Batches of 100 tokens
-    # instead fail this.)
+def test_a_prompt_decodes_alike_however_it_is_batched(one_long_slot: Served) -> None:
+    # About 630 tokens: cold, the engine decodes [0, 512) and the rest; after a
+    # first prompt of about 210 tokens it reuses all but that one's last rows and
+    # decodes the other 420 or so as one batch. (A 512-token batch that ends a
+    # token short, or a last batch under 64 tokens, fails this: measured.)
     long = " ".join(f"Entry {i}: {SHARED}" for i in range(5))
     _ids(one_long_slot, "long-first", long[: len(long) // 3], max_tokens=2)
     warm, cached = _trace(one_long_slot, "long-warm", long)
-    assert cached >= 3 * CHUNK and cached % CHUNK == 0
+    assert cached >= 3 * CHUNK and cached % EXACT_ROWS == 0
     _evict(one_long_slot, "long-evict")
     cold, cached = _trace(one_long_slot, "long-cold", long)
     assert cached == 0
@@ -97,7 +104,8 @@ def test_the_same_prompt_again_reuses_all_but_its_last_chunk(one_slot: Served) -
     one_slot.run("again-1", SHARED, max_tokens=4)
     text, end = one_slot.run("again-2", SHARED, max_tokens=4)
     prompt = end.prompt_tokens
-    assert end.stats.cached_tokens == (prompt - 1) // CHUNK * CHUNK
+    # A chunk is left to decode, from a whole number of rows.
+    assert end.stats.cached_tokens == (prompt - CHUNK) // EXACT_ROWS * EXACT_ROWS
     assert end.stats.prompt_tokens == prompt  # the count stays the whole prompt
     _evict(one_slot, "evict-again")
     cold, cold_end = one_slot.run("again-cold", SHARED, max_tokens=4)
@@ -188,7 +196,7 @@ class Turn:
         self.prompt = llama.tokenize(SHARED)
         assert end.prompt_tokens == len(self.prompt)
         self.reply = [t.token_id for t in tokens]
-        self.following = SHARED + "".join(t.text for t in tokens) + "\n\nThe keeper answered:"
+        self.following = SHARED + "".join(t.text for t in tokens) + ANSWER
         self.following_ids = llama.tokenize(self.following)
 
 
@@ -206,11 +214,19 @@ def test_with_reuse_replies_a_conversations_next_turn_reuses_its_reply(
     assert end.stats.prompt_tokens == len(turn.following_ids)  # the whole prompt's count
 
 
-def test_by_default_a_reply_is_never_reused(one_slot: Served) -> None:
+def test_a_greedy_turn_reuses_its_prompt_not_its_reply_and_decodes_as_cold(
+    one_slot: Served,
+) -> None:
     turn = Turn(one_slot, "exact-turn-1")
-    _, end = one_slot.run("exact-turn-2", turn.following, max_tokens=2)
-    assert 0 < end.stats.cached_tokens <= len(turn.prompt)
-    assert end.stats.cached_tokens % CHUNK == 0
+    held = len(turn.prompt)
+    assert turn.following_ids[:held] == turn.prompt
+    warm, end = one_slot.run("exact-turn-2", turn.following, max_tokens=12)
+    # All of the first prompt but its last rows; none of the reply's cells.
+    assert end.stats.cached_tokens == held - held % EXACT_ROWS
+    _evict(one_slot, "evict-exact-turn")
+    cold, end = one_slot.run("exact-turn-cold", turn.following, max_tokens=12)
+    assert end.stats.cached_tokens == 0
+    assert warm == cold
 
 
 # top_k 1 keeps a sampled reply the greedy one (whose re-tokenization is known to
@@ -231,7 +247,7 @@ def test_a_sampled_turn_reuses_its_reply_and_a_greedy_one_still_decodes_as_cold(
     # only the whole chunks before it, and decodes exactly as it would cold.
     warm, end = one_slot.run("greedy-after-sampled", turn.following, max_tokens=12)
     assert 0 < end.stats.cached_tokens <= len(turn.prompt)
-    assert end.stats.cached_tokens % CHUNK == 0
+    assert end.stats.cached_tokens % EXACT_ROWS == 0
     _evict(one_slot, "evict-sampled")
     cold, end = one_slot.run("greedy-cold", turn.following, max_tokens=12)
     assert end.stats.cached_tokens == 0
@@ -243,4 +259,4 @@ def test_a_seeded_turn_reuses_exact_cells_only(one_slot: Served) -> None:
     turn = Turn(one_slot, "seeded-turn-1", **seeded)
     _, end = one_slot.run("seeded-turn-2", turn.following, max_tokens=2, **seeded)
     assert 0 < end.stats.cached_tokens <= len(turn.prompt)
-    assert end.stats.cached_tokens % CHUNK == 0
+    assert end.stats.cached_tokens % EXACT_ROWS == 0

@@ -4,19 +4,21 @@ cells kept apart from the rest."""
 
 from __future__ import annotations
 
+from skulk_daemon.engines._llama_exact import ExactBatching
 from skulk_daemon.engines._llama_prompt_cache import PromptCache
 from skulk_daemon.engines._llama_slots import SlotTable
 
-CHUNK = 4
+# Every cell of a prompt decoded cold exact (the rule's own cases are in test_llama_exact.py).
+RULE = ExactBatching(1, 1, widest=16)
 
 
 def _cache(budget: int) -> PromptCache:
-    return PromptCache(budget, SlotTable(1, CHUNK).reusable)
+    return PromptCache(budget, SlotTable(1, RULE).reusable)
 
 
 def _put(cache: PromptCache, tokens: list[int], data: bytes) -> bool:
-    """An entry whose whole chunks are exact (a prompt decoded cold)."""
-    return cache.put(tokens, len(tokens) - len(tokens) % CHUNK, data)
+    """An entry decoded cold: exact but for its last rows."""
+    return cache.put(tokens, RULE.exact_after(len(tokens)), data)
 
 
 def test_the_least_recently_used_entry_goes_first() -> None:
@@ -44,7 +46,7 @@ def test_a_longer_prefix_replaces_the_shorter_one() -> None:
 def test_a_longer_entry_with_fewer_exact_cells_keeps_the_exact_one() -> None:
     cache = _cache(100)
     _put(cache, [1, 2, 3, 4, 5, 6, 7, 8], b"x")
-    # The same prompt, then a reply: more cells, but only the first chunk exact.
+    # The same prompt, then a reply: more cells, but only the first four exact.
     cache.put([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 4, b"y")
     assert cache.stats().entries == 2
     assert not cache.covers([1, 2, 3, 4, 5, 6, 7, 8, 9], 8)
@@ -61,7 +63,7 @@ def test_an_entry_larger_than_the_budget_is_not_kept() -> None:
     assert not _cache(0).enabled
 
 
-def test_the_best_match_gives_the_most_whole_chunks() -> None:
+def test_the_best_match_gives_the_most_exact_cells() -> None:
     cache = _cache(100)
     _put(cache, [1, 2, 3, 4, 5, 6, 7, 8], b"x")
     _put(cache, [1, 2, 3, 4, 9, 9, 9, 9, 9, 9, 9, 9], b"y")
@@ -69,4 +71,4 @@ def test_the_best_match_gives_the_most_whole_chunks() -> None:
     assert entry is not None and entry.data == b"y" and n == 8
     # The last prompt token is always left to decode.
     entry, n = cache.best([1, 2, 3, 4, 5, 6, 7, 8], True)
-    assert n == 4
+    assert entry is not None and entry.data == b"x" and n == 7
