@@ -21,7 +21,8 @@ depend on what the cache held. (Measured on Gemma 3 270M with flash attention,
 701 tokens: 512 + 189, 100 + 400 + 201, 300 + 401 and 436 + 265 give identical
 logits, and the first 188 cells of the 189-token batch are those 512 + 188 +
 100 gives; 512 + 188 + 1, a 101-token first batch or a 60-token last one move
-the logits by 0.5 to 0.9.)
+the logits by 0.5 to 0.9. Measured on x86; other CPUs' kernels may pair rows
+differently, e.g. aarch64's two-row dot products.)
 
 A reply's cells, written by one-row generation steps, are never exact, nor is
 anything decoded after cells that were not. A prompt shorter than ``chunk``
@@ -35,13 +36,17 @@ from typing import Final
 
 EXACT_ROWS: Final = 4
 """Rows a repacked-weight GEMM takes at a time (``ggml-cpu/repack.cpp``)."""
+FLASH_ATTENTION_TILE: Final = 64
+"""The smallest batch CPU flash attention tiles (``GGML_FA_TILE_Q``): the least
+``chunk`` can be, since a smaller batch's rows take the per-row loop."""
 
 
 class ExactBatching:
     """The batching rule: ``chunk`` is the smallest batch whose cells are exact
     (the flash-attention tile), ``rows`` the granule of exact counts, ``widest``
-    the most tokens one batch may hold. With ``widest`` under two chunks no
-    split can keep every batch at least a chunk long, and nothing is exact."""
+    the most tokens one batch may hold. With ``widest`` under two chunks some
+    spans cannot be split into batches of a chunk or more, and rather than tell
+    which, the rule keeps nothing exact."""
 
     __slots__ = ("chunk", "rows", "widest")
 

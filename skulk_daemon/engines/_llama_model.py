@@ -14,12 +14,12 @@ from typing import Final, cast
 
 import llama_cpp
 
-from skulk_daemon.engines._llama_exact import EXACT_ROWS
+from skulk_daemon.engines._llama_exact import EXACT_ROWS, FLASH_ATTENTION_TILE
 from skulk_daemon.engines.base import DEFAULT_SLOTS, EngineLoadError
 from skulk_daemon.engines.llama_rpc import OffloadParams, RpcOffload, offload_summary
 
 DEFAULT_N_BATCH: Final = 512
-DEFAULT_PREFILL_CHUNK: Final = 64
+DEFAULT_PREFILL_CHUNK: Final = FLASH_ATTENTION_TILE
 """The smallest prompt batch whose cells are exact: llama.cpp's CPU flash
 attention tiles batches of 64 rows and up (see ``_llama_exact``)."""
 _GGUF_MAGIC: Final = b"GGUF"
@@ -110,9 +110,10 @@ class LlamaCppSettings:
         self.slots = slots
         self.n_threads = n_threads if n_threads else (os.cpu_count() or 1)
         self.n_batch = n_batch
-        if prefill_chunk < 1 or prefill_chunk % EXACT_ROWS:
+        if prefill_chunk < FLASH_ATTENTION_TILE or prefill_chunk % EXACT_ROWS:
             raise ValueError(
-                f"prefill_chunk must be a positive multiple of {EXACT_ROWS}, got {prefill_chunk}"
+                f"prefill_chunk must be a multiple of {EXACT_ROWS} of at least "
+                f"{FLASH_ATTENTION_TILE}, got {prefill_chunk}"
             )
         self.prefill_chunk = prefill_chunk
         if prompt_cache_bytes < 0:

@@ -11,7 +11,8 @@ on what was served before (temperature 0, or a seed): the cells a cold decode of
 the prompt writes, bit for bit (see ``_llama_exact``: the engine batches every
 prompt so that all its cells but the last ``len % 4`` are, and a reply's never
 are). A conversation's next greedy turn therefore reuses its previous prompt
-but for up to three tokens, and prefills the reply and the new text.
+but for up to three tokens, and prefills the reply and the new text (when those
+come to less than a chunk, it resumes earlier: a chunk is always decoded).
 
 A sampled request without a seed has no output to reproduce, so where its
 common prefix reaches past the exact cells it reuses all of it, a reply's cells

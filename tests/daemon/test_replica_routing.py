@@ -140,4 +140,6 @@ def test_a_conversation_follows_its_replica_and_fails_over(
         {"role": "user", "content": "Did any ship come in late?"},
     ]
     _, cached = _turn(through_b, messages)
-    assert cached == 0  # b's replica never held this conversation
+    # b's replica never held this conversation: at most the chat template's opening
+    # tokens (shared with the fresh one it served) come from its cache.
+    assert cached < 8

@@ -59,3 +59,38 @@ def test_batches_too_narrow_for_two_chunks_make_nothing_exact() -> None:
 def test_a_chunk_must_be_whole_rows() -> None:
     with pytest.raises(ValueError, match="multiple of 4"):
         ExactBatching(30, 4, widest=512)
+
+
+def test_the_widest_batch_is_whole_rows_too() -> None:
+    odd = ExactBatching(64, 4, widest=510)
+    assert odd.widest == 508
+    assert all(n % 4 == 0 for n in list(odd.batches(0, 1600))[:-1])
+
+
+def test_a_narrow_rule_still_decodes_every_span() -> None:
+    for widest in (64, 100):
+        narrow = ExactBatching(64, 4, widest=widest)
+        for total in (65, 130, 730):
+            sizes = list(narrow.batches(0, total))
+            assert sum(sizes) == total and max(sizes) <= widest, (widest, total, sizes)
+
+
+def _kernels(rule: ExactBatching, start: int, total: int) -> list[tuple[bool, bool]]:
+    """For each position from ``start``: (flash attention tiled, GEMM row), the two
+    choices llama.cpp's CPU kernels make from a batch's shape."""
+    classes: list[tuple[bool, bool]] = []
+    for n in rule.batches(start, total):
+        classes += [(n >= 64, row < n - n % 4) for row in range(n)]
+    return classes
+
+
+def test_a_warm_prompt_meets_the_kernels_a_cold_one_does() -> None:
+    for total in range(1, 1300, 3):
+        cold = _kernels(RULE, 0, total)
+        exact = RULE.exact_after(total)
+        assert all(tiled and gemm for tiled, gemm in cold[:exact])
+        for held in range(0, total + 8, 4):
+            start = RULE.start(min(held, exact), total)
+            assert start <= min(held, exact) and start % 4 == 0
+            # Every cell from the resume point on is written as a cold decode writes it.
+            assert _kernels(RULE, start, total) == cold[start:], (total, held)

@@ -14,6 +14,13 @@ def tokens(n: int, start: int = 0) -> list[int]:
     return list(range(start, start + n))
 
 
+def _cold(table: SlotTable, prompt: list[int]) -> None:
+    """Serve ``prompt`` cold in slot 0 and free the slot, which keeps its cells."""
+    table.place(prompt)
+    table.decoded(0, prompt)
+    table.release(0, keep=True)
+
+
 def test_a_strict_request_reuses_exact_cells_on_whole_rows_leaving_a_chunk() -> None:
     table = SlotTable(1, RULE)
     held = tokens(20)  # a 20-token prompt decoded cold: all 20 cells exact
@@ -52,9 +59,7 @@ def test_a_slot_keeps_its_last_prompt_but_the_last_rows() -> None:
 
 def test_a_prompt_shorter_than_a_chunk_leaves_nothing_exact() -> None:
     table = SlotTable(1, RULE)
-    table.place(tokens(6))
-    table.decoded(0, tokens(6))
-    table.release(0, keep=True)
+    _cold(table, tokens(6))
     assert table.place(tokens(30)).reused == 0
 
 
@@ -143,12 +148,11 @@ def test_a_sampled_turn_reuses_its_reply_and_the_slot_keeps_only_what_stays_exac
     assert table.place(tokens(60)).reused == 48
 
 
-def test_a_sampled_request_resumed_off_the_rule_leaves_the_slot_inexact() -> None:
+def test_cells_decoded_from_off_the_rule_are_not_counted_exact() -> None:
     table = SlotTable(1, RULE)
-    table.place(tokens(20))
-    table.decoded(0, tokens(20))
-    table.release(0, keep=True)
-    # Reused 20 of 24: only 4 tokens decoded, in a batch under a chunk.
+    _cold(table, tokens(20))
+    # Had 20 of 24 been reused (the rule resumes at 16), 4 tokens would have been
+    # decoded in a batch under a chunk.
     table.decoded(0, tokens(24), reused=20, exact=20)
     table.release(0, keep=True)
     assert table.place(tokens(40)).reused == 20
@@ -156,9 +160,7 @@ def test_a_sampled_request_resumed_off_the_rule_leaves_the_slot_inexact() -> Non
 
 def test_a_sampled_prompt_that_parts_among_exact_cells_keeps_the_slot_exact() -> None:
     table = SlotTable(1, RULE)
-    table.place(tokens(24))
-    table.decoded(0, tokens(24))
-    table.release(0, keep=True)
+    _cold(table, tokens(24))
     parted = [*tokens(14), *tokens(16, 100)]
     placed = table.place(parted, reproducible=False)
     assert (placed.reused, placed.exact) == (12, 12)

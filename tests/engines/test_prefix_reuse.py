@@ -220,12 +220,12 @@ def test_a_greedy_turn_reuses_its_prompt_not_its_reply_and_decodes_as_cold(
     turn = Turn(one_slot, "exact-turn-1")
     held = len(turn.prompt)
     assert turn.following_ids[:held] == turn.prompt
-    warm, end = one_slot.run("exact-turn-2", turn.following, max_tokens=12)
+    warm, cached = _trace(one_slot, "exact-turn-2", turn.following)
     # All of the first prompt but its last rows; none of the reply's cells.
-    assert end.stats.cached_tokens == held - held % EXACT_ROWS
+    assert cached == held - held % EXACT_ROWS
     _evict(one_slot, "evict-exact-turn")
-    cold, end = one_slot.run("exact-turn-cold", turn.following, max_tokens=12)
-    assert end.stats.cached_tokens == 0
+    cold, cached = _trace(one_slot, "exact-turn-cold", turn.following)
+    assert cached == 0
     assert warm == cold
 
 
@@ -244,7 +244,7 @@ def test_a_sampled_turn_reuses_its_reply_and_a_greedy_one_still_decodes_as_cold(
     _, end = one_slot.run("sampled-turn-2", turn.following, max_tokens=2, **SAMPLED)
     assert end.stats.cached_tokens == expected
     # The slot now holds cells decoded after a reply's: a greedy request is given
-    # only the whole chunks before it, and decodes exactly as it would cold.
+    # only the exact cells before it, and decodes exactly as it would cold.
     warm, end = one_slot.run("greedy-after-sampled", turn.following, max_tokens=12)
     assert 0 < end.stats.cached_tokens <= len(turn.prompt)
     assert end.stats.cached_tokens % EXACT_ROWS == 0
