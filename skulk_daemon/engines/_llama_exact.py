@@ -21,8 +21,9 @@ depend on what the cache held. (Measured on Gemma 3 270M with flash attention,
 701 tokens: 512 + 189, 100 + 400 + 201, 300 + 401 and 436 + 265 give identical
 logits, and the first 188 cells of the 189-token batch are those 512 + 188 +
 100 gives; 512 + 188 + 1, a 101-token first batch or a 60-token last one move
-the logits by 0.5 to 0.9. Measured on x86; other CPUs' kernels may pair rows
-differently, e.g. aarch64's two-row dot products.)
+the logits by 0.5 to 0.9; ``tests/engines/test_llama_exact_kernels.py`` keeps
+checking it. Measured on x86; other CPUs' kernels may pair rows differently,
+e.g. aarch64's two-row dot products.)
 
 A reply's cells, written by one-row generation steps, are never exact, nor is
 anything decoded after cells that were not. A prompt shorter than ``chunk``
@@ -50,7 +51,9 @@ class ExactBatching:
 
     __slots__ = ("chunk", "rows", "widest")
 
-    def __init__(self, chunk: int, rows: int = EXACT_ROWS, *, widest: int) -> None:
+    def __init__(
+        self, chunk: int = FLASH_ATTENTION_TILE, rows: int = EXACT_ROWS, *, widest: int
+    ) -> None:
         if rows < 1 or chunk < rows or chunk % rows:
             raise ValueError(f"the chunk ({chunk}) must be a positive multiple of {rows} rows")
         if widest < 1:

@@ -14,14 +14,10 @@ from typing import Final, cast
 
 import llama_cpp
 
-from skulk_daemon.engines._llama_exact import EXACT_ROWS, FLASH_ATTENTION_TILE
 from skulk_daemon.engines.base import DEFAULT_SLOTS, EngineLoadError
 from skulk_daemon.engines.llama_rpc import OffloadParams, RpcOffload, offload_summary
 
 DEFAULT_N_BATCH: Final = 512
-DEFAULT_PREFILL_CHUNK: Final = FLASH_ATTENTION_TILE
-"""The smallest prompt batch whose cells are exact: llama.cpp's CPU flash
-attention tiles batches of 64 rows and up (see ``_llama_exact``)."""
 _GGUF_MAGIC: Final = b"GGUF"
 _PIECE_BUFFER_BYTES: Final = 128
 _GGML_LOG_LEVEL_ERROR: Final = 4  # enum ggml_log_level in ggml.h
@@ -75,7 +71,6 @@ class LlamaCppSettings:
         "n_batch",
         "n_threads",
         "offload",
-        "prefill_chunk",
         "prompt_cache_bytes",
         "reuse_replies",
         "slots",
@@ -91,7 +86,6 @@ class LlamaCppSettings:
         n_batch: int = DEFAULT_N_BATCH,
         flash_attention: bool | None = None,
         offload: RpcOffload | None = None,
-        prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
         prompt_cache_bytes: int = 0,
         reuse_replies: bool = False,
     ) -> None:
@@ -110,12 +104,6 @@ class LlamaCppSettings:
         self.slots = slots
         self.n_threads = n_threads if n_threads else (os.cpu_count() or 1)
         self.n_batch = n_batch
-        if prefill_chunk < FLASH_ATTENTION_TILE or prefill_chunk % EXACT_ROWS:
-            raise ValueError(
-                f"prefill_chunk must be a multiple of {EXACT_ROWS} of at least "
-                f"{FLASH_ATTENTION_TILE}, got {prefill_chunk}"
-            )
-        self.prefill_chunk = prefill_chunk
         if prompt_cache_bytes < 0:
             raise ValueError(f"prompt_cache_bytes must not be negative, got {prompt_cache_bytes}")
         self.prompt_cache_bytes = prompt_cache_bytes

@@ -86,7 +86,7 @@ def _reproducible(params: SamplingParams) -> bool:
 
 def _fresh_cache(settings: LlamaCppSettings) -> tuple[SlotTable, PromptCache]:
     """Empty slots and an empty RAM prompt cache (a fresh context holds no cells)."""
-    rule = ExactBatching(settings.prefill_chunk, widest=settings.n_batch)
+    rule = ExactBatching(widest=settings.n_batch)
     slots = SlotTable(settings.slots, rule, reuse_replies=settings.reuse_replies)
     return slots, PromptCache(settings.prompt_cache_bytes, slots.reusable)
 

@@ -8,8 +8,7 @@ import logging
 import openai
 import pytest
 
-from skulk_daemon.engines._llama_exact import EXACT_ROWS
-from skulk_daemon.engines._llama_model import DEFAULT_PREFILL_CHUNK
+from skulk_daemon.engines._llama_exact import EXACT_ROWS, FLASH_ATTENTION_TILE
 from tests.api.in_process import AppFactory
 from tests.api.test_prompt_cache_usage import system_prompt
 from tests.daemon.serving import CONTEXT, DEMO, place
@@ -57,7 +56,7 @@ def test_runner_threads_and_reuse_replies_reach_the_runner(
     held = first.usage.prompt_tokens
     # By default a greedy request reuses the first prompt on whole rows, and leaves
     # at least a chunk to decode: reusing more shows the setting took effect.
-    by_default = min(held, second.usage.prompt_tokens - DEFAULT_PREFILL_CHUNK)
+    by_default = min(held, second.usage.prompt_tokens - FLASH_ATTENTION_TILE)
     assert cached is not None and cached >= held
     assert cached > by_default // EXACT_ROWS * EXACT_ROWS
     reply = first.choices[0].message.content or ""

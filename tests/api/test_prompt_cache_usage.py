@@ -16,14 +16,13 @@ import ollama
 import openai
 import pytest
 
-from skulk_daemon.engines._llama_exact import EXACT_ROWS
-from skulk_daemon.engines._llama_model import DEFAULT_PREFILL_CHUNK
+from skulk_daemon.engines._llama_exact import EXACT_ROWS, FLASH_ATTENTION_TILE
 from tests.api.in_process import AppNode, Served
 from tests.daemon.serving import DEMO
 
 pytestmark = pytest.mark.slow
 
-CHUNK = DEFAULT_PREFILL_CHUNK
+CHUNK = FLASH_ATTENTION_TILE
 OPENING = 8
 """More than the template's opening tokens (``<bos><start_of_turn>user`` and a
 newline) that another test's prompt may have left in a slot."""

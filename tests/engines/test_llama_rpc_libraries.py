@@ -3,6 +3,7 @@ a second ggml-rpc registry made llama.cpp turn flash attention off in every pool
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -45,7 +46,8 @@ def test_in_this_process_it_is_the_copy_libllama_loaded() -> None:
 @pytest.fixture
 def donor() -> Iterator[str]:
     """Skulk's own RPC server (``serve_rpc``) in a process of its own."""
-    endpoint = f"127.0.0.1:{free_port()}"
+    port = free_port()
+    endpoint = f"127.0.0.1:{port}"
     code = (
         "import sys; from skulk_daemon.engines.llama_rpc import serve_rpc; "
         "serve_rpc(sys.argv[1], 1)"
@@ -56,8 +58,15 @@ def donor() -> Iterator[str]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        time.sleep(2.0)
-        assert process.poll() is None, "the RPC donor exited"
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, "the RPC donor exited"
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the RPC donor never listened"
+                time.sleep(0.05)
         yield endpoint
     finally:
         process.kill()

@@ -11,13 +11,12 @@ from typing import Any
 import pytest
 
 from skulk_core.chat.generation import FinishChunk
-from skulk_daemon.engines._llama_exact import EXACT_ROWS
-from skulk_daemon.engines._llama_model import DEFAULT_PREFILL_CHUNK
+from skulk_daemon.engines._llama_exact import EXACT_ROWS, FLASH_ATTENTION_TILE
 from tests.engines.serving import Served, serve
 
 pytestmark = pytest.mark.slow
 
-CHUNK = DEFAULT_PREFILL_CHUNK
+CHUNK = FLASH_ATTENTION_TILE
 SHARED = (
     "The lighthouse stood on a rock at the end of the bay. Every evening the keeper "
     "climbed its two hundred steps, trimmed the wick, polished the great lens and "

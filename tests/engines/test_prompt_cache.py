@@ -10,15 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from skulk_daemon.engines._llama_exact import EXACT_ROWS
-from skulk_daemon.engines._llama_model import DEFAULT_PREFILL_CHUNK
+from skulk_daemon.engines._llama_exact import EXACT_ROWS, FLASH_ATTENTION_TILE
 from skulk_daemon.engines.base import PromptCacheStats
 from tests.engines.serving import Served, serve
 from tests.engines.test_prefix_reuse import OTHER, SECRET, SHARED
 
 pytestmark = pytest.mark.slow
 
-CHUNK = DEFAULT_PREFILL_CHUNK
+CHUNK = FLASH_ATTENTION_TILE
 MIB = 1024**2
 UNRELATED = (
     "Recipe for bread: mix five hundred grams of flour with water, salt and yeast, "
