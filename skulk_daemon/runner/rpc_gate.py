@@ -184,6 +184,7 @@ class GateClient:
         self._on_lost = on_lost
         self._dial = dial or _dial_direct(remote)
         self._lost = threading.Event()
+        self._losing = threading.Lock()
         self._closing = False
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.bind(("127.0.0.1", 0))
@@ -265,8 +266,12 @@ class GateClient:
         relay_sealed(local, remote, send_key=to_donor, receive_key=to_driver, on_end=ended)
 
     def _lose(self, why: str) -> None:
-        if self._closing or self._lost.is_set():
-            return
-        self._lost.set()
-        log.error("%s", why)
-        self._on_lost(why)
+        # NOTE: under the lock, so another connection's relay ending at the same
+        # time waits for the first report (a driver's exits the process) before it
+        # shuts the socket llama.cpp reads.
+        with self._losing:
+            if self._closing or self._lost.is_set():
+                return
+            self._lost.set()
+            log.error("%s", why)
+            self._on_lost(why)

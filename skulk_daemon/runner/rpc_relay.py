@@ -30,8 +30,8 @@ _NONCE_PREFIX: Final = bytes(4)
 _MAX_FRAMES: Final = 2**64 - 1
 
 Ended = Callable[[socket.socket, str | None], None]
-"""Told, once both directions have stopped, which socket's side ended first and,
-when the relay closed it, why."""
+"""Told which socket's side ended first and, when the relay closed it, why; called
+before the relay shuts either socket, so the other side sees the end only after."""
 
 
 class RelayTampered(Exception):
@@ -94,16 +94,27 @@ class Opener(_Direction):
             raise RelayTampered("a frame failed authentication (altered in transit?)") from None
 
 
+class _SinkEnded(Exception):
+    """Writing to the far socket failed: its side ended, not the one read from."""
+
+
+def _send(sink: socket.socket, data: bytes) -> None:
+    try:
+        sink.sendall(data)
+    except OSError as exc:
+        raise _SinkEnded from exc
+
+
 def _seal(source: socket.socket, sink: socket.socket, sealer: Sealer) -> None:
     buffer = bytearray(MAX_FRAME_PLAINTEXT)
     view = memoryview(buffer)
     while count := source.recv_into(buffer):
-        sink.sendall(sealer.seal(view[:count]))
+        _send(sink, sealer.seal(view[:count]))
 
 
 def _open(source: socket.socket, sink: socket.socket, opener: Opener) -> None:
     while (plaintext := opener.read(source)) is not None:
-        sink.sendall(plaintext)
+        _send(sink, plaintext)
 
 
 def relay_sealed(
@@ -117,26 +128,32 @@ def relay_sealed(
     """Relay ``plain`` ⇄ ``sealed`` on two threads, sealing what goes out on
     ``sealed`` with ``send_key`` and opening what comes in with ``receive_key``.
 
-    When both directions have stopped, both sockets are closed and ``on_end`` is
-    called with the socket whose side ended first (and why, if the relay ended it).
+    ``on_end`` is called once, with the socket whose side ended first (and why, if
+    the relay ended it), before either socket is shut down: a driver that cannot
+    survive its donor's end reports it before llama.cpp sees its own socket close
+    (and aborts). When both directions have stopped, both sockets are closed.
     """
-    first: list[tuple[socket.socket, str | None]] = []
+    first: list[bool] = []
     finished: list[bool] = []
     lock = threading.Lock()
 
     def run(source: socket.socket, sink: socket.socket, pump: Callable[[], None]) -> None:
-        why: str | None = None
+        ended, why = source, None
         try:
             pump()
         except RelayTampered as exc:
             why = str(exc)
+        except _SinkEnded:
+            ended = sink  # a write to the other side failed: that side ended
         except OSError:
             pass  # a reset, or a peer that closed mid-frame: that side ended
-        # NOTE: which side stopped is recorded before either socket is shut down,
+        # NOTE: which side stopped is settled before either socket is shut down,
         # so the other direction (which then stops too) cannot claim it.
         with lock:
-            if not first:
-                first.append((source, why))
+            is_first = not first
+            first.append(True)
+        if is_first:
+            on_end(ended, why)
         for sock in (source, sink):
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -146,7 +163,6 @@ def relay_sealed(
         if last:
             plain.close()
             sealed.close()
-            on_end(*first[0])
 
     sealer, opener = Sealer(send_key), Opener(receive_key)
     for sock in (plain, sealed):

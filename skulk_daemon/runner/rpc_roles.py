@@ -245,15 +245,18 @@ def _naming(node_id: str, on_lost: Callable[[str, str], None]) -> Callable[[str]
 
 
 def donor_lost(send: Send, exit_code: int) -> Callable[[str, str], None]:
-    """What a driver does when a donor goes: report it (naming the node), then exit."""
+    """What a driver does when a donor goes: report it (naming the node), then exit.
+    One report: a second donor's loss at the same moment waits for the exit."""
+    reporting = threading.Lock()
 
     def lost(node_id: str, why: str) -> None:
-        send(
-            Failed(
-                message=f"RPC donor node {node_id} was lost: {why}",
-                code=f"{RPC_DONOR_LOST}:{node_id}",
+        with reporting:
+            send(
+                Failed(
+                    message=f"RPC donor node {node_id} was lost: {why}",
+                    code=f"{RPC_DONOR_LOST}:{node_id}",
+                )
             )
-        )
-        os._exit(exit_code)
+            os._exit(exit_code)
 
     return lost

@@ -174,3 +174,43 @@ def test_an_unreachable_donor_is_reported() -> None:
     with socket.create_connection((host, int(port)), timeout=5):
         assert lost.reported.wait(10)
     assert "cannot reach the RPC donor" in lost.reasons[0]
+
+
+def test_the_driver_is_told_before_its_own_sockets_close(
+    donor: tuple[EchoServer, GateServer],
+) -> None:
+    """llama.cpp aborts the driver when its socket closes; the loss must be reported
+    (a driver's report then exits) while every local socket is still open, however
+    many connections see the donor go at once."""
+    echo, gate = donor
+    reported, release = threading.Event(), threading.Event()
+    reasons: list[str] = []
+
+    def exits(why: str) -> None:  # a driver's report never returns: it exits
+        reasons.append(why)
+        reported.set()
+        release.wait(10)
+
+    client = GateClient(gate.address, key=KEY, instance_id=INSTANCE, on_lost=exits)
+    client.start()
+    host, port = client.endpoint.rsplit(":", 1)
+    sockets = [socket.create_connection((host, int(port)), timeout=5) for _ in range(2)]
+    try:
+        for sock in sockets:
+            sock.sendall(b"ping")
+            assert sock.recv(4) == b"ping"
+        echo.hang_up()
+        assert reported.wait(5)
+        for sock in sockets:
+            sock.settimeout(0.5)
+            with pytest.raises(TimeoutError):
+                sock.recv(1)  # still open: no end of stream while the report runs
+        release.set()
+        for sock in sockets:
+            sock.settimeout(5)
+            assert sock.recv(1) == b""
+        assert len(reasons) == 1
+    finally:
+        release.set()
+        for sock in sockets:
+            sock.close()
