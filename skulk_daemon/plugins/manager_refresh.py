@@ -268,8 +268,10 @@ class RuntimeRefresh:
                 )
         else:
             self._stop_and_select(root, completion)
+        # NOTE: both paths recorded the selection with it (reload_runtime does in the
+        # manager), so the record names the new runtime before any manager answers on
+        # it, and `status` agrees with the 200 the plugin routes then give.
         self._await(root, completion, asked)
-        record_selection(service_root, completion)
         log.info("the plugin manager runs the runtime %s of this build", completion.generation)
         self._collect(service_root, completion.generation)
         return "refreshed", ""
@@ -313,6 +315,7 @@ class RuntimeRefresh:
                     target = generation_dir(service_root, completion.generation)
                     verify(target, completion.seal_sha256)
                     select(service_root, completion.generation)
+                    record_selection(service_root, completion)
                 return
         raise refuse("busy", "the plugin manager kept restarting before its runtime was selected")
 
