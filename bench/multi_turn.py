@@ -8,7 +8,9 @@ chat template), except that the server keeps its prompt cache on, its default
 1. **One conversation, 8 turns.** A ~230-token system prompt, then every turn
    adds ~150 tokens of user text and asks for a 24-token reply (streamed, greedy
    unless ``--temperature`` samples it); each side's own replies go into its
-   history. TTFT per turn.
+   history. TTFT per turn. The next turn goes out as soon as a reply ends, unless
+   ``--think-ms`` pauses first, as a person reading and typing would (Skulk settles
+   a greedy reply after ``inference.settle_idle_ms`` idle, 500 by default).
 2. **Four conversations at once, one system prompt.** Four first turns that share
    the system prompt (each with its own user text) start together. Reports the
    aggregate TTFT (mean over the four) and Skulk's own prefill counter: the prompt
@@ -26,7 +28,7 @@ Run from the repository root::
 
     bench/build_llama_server.sh            # once, several minutes
     .venv/bin/python -m bench.multi_turn [--reps 3] [--json] [--skulk-only]
-        [--temperature 0.8] [--reuse-replies]
+        [--temperature 0.8] [--reuse-replies] [--think-ms 2000]
 """
 
 from __future__ import annotations
@@ -136,11 +138,13 @@ async def stream(client: httpx.AsyncClient, url: str, payload: Mapping[str, Any]
     return await stream_chat_async(client, url, payload, Timed)
 
 
-async def conversation(url: str, seed: str, temperature: float) -> list[Timed]:
+async def conversation(url: str, seed: str, temperature: float, think_s: float) -> list[Timed]:
     messages = [{"role": "system", "content": words(f"{seed}/system", SYSTEM_WORDS)}]
     turns: list[Timed] = []
     async with httpx.AsyncClient(timeout=600.0, limits=FRESH_CONNECTIONS) as client:
         for turn in range(TURNS):
+            if turn and think_s:
+                await asyncio.sleep(think_s)
             messages.append({"role": "user", "content": words(f"{seed}/user{turn}", USER_WORDS)})
             timing = await stream(client, url, body(messages, temperature))
             messages.append({"role": "assistant", "content": "".join(timing.text)})
@@ -184,8 +188,8 @@ class Side:
         return median([sum(t.ttft_s for t in run) * 1000.0 / len(run) for run in self.shared])
 
 
-def run_side(url: str, seed: str, side: Side, temperature: float) -> None:
-    side.turns.append(asyncio.run(conversation(url, f"{seed}/talk", temperature)))
+def run_side(url: str, seed: str, side: Side, temperature: float, think_s: float = 0.0) -> None:
+    side.turns.append(asyncio.run(conversation(url, f"{seed}/talk", temperature, think_s)))
     side.shared.append(asyncio.run(shared_start(url, f"{seed}/shared", temperature)))
 
 
@@ -198,11 +202,14 @@ class ServerPeer:
     with other seeded text of the same sizes; every repetition starts from prompts
     nobody sent before anyway, so that measures the same thing."""
 
-    def __init__(self, binary: Path, model: Path, stack: ExitStack, temperature: float) -> None:
+    def __init__(
+        self, binary: Path, model: Path, stack: ExitStack, temperature: float, think_s: float
+    ) -> None:
         self._binary = binary
         self._model = model
         self._stack = stack
         self._temperature = temperature
+        self._think_s = think_s
         self._url: str | None = None
         self.restarts = 0
 
@@ -222,7 +229,7 @@ class ServerPeer:
             try:
                 if self._url is None:
                     self._url = self._start()
-                run_side(self._url, attempt_seed, result, self._temperature)
+                run_side(self._url, attempt_seed, result, self._temperature, self._think_s)
             except httpx.TransportError as exc:
                 print(f"llama-server went away ({exc!r}); restarting it", file=sys.stderr)
                 self._url = None
@@ -312,6 +319,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="sample the replies (unseeded) instead of greedy: Skulk then reuses reply cells",
     )
+    parser.add_argument(
+        "--think-ms",
+        type=float,
+        default=0.0,
+        help="pause before each turn after the first, as a person would (both sides)",
+    )
     add_run_options(parser)
     args = parser.parse_args(argv)
     load_at_start = wait_for_quiet(args.max_load)
@@ -320,23 +333,24 @@ def main(argv: list[str] | None = None) -> int:
     server = None if args.skulk_only else Side([], [])
     restarts = 0
     config = {"inference": {"reuse_replies": True}} if args.reuse_replies else None
+    think_s = args.think_ms / 1000
     with skulk_serving(args.models_dir, CONTEXT, config) as daemon:
         temperature = args.temperature
         if server is None:
             run_side(daemon.url, "warm-up", Side([], []), temperature)
             for rep in range(args.reps):
-                run_side(daemon.url, f"rep{rep}", skulk, temperature)
+                run_side(daemon.url, f"rep{rep}", skulk, temperature, think_s)
                 print(f"rep {rep + 1}/{args.reps} skulk done", file=sys.stderr)
         else:
             run_side(daemon.url, "warm-up", Side([], []), temperature)
             with ExitStack() as stack:
                 model = demo_model_path(args.models_dir)
-                peer = ServerPeer(args.llama_server, model, stack, temperature)
+                peer = ServerPeer(args.llama_server, model, stack, temperature, think_s)
                 for rep in range(args.reps):
                     order = ["skulk", "server"] if rep % 2 == 0 else ["server", "skulk"]
                     for name in order:
                         if name == "skulk":
-                            run_side(daemon.url, f"rep{rep}", skulk, temperature)
+                            run_side(daemon.url, f"rep{rep}", skulk, temperature, think_s)
                         else:
                             peer.run(f"rep{rep}", server)
                         print(f"rep {rep + 1}/{args.reps} {name} done", file=sys.stderr)
@@ -351,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
                 "reps": args.reps,
                 "reuse_replies": args.reuse_replies,
                 "temperature": args.temperature,
+                "think_ms": args.think_ms,
                 "server_restarts": restarts,
                 "context": CONTEXT,
                 "threads": cpu_count(),

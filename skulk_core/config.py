@@ -74,6 +74,13 @@ class InferenceConfig(_Section, frozen=True, kw_only=True):
     step differently from a batched prefill); without it only unseeded sampled
     requests, which have nothing to reproduce, reuse a reply's cells. Read when a
     runner starts."""
+    settle_idle_ms: Annotated[int, msgspec.Meta(ge=0)] = 500
+    """After this many idle milliseconds a text runner decodes the reply of a
+    temperature-0 (or seeded) conversation again the way a cold prompt would, so
+    its next turn reuses the reply instead of prefilling it; a request arriving
+    meanwhile stops that at once. The default waits past the turnaround of a client
+    that answers at once (a tool loop's next call), so only a pause such as a
+    person's reading and typing is used. 0 turns it off. Read when a runner starts."""
 
 
 class StagingConfig(_Section, frozen=True, kw_only=True):

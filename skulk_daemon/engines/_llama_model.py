@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final, cast
 
@@ -73,6 +74,7 @@ class LlamaCppSettings:
         "offload",
         "prompt_cache_bytes",
         "reuse_replies",
+        "settle_after",
         "slots",
     )
 
@@ -88,13 +90,15 @@ class LlamaCppSettings:
         offload: RpcOffload | None = None,
         prompt_cache_bytes: int = 0,
         reuse_replies: bool = False,
+        settle_after: float | None = None,
     ) -> None:
         """``flash_attention=None`` lets llama.cpp decide (it enables it where
         supported, which on CPU decodes faster; it also rounds differently from
         llama-cpp-python's ``Llama``, which turns it off by default). ``offload``
         drives an RPC pool: the model's last layers go to its donors.
         ``prompt_cache_bytes`` bounds the host-RAM prompt cache (0: off).
-        ``reuse_replies`` lets a reply's cells be reused (see ``_llama_slots``)."""
+        ``reuse_replies`` lets a reply's cells be reused (see ``_llama_slots``).
+        ``settle_after``: the idle seconds before a slot is settled (``None``: never)."""
         if context_tokens < 1:
             raise ValueError(f"context_tokens must be positive, got {context_tokens}")
         if not 1 <= slots <= n_batch:
@@ -108,6 +112,9 @@ class LlamaCppSettings:
             raise ValueError(f"prompt_cache_bytes must not be negative, got {prompt_cache_bytes}")
         self.prompt_cache_bytes = prompt_cache_bytes
         self.reuse_replies = reuse_replies
+        if settle_after is not None and settle_after < 0:
+            raise ValueError(f"settle_after must not be negative, got {settle_after}")
+        self.settle_after = settle_after
         self.flash_attention = flash_attention
         self.offload = offload
 
@@ -164,6 +171,7 @@ class LlamaModel:
         )
         self.pieces: dict[int, tuple[bytes, bool]] = {}
         self._piece_buffer = ctypes.create_string_buffer(_PIECE_BUFFER_BYTES)
+        self._abort: object | None = None
 
     @classmethod
     def open(cls, settings: LlamaCppSettings) -> LlamaModel:
@@ -221,6 +229,24 @@ class LlamaModel:
     def forget(self, seq_id: int) -> None:
         """Drop every KV cell of one sequence (always succeeds for a whole sequence)."""
         llama_cpp.llama_memory_seq_rm(self.memory, seq_id, -1, -1)
+
+    def trim(self, seq_id: int, keep: int) -> bool:
+        """Drop ``seq_id``'s cells from position ``keep`` on; False (and the
+        sequence emptied) when the memory cannot cut it there."""
+        if llama_cpp.llama_memory_seq_rm(self.memory, seq_id, keep, -1):
+            return True
+        self.forget(seq_id)
+        return False
+
+    def abort_when(self, asked: Callable[[], bool] | None) -> None:
+        """Have :meth:`decode` stop early, with status 2 and the cells of the batch
+        it was computing dropped, once ``asked()`` is true (llama.cpp polls it after
+        each graph node); ``None``: never (the default)."""
+        # NOTE: a prototype called with no argument is a NULL function pointer; the
+        # callback is kept on the instance, so it outlives this call.
+        callback = llama_cpp.ggml_abort_callback(*(() if asked is None else (lambda _: asked(),)))
+        self._abort = callback
+        llama_cpp.llama_set_abort_callback(self.ctx, callback, None)
 
     def keep_prefix(self, seq_id: int, n_tokens: int, source: int | None = None) -> bool:
         """Make ``seq_id`` hold exactly the cells of positions ``[0, n_tokens)``:

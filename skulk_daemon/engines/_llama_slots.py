@@ -14,6 +14,11 @@ are). A conversation's next greedy turn therefore reuses its previous prompt
 but for up to three tokens, and prefills the reply and the new text (when those
 come to less than a chunk, it resumes earlier: a chunk is always decoded).
 
+A slot whose last request was reproducible is *settled* while the engine is
+idle: the engine decodes its inexact cells again the exact way (see
+:meth:`SlotTable.unsettled`), so a next greedy turn that comes after a pause
+reuses its reply too.
+
 A sampled request without a seed has no output to reproduce, so where its
 common prefix reaches past the exact cells it reuses all of it, a reply's cells
 included, as llama.cpp's server does: a sampled conversation's next turn
@@ -34,7 +39,7 @@ NO_SOURCE: Final = -1
 class Slot:
     """One sequence id and the tokens whose cells it still holds."""
 
-    __slots__ = ("busy", "exact", "index", "last_used", "tokens")
+    __slots__ = ("busy", "exact", "index", "last_used", "settle", "tokens")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -44,6 +49,9 @@ class Slot:
         """How many of ``tokens`` lead with exact cells (a multiple of the rule's rows)."""
         self.last_used = 0
         self.busy = False
+        self.settle = False
+        """Its last request reused exact cells only, so its next (the conversation's
+        next turn) likely will: its inexact cells are worth decoding again."""
 
 
 class Placement:
@@ -169,17 +177,52 @@ class SlotTable:
         exact_start = reused == exact and rule.start(reused, len(prompt)) == reused
         slot.exact = rule.exact_after(len(prompt)) if exact_start else exact
 
-    def release(self, index: int, *, keep: bool, reply: list[int] | None = None) -> None:
+    def release(
+        self, index: int, *, keep: bool, reply: list[int] | None = None, strict: bool = False
+    ) -> None:
         """The slot's request ended; ``keep=False`` when its cells were dropped.
         ``reply`` is what generation steps decoded after the prompt (cells that
-        are never exact)."""
+        are never exact); ``strict``: the request reused exact cells only."""
         slot = self._slots[index]
         slot.busy = False
+        slot.settle = keep and strict
         if not keep:
             slot.tokens, slot.exact = [], 0
         elif reply:
             slot.tokens = slot.tokens + reply
         self._touch(slot)
+
+    def unsettled(self) -> int | None:
+        """The free slot to settle next (the most recently used first): one whose
+        last request was strict and whose cells a decode of ``[settle_from, end)``
+        the rule's way would leave exact further than they are; ``None``: none."""
+        rule = self.rule
+        candidates = [
+            slot
+            for slot in self._slots
+            if slot.settle and not slot.busy and rule.exact_after(len(slot.tokens)) > slot.exact
+        ]
+        if not candidates:
+            return None
+        return max(candidates, key=lambda s: s.last_used).index
+
+    def settle_from(self, index: int) -> tuple[list[int], int]:
+        """Slot ``index``'s tokens and where settling resumes: a start the rule
+        chooses among its exact cells (a whole chunk or more before the end)."""
+        slot = self._slots[index]
+        return slot.tokens, self.rule.start(slot.exact, len(slot.tokens))
+
+    def settled(self, index: int, reached: int) -> None:
+        """Slot ``index`` was decoded again from :meth:`settle_from`'s start up to
+        ``reached``, the rule's way: its end (every cell but the last few exact),
+        or where it stopped early (the cells after were dropped; those before are
+        exact)."""
+        slot = self._slots[index]
+        slot.settle = False
+        if reached >= len(slot.tokens):
+            slot.exact = self.rule.exact_after(len(slot.tokens))
+        else:
+            slot.tokens, slot.exact = slot.tokens[:reached], reached
 
     def scratch(self) -> int | None:
         """A free slot whose cells may be thrown away (the one holding least),
@@ -188,12 +231,8 @@ class SlotTable:
         if not free:
             return None
         slot = min(free, key=lambda s: (len(s.tokens), s.last_used))
-        slot.tokens, slot.exact = [], 0
+        slot.tokens, slot.exact, slot.settle = [], 0, False
         return slot.index
-
-    def forget_all(self) -> None:
-        for slot in self._slots:
-            slot.tokens, slot.exact = [], 0
 
     def _touch(self, slot: Slot) -> None:
         self._clock += 1

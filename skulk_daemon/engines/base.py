@@ -62,6 +62,9 @@ class EngineStats(msgspec.Struct, frozen=True, kw_only=True):
     cached_tokens: int = 0
     """Prompt tokens served from cells a slot kept (or the prompt cache restored)
     instead of being prefilled."""
+    settled_tokens: int = 0
+    """Tokens decoded again while idle to make a slot's cells exact (not counted in
+    ``prompt_tokens``)."""
     prompt_cache: PromptCacheStats | None = None
     """The host-RAM prompt cache, for engines that have one."""
 

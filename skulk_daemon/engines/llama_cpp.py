@@ -15,7 +15,14 @@ another's room). One scheduler thread owns the context; every iteration it
    (see ``_llama_prompt_cache``),
 3. runs ONE ``llama_decode`` holding the next token of every generating
    sequence, and samples each with its own sampler (an argmax, the numpy
-   draw of ``_llama_draw``, or llama.cpp's chain for penalties and grammars).
+   draw of ``_llama_draw``, or llama.cpp's chain for penalties and grammars),
+4. or, with nothing to do for ``settle_after`` seconds, *settles* a slot whose
+   last request was greedy or seeded: decodes its reply (and the last rows of its
+   prompt) again in exact batches, so the conversation's next reproducible turn
+   reuses them instead of prefilling them (reply cells come from one-row steps,
+   which no cold decode reproduces). A request that arrives meanwhile stops the
+   decode at once (llama.cpp's abort callback); the slot then keeps what was
+   exact.
 
 Concurrent requests therefore share decode batches, which is what makes serving
 N users cost far less than N times one user.
@@ -121,6 +128,7 @@ class LlamaCppEngine:
         self._slots, self._prompt_cache = _fresh_cache(settings)
         self._decode_batches = 0
         self._prompt_tokens = 0
+        self._settled_tokens = 0
         self._cached_tokens = 0
         self._generated_tokens = 0
         self._completed = 0
@@ -135,11 +143,14 @@ class LlamaCppEngine:
         self._thread = threading.Thread(target=self._run, name="llama-cpp-scheduler", daemon=True)
         self._thread.start()
         log.info(
-            "loaded %s: %d slots x %d tokens, %d threads",
+            "loaded %s: %d slots x %d tokens, %d threads, %s",
             settings.model_path.name,
             settings.slots,
             settings.context_tokens,
             settings.n_threads,
+            "never settling"
+            if settings.settle_after is None
+            else f"settling after {settings.settle_after * 1000:.0f} ms idle",
         )
 
     def warm_up(self) -> None:
@@ -176,6 +187,7 @@ class LlamaCppEngine:
             decode_batches=self._decode_batches,
             prompt_tokens=self._prompt_tokens,
             cached_tokens=self._cached_tokens,
+            settled_tokens=self._settled_tokens,
             generated_tokens=self._generated_tokens,
             completed=self._completed,
             prompt_cache=self._prompt_cache.stats(),
@@ -242,7 +254,7 @@ class LlamaCppEngine:
                 if self._generating:
                     self._step()
                 elif not self._inbox and not (self._waiting and self._slots.has_free()):
-                    self._wake.wait()
+                    self._idle()
         except Exception as exc:
             log.exception("the llama.cpp scheduler failed")
             self._fatal = f"the llama.cpp engine failed: {exc}"
@@ -251,6 +263,53 @@ class LlamaCppEngine:
                 self._on_fatal(self._fatal)
             return
         self._cancel_everything()
+
+    def _idle(self) -> None:
+        """Wait for work; settle a slot if none comes for ``settle_after`` seconds."""
+        after = self._settings.settle_after
+        index = None if after is None else self._slots.unsettled()
+        if index is None:
+            self._wake.wait()
+        elif not self._wake.wait(after):
+            self._settle(index)
+
+    def _settle(self, index: int) -> None:
+        """Decode slot ``index``'s cells from where the rule resumes to its end
+        again, in exact batches, until done or a request arrives (see the module
+        docstring). Nothing is sampled: the batches ask for no logits."""
+        llama = self._llama
+        assert llama is not None
+        tokens, start = self._slots.settle_from(index)
+        if not llama.trim(index, start):
+            self._slots.settled(index, 0)
+            return
+        token, pos, n_seq_id, seq_id, logits = llama.batch_arrays()
+        reached = start
+        inbox = self._inbox
+        llama.abort_when(lambda: bool(inbox))
+        try:
+            for n in self._slots.rule.batches(start, len(tokens)):
+                for i in range(n):
+                    token[i] = tokens[reached + i]
+                    pos[i] = reached + i
+                    n_seq_id[i] = 1
+                    seq_id[i][0] = index
+                    logits[i] = 0
+                status = llama.decode(n)
+                self._decode_batches += 1
+                if status < 0:
+                    raise RuntimeError(f"llama_decode returned {status}")
+                if status > 0:  # aborted (or refused): llama.cpp dropped the batch
+                    break
+                reached += n
+                if inbox:
+                    break
+        finally:
+            llama.abort_when(None)
+        if reached < len(tokens) and not llama.trim(index, reached):
+            reached = 0
+        self._settled_tokens += reached - start
+        self._slots.settled(index, reached)
 
     def _drain_inbox(self) -> None:
         inbox = self._inbox
@@ -531,7 +590,12 @@ class LlamaCppEngine:
         del self._active[sequence.task_id]
         if not keep:
             self._llama.forget(sequence.seq_id)
-        self._slots.release(sequence.seq_id, keep=keep, reply=sequence.reply)
+        self._slots.release(
+            sequence.seq_id,
+            keep=keep,
+            reply=sequence.reply,
+            strict=self._slots.strict(_reproducible(sequence.pending.request.sampling)),
+        )
         if sequence.chain is not None:
             sampling.free_chain(sequence.chain)
         if sequence.grammar is not None:

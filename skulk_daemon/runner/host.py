@@ -170,6 +170,7 @@ def _serve(stdin: BinaryIO, outbox: _Outbox) -> int:
             offload=offload,
             prompt_cache_bytes=first.prompt_cache_bytes,
             reuse_replies=first.reuse_replies,
+            settle_after=first.settle_after,
         )
         engine: Engine = LlamaCppEngine(settings, outbox.send, on_fatal=on_fatal)
     except ValueError as exc:

@@ -96,6 +96,8 @@ class Load(msgspec.Struct, frozen=True, kw_only=True, tag="load"):
     """The host-RAM prompt cache's budget (``"generate"`` mode; 0: off)."""
     reuse_replies: bool = False
     """Reuse a reply's cells on the conversation's next turn (see ``_llama_slots``)."""
+    settle_after: float | None = None
+    """Idle seconds before a slot is settled (see ``llama_cpp``); ``None``: never."""
 
 
 class Generate(msgspec.Struct, frozen=True, kw_only=True, tag="generate"):

@@ -124,6 +124,7 @@ class Launcher:
             pool=pool,
             prompt_cache_bytes=self._node.config.inference.prompt_cache_mb * 1024**2,
             reuse_replies=self._node.config.inference.reuse_replies,
+            settle_after=_seconds_or_off(self._node.config.inference.settle_idle_ms),
         )
 
     async def _stage(self, model_id: ModelId) -> Path | None:
@@ -178,3 +179,7 @@ class Launcher:
                 )
             await asyncio.sleep(DONOR_POLL_SECONDS)
         return False
+
+
+def _seconds_or_off(milliseconds: int) -> float | None:
+    return milliseconds / 1000 if milliseconds > 0 else None

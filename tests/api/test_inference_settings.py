@@ -19,6 +19,7 @@ CONFIG = """\
 inference:
   runner_threads: 1
   reuse_replies: true
+  settle_idle_ms: 250
 """
 
 
@@ -29,7 +30,8 @@ def test_runner_threads_and_reuse_replies_reach_the_runner(
     app = make_app("settings", config_yaml=CONFIG)
     place(app, context=CONTEXT)
     assert any(
-        "loaded" in record.getMessage() and "x 1024 tokens, 1 threads" in record.getMessage()
+        "loaded" in record.getMessage()
+        and "x 1024 tokens, 1 threads, settling after 250 ms idle" in record.getMessage()
         for record in caplog.records
     ), [r.getMessage() for r in caplog.records if "loaded" in r.getMessage()]
 

@@ -9,6 +9,7 @@ chat prompt opens with: its first request is (all but) cold.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import anthropic
@@ -26,6 +27,9 @@ CHUNK = FLASH_ATTENTION_TILE
 OPENING = 8
 """More than the template's opening tokens (``<bos><start_of_turn>user`` and a
 newline) that another test's prompt may have left in a slot."""
+PAUSE_SECONDS = 4.0
+"""Idle time after a reply: the settle delay and its decode, with room for a slow
+machine."""
 GREEDY = {"temperature": 0}
 """Greedy, so only exact cells are reused: a sampled request may also reuse the few
 template tokens another test's short prompt left in a slot, and is then not cold.
@@ -85,8 +89,45 @@ def test_chat_completions_report_cached_prompt_tokens(oai: openai.OpenAI) -> Non
     assert len(usage) == 1 and usage[0].prompt_tokens_details is not None
     cached = usage[0].prompt_tokens_details.cached_tokens
     assert cached is not None and CHUNK <= cached < usage[0].prompt_tokens
-    assert cached < first.usage.prompt_tokens  # only what the first prompt held
+    # Only what the slot held: the first prompt (and its reply, had the engine been
+    # idle long enough to settle it; see the next test).
+    assert cached < first.usage.prompt_tokens + first.usage.completion_tokens
     assert cached % EXACT_ROWS == 0
+
+
+def test_a_greedy_conversation_reuses_its_reply_after_a_pause(oai: openai.OpenAI) -> None:
+    messages: list[openai.types.chat.ChatCompletionMessageParam] = [
+        {"role": "system", "content": system_prompt("Pause")},
+        {"role": "user", "content": "Good evening."},
+    ]
+    first = oai.chat.completions.create(model=DEMO, messages=messages, max_tokens=8, temperature=0)
+    assert first.usage is not None
+    reply = first.choices[0].message.content or ""
+    # The person reads the reply and types: the runner settles the reply meanwhile
+    # (inference.settle_idle_ms, 500 by default; about 0.3 s of decoding here).
+    time.sleep(PAUSE_SECONDS)
+    # A question longer than a chunk: a greedy prompt always decodes a chunk or more.
+    question = (
+        "Is the sea calm tonight? My brother sails his boat across the bay before dawn "
+        "to reach the harbour market, and he asks whether the fog will come in from the "
+        "west, whether the tide will be high at the rocks by the old wreck, and whether "
+        "he should wait for the morning light before he leaves the jetty."
+    )
+    messages += [
+        {"role": "assistant", "content": reply},
+        {"role": "user", "content": question},
+    ]
+    second = oai.chat.completions.create(model=DEMO, messages=messages, max_tokens=3, temperature=0)
+    assert second.usage is not None and second.usage.prompt_tokens_details is not None
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert cached is not None and cached % EXACT_ROWS == 0
+    held = first.usage.prompt_tokens
+    if reply and reply == reply.strip():
+        # The template keeps the reply as generated: cells past the first prompt,
+        # which only a settled reply gives a greedy request.
+        assert cached > held
+    else:
+        assert cached >= held - held % EXACT_ROWS
 
 
 def test_responses_report_cached_input_tokens(oai: openai.OpenAI) -> None:

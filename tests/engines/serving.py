@@ -61,7 +61,9 @@ class Served:
         return self.finish(task_id)
 
 
-def serve(model: Path, **settings: int) -> Iterator[Served]:
+def serve(model: Path, *, settle_after: float | None = None, **settings: int) -> Iterator[Served]:
+    """An engine on ``model``; it settles no slot unless ``settle_after`` says when,
+    so what a test's next request reuses does not depend on how long it paused."""
     set_llama_logging(verbose=False)
     # Served.submit creates a task's queue before the engine can answer it.
     queues: dict[str, queue.SimpleQueue[EngineChunk]] = {}
@@ -72,6 +74,7 @@ def serve(model: Path, **settings: int) -> Iterator[Served]:
             slots=settings.get("slots", TEST_SLOTS),
             prompt_cache_bytes=settings.get("prompt_cache_bytes", 0),
             reuse_replies=bool(settings.get("reuse_replies", 0)),
+            settle_after=settle_after,
         ),
         lambda chunk: queues[chunk.task_id].put(chunk),
     )

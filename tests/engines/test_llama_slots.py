@@ -167,3 +167,54 @@ def test_a_sampled_prompt_that_parts_among_exact_cells_keeps_the_slot_exact() ->
     table.decoded(0, parted, reused=12, exact=12)
     table.release(0, keep=True)
     assert table.place([*parted, *tokens(10, 200)]).reused == 28  # what it decoded is exact
+
+
+def _turn(table: SlotTable, prompt: list[int], reply: list[int], *, strict: bool) -> int:
+    """Serve ``prompt`` (reusing what the table gives) and release it with ``reply``."""
+    placed = table.place(prompt, reproducible=strict)
+    table.decoded(placed.slot, prompt, reused=placed.reused, exact=placed.exact)
+    table.release(placed.slot, keep=True, reply=reply, strict=strict)
+    return placed.slot
+
+
+def test_a_strict_turns_reply_is_settled_from_a_chunk_before_its_end() -> None:
+    table = SlotTable(1, RULE)
+    _turn(table, tokens(18), tokens(5, 100), strict=True)  # 16 exact, then 2 + 5 not
+    assert table.unsettled() == 0
+    held, start = table.settle_from(0)
+    assert held == [*tokens(18), *tokens(5, 100)]
+    assert start == 12  # a multiple of 4, a chunk (8) or more before the end (23)
+    table.settled(0, len(held))
+    assert table.unsettled() is None
+    # The next strict turn reuses the reply: all 23 cells but the last 23 % 4.
+    following = [*held, *tokens(12, 200)]
+    assert table.place(following).reused == 20
+
+
+def test_a_settle_stopped_early_keeps_only_the_exact_cells_before_it() -> None:
+    table = SlotTable(1, RULE)
+    _turn(table, tokens(18), tokens(30, 100), strict=True)
+    held, start = table.settle_from(0)
+    table.settled(0, start + 8)  # one batch of two, then a request came
+    assert table.unsettled() is None
+    assert table.reusable(held[: start + 8], start + 8, [*held, 1], True) == start + 8
+    assert table.place([*held, 1]).reused == start + 8
+
+
+def test_only_strict_turns_with_inexact_cells_are_settled_most_recent_first() -> None:
+    table = SlotTable(4, RULE)
+    _turn(table, tokens(18), tokens(5, 100), strict=False)  # sampled: reuses replies anyway
+    assert table.unsettled() is None
+    _turn(table, tokens(20, 300), [], strict=True)  # 20 tokens, all exact: nothing to gain
+    assert table.unsettled() is None
+    first = _turn(table, tokens(18, 500), tokens(3, 600), strict=True)
+    second = _turn(table, tokens(18, 700), tokens(3, 800), strict=True)
+    assert len({first, second}) == 2
+    assert table.unsettled() == second
+    table.settled(second, len(table.settle_from(second)[0]))
+    assert table.unsettled() == first
+    busy = table.place([*tokens(18, 500), *tokens(3, 600), 1])  # its next turn
+    assert busy.slot == first
+    assert table.unsettled() is None  # a busy slot is never settled
+    table.release(first, keep=False, strict=True)  # a failed decode dropped its cells
+    assert table.unsettled() is None

@@ -1,0 +1,96 @@
+"""Settling, on the real demo model: while the engine is idle it decodes a greedy
+turn's reply again in exact batches, so the conversation's next greedy turn reuses
+the reply too and still decodes exactly as it would cold; a request that arrives
+meanwhile stops the decode at once (llama.cpp's abort), and the slot keeps only
+cells that are exact."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from skulk_core.chat.generation import FinishChunk
+from skulk_daemon.engines._llama_exact import EXACT_ROWS
+from tests.engines.serving import Served, serve
+from tests.engines.test_prefix_reuse import ANSWER, SHARED, Turn, _common, _evict, _trace
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def settling(demo_gguf: Path) -> Iterator[Served]:
+    """An engine of its own per test: one settles the moment it is idle, so a test
+    sharing it would find the last one's settle under way."""
+    yield from serve(demo_gguf, slots=1, settle_after=0.0)
+
+
+def _settled(served: Served, before: int) -> int:
+    """The engine's settled-token count once it has moved past ``before``."""
+    deadline = time.monotonic() + 60
+    while (now := served.engine.stats().settled_tokens) == before:
+        assert time.monotonic() < deadline, "the engine never settled the slot"
+        time.sleep(0.01)
+    return now
+
+
+def test_a_settled_greedy_turn_reuses_its_reply_and_decodes_as_cold(settling: Served) -> None:
+    before = settling.engine.stats().settled_tokens
+    turn = Turn(settling, "settle-turn-1")
+    assert _settled(settling, before) > 0
+    # The slot's cells, exact now: the prompt and every reply token decoded (not
+    # the last, which max_tokens ended before a step decoded it), but the last rows.
+    held = turn.prompt + turn.reply[:-1]
+    exact = len(held) - len(held) % EXACT_ROWS
+    expected = min(_common(held, turn.following_ids), exact) // EXACT_ROWS * EXACT_ROWS
+    assert expected > len(turn.prompt), "the reply does not re-tokenize as it was generated"
+    warm, cached = _trace(settling, "settle-turn-2", turn.following)
+    assert cached == expected
+    _evict(settling, "settle-evict")
+    cold, cached = _trace(settling, "settle-cold", turn.following)
+    assert cached == 0
+    assert warm == cold
+
+
+def test_a_request_during_a_settle_aborts_it_and_decodes_as_cold(settling: Served) -> None:
+    llama = settling.engine._llama
+    assert llama is not None
+    statuses: list[int] = []
+    real_decode = llama.decode
+    following = SHARED + ANSWER  # shares the prompt, not the reply
+    submitted = threading.Event()
+
+    def decode(n_tokens: int) -> int:
+        # The first batch asking for no logits is a settle's: a request arrives
+        # just as llama.cpp starts on it.
+        batch = llama.batch
+        assert batch is not None
+        settling_batch = not any(batch.logits[i] for i in range(n_tokens))
+        if settling_batch and not statuses:
+            settling.submit("abort-next", following, max_tokens=8, logprobs=True, top_logprobs=5)
+            submitted.set()
+        status = real_decode(n_tokens)
+        if settling_batch:
+            statuses.append(status)
+        return status
+
+    llama.decode = decode  # type: ignore[method-assign]
+    try:
+        turn = Turn(settling, "abort-turn-1")
+        assert submitted.wait(60), "the engine never settled the slot"
+        tokens, end = settling.collect("abort-next")
+    finally:
+        llama.decode = real_decode  # type: ignore[method-assign]
+    assert isinstance(end, FinishChunk), end
+    assert statuses[0] == 2  # llama.cpp aborted the batch
+    # The slot kept only exact cells, from before where the settle started.
+    assert 0 < end.stats.cached_tokens < len(turn.prompt)
+    assert end.stats.cached_tokens % EXACT_ROWS == 0
+    warm = [(t.token_id, t.logprob, t.top_logprobs) for t in tokens]
+    _evict(settling, "abort-evict")
+    cold, cached = _trace(settling, "abort-cold", following)
+    assert cached == 0
+    assert warm == cold
