@@ -306,9 +306,9 @@ class LlamaCppEngine:
                     break
         finally:
             llama.abort_when(None)
+        self._settled_tokens += reached - start
         if reached < len(tokens) and not llama.trim(index, reached):
             reached = 0
-        self._settled_tokens += reached - start
         self._slots.settled(index, reached)
 
     def _drain_inbox(self) -> None:
