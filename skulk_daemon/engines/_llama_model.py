@@ -218,6 +218,17 @@ class LlamaModel:
             batch.logits,
         )
 
+    def fill_span(self, tokens: list[int], start: int, n: int, seq_id: int) -> None:
+        """Put ``tokens[start:start + n]`` into the batch at their positions in
+        sequence ``seq_id``, asking for no logits."""
+        token, pos, n_seq_id, ids, logits = self.batch_arrays()
+        for i in range(n):
+            token[i] = tokens[start + i]
+            pos[i] = start + i
+            n_seq_id[i] = 1
+            ids[i][0] = seq_id
+            logits[i] = 0
+
     def decode(self, n_tokens: int) -> int:
         """Decode the first ``n_tokens`` of the batch; llama_decode's status."""
         batch = self.batch

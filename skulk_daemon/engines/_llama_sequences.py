@@ -6,6 +6,7 @@ import threading
 import time
 
 from skulk_core.chat.generation import (
+    ERROR_CONTEXT_LENGTH_EXCEEDED,
     ErrorChunk,
     FinishChunk,
     FinishReason,
@@ -14,7 +15,11 @@ from skulk_core.chat.generation import (
 )
 from skulk_core.ids import TaskId
 from skulk_daemon.engines._llama_draw import Draw
-from skulk_daemon.engines._llama_sampling import SamplerHandle, is_plain_greedy
+from skulk_daemon.engines._llama_sampling import (
+    MAX_TOP_LOGPROBS,
+    SamplerHandle,
+    is_plain_greedy,
+)
 from skulk_daemon.engines._text import TextStream
 
 
@@ -173,4 +178,24 @@ def unserved_finish(pending: Pending) -> FinishChunk:
             max_in_flight_at_admission=0,
             time_to_first_token_ms=0.0,
         ),
+    )
+
+
+def invalid_request(max_tokens: int, top_logprobs: int) -> str | None:
+    """Why sampling parameters no engine can serve are refused, or None."""
+    if max_tokens < 1:
+        return "max_tokens must be positive"
+    if not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
+        return f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}"
+    return None
+
+
+def context_exceeded(prompt: int, max_tokens: int, window: int, prompt_alone: bool) -> str:
+    """The refusal of a prompt (and ``max_tokens``) that do not fit the window."""
+    if prompt_alone:
+        detail = f"the prompt is {prompt} tokens, which leaves no room to generate"
+    else:
+        detail = f"the prompt is {prompt} tokens and max_tokens is {max_tokens}, more than fit"
+    return (
+        f"{ERROR_CONTEXT_LENGTH_EXCEEDED}: {detail} in this model's {window}-token context window"
     )

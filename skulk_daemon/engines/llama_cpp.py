@@ -16,13 +16,9 @@ another's room). One scheduler thread owns the context; every iteration it
 3. runs ONE ``llama_decode`` holding the next token of every generating
    sequence, and samples each with its own sampler (an argmax, the numpy
    draw of ``_llama_draw``, or llama.cpp's chain for penalties and grammars),
-4. or, with nothing to do for ``settle_after`` seconds, *settles* a slot whose
-   last request was greedy or seeded: decodes its reply (and the last rows of its
-   prompt) again in exact batches, so the conversation's next reproducible turn
-   reuses them instead of prefilling them (reply cells come from one-row steps,
-   which no cold decode reproduces). A request that arrives meanwhile stops the
-   decode at once (llama.cpp's abort callback); the slot then keeps what was
-   exact.
+4. or, idle for ``settle_after`` seconds, settles a slot whose last request was
+   greedy or seeded: decodes its reply again in exact batches, so that
+   conversation's next greedy turn reuses it too (see ``_llama_settle``).
 
 Concurrent requests therefore share decode batches, which is what makes serving
 N users cost far less than N times one user.
@@ -71,9 +67,12 @@ from skulk_daemon.engines._llama_sequences import (
     Pending,
     Sequence,
     WarmUp,
+    context_exceeded,
     error_chunk,
+    invalid_request,
     unserved_finish,
 )
+from skulk_daemon.engines._llama_settle import settle
 from skulk_daemon.engines._llama_slots import NO_SOURCE, Placement, SlotTable
 from skulk_daemon.engines.base import ChunkSink, EngineLoadError, EngineStats
 
@@ -204,7 +203,7 @@ class LlamaCppEngine:
             self._sink(error_chunk(task_id, ERROR_ENGINE_FAILED, self._fatal))
             return
         params = request.sampling
-        refusal = _invalid(params.max_tokens, params.top_logprobs)
+        refusal = invalid_request(params.max_tokens, params.top_logprobs)
         if refusal is None and params.grammar is not None:
             try:
                 sampling.check_grammar(llama.vocab, params.grammar)
@@ -227,7 +226,7 @@ class LlamaCppEngine:
                 error_chunk(
                     task_id,
                     ERROR_CONTEXT_LENGTH_EXCEEDED,
-                    _context_exceeded(len(tokens), params.max_tokens, window, room < 1),
+                    context_exceeded(len(tokens), params.max_tokens, window, room < 1),
                 )
             )
             return
@@ -274,42 +273,11 @@ class LlamaCppEngine:
             self._settle(index)
 
     def _settle(self, index: int) -> None:
-        """Decode slot ``index``'s cells from where the rule resumes to its end
-        again, in exact batches, until done or a request arrives (see the module
-        docstring). Nothing is sampled: the batches ask for no logits."""
-        llama = self._llama
-        assert llama is not None
-        tokens, start = self._slots.settle_from(index)
-        if not llama.trim(index, start):
-            self._slots.settled(index, 0)
-            return
-        token, pos, n_seq_id, seq_id, logits = llama.batch_arrays()
-        reached = start
+        assert self._llama is not None
         inbox = self._inbox
-        llama.abort_when(lambda: bool(inbox))
-        try:
-            for n in self._slots.rule.batches(start, len(tokens)):
-                for i in range(n):
-                    token[i] = tokens[reached + i]
-                    pos[i] = reached + i
-                    n_seq_id[i] = 1
-                    seq_id[i][0] = index
-                    logits[i] = 0
-                status = llama.decode(n)
-                self._decode_batches += 1
-                if status < 0:
-                    raise RuntimeError(f"llama_decode returned {status}")
-                if status > 0:  # aborted (or refused): llama.cpp dropped the batch
-                    break
-                reached += n
-                if inbox:
-                    break
-        finally:
-            llama.abort_when(None)
-        self._settled_tokens += reached - start
-        if reached < len(tokens) and not llama.trim(index, reached):
-            reached = 0
-        self._slots.settled(index, reached)
+        tokens, batches = settle(self._llama, self._slots, index, lambda: bool(inbox))
+        self._settled_tokens += tokens
+        self._decode_batches += batches
 
     def _drain_inbox(self) -> None:
         inbox = self._inbox
@@ -438,19 +406,14 @@ class LlamaCppEngine:
         assert llama is not None
         tokens = sequence.pending.tokens
         total = len(tokens)
-        token, pos, n_seq_id, seq_id, logits = llama.batch_arrays()
+        logits = llama.batch_arrays()[4]
         slot = sequence.seq_id
         started = time.perf_counter()
         n = 0
         self._cached_tokens += sequence.cached_tokens
         start = sequence.cached_tokens
         for n in self._slots.rule.batches(start, total):
-            for i in range(n):
-                token[i] = tokens[start + i]
-                pos[i] = start + i
-                n_seq_id[i] = 1
-                seq_id[i][0] = slot
-                logits[i] = 0
+            llama.fill_span(tokens, start, n, slot)
             logits[n - 1] = start + n == total
             if not self._decode(n):
                 self._release(sequence, keep=False)
@@ -630,21 +593,3 @@ class LlamaCppEngine:
             elif isinstance(item, WarmUp):
                 item.error = "the engine stopped before warming up"
                 item.done.set()
-
-
-def _invalid(max_tokens: int, top_logprobs: int) -> str | None:
-    if max_tokens < 1:
-        return "max_tokens must be positive"
-    if not 0 <= top_logprobs <= sampling.MAX_TOP_LOGPROBS:
-        return f"top_logprobs must be between 0 and {sampling.MAX_TOP_LOGPROBS}"
-    return None
-
-
-def _context_exceeded(prompt: int, max_tokens: int, window: int, prompt_alone: bool) -> str:
-    if prompt_alone:
-        detail = f"the prompt is {prompt} tokens, which leaves no room to generate"
-    else:
-        detail = f"the prompt is {prompt} tokens and max_tokens is {max_tokens}, more than fit"
-    return (
-        f"{ERROR_CONTEXT_LENGTH_EXCEEDED}: {detail} in this model's {window}-token context window"
-    )
