@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"routing: decode {result['routed_decode_tps']:.1f} vs "
                 f"{result['direct_decode_tps']:.1f} tok/s ({result['decode_ratio']:.3f}x, "
-                f"target >= {ROUTING_DECODE_TARGET}); first token +{result['added_ttft_ms']:.1f} "
+                f"target >= {ROUTING_DECODE_TARGET}); first token {result['added_ttft_ms']:+.1f} "
                 f"ms ({result['routed_ttft_ms']:.1f} vs {result['direct_ttft_ms']:.1f}, target "
                 f"<= {ROUTING_TTFT_TARGET_MS:g}) {'ok' if result['ok'] else 'MISS'}"
             )

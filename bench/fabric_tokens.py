@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{name}: routed/direct decode {row['decode_ratio']:.3f}x "
                 f"({row['routed']['decode_tps']:.1f} vs {row['direct']['decode_tps']:.1f} tok/s), "
-                f"first token +{row['added_ttft_ms']:.1f} ms, daemons' CPU "
+                f"first token {row['added_ttft_ms']:+.1f} ms, daemons' CPU "
                 f"+{row['added_daemon_cpu_ms_per_token']:.3f} ms/token, "
                 f"{row['routed'].get('tokens_per_frame', 0):.2f} tokens/frame"
             )
