@@ -275,7 +275,11 @@ class LlamaCppEngine:
     def _settle(self, index: int) -> None:
         assert self._llama is not None
         inbox = self._inbox
-        tokens, batches = settle(self._llama, self._slots, index, lambda: bool(inbox))
+
+        def arrived() -> bool:  # work, or unload(): either stops a settle at once
+            return bool(inbox) or self._stopping
+
+        tokens, batches = settle(self._llama, self._slots, index, arrived)
         self._settled_tokens += tokens
         self._decode_batches += batches
 
