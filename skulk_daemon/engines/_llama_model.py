@@ -218,9 +218,11 @@ class LlamaModel:
             batch.logits,
         )
 
-    def fill_span(self, tokens: list[int], start: int, n: int, seq_id: int) -> None:
+    def fill_span(
+        self, tokens: list[int], start: int, n: int, seq_id: int, *, last_logits: bool = False
+    ) -> None:
         """Put ``tokens[start:start + n]`` into the batch at their positions in
-        sequence ``seq_id``, asking for no logits."""
+        sequence ``seq_id``, asking for logits of the last one only if ``last_logits``."""
         token, pos, n_seq_id, ids, logits = self.batch_arrays()
         for i in range(n):
             token[i] = tokens[start + i]
@@ -228,6 +230,7 @@ class LlamaModel:
             n_seq_id[i] = 1
             ids[i][0] = seq_id
             logits[i] = 0
+        logits[n - 1] = last_logits
 
     def decode(self, n_tokens: int) -> int:
         """Decode the first ``n_tokens`` of the batch; llama_decode's status."""

@@ -50,8 +50,9 @@ class Slot:
         self.last_used = 0
         self.busy = False
         self.settle = False
-        """Its last request reused exact cells only, so its next (the conversation's
-        next turn) likely will: its inexact cells are worth decoding again."""
+        """Its last request was placed strict (exact cells only), so its next (the
+        conversation's next turn) likely will be: its inexact cells are worth
+        decoding again once it is free."""
 
 
 class Placement:
@@ -162,6 +163,7 @@ class SlotTable:
         if len(held) > kept and not any(_starts_with(slot.tokens, held) for slot in others):
             placement.evicted, placement.evicted_exact = held, target.exact
         target.busy = True
+        target.settle = strict
         target.tokens, target.exact = [], 0  # until the prompt is decoded, nothing here
         self._touch(target)
         return placement
@@ -177,17 +179,14 @@ class SlotTable:
         exact_start = reused == exact and rule.start(reused, len(prompt)) == reused
         slot.exact = rule.exact_after(len(prompt)) if exact_start else exact
 
-    def release(
-        self, index: int, *, keep: bool, reply: list[int] | None = None, strict: bool = False
-    ) -> None:
+    def release(self, index: int, *, keep: bool, reply: list[int] | None = None) -> None:
         """The slot's request ended; ``keep=False`` when its cells were dropped.
         ``reply`` is what generation steps decoded after the prompt (cells that
-        are never exact); ``strict``: the request reused exact cells only."""
+        are never exact)."""
         slot = self._slots[index]
         slot.busy = False
-        slot.settle = keep and strict
         if not keep:
-            slot.tokens, slot.exact = [], 0
+            slot.tokens, slot.exact, slot.settle = [], 0, False
         elif reply:
             slot.tokens = slot.tokens + reply
         self._touch(slot)

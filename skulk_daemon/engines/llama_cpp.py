@@ -410,15 +410,13 @@ class LlamaCppEngine:
         assert llama is not None
         tokens = sequence.pending.tokens
         total = len(tokens)
-        logits = llama.batch_arrays()[4]
         slot = sequence.seq_id
         started = time.perf_counter()
         n = 0
         self._cached_tokens += sequence.cached_tokens
         start = sequence.cached_tokens
         for n in self._slots.rule.batches(start, total):
-            llama.fill_span(tokens, start, n, slot)
-            logits[n - 1] = start + n == total
+            llama.fill_span(tokens, start, n, slot, last_logits=start + n == total)
             if not self._decode(n):
                 self._release(sequence, keep=False)
                 self._sink(error_chunk(sequence.task_id, ERROR_ENGINE_FAILED, _REFUSED_BATCH))
@@ -557,12 +555,7 @@ class LlamaCppEngine:
         del self._active[sequence.task_id]
         if not keep:
             self._llama.forget(sequence.seq_id)
-        self._slots.release(
-            sequence.seq_id,
-            keep=keep,
-            reply=sequence.reply,
-            strict=self._slots.strict(_reproducible(sequence.pending.request.sampling)),
-        )
+        self._slots.release(sequence.seq_id, keep=keep, reply=sequence.reply)
         if sequence.chain is not None:
             sampling.free_chain(sequence.chain)
         if sequence.grammar is not None:

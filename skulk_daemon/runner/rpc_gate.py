@@ -183,7 +183,7 @@ class GateClient:
         self._instance_id = instance_id
         self._on_lost = on_lost
         self._dial = dial or _dial_direct(remote)
-        self._lost = threading.Event()
+        self._lost = False
         self._losing = threading.Lock()
         self._closing = False
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -270,8 +270,8 @@ class GateClient:
         # time waits for the first report (a driver's exits the process) before it
         # shuts the socket llama.cpp reads.
         with self._losing:
-            if self._closing or self._lost.is_set():
+            if self._closing or self._lost:
                 return
-            self._lost.set()
+            self._lost = True
             log.error("%s", why)
             self._on_lost(why)

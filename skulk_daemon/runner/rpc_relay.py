@@ -133,11 +133,12 @@ def relay_sealed(
     survive its donor's end reports it before llama.cpp sees its own socket close
     (and aborts). When both directions have stopped, both sockets are closed.
     """
-    first: list[bool] = []
+    reported = False
     finished: list[bool] = []
     lock = threading.Lock()
 
     def run(source: socket.socket, sink: socket.socket, pump: Callable[[], None]) -> None:
+        nonlocal reported
         ended, why = source, None
         try:
             pump()
@@ -150,8 +151,7 @@ def relay_sealed(
         # NOTE: which side stopped is settled before either socket is shut down,
         # so the other direction (which then stops too) cannot claim it.
         with lock:
-            is_first = not first
-            first.append(True)
+            is_first, reported = not reported, True
         if is_first:
             on_end(ended, why)
         for sock in (source, sink):

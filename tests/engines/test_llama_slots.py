@@ -173,7 +173,7 @@ def _turn(table: SlotTable, prompt: list[int], reply: list[int], *, strict: bool
     """Serve ``prompt`` (reusing what the table gives) and release it with ``reply``."""
     placed = table.place(prompt, reproducible=strict)
     table.decoded(placed.slot, prompt, reused=placed.reused, exact=placed.exact)
-    table.release(placed.slot, keep=True, reply=reply, strict=strict)
+    table.release(placed.slot, keep=True, reply=reply)
     return placed.slot
 
 
@@ -216,5 +216,11 @@ def test_only_strict_turns_with_inexact_cells_are_settled_most_recent_first() ->
     busy = table.place([*tokens(18, 500), *tokens(3, 600), 1])  # its next turn
     assert busy.slot == first
     assert table.unsettled() is None  # a busy slot is never settled
-    table.release(first, keep=False, strict=True)  # a failed decode dropped its cells
+    table.release(first, keep=False)  # a failed decode dropped its cells
+    assert table.unsettled() is None
+
+
+def test_with_reuse_replies_nothing_is_settled() -> None:
+    table = SlotTable(1, RULE, reuse_replies=True)  # greedy turns reuse replies anyway
+    _turn(table, tokens(18), tokens(5, 100), strict=True)
     assert table.unsettled() is None
