@@ -46,6 +46,7 @@ from skulk_daemon.operator.listener import ListenerBindError, OperatorListener
 from skulk_daemon.operator.service import OperatorPairingService
 from skulk_daemon.placement.repair import RepairAgent
 from skulk_daemon.providers.vad import VadProvider
+from skulk_daemon.runner.client import spawned_runner_pids
 from skulk_daemon.services import Services
 from skulk_daemon.speech.providers import SpeechTags, SttProvider, TtsProvider
 from skulk_daemon.system.buildinfo import source_commit
@@ -181,6 +182,7 @@ def telemetry_source(node: Node) -> TelemetrySource:
         memory_reserve_bytes=int(config.node.memory_reserve_gb * 1024**3),
         memory_limit_bytes=_gib_bytes(config.node.memory_limit_gb),
         api_urls=advertised_api_urls(node.settings.host, node.settings.api_port),
+        runner_pids=spawned_runner_pids,
     )
     source.prompt_prefixes = lambda: node.routed_prompts.published(node.state.instances)
     return source

@@ -78,6 +78,17 @@ PartSink = Callable[[SpeechPartial], None] | None
 ERROR_CONSUMER_TOO_SLOW: Final = "consumer_too_slow"
 
 
+_alive: set[int] = set()
+"""The pids of the runners this daemon started and has not yet reaped."""
+
+
+def spawned_runner_pids() -> tuple[int, ...]:
+    """This daemon's runner processes, loading ones included, until each is reaped:
+    whose resident memory the node's telemetry reports. Safe from any thread (the
+    copy is one step under the GIL)."""
+    return tuple(_alive)
+
+
 class RunnerFailed(RuntimeError):
     """The runner could not start; the message is for an operator, ``code`` is the
     runner's own failure code (see :class:`~skulk_daemon.runner.protocol.Failed`)."""
@@ -203,6 +214,7 @@ class RunnerProcess:
             env=child_env,
             cwd="/",
         )
+        _alive.add(process.pid)
         runner = cls(process, on_phase, on_exit, queue_chunks)
         try:
             runner._send(load)
@@ -417,6 +429,7 @@ class RunnerProcess:
             self._failure = self._failure or f"the daemon stopped reading the runner: {exc}"
             self._signal(signal.SIGKILL)
         returncode = await self._process.wait()
+        _alive.discard(self._process.pid)
         await self._stderr_task
         self._finish(returncode)
 

@@ -16,7 +16,7 @@ import platform
 import shutil
 import socket
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import psutil
@@ -56,18 +56,15 @@ def collect_memory() -> NodeMemory:
     )
 
 
-def runners_resident_bytes() -> int:
-    """The resident memory of this daemon's runner processes (children running
-    ``skulk_daemon.runner``), summed; processes that exit meanwhile count 0."""
+def resident_bytes(pids: Iterable[int]) -> int:
+    """The resident memory of processes ``pids`` (this daemon's runners), summed;
+    one that has exited meanwhile counts 0. Reads each process's own ``statm``
+    rather than walking the whole process table, which an idle daemon's telemetry
+    would otherwise do every tick."""
     total = 0
-    try:
-        children = psutil.Process().children(recursive=True)
-    except psutil.Error:
-        return 0
-    for child in children:
+    for pid in pids:
         try:
-            if "skulk_daemon.runner" in " ".join(child.cmdline()):
-                total += child.memory_info().rss
+            total += psutil.Process(pid).memory_info().rss
         except psutil.Error:
             continue
     return total

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -31,7 +31,7 @@ from skulk_daemon.telemetry.hardware import (
     detect_accelerator,
     detect_backends,
     detect_capability_conflicts,
-    runners_resident_bytes,
+    resident_bytes,
 )
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,7 @@ class TelemetrySource:
         memory_reserve_bytes: int = 0,
         memory_limit_bytes: int | None = None,
         api_urls: tuple[str, ...] = (),
+        runner_pids: Callable[[], Iterable[int]] = tuple,
     ) -> None:
         self.node_id = node_id
         self.identity = identity
@@ -82,6 +83,8 @@ class TelemetrySource:
         self.memory_reserve_bytes = memory_reserve_bytes
         self.memory_limit_bytes = memory_limit_bytes
         self.api_urls = api_urls
+        # Called from the reading's worker thread: must not touch loop-owned state.
+        self.runner_pids = runner_pids
         self._accelerator: Accelerator | None = None
         self._accelerator_reasons: tuple[HealthReason, ...] = ()
         self._accelerator_probed_at: float | None = None
@@ -118,7 +121,7 @@ class TelemetrySource:
     def _memory(self) -> NodeMemory:
         """The machine's RAM, less what the operator reserved for everything else and
         capped at what the operator lets Skulk's models hold."""
-        held = runners_resident_bytes()
+        held = resident_bytes(self.runner_pids())
         memory = msgspec.structs.replace(collect_memory(), runners_rss=Memory(in_bytes=held))
         available = memory.ram_available.in_bytes
         if self.memory_reserve_bytes > 0:

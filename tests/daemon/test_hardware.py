@@ -289,6 +289,35 @@ def test_a_memory_limit_caps_what_placements_see(tmp_path: Path) -> None:
     assert min(before, after) - 64 * 1024**2 <= seen <= max(before, after) + 64 * 1024**2
 
 
+def test_the_memory_runners_hold_is_read_from_their_own_pids(tmp_path: Path) -> None:
+    held = 96 * 1024**2
+    with subprocess.Popen(
+        [sys.executable, "-c", f"b = bytearray({held}); print('held', flush=True); input()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    ) as child:
+        try:
+            assert child.stdout is not None and child.stdout.readline() == b"held\n"
+            limit = 2 * 1024**3
+            source = TelemetrySource(
+                NodeId("node-a"),
+                identity(),
+                tmp_path,
+                Participation.FULL,
+                memory_limit_bytes=limit,
+                runner_pids=lambda: (child.pid,),
+            )
+            memory = source.read().memory
+            assert memory.runners_rss is not None
+            assert held <= memory.runners_rss.in_bytes < held + 64 * 1024**2
+            # What a runner holds already counts against the limit.
+            assert memory.ram_available.in_bytes <= limit - memory.runners_rss.in_bytes
+        finally:
+            child.kill()
+    # A runner gone since its pid was listed holds nothing.
+    assert hardware.resident_bytes([child.pid]) == 0
+
+
 def test_reading_describes_this_node(tmp_path: Path) -> None:
     stamp = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
     telemetry = TelemetrySource(

@@ -31,6 +31,7 @@ from skulk_daemon.runner.client import (
     RunnerExit,
     RunnerFailed,
     RunnerProcess,
+    spawned_runner_pids,
 )
 from skulk_daemon.runner.protocol import (
     Load,
@@ -84,6 +85,7 @@ def test_phases_arrive_in_order_and_generation_streams(demo_gguf: Path) -> None:
         runner = await RunnerProcess.start(load(demo_gguf), phases.append, on_exit=exits.append)
         try:
             assert phases == ["loading", "loaded", "warming_up", "ready"]
+            assert runner.pid in spawned_runner_pids()  # its memory is the node's telemetry's
             chunks = await drain(runner, request("t", "2 + 2 =", 4, FORCED_GRAMMAR))
         finally:
             returncode = await runner.shutdown(10.0)
@@ -95,6 +97,7 @@ def test_phases_arrive_in_order_and_generation_streams(demo_gguf: Path) -> None:
         assert (end.finish_reason, end.completion_tokens) == ("length", 4)
 
         assert returncode == 0
+        assert runner.pid not in spawned_runner_pids()
         assert phases[-2:] == ["shutting_down", "shutdown"]
         assert [(e.returncode, e.expected) for e in exits] == [(0, True)]
         record = runner.flight_record()
@@ -128,6 +131,7 @@ def test_killing_the_runner_fails_open_generations_at_once(demo_gguf: Path) -> N
 
         ended = await asyncio.wait_for(runner.wait(), HANG_GUARD_S)
         assert exits == [ended]
+        assert runner.pid not in spawned_runner_pids()
         assert not ended.expected
         assert runner.returncode == -signal.SIGKILL
         # A dead runner answers new work with the same error instead of hanging.
