@@ -163,13 +163,20 @@ def routing(
     instance = place(a, [b], context_tokens=2048, excluded_nodes=[_node_id(a)])
     sides = {"direct": b.url, "routed": a.url}
     runs: dict[str, list[tuple[float, float]]] = {"direct": [], "routed": []}
+    costs: dict[str, list[dict[str, float]]] = {"direct": [], "routed": []}
     with httpx.Client(timeout=600.0) as client:
         for url in sides.values():  # warm both paths
             stream_chat(client, url, body)
+        groups = process_groups(a, b)
         for rep in range(reps):
             order = ["direct", "routed"] if rep % 2 == 0 else ["routed", "direct"]
             for side in order:
+                before = cost_snapshot(groups)
                 timing = stream_chat(client, sides[side], body)
+                after = cost_snapshot(groups)
+                costs[side].append(
+                    {k: (after[k] - before[k]) / max(1, timing.tokens) for k in after}
+                )
                 runs[side].append((timing.decode_tps, timing.ttft_s * 1000))
                 print(
                     f"routing rep {rep + 1}/{reps} {side}: {timing.decode_tps:.1f} tok/s, "
@@ -192,6 +199,10 @@ def routing(
         "added_ttft_ms": round(added, 1),
         "ok": ratio >= ROUTING_DECODE_TARGET and added <= ROUTING_TTFT_TARGET_MS,
         "runner_threads": runner_threads,
+        "per_token": {
+            side: {k: round(median([c[k] for c in rows]), 3) for k in rows[0]}
+            for side, rows in costs.items()
+        },
         "runs": runs,
     }
 
@@ -261,15 +272,15 @@ def process_groups(a: LoggedDaemon, b: LoggedDaemon) -> dict[str, list[psutil.Pr
     and this script (the client, and the gate of the gated side)."""
     me = psutil.Process()
     groups: dict[str, list[psutil.Process]] = {"client+gate": [me]}
-    daemons = {}
+    daemons: dict[int, str] = {}
     for label, daemon in (("daemon A", a), ("daemon B", b)):
         assert daemon.process is not None
         daemons[daemon.process.pid] = label
     for child in me.children():
-        label = daemons.get(child.pid)
-        if label is not None:
-            groups[label] = [child]
-            groups[f"runners {label[-1]}"] = child.children(recursive=True)
+        role = daemons.get(child.pid)
+        if role is not None:
+            groups[role] = [child]
+            groups[f"runners {role[-1]}"] = child.children(recursive=True)
         elif child.name() in ("llama-server", "ggml-rpc-server"):
             groups.setdefault(child.name(), []).append(child)
     return groups
@@ -277,6 +288,33 @@ def process_groups(a: LoggedDaemon, b: LoggedDaemon) -> dict[str, list[psutil.Pr
 
 def cpu_snapshot(groups: dict[str, list[psutil.Process]]) -> dict[str, float]:
     return {label: sum(_cpu_s(p) for p in members) for label, members in groups.items()}
+
+
+def _preempted(process: psutil.Process) -> tuple[int, float]:
+    """Involuntary context switches of all of ``process``'s threads (psutil's figure
+    is the main thread's alone), and their ms runnable but waiting for a core
+    (``schedstat``'s second field)."""
+    switches, waited_ns = 0, 0
+    for task in Path(f"/proc/{process.pid}/task").glob("*"):
+        try:
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("nonvoluntary_ctxt_switches:"):
+                    switches += int(line.split()[1])
+            waited_ns += int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return switches, waited_ns / 1e6
+
+
+def cost_snapshot(groups: dict[str, list[psutil.Process]]) -> dict[str, float]:
+    """CPU ms by process group, and how often B's runner threads were preempted:
+    a routed token's added cost on one machine is CPU the daemons take from the
+    runner's compute threads."""
+    snapshot = {f"{k} cpu ms": v * 1000 for k, v in cpu_snapshot(groups).items()}
+    counts = [_preempted(p) for p in groups.get("runners B", [])]
+    snapshot["runner B preempted"] = float(sum(c[0] for c in counts))
+    snapshot["runner B queued ms"] = sum(c[1] for c in counts)
+    return snapshot
 
 
 def rounds(url: str, body: dict[str, Any], streams: int, reps: int, label: str) -> list[Round]:
@@ -410,6 +448,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"ms ({result['routed_ttft_ms']:.1f} vs {result['direct_ttft_ms']:.1f}, target "
                 f"<= {ROUTING_TTFT_TARGET_MS:g}) {'ok' if result['ok'] else 'MISS'}"
             )
+            print("per token (median of the streams):")
+            for side, per_token in result["per_token"].items():
+                spent = ", ".join(f"{k} {v:.3f}" for k, v in per_token.items() if v >= 0.001)
+                print(f"  {side:>6}: {spent}")
         if "pool" in args.sections:
             result = pool(
                 a,
