@@ -325,6 +325,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="pause before each turn after the first, as a person would (both sides)",
     )
+    parser.add_argument(
+        "--settle-idle-ms",
+        type=int,
+        default=None,
+        help="Skulk's inference.settle_idle_ms (default: the daemon's own; 0: never settle)",
+    )
     add_run_options(parser)
     args = parser.parse_args(argv)
     load_at_start = wait_for_quiet(args.max_load)
@@ -332,7 +338,12 @@ def main(argv: list[str] | None = None) -> int:
     skulk = Side([], [])
     server = None if args.skulk_only else Side([], [])
     restarts = 0
-    config = {"inference": {"reuse_replies": True}} if args.reuse_replies else None
+    inference: dict[str, object] = {}
+    if args.reuse_replies:
+        inference["reuse_replies"] = True
+    if args.settle_idle_ms is not None:
+        inference["settle_idle_ms"] = args.settle_idle_ms
+    config = {"inference": inference} if inference else None
     think_s = args.think_ms / 1000
     with skulk_serving(args.models_dir, CONTEXT, config) as daemon:
         temperature = args.temperature
@@ -366,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
                 "reuse_replies": args.reuse_replies,
                 "temperature": args.temperature,
                 "think_ms": args.think_ms,
+                "settle_idle_ms": args.settle_idle_ms,
                 "server_restarts": restarts,
                 "context": CONTEXT,
                 "threads": cpu_count(),

@@ -17,7 +17,8 @@ come to less than a chunk, it resumes earlier: a chunk is always decoded).
 A slot whose last request was reproducible is *settled* while the engine is
 idle: the engine decodes its inexact cells again the exact way (see
 :meth:`SlotTable.unsettled`), so a next greedy turn that comes after a pause
-reuses its reply too.
+reuses its reply too. Where that decode would first drop exact cells, it goes
+into a copy of the slot in a spare one (see :meth:`SlotTable.settle_from`).
 
 A sampled request without a seed has no output to reproduce, so where its
 common prefix reaches past the exact cells it reuses all of it, a reply's cells
@@ -29,6 +30,7 @@ differ from a cold prompt's output.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 from ._llama_exact import ExactBatching
@@ -73,6 +75,26 @@ class Placement:
         self.source = source
         self.exact = exact
         self.strict = strict
+        self.evicted: list[int] = []
+        self.evicted_exact = 0
+
+
+Kept = Callable[[list[int], int], bool]
+"""Whether ``tokens``, the first ``exact`` of them exact, are kept outside the slots."""
+
+
+class SettlePlan:
+    """How to settle a slot: its ``tokens`` decoded again from ``start`` into slot
+    ``into`` (itself, or a spare that takes a copy of it first), after saving
+    ``evicted`` (what ``into`` held, the first ``evicted_exact`` exact) when the
+    spare was not free to lose."""
+
+    __slots__ = ("evicted", "evicted_exact", "into", "start", "tokens")
+
+    def __init__(self, tokens: list[int], start: int, into: int) -> None:
+        self.tokens = tokens
+        self.start = start
+        self.into = into
         self.evicted: list[int] = []
         self.evicted_exact = 0
 
@@ -205,23 +227,74 @@ class SlotTable:
             return None
         return max(candidates, key=lambda s: s.last_used).index
 
-    def settle_from(self, index: int) -> tuple[list[int], int]:
-        """Slot ``index``'s tokens and where settling resumes: a start the rule
-        chooses among its exact cells (a whole chunk or more before the end)."""
+    def settle_from(
+        self, index: int, kept: Kept = lambda _tokens, _exact: False, *, evict: bool = False
+    ) -> SettlePlan:
+        """How to settle slot ``index``: from a start the rule chooses among its
+        exact cells (a whole chunk or more before the end), into the slot itself,
+        or, where that start lies among its exact cells (a settle stopped early
+        would drop them), into a copy of it in a spare slot: one that loses
+        nothing (see :meth:`spare`), else with ``evict`` the least recently used
+        free slot, whose cells the plan names for the engine to save first."""
         slot = self._slots[index]
-        return slot.tokens, self.rule.start(slot.exact, len(slot.tokens))
+        start = self.rule.start(slot.exact, len(slot.tokens))
+        plan = SettlePlan(slot.tokens, start, index)
+        if start >= slot.exact:
+            return plan
+        spare = self.spare(index, kept)
+        if spare is not None:
+            plan.into = spare
+        elif evict:
+            others = [s for s in self._slots if s is not slot and not s.busy]
+            if others:
+                oldest = min(others, key=lambda s: s.last_used)
+                plan.into, plan.evicted, plan.evicted_exact = (
+                    oldest.index,
+                    oldest.tokens,
+                    oldest.exact,
+                )
+        return plan
 
-    def settled(self, index: int, reached: int) -> None:
+    def spare(self, index: int, kept: Kept = lambda _tokens, _exact: False) -> int | None:
+        """A free slot other than ``index`` whose cells can be overwritten losing
+        nothing: it holds none, only what another slot holds as exactly, or what
+        ``kept`` says is kept elsewhere (the prompt cache); the least recently
+        used. ``None``: none."""
+
+        def duplicated(slot: Slot) -> bool:
+            return (
+                not slot.tokens
+                or any(
+                    other is not slot
+                    and other.exact >= slot.exact
+                    and _starts_with(other.tokens, slot.tokens)
+                    for other in self._slots
+                )
+                or kept(slot.tokens, slot.exact)
+            )
+
+        spares = [s for s in self._slots if s.index != index and not s.busy and duplicated(s)]
+        return min(spares, key=lambda s: s.last_used).index if spares else None
+
+    def settled(self, index: int, reached: int, *, into: int | None = None) -> None:
         """Slot ``index`` was decoded again from :meth:`settle_from`'s start up to
-        ``reached``, the rule's way: its end (every cell but the last few exact),
-        or where it stopped early (the cells after were dropped; those before are
-        exact)."""
+        ``reached``, the rule's way, in slot ``into`` (``index`` itself by default):
+        to its end (every cell but the last few exact), or to where it stopped
+        early (the cells after were dropped; those before are exact). A spare that
+        reached the end holds the conversation from then on (and is its most
+        recently used slot); one stopped early holds an exact prefix of it, and
+        ``index`` is as it was."""
         slot = self._slots[index]
         slot.settle = False
-        if reached >= len(slot.tokens):
-            slot.exact = self.rule.exact_after(len(slot.tokens))
+        tokens = slot.tokens
+        target = slot if into is None else self._slots[into]
+        if reached >= len(tokens):
+            target.tokens, target.exact = tokens, self.rule.exact_after(len(tokens))
+            if target is not slot:
+                self._touch(target)
         else:
-            slot.tokens, slot.exact = slot.tokens[:reached], reached
+            target.tokens, target.exact = tokens[:reached], reached
+        target.settle = False
 
     def scratch(self) -> int | None:
         """A free slot whose cells may be thrown away (the one holding least),

@@ -279,7 +279,7 @@ class LlamaCppEngine:
         def arrived() -> bool:  # work, or unload(): either stops a settle at once
             return bool(inbox) or self._stopping
 
-        tokens, batches = settle(self._llama, self._slots, index, arrived)
+        tokens, batches = settle(self._llama, self._slots, index, arrived, self._prompt_cache)
         self._settled_tokens += tokens
         self._decode_batches += batches
 

@@ -181,9 +181,11 @@ def test_a_strict_turns_reply_is_settled_from_a_chunk_before_its_end() -> None:
     table = SlotTable(1, RULE)
     _turn(table, tokens(18), tokens(5, 100), strict=True)  # 16 exact, then 2 + 5 not
     assert table.unsettled() == 0
-    held, start = table.settle_from(0)
+    plan = table.settle_from(0, evict=True)
+    held = plan.tokens
     assert held == [*tokens(18), *tokens(5, 100)]
-    assert start == 12  # a multiple of 4, a chunk (8) or more before the end (23)
+    assert plan.start == 12  # a multiple of 4, a chunk (8) or more before the end (23)
+    assert plan.into == 0  # no other slot to decode a copy in
     table.settled(0, len(held))
     assert table.unsettled() is None
     # The next strict turn reuses the reply: all 23 cells but the last 23 % 4.
@@ -194,11 +196,71 @@ def test_a_strict_turns_reply_is_settled_from_a_chunk_before_its_end() -> None:
 def test_a_settle_stopped_early_keeps_only_the_exact_cells_before_it() -> None:
     table = SlotTable(1, RULE)
     _turn(table, tokens(18), tokens(30, 100), strict=True)
-    held, start = table.settle_from(0)
+    plan = table.settle_from(0)
+    held, start = plan.tokens, plan.start
+    assert plan.into == 0
     table.settled(0, start + 8)  # one batch of two, then a request came
     assert table.unsettled() is None
     assert table.reusable(held[: start + 8], start + 8, [*held, 1], True) == start + 8
     assert table.place([*held, 1]).reused == start + 8
+
+
+def test_a_short_reply_settles_in_a_spare_slot_so_stopping_early_costs_nothing() -> None:
+    table = SlotTable(2, RULE)
+    _turn(table, tokens(18), tokens(5, 100), strict=True)  # 16 exact, then 2 + 5 not
+    plan = table.settle_from(0)
+    held = plan.tokens
+    assert (plan.start, plan.into) == (12, 1)  # 12 < 16: the settle would drop exact cells
+    table.settled(0, plan.start, into=plan.into)  # a request came during the first batch
+    # The conversation's slot still holds its 16 exact cells, and the spare an
+    # exact prefix of them (the 12 the copy kept).
+    following = [*held, *tokens(12, 200)]
+    placed = table.place(following)
+    assert (placed.slot, placed.reused) == (0, 16)
+    table.decoded(placed.slot, following, reused=placed.reused, exact=placed.exact)
+    table.release(placed.slot, keep=True, reply=tokens(3, 300))
+    # A settle that reaches the end leaves the conversation in the spare, exact
+    # to the end; the next strict turn goes there.
+    plan = table.settle_from(0)
+    held = plan.tokens
+    assert plan.into == 1
+    table.settled(0, len(held), into=plan.into)
+    assert table.unsettled() is None
+    placed = table.place([*held, *tokens(12, 400)])
+    assert (placed.slot, placed.reused) == (1, len(held) - len(held) % 4)
+
+
+def test_a_spare_slot_is_one_whose_cells_another_holds_as_exactly() -> None:
+    table = SlotTable(3, RULE)
+    first = _turn(table, tokens(18), tokens(5, 100), strict=True)
+    other = _turn(table, tokens(18, 500), tokens(5, 600), strict=True)
+    empty = ({0, 1, 2} - {first, other}).pop()
+    assert table.spare(first) == empty
+    table.settled(other, table.settle_from(other).start, into=empty)  # a copy, stopped
+    assert table.spare(first) == empty  # it holds what `other` holds
+    table.settled(other, len(table.settle_from(other).tokens), into=empty)
+    # Now the copy is the exact one: `other` is the spare, and a conversation
+    # held nowhere else never is.
+    assert table.spare(first) == other
+    assert table.spare(other) is None
+
+
+def test_with_every_other_slot_holding_a_conversation_a_settle_evicts_the_oldest() -> None:
+    table = SlotTable(3, RULE)
+    oldest = _turn(table, tokens(18, 500), tokens(5, 600), strict=False)
+    newer = _turn(table, tokens(18, 700), tokens(5, 800), strict=False)
+    settling = _turn(table, tokens(18), tokens(5, 100), strict=True)
+    assert table.settle_from(settling).into == settling  # nothing free to lose
+    # What the prompt cache keeps is free to lose.
+    kept = table.settle_from(settling, lambda held, _exact: held[0] == 700)
+    assert (kept.into, kept.evicted) == (newer, [])
+    # With a prompt cache to save it in, the least recently used slot is evicted.
+    plan = table.settle_from(settling, evict=True)
+    assert plan.into == oldest
+    assert (plan.evicted, plan.evicted_exact) == ([*tokens(18, 500), *tokens(5, 600)], 16)
+    table.settled(settling, len(plan.tokens), into=plan.into)
+    placed = table.place([*plan.tokens, *tokens(12, 900)])
+    assert (placed.slot, placed.reused) == (oldest, 20)
 
 
 def test_only_strict_turns_with_inexact_cells_are_settled_most_recent_first() -> None:
@@ -211,7 +273,7 @@ def test_only_strict_turns_with_inexact_cells_are_settled_most_recent_first() ->
     second = _turn(table, tokens(18, 700), tokens(3, 800), strict=True)
     assert len({first, second}) == 2
     assert table.unsettled() == second
-    table.settled(second, len(table.settle_from(second)[0]))
+    table.settled(second, len(table.settle_from(second).tokens))
     assert table.unsettled() == first
     busy = table.place([*tokens(18, 500), *tokens(3, 600), 1])  # its next turn
     assert busy.slot == first
