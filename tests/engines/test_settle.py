@@ -80,22 +80,26 @@ def test_a_settled_greedy_turn_reuses_its_reply_and_decodes_as_cold(settling: Se
     assert warm == cold
 
 
-def test_a_request_during_a_settle_aborts_it_and_decodes_as_cold(settling: Served) -> None:
-    llama = settling.engine._llama
+FOLLOWING = SHARED + ANSWER
+"""A next prompt that shares a turn's prompt, not its reply."""
+
+
+def _arrives_mid_settle(served: Served, name: str) -> tuple[Turn, list[object], int]:
+    """A greedy turn, then a request for :data:`FOLLOWING` that arrives just as
+    llama.cpp starts on the settle's first batch (the first asking for no
+    logits), which it aborts: the turn, the request's trace and cached tokens."""
+    llama = served.engine._llama
     assert llama is not None
     statuses: list[int] = []
     real_decode = llama.decode
-    following = SHARED + ANSWER  # shares the prompt, not the reply
     submitted = threading.Event()
 
     def decode(n_tokens: int) -> int:
-        # The first batch asking for no logits is a settle's: a request arrives
-        # just as llama.cpp starts on it.
         batch = llama.batch
         assert batch is not None
         settling_batch = not any(batch.logits[i] for i in range(n_tokens))
         if settling_batch and not statuses:
-            settling.submit("abort-next", following, max_tokens=8, logprobs=True, top_logprobs=5)
+            served.submit(f"{name}-next", FOLLOWING, max_tokens=8, logprobs=True, top_logprobs=5)
             submitted.set()
         status = real_decode(n_tokens)
         if settling_batch:
@@ -104,19 +108,24 @@ def test_a_request_during_a_settle_aborts_it_and_decodes_as_cold(settling: Serve
 
     llama.decode = decode  # type: ignore[method-assign]
     try:
-        turn = Turn(settling, "abort-turn-1")
+        turn = Turn(served, f"{name}-turn-1")
         assert submitted.wait(60), "the engine never settled the slot"
-        tokens, end = settling.collect("abort-next")
+        tokens, end = served.collect(f"{name}-next")
     finally:
         llama.decode = real_decode  # type: ignore[method-assign]
     assert isinstance(end, FinishChunk), end
     assert statuses[0] == 2  # llama.cpp aborted the batch
+    warm: list[object] = [(t.token_id, t.logprob, t.top_logprobs) for t in tokens]
+    return turn, warm, end.stats.cached_tokens
+
+
+def test_a_request_during_a_settle_aborts_it_and_decodes_as_cold(settling: Served) -> None:
+    turn, warm, cached = _arrives_mid_settle(settling, "abort")
     # The slot kept only exact cells, from before where the settle started.
-    assert 0 < end.stats.cached_tokens < len(turn.prompt)
-    assert end.stats.cached_tokens % EXACT_ROWS == 0
-    warm = [(t.token_id, t.logprob, t.top_logprobs) for t in tokens]
+    assert 0 < cached < len(turn.prompt)
+    assert cached % EXACT_ROWS == 0
     _evict(settling, "abort-evict")
-    cold, cached = _trace(settling, "abort-cold", following)
+    cold, cached = _trace(settling, "abort-cold", FOLLOWING)
     assert cached == 0
     assert warm == cold
 
@@ -124,45 +133,17 @@ def test_a_request_during_a_settle_aborts_it_and_decodes_as_cold(settling: Serve
 def test_a_request_during_a_settle_in_a_spare_slot_finds_the_conversation_whole(
     settling_spare: Served,
 ) -> None:
-    llama = settling_spare.engine._llama
-    assert llama is not None
-    statuses: list[int] = []
-    real_decode = llama.decode
-    following = SHARED + ANSWER  # shares the prompt, not the reply
-    submitted = threading.Event()
-
-    def decode(n_tokens: int) -> int:
-        batch = llama.batch
-        assert batch is not None
-        settling_batch = not any(batch.logits[i] for i in range(n_tokens))
-        if settling_batch and not statuses:
-            settling_spare.submit(
-                "spare-next", following, max_tokens=8, logprobs=True, top_logprobs=5
-            )
-            submitted.set()
-        status = real_decode(n_tokens)
-        if settling_batch:
-            statuses.append(status)
-        return status
-
-    llama.decode = decode  # type: ignore[method-assign]
-    try:
-        turn = Turn(settling_spare, "spare-turn-1")
-        assert submitted.wait(60), "the engine never settled the slot"
-        tokens, end = settling_spare.collect("spare-next")
-    finally:
-        llama.decode = real_decode  # type: ignore[method-assign]
-    assert isinstance(end, FinishChunk), end
-    assert statuses[0] == 2  # llama.cpp aborted the batch
+    turn, warm, cached = _arrives_mid_settle(settling_spare, "spare")
     # Nothing was lost: the request reuses every exact cell of the prompt it
     # shares, as it would had the engine never begun to settle.
+    llama = settling_spare.engine._llama
+    assert llama is not None
     exact = len(turn.prompt) - len(turn.prompt) % EXACT_ROWS
-    shared = min(_common(turn.prompt, llama.tokenize(following)), exact)
-    assert end.stats.cached_tokens == shared // EXACT_ROWS * EXACT_ROWS
-    warm = [(t.token_id, t.logprob, t.top_logprobs) for t in tokens]
+    shared = min(_common(turn.prompt, llama.tokenize(FOLLOWING)), exact)
+    assert cached == shared // EXACT_ROWS * EXACT_ROWS
     _evict(settling_spare, "spare-evict")  # both slots: the least recently used first
     settling_spare.run("spare-evict-2", "a, b, c, d, e,", max_tokens=2)
-    cold, cached = _trace(settling_spare, "spare-cold", following)
+    cold, cached = _trace(settling_spare, "spare-cold", FOLLOWING)
     assert cached == 0
     assert warm == cold
 
