@@ -290,7 +290,7 @@ def cpu_snapshot(groups: dict[str, list[psutil.Process]]) -> dict[str, float]:
     return {label: sum(_cpu_s(p) for p in members) for label, members in groups.items()}
 
 
-def _preempted(process: psutil.Process) -> tuple[int, float]:
+def _thread_waits(process: psutil.Process) -> tuple[int, float]:
     """Involuntary context switches of all of ``process``'s threads (psutil's figure
     is the main thread's alone), and their ms runnable but waiting for a core
     (``schedstat``'s second field)."""
@@ -307,11 +307,11 @@ def _preempted(process: psutil.Process) -> tuple[int, float]:
 
 
 def cost_snapshot(groups: dict[str, list[psutil.Process]]) -> dict[str, float]:
-    """CPU ms by process group, and how often B's runner threads were preempted:
-    a routed token's added cost on one machine is CPU the daemons take from the
-    runner's compute threads."""
+    """CPU ms by process group, and how often B's runner threads were preempted
+    and how long they waited for a core: a routed token's added cost on one
+    machine is CPU the daemons take from the runner's compute threads."""
     snapshot = {f"{k} cpu ms": v * 1000 for k, v in cpu_snapshot(groups).items()}
-    counts = [_preempted(p) for p in groups.get("runners B", [])]
+    counts = [_thread_waits(p) for p in groups.get("runners B", [])]
     snapshot["runner B preempted"] = float(sum(c[0] for c in counts))
     snapshot["runner B queued ms"] = sum(c[1] for c in counts)
     return snapshot

@@ -97,6 +97,16 @@ class PromptCache:
         self._saved += 1
         return True
 
+    def keep(self, tokens: list[int], exact: int, save: Callable[[], bytes | None]) -> bool:
+        """Make sure the cache holds what a slot is about to lose (``tokens``, the
+        first ``exact`` exact), taking ``save()``'s state of it unless an entry
+        already does: False when it does not (the state could not be had, or
+        cannot fit)."""
+        if self.covers(tokens, exact):
+            return True
+        data = save()
+        return data is not None and self.put(tokens, exact, data)
+
     def restored(self, entry: CachedPrefix, tokens: int) -> None:
         """``entry`` gave a slot ``tokens`` prompt tokens' cells."""
         self._clock += 1

@@ -40,11 +40,13 @@ def settle(
     batches decoded. Raises RuntimeError when llama.cpp reports the context unusable."""
     plan = slots.settle_from(index, cache.covers, evict=cache.enabled)
     tokens, start, into = plan.tokens, plan.start, plan.into
-    if plan.evicted and not cache.covers(plan.evicted, plan.evicted_exact):
+    if plan.evicted:
         if arrived():  # saving cannot be stopped; the slot is settled next time
             return 0, 0
-        data = llama.save_sequence(into, len(plan.evicted))
-        if data is None or not cache.put(plan.evicted, plan.evicted_exact, data):
+        spare, held = plan.into, len(plan.evicted)
+        if not cache.keep(
+            plan.evicted, plan.evicted_exact, lambda: llama.save_sequence(spare, held)
+        ):
             into = index  # the spare's cells would be lost: settle in place
     if arrived():  # nor can copying a slot (the first decode's), nor the trim be undone
         return 0, 0

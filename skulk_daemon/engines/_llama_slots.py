@@ -83,6 +83,10 @@ Kept = Callable[[list[int], int], bool]
 """Whether ``tokens``, the first ``exact`` of them exact, are kept outside the slots."""
 
 
+def _nowhere(_tokens: list[int], _exact: int) -> bool:
+    return False
+
+
 class SettlePlan:
     """How to settle a slot: its ``tokens`` decoded again from ``start`` into slot
     ``into`` (itself, or a spare that takes a copy of it first), after saving
@@ -227,9 +231,7 @@ class SlotTable:
             return None
         return max(candidates, key=lambda s: s.last_used).index
 
-    def settle_from(
-        self, index: int, kept: Kept = lambda _tokens, _exact: False, *, evict: bool = False
-    ) -> SettlePlan:
+    def settle_from(self, index: int, kept: Kept = _nowhere, *, evict: bool = False) -> SettlePlan:
         """How to settle slot ``index``: from a start the rule chooses among its
         exact cells (a whole chunk or more before the end), into the slot itself,
         or, where that start lies among its exact cells (a settle stopped early
@@ -255,7 +257,7 @@ class SlotTable:
                 )
         return plan
 
-    def spare(self, index: int, kept: Kept = lambda _tokens, _exact: False) -> int | None:
+    def spare(self, index: int, kept: Kept = _nowhere) -> int | None:
         """A free slot other than ``index`` whose cells can be overwritten losing
         nothing: it holds none, only what another slot holds as exactly, or what
         ``kept`` says is kept elsewhere (the prompt cache); the least recently

@@ -382,11 +382,11 @@ class LlamaCppEngine:
         source = None if placement.source == NO_SOURCE else placement.source
         if not cache.enabled:
             return slot, reused, exact, source
-        evicted, evicted_exact = placement.evicted, placement.evicted_exact
-        if evicted and not cache.covers(evicted, evicted_exact):
-            data = llama.save_sequence(slot, len(evicted))
-            if data is not None:
-                cache.put(evicted, evicted_exact, data)
+        evicted = placement.evicted
+        if evicted:
+            cache.keep(
+                evicted, placement.evicted_exact, lambda: llama.save_sequence(slot, len(evicted))
+            )
         entry, cached = cache.best(prompt, placement.strict)
         if entry is None or cached <= reused:
             return slot, reused, exact, source

@@ -58,9 +58,9 @@ def collect_memory() -> NodeMemory:
 
 def resident_bytes(pids: Iterable[int]) -> int:
     """The resident memory of processes ``pids`` (this daemon's runners), summed;
-    one that has exited meanwhile counts 0. Reads each process's own ``statm``
-    rather than walking the whole process table, which an idle daemon's telemetry
-    would otherwise do every tick."""
+    one that has exited meanwhile counts 0. Reads each process's own ``/proc``
+    entries rather than walking the whole process table, which an idle daemon's
+    telemetry would otherwise do every tick."""
     total = 0
     for pid in pids:
         try:

@@ -72,3 +72,20 @@ def test_the_best_match_gives_the_most_exact_cells() -> None:
     # The last prompt token is always left to decode.
     entry, n = cache.best([1, 2, 3, 4, 5, 6, 7, 8], True)
     assert entry is not None and entry.data == b"x" and n == 7
+
+
+def test_keeping_what_a_slot_loses_saves_its_state_only_when_no_entry_holds_it() -> None:
+    cache = _cache(30)
+    saves: list[int] = []
+
+    def save(size: int) -> bytes | None:
+        saves.append(size)
+        return None if size == 0 else b"x" * size
+
+    tokens = [1] * 8
+    assert cache.keep(tokens, 8, lambda: save(10))
+    assert cache.keep(tokens[:4], 4, lambda: save(10))  # held by the entry above
+    assert saves == [10]
+    assert not cache.keep([2] * 8, 8, lambda: save(0))  # no state to be had
+    assert not cache.keep([3] * 8, 8, lambda: save(40))  # more than the whole budget
+    assert cache.stats().entries == 1
