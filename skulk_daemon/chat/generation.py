@@ -34,6 +34,21 @@ class KeepAlive:
 _END = object()
 
 
+async def _next(queue: asyncio.Queue[object]) -> object | None:
+    """The next item, or ``None`` after :data:`KEEPALIVE_SECONDS` without one.
+
+    NOTE: not ``asyncio.wait_for``, which (before Python 3.12) wraps every wait in
+    a task of its own: this runs once a token, and a queued token is taken at once.
+    """
+    if not queue.empty():
+        return queue.get_nowait()
+    try:
+        async with asyncio.timeout(KEEPALIVE_SECONDS):
+            return await queue.get()
+    except TimeoutError:
+        return None
+
+
 async def generation_events(
     worker: Supervisor, commands: ActiveCommands, admitted: Admitted
 ) -> AsyncIterator[Chunk | KeepAlive]:
@@ -64,9 +79,8 @@ async def generation_events(
     finished = False
     try:
         while True:
-            try:
-                item = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
-            except TimeoutError:
+            item = await _next(queue)
+            if item is None:
                 yield KeepAlive()
                 continue
             if item is _END:

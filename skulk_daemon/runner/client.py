@@ -38,6 +38,7 @@ from skulk_daemon.runner.protocol import (
     Embed,
     Embedded,
     Failed,
+    FrameSplitter,
     Generate,
     Load,
     ParentMessage,
@@ -53,7 +54,6 @@ from skulk_daemon.runner.protocol import (
     Transcribed,
     decode_runner_message,
     encode_frame,
-    read_frame_async,
 )
 
 log = logging.getLogger(__name__)
@@ -140,12 +140,54 @@ class _TaskStream:
         return self._chunks.popleft()
 
 
+class _StdoutReader(asyncio.Protocol):
+    """The runner's stdout: each frame is decoded and handed to ``on_message`` as
+    its last byte arrives, in the event loop's read callback (no task wakes per
+    frame, which at one frame a token is most of what reading costs). ``ended``
+    resolves when reading stops: ``None`` at the end of the pipe, else the error
+    that stopped it (a garbled frame, or ``on_message`` raising)."""
+
+    def __init__(self, on_message: Callable[[RunnerMessage], None]) -> None:
+        self._on_message = on_message
+        self._frames = FrameSplitter()
+        self._transport: asyncio.BaseTransport | None = None
+        self.ended: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        if self.ended.done():
+            return
+        try:
+            for body in self._frames.feed(data):
+                self._on_message(decode_runner_message(body))
+        except Exception as exc:
+            self._stop(exc)
+
+    def eof_received(self) -> None:
+        try:
+            self._frames.end()
+        except ProtocolError as exc:
+            self._stop(exc)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop(exc)
+
+    def _stop(self, error: Exception | None) -> None:
+        if not self.ended.done():
+            self.ended.set_result(error)
+        if self._transport is not None:
+            self._transport.close()
+
+
 class RunnerProcess:
     """A started runner. Build it with :meth:`start`; end it with :meth:`shutdown`."""
 
     def __init__(
         self,
         process: asyncio.subprocess.Process,
+        stdout: int,
         on_phase: Callable[[RunnerPhase], None],
         on_exit: Callable[[RunnerExit], None] | None,
         queue_chunks: int,
@@ -172,7 +214,7 @@ class RunnerProcess:
         self._exited = asyncio.Event()
         self._record(f"spawned pid {process.pid}")
         self._stderr_task = asyncio.create_task(self._pump_stderr())
-        self._reader_task = asyncio.create_task(self._read())
+        self._reader_task = asyncio.create_task(self._read(stdout))
 
     @classmethod
     async def start(
@@ -203,19 +245,28 @@ class RunnerProcess:
         # NOTE: -P keeps the working directory (and a script's) off sys.path, and the
         # runner starts in "/": a module planted where the daemon was started from can
         # never be imported as part of the runner.
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-P",
-            "-m",
-            "skulk_daemon.runner",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=child_env,
-            cwd="/",
-        )
+        # NOTE: stdout is a pipe of our own, read by _StdoutReader rather than the
+        # subprocess transport's StreamReader (see there).
+        stdout, runner_stdout = os.pipe()
+        try:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-P",
+                "-m",
+                "skulk_daemon.runner",
+                stdin=asyncio.subprocess.PIPE,
+                stdout=runner_stdout,
+                stderr=asyncio.subprocess.PIPE,
+                env=child_env,
+                cwd="/",
+            )
+        except BaseException:
+            os.close(stdout)
+            raise
+        finally:
+            os.close(runner_stdout)
         _alive.add(process.pid)
-        runner = cls(process, on_phase, on_exit, queue_chunks)
+        runner = cls(process, stdout, on_phase, on_exit, queue_chunks)
         try:
             runner._send(load)
             await runner._ready
@@ -412,22 +463,30 @@ class RunnerProcess:
             self._signal(signal.SIGKILL)
         await self._exited.wait()
 
-    async def _read(self) -> None:
-        stdout = self._process.stdout
-        assert stdout is not None
+    async def _read(self, stdout: int) -> None:
+        reader = _StdoutReader(self._dispatch)
+        pipe = os.fdopen(stdout, "rb", buffering=0)  # from here on, the transport's to close
+        error: Exception | None
         try:
-            while (body := await read_frame_async(stdout)) is not None:
-                self._dispatch(decode_runner_message(body))
-        except ProtocolError as exc:
-            # A runner that garbles its stdout cannot be trusted with more work.
-            self._failure = self._failure or str(exc)
-            self._record(f"protocol error: {exc}")
-            self._signal(signal.SIGKILL)
+            await asyncio.get_running_loop().connect_read_pipe(lambda: reader, pipe)
         except Exception as exc:
-            # Nobody would read this runner's output any more: end it.
-            log.exception("reading runner %d failed", self._process.pid)
-            self._failure = self._failure or f"the daemon stopped reading the runner: {exc}"
-            self._signal(signal.SIGKILL)
+            pipe.close()
+            error = exc
+        else:
+            error = await reader.ended
+        match error:
+            case None:
+                pass
+            case ProtocolError():
+                # A runner that garbles its stdout cannot be trusted with more work.
+                self._failure = self._failure or str(error)
+                self._record(f"protocol error: {error}")
+                self._signal(signal.SIGKILL)
+            case _:
+                # Nobody would read this runner's output any more: end it.
+                log.error("reading runner %d failed", self._process.pid, exc_info=error)
+                self._failure = self._failure or f"the daemon stopped reading the runner: {error}"
+                self._signal(signal.SIGKILL)
         returncode = await self._process.wait()
         _alive.discard(self._process.pid)
         await self._stderr_task

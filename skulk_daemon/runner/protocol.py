@@ -14,7 +14,6 @@ on, the engine's chunks for every generation, and one :class:`Embedded` (or an
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import struct
 from collections.abc import Callable
@@ -270,8 +269,8 @@ def encode_frame(message: ParentMessage | RunnerMessage) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
-def _body_length(header: bytes) -> int:
-    (length,) = _HEADER.unpack(header)
+def _body_length(header: bytes | bytearray, offset: int = 0) -> int:
+    (length,) = _HEADER.unpack_from(header, offset)
     if length > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame of {length} bytes exceeds {MAX_FRAME_BYTES} bytes")
     return int(length)
@@ -305,18 +304,39 @@ def read_frame(stream: BinaryIO) -> bytes | None:
     return body
 
 
-async def read_frame_async(reader: asyncio.StreamReader) -> bytes | None:
-    """One frame body from an asyncio stream; ``None`` at a clean end of stream."""
-    try:
-        header = await reader.readexactly(_HEADER.size)
-    except asyncio.IncompleteReadError as exc:
-        if not exc.partial:
-            return None
-        raise ProtocolError("the stream ended inside a frame header") from None
-    try:
-        return await reader.readexactly(_body_length(header))
-    except asyncio.IncompleteReadError:
-        raise ProtocolError("the stream ended inside a frame") from None
+class FrameSplitter:
+    """Cuts a byte stream into frame bodies as it arrives, for a reader that is
+    handed bytes (an asyncio protocol) rather than one that asks for them: a frame
+    is ready the moment its last byte is, with no task to wake per frame."""
+
+    __slots__ = ("_buffer",)
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The bodies ``data`` completes, in order; the rest waits for more.
+        Raises :class:`ProtocolError` on a header past :data:`MAX_FRAME_BYTES`."""
+        buffer = self._buffer
+        buffer += data
+        bodies: list[bytes] = []
+        offset, size, held = 0, _HEADER.size, len(buffer)
+        while held - offset >= size:
+            end = offset + size + _body_length(buffer, offset)
+            if end > held:
+                break
+            bodies.append(bytes(buffer[offset + size : end]))
+            offset = end
+        del buffer[:offset]
+        return bodies
+
+    def end(self) -> None:
+        """The stream has ended: raises :class:`ProtocolError` if it stopped inside
+        a frame."""
+        if len(self._buffer) >= _HEADER.size:
+            raise ProtocolError("the stream ended inside a frame")
+        if self._buffer:
+            raise ProtocolError("the stream ended inside a frame header")
 
 
 def serve_frames(

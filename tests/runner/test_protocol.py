@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import io
 import struct
 
@@ -13,6 +12,7 @@ from skulk_core.ids import TaskId
 from skulk_daemon.runner.protocol import (
     MAX_FRAME_BYTES,
     Cancel,
+    FrameSplitter,
     Generate,
     Load,
     Phase,
@@ -22,7 +22,6 @@ from skulk_daemon.runner.protocol import (
     decode_runner_message,
     encode_frame,
     read_frame,
-    read_frame_async,
 )
 
 
@@ -70,18 +69,31 @@ def test_garbage_and_truncation_are_protocol_errors() -> None:
     assert read_frame(io.BytesIO(b"")) is None
 
 
-def test_the_async_reader_agrees_with_the_blocking_one() -> None:
-    async def main() -> None:
-        reader = asyncio.StreamReader()
-        reader.feed_data(encode_frame(Shutdown()) + b"\x00")
-        reader.feed_eof()
-        body = await read_frame_async(reader)
-        assert body is not None
-        assert decode_parent_message(body) == Shutdown()
-        with pytest.raises(ProtocolError, match="header"):
-            await read_frame_async(reader)
+def test_the_splitter_finds_the_same_frames_however_the_bytes_arrive() -> None:
+    messages = [Shutdown(), Cancel(task_id=TaskId("t")), Shutdown()]
+    stream = b"".join(encode_frame(m) for m in messages)
+    for step in (1, 3, 7, len(stream)):
+        splitter = FrameSplitter()
+        bodies = [
+            body
+            for at in range(0, len(stream), step)
+            for body in splitter.feed(stream[at : at + step])
+        ]
+        assert [decode_parent_message(b) for b in bodies] == messages
+        splitter.end()  # ended on a frame boundary: nothing held back
 
-    asyncio.run(main())
+
+def test_the_splitter_refuses_an_oversized_header_and_a_cut_short_stream() -> None:
+    with pytest.raises(ProtocolError, match="exceeds"):
+        FrameSplitter().feed(struct.pack(">I", MAX_FRAME_BYTES + 1))
+    at_bound = FrameSplitter()
+    assert at_bound.feed(struct.pack(">I", MAX_FRAME_BYTES) + b"x") == []
+    with pytest.raises(ProtocolError, match="ended inside a frame"):
+        at_bound.end()
+    in_header = FrameSplitter()
+    assert in_header.feed(encode_frame(Shutdown()) + b"\x00")
+    with pytest.raises(ProtocolError, match="header"):
+        in_header.end()
 
 
 def test_embedding_messages_round_trip_through_frames() -> None:

@@ -169,6 +169,26 @@ def test_an_unloadable_model_fails_with_a_readable_message(
     run(body)
 
 
+def test_a_runner_that_garbles_its_stdout_is_stopped_with_a_protocol_error(
+    tmp_path: Path,
+) -> None:
+    # The interpreter runs sitecustomize before the runner: a frame it cannot decode.
+    (tmp_path / "sitecustomize.py").write_text(
+        "import os\nos.write(1, b'\\x00\\x00\\x00\\x03abc')\n"
+    )
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+
+    async def body() -> None:
+        with pytest.raises(RunnerFailed) as failure:
+            async with asyncio.timeout(HANG_GUARD_S):
+                await RunnerProcess.start(
+                    load(tmp_path / "unused.gguf"), lambda _phase: None, env={"PYTHONPATH": path}
+                )
+        assert "killed by SIGKILL: bad frame from the runner" in str(failure.value)
+
+    run(body)
+
+
 def test_leaving_a_generation_early_cancels_it_on_the_runner(demo_gguf: Path) -> None:
     async def body() -> None:
         runner = await RunnerProcess.start(load(demo_gguf, slots=2), lambda _phase: None)
