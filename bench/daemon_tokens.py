@@ -47,12 +47,7 @@ from bench._common import (
     stream_chat,
     wait_for_quiet,
 )
-from bench.fabric_tokens import TreeDaemon
-
-
-def _cpu_s(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return float(times.user + times.system)
+from bench.fabric_tokens import TreeDaemon, _cpu_s
 
 
 def measure_tree(
