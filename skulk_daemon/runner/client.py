@@ -32,13 +32,13 @@ from skulk_core.chat.generation import (
     TokenChunk,
 )
 from skulk_core.ids import TaskId
+from skulk_daemon.runner.inbound import StdoutReader, TaskStream
 from skulk_daemon.runner.protocol import (
     PARENT_PID_ENV,
     Cancel,
     Embed,
     Embedded,
     Failed,
-    FrameSplitter,
     Generate,
     Load,
     ParentMessage,
@@ -52,7 +52,6 @@ from skulk_daemon.runner.protocol import (
     SpeechPartial,
     Synthesized,
     Transcribed,
-    decode_runner_message,
     encode_frame,
 )
 
@@ -108,79 +107,6 @@ class RunnerExit(msgspec.Struct, frozen=True, kw_only=True):
     code: str = ""
 
 
-class _TaskStream:
-    """One generation's chunks, bounded; the terminal chunk always fits."""
-
-    __slots__ = ("_chunks", "_limit", "_ready", "closed")
-
-    def __init__(self, limit: int) -> None:
-        self._chunks: deque[EngineChunk] = deque()
-        self._ready = asyncio.Event()
-        self._limit = limit
-        self.closed = False
-
-    def push(self, chunk: TokenChunk) -> bool:
-        """Queue a token; ``False`` (and nothing queued) if the consumer is too far behind."""
-        if len(self._chunks) >= self._limit:
-            return False
-        self._chunks.append(chunk)
-        self._ready.set()
-        return True
-
-    def close(self, chunk: FinishChunk | ErrorChunk) -> None:
-        if not self.closed:
-            self.closed = True
-            self._chunks.append(chunk)
-            self._ready.set()
-
-    async def get(self) -> EngineChunk:
-        while not self._chunks:
-            self._ready.clear()
-            await self._ready.wait()
-        return self._chunks.popleft()
-
-
-class _StdoutReader(asyncio.Protocol):
-    """The runner's stdout: each frame is decoded and handed to ``on_message`` as
-    its last byte arrives, in the event loop's read callback (no task wakes per
-    frame, which at one frame a token is most of what reading costs). ``ended``
-    resolves when reading stops: ``None`` at the end of the pipe, else the error
-    that stopped it (a garbled frame, or ``on_message`` raising)."""
-
-    def __init__(self, on_message: Callable[[RunnerMessage], None]) -> None:
-        self._on_message = on_message
-        self._frames = FrameSplitter()
-        self._transport: asyncio.BaseTransport | None = None
-        self.ended: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        if self.ended.done():
-            return
-        try:
-            for body in self._frames.feed(data):
-                self._on_message(decode_runner_message(body))
-        except Exception as exc:
-            self._stop(exc)
-
-    def eof_received(self) -> None:
-        try:
-            self._frames.end()
-        except ProtocolError as exc:
-            self._stop(exc)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._stop(exc)
-
-    def _stop(self, error: Exception | None) -> None:
-        if not self.ended.done():
-            self.ended.set_result(error)
-        if self._transport is not None:
-            self._transport.close()
-
-
 class RunnerProcess:
     """A started runner. Build it with :meth:`start`; end it with :meth:`shutdown`."""
 
@@ -196,7 +122,7 @@ class RunnerProcess:
         self._on_phase = on_phase
         self._on_exit = on_exit
         self._queue_chunks = queue_chunks
-        self._streams: dict[TaskId, _TaskStream] = {}
+        self._streams: dict[TaskId, TaskStream] = {}
         # Tasks answered by one message (embeddings, speech), awaiting their answer.
         self._embeddings: dict[TaskId, asyncio.Future[Answer]] = {}
         self._partials: dict[TaskId, Callable[[SpeechPartial], None]] = {}
@@ -245,7 +171,7 @@ class RunnerProcess:
         # NOTE: -P keeps the working directory (and a script's) off sys.path, and the
         # runner starts in "/": a module planted where the daemon was started from can
         # never be imported as part of the runner.
-        # NOTE: stdout is a pipe of our own, read by _StdoutReader rather than the
+        # NOTE: stdout is a pipe of our own, read by StdoutReader rather than the
         # subprocess transport's StreamReader (see there).
         stdout, runner_stdout = os.pipe()
         try:
@@ -314,7 +240,7 @@ class RunnerProcess:
         if self._exit is not None:
             yield _runner_failed(task_id, self._exit.message)
             return
-        stream = _TaskStream(self._queue_chunks)
+        stream = TaskStream(self._queue_chunks)
         self._streams[task_id] = stream
         finished = False
         try:
@@ -464,7 +390,7 @@ class RunnerProcess:
         await self._exited.wait()
 
     async def _read(self, stdout: int) -> None:
-        reader = _StdoutReader(self._dispatch)
+        reader = StdoutReader(self._dispatch)
         pipe = os.fdopen(stdout, "rb", buffering=0)  # from here on, the transport's to close
         error: Exception | None
         try:
