@@ -93,7 +93,10 @@ def continues(batch: EventBatch, last_idx: int, last_term: int, last_master: Nod
         return (batch.prev_term, batch.prev_master) == (last_term, last_master)
     if events[-1].idx < last_idx:
         return True  # all old news; nothing of ours to compare with
-    held = events[last_idx - events[0].idx]
+    # NOTE: by index, not position: a batch from anyone may skip indices.
+    held = next((event for event in events if event.idx == last_idx), None)
+    if held is None:
+        return True  # the batch skips it: nothing of ours to compare with
     return (held.term, held.indexed_by) == (last_term, last_master)
 
 

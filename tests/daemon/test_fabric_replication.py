@@ -418,6 +418,14 @@ def test_a_batch_continues_only_the_history_it_was_indexed_after() -> None:
     )
 
 
+def test_a_batch_that_skips_indices_is_judged_by_the_event_of_that_index() -> None:
+    # Found by the fabric fuzz: positions are not indices when a batch has holes.
+    holed = EventBatch(events=(*events(3, 4), *events(5, 6)))
+    assert continues(holed, 5, 1, ALPHA)
+    assert not continues(holed, 5, 1, BETA)
+    assert continues(holed, 4, 9, BETA)  # 4 is not in it: nothing to compare
+
+
 def test_catch_up_batches_carry_the_event_before_each() -> None:
     tail = RetainedTail()
     tail.extend(events(0, 1200))
