@@ -207,8 +207,11 @@ async def stream_chat_async(
 class LoggedDaemon(DaemonProcess):
     """``DaemonProcess`` in the benchmark's own environment (not the tests'
     ``TEST_ENV``), its log (``log_path``) started afresh at each spawn, with
-    :meth:`log_tail` for error messages."""
+    :meth:`log_tail` for error messages. With ``tree`` (a copy of the repository,
+    e.g. a baseline ``git worktree``) it runs from there, whose packages its
+    ``python -m`` finds first."""
 
+    tree: Path | None = None
     _log: IO[str] | None = None
 
     def spawn(self) -> subprocess.Popen[str]:
@@ -217,7 +220,12 @@ class LoggedDaemon(DaemonProcess):
         self.root.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("w")
         self.process = subprocess.Popen(
-            self.argv(), env=env, stdout=self._log, stderr=subprocess.STDOUT, text=True
+            self.argv(),
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=self.tree,
         )
         return self.process
 
@@ -245,13 +253,17 @@ def put_config(daemon: LoggedDaemon, body: dict[str, Any]) -> None:
 
 @contextmanager
 def skulk_serving(
-    models_dir: Path, context_tokens: int, config: dict[str, Any] | None = None
+    models_dir: Path,
+    context_tokens: int,
+    config: dict[str, Any] | None = None,
+    tree: Path | None = None,
 ) -> Iterator[LoggedDaemon]:
     """A fresh daemon (own data and config dirs) with the demo model placed and ready;
-    ``config`` (a ``PUT /config`` body) is applied before placing."""
+    ``config`` (a ``PUT /config`` body) is applied before placing; ``tree`` as for
+    :class:`LoggedDaemon`."""
     models_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="skulk-bench-") as root:
-        daemon = LoggedDaemon(root=Path(root), models_dir=models_dir)
+        daemon = LoggedDaemon(root=Path(root), models_dir=models_dir, tree=tree)
         try:
             try:
                 daemon.start()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -36,18 +35,17 @@ if __package__ in (None, ""):  # `python bench/daemon_tokens.py`
 
 from bench._common import (
     DEFAULT_PROMPT,
-    DEMO_MODEL,
     REPO_ROOT,
-    _wait,
     add_run_options,
     chat_body,
     machine,
     median,
     print_json,
+    skulk_serving,
     stream_chat,
     wait_for_quiet,
 )
-from bench.fabric_tokens import TreeDaemon, _cpu_s
+from bench.fabric_tokens import _cpu_s
 
 
 def measure_tree(
@@ -55,45 +53,28 @@ def measure_tree(
 ) -> list[dict[str, float]]:
     """``streams`` streams through a fresh daemon run from ``tree``."""
     rows: list[dict[str, float]] = []
-    with tempfile.TemporaryDirectory(prefix="skulk-bench-daemon-tokens-") as root:
-        daemon = TreeDaemon(root=Path(root), models_dir=models_dir, tree=tree)
-        daemon.start()
-        try:
-            placed = httpx.post(
-                f"{daemon.url}/place_instance",
-                json={"model_id": DEMO_MODEL, "context_tokens": 2048},
-                timeout=60,
+    with (
+        skulk_serving(models_dir, 2048, tree=tree) as daemon,
+        httpx.Client(timeout=600.0) as client,
+    ):
+        assert daemon.process is not None
+        process = psutil.Process(daemon.process.pid)
+        stream_chat(client, daemon.url, chat_body(DEFAULT_PROMPT, 16))  # warm
+        cpu, wall = _cpu_s(process), time.monotonic()
+        time.sleep(idle_s)
+        idle = (_cpu_s(process) - cpu) / (time.monotonic() - wall)
+        for _ in range(streams):
+            cpu, wall = _cpu_s(process), time.monotonic()
+            timing = stream_chat(client, daemon.url, chat_body(DEFAULT_PROMPT, max_tokens))
+            spent = _cpu_s(process) - cpu - idle * (time.monotonic() - wall)
+            rows.append(
+                {
+                    "tokens": timing.tokens,
+                    "decode_tps": timing.decode_tps,
+                    "idle_cpu_ms_per_s": idle * 1000,
+                    "cpu_ms_per_token": spent * 1000 / max(timing.tokens, 1),
+                }
             )
-            placed.raise_for_status()
-            instance_id = placed.json()["instance_id"]
-            _wait(
-                lambda: daemon.runner_status(instance_id) == "RunnerReady",
-                "the runner to be ready",
-                daemon,
-            )
-            assert daemon.process is not None
-            process = psutil.Process(daemon.process.pid)
-            with httpx.Client(timeout=600.0) as client:
-                stream_chat(client, daemon.url, chat_body(DEFAULT_PROMPT, 16))  # warm
-                cpu, wall = _cpu_s(process), time.monotonic()
-                time.sleep(idle_s)
-                idle = (_cpu_s(process) - cpu) / (time.monotonic() - wall)
-                for _ in range(streams):
-                    cpu, wall = _cpu_s(process), time.monotonic()
-                    timing = stream_chat(client, daemon.url, chat_body(DEFAULT_PROMPT, max_tokens))
-                    spent = _cpu_s(process) - cpu - idle * (time.monotonic() - wall)
-                    rows.append(
-                        {
-                            "tokens": timing.tokens,
-                            "decode_tps": timing.decode_tps,
-                            "idle_cpu_ms_per_s": idle * 1000,
-                            "cpu_ms_per_token": spent * 1000 / max(timing.tokens, 1),
-                        }
-                    )
-        finally:
-            daemon.kill()
-            if daemon._log is not None:
-                daemon._log.close()
     return rows
 
 

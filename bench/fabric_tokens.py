@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -224,28 +223,6 @@ def hops(n: int) -> dict[str, Any]:
 
 
 @dataclass
-class TreeDaemon(LoggedDaemon):
-    """A daemon run from ``tree`` (its ``python -m`` finds that tree's packages first)."""
-
-    tree: Path | None = None
-
-    def spawn(self) -> subprocess.Popen[str]:
-        env = {**os.environ, **self.extra_env}
-        env.pop("SKULK_API_URL", None)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._log = self.log_path.open("w")
-        self.process = subprocess.Popen(
-            self.argv(),
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            text=True,
-            cwd=self.tree,
-        )
-        return self.process
-
-
-@dataclass
 class Side:
     direct: list[dict[str, float]] = field(default_factory=list)
     routed: list[dict[str, float]] = field(default_factory=list)
@@ -254,9 +231,9 @@ class Side:
 @contextmanager
 def _pair(
     models_dir: Path, root: Path, tree: Path | None
-) -> Iterator[tuple[TreeDaemon, TreeDaemon]]:
-    a = TreeDaemon(root=root / "a", models_dir=models_dir, extra_env=dict(BENCH_ENV), tree=tree)
-    b = TreeDaemon(
+) -> Iterator[tuple[LoggedDaemon, LoggedDaemon]]:
+    a = LoggedDaemon(root=root / "a", models_dir=models_dir, extra_env=dict(BENCH_ENV), tree=tree)
+    b = LoggedDaemon(
         root=root / "b",
         models_dir=models_dir,
         peers=[a.fabric_address],

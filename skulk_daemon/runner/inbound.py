@@ -65,8 +65,6 @@ class StdoutReader(asyncio.Protocol):
         self._transport = transport
 
     def data_received(self, data: bytes) -> None:
-        if self.ended.done():
-            return
         try:
             for body in self._frames.feed(data):
                 self._on_message(decode_runner_message(body))
