@@ -11,8 +11,6 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from skulk_daemon.operator.errors import AuthorityError
-
 T = TypeVar("T")
 
 _TYPE_BY_STATUS = {
@@ -69,17 +67,6 @@ def decode_json(raw: bytes, decoder: msgspec.json.Decoder[T]) -> T:
 # Every response of the operator authority may carry a secret (or answer a request that
 # did): no browser, proxy or client cache may keep it.
 NO_STORE_HEADERS = {"Cache-Control": "no-store, max-age=0", "Pragma": "no-cache"}
-
-
-def authority_api_error(exc: AuthorityError, *, status: int | None = None) -> ApiError:
-    """The one mapping of a pairing-authority refusal to HTTP (``status`` overrides the
-    class's own where a route's spec names another one); 429 carries ``Retry-After``."""
-    headers = dict(NO_STORE_HEADERS)
-    if exc.retry_after is not None:
-        headers["Retry-After"] = str(max(1, exc.retry_after))
-    if exc.status == 401:
-        headers["WWW-Authenticate"] = "Bearer"
-    return ApiError(status or exc.status, exc.message, code=exc.code, headers=headers)
 
 
 def error_body(message: str, type_: str, code: str | None) -> dict[str, Any]:

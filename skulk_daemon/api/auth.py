@@ -4,7 +4,7 @@ Handlers decode a bounded JSON body, check who is asking (the bearer, or the dir
 owner for the dashboard routes; :mod:`skulk_daemon.operator.guards`), call one
 :class:`~skulk_daemon.operator.service.OperatorPairingService` method in a worker thread
 and return its Struct. Authority refusals map to HTTP in
-:func:`skulk_daemon.api.errors.authority_api_error`.
+:func:`skulk_daemon.operator.errors.authority_api_error`.
 
 Secrets (nonces, signatures, tokens, the pairing code) travel only in bodies, never in a
 URL, and every response here is ``Cache-Control: no-store``.
@@ -24,8 +24,8 @@ from skulk_core.operator.scopes import DEVICES_MANAGE
 from skulk_daemon.api.authority import declare
 from skulk_daemon.api.openapi import OPENAI, documented, errors
 from skulk_daemon.authority.policy import Requirement
-from skulk_daemon.errors import NO_STORE_HEADERS, ApiError, authority_api_error, decode_json
-from skulk_daemon.operator.errors import AuthorityError, NotGateway
+from skulk_daemon.errors import NO_STORE_HEADERS, ApiError, decode_json
+from skulk_daemon.operator.errors import AuthorityError, NotGateway, authority_api_error
 from skulk_daemon.operator.guards import (
     authorize_bearer,
     bearer_token,

@@ -15,9 +15,9 @@ from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from skulk_daemon.errors import NO_STORE_HEADERS, ApiError, authority_api_error, error_body
+from skulk_daemon.errors import NO_STORE_HEADERS, ApiError, error_body
 from skulk_daemon.node.node import CommandRefused
-from skulk_daemon.operator.errors import AuthorityError
+from skulk_daemon.operator.errors import AuthorityError, authority_api_error
 
 log = logging.getLogger(__name__)
 

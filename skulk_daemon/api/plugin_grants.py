@@ -28,8 +28,8 @@ from skulk_daemon.api.plugins import (
     fail,
 )
 from skulk_daemon.authority.policy import Requirement
-from skulk_daemon.errors import NO_STORE_HEADERS, ApiError, authority_api_error
-from skulk_daemon.operator.errors import AuthorityError, NotGateway
+from skulk_daemon.errors import NO_STORE_HEADERS, ApiError
+from skulk_daemon.operator.errors import AuthorityError, NotGateway, authority_api_error
 from skulk_daemon.operator.guards import check_direct_owner, operator_caller
 from skulk_daemon.operator.service import OperatorPairingService
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from skulk_daemon.errors import NO_STORE_HEADERS, ApiError
+
 
 class AuthorityError(Exception):
     status: ClassVar[int] = 500
@@ -72,3 +74,14 @@ class StoreCorrupt(AuthorityError):
 
     status = 503
     code = "authority_store_corrupt"
+
+
+def authority_api_error(exc: AuthorityError, *, status: int | None = None) -> ApiError:
+    """The one mapping of a pairing-authority refusal to HTTP (``status`` overrides the
+    class's own where a route's spec names another one); 429 carries ``Retry-After``."""
+    headers = dict(NO_STORE_HEADERS)
+    if exc.retry_after is not None:
+        headers["Retry-After"] = str(max(1, exc.retry_after))
+    if exc.status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    return ApiError(status or exc.status, exc.message, code=exc.code, headers=headers)

@@ -32,8 +32,8 @@ import msgspec
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from skulk_core.operator.scopes import DIRECT_OWNER_ONLY, required_scope
-from skulk_daemon.errors import NO_STORE_HEADERS, ApiError, authority_api_error, error_body
-from skulk_daemon.operator.errors import AuthorityError, NotGateway
+from skulk_daemon.errors import NO_STORE_HEADERS, ApiError, error_body
+from skulk_daemon.operator.errors import AuthorityError, NotGateway, authority_api_error
 from skulk_daemon.operator.results import DeviceGrant
 from skulk_daemon.operator.service import OperatorPairingService
 
