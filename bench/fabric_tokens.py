@@ -71,8 +71,8 @@ from skulk_core.cluster.fabric import (
 )
 from skulk_core.ids import CommandId, NodeId, TaskId
 from skulk_daemon.fabric.data_plane import DataPlane
-from skulk_daemon.fabric.keys import derive_curve_keys
 from skulk_daemon.fabric.transport import FabricTransport
+from skulk_daemon.node.keys import derive_curve_keys
 
 HOST: Final = NodeId("12D3KooWbenchhost")
 OWNER: Final = NodeId("12D3KooWbenchowner")

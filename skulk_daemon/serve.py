@@ -28,7 +28,6 @@ from skulk_daemon.capabilities.service import CapabilityService
 from skulk_daemon.extensions.lifecycle import ExtensionHost
 from skulk_daemon.fabric.cluster import ClusterAgent
 from skulk_daemon.fabric.discovery import DiscoveredPeer, MdnsDiscovery
-from skulk_daemon.fabric.keys import derive_curve_keys, derive_rpc_gate_key, load_cluster_key
 from skulk_daemon.fabric.peers import fabric_address
 from skulk_daemon.fabric.setup import resolve_fabric
 from skulk_daemon.fabric.transport import FabricBindError, FabricTransport, FrameHandler
@@ -38,6 +37,7 @@ from skulk_daemon.models.speech_demo import with_speech_demos
 from skulk_daemon.node.config_store import ConfigStore
 from skulk_daemon.node.eventlog import EventLog, EventLogCorrupt
 from skulk_daemon.node.identity import IdentityError, load_identity
+from skulk_daemon.node.keys import derive_curve_keys, derive_rpc_gate_key, load_cluster_key
 from skulk_daemon.node.node import Node
 from skulk_daemon.node.snapshot import SNAPSHOT_FILE, SnapshotCorrupt, load_snapshot
 from skulk_daemon.node_admin.restart import RestartLatch, reexec

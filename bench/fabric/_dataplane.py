@@ -29,8 +29,8 @@ from skulk_core.cluster.fabric import (
     encode,
 )
 from skulk_core.ids import CommandId, NodeId
-from skulk_daemon.fabric.keys import CurveKeys, derive_curve_keys
 from skulk_daemon.fabric.transport import FabricTransport
+from skulk_daemon.node.keys import CurveKeys, derive_curve_keys
 
 
 class SkulkPair:

@@ -16,9 +16,9 @@ from skulk_core.diagnostics.traces import (
 )
 from skulk_core.ids import NodeId, new_command_id
 from skulk_core.state.commands import SetTracing
-from skulk_daemon.diagnostics import fanout
 from skulk_daemon.diagnostics.tracing import TraceStore
 from skulk_daemon.errors import ApiError
+from skulk_daemon.node import fanout
 from skulk_daemon.node.node import Node
 
 MAX_DELETE_IDS: Final = 256

@@ -28,7 +28,7 @@ import zmq.asyncio
 from zmq.utils import z85
 from zmq.utils.monitor import recv_monitor_message
 
-from skulk_daemon.fabric.keys import CurveKeys
+from skulk_daemon.node.keys import CurveKeys
 
 log = logging.getLogger(__name__)
 

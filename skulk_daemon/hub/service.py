@@ -36,12 +36,12 @@ from skulk_core.models.hub_cards import (
 )
 from skulk_core.models.listing import ModelListItem, model_list_item
 from skulk_core.state.commands import AddCustomCard
-from skulk_daemon.diagnostics import fanout
 from skulk_daemon.errors import ApiError
 from skulk_daemon.hub.client import HubClient, HubRefused
 from skulk_daemon.hub.download import COMPLETED, DownloadRefused, Downloads
 from skulk_daemon.hub.local_import import import_gguf
 from skulk_daemon.hub.search import SearchResult, search_models
+from skulk_daemon.node import fanout
 from skulk_daemon.node.node import Node
 
 MAX_CACHED_SUMMARIES: Final = 512

@@ -23,8 +23,8 @@ from skulk_core.cluster.restart_target import (
     resolve_restart_target,
 )
 from skulk_core.ids import NodeId, NodeInstallId
-from skulk_daemon.diagnostics.fanout import ask
 from skulk_daemon.errors import ApiError
+from skulk_daemon.node.fanout import ask
 from skulk_daemon.node.node import Node
 from skulk_daemon.node_admin.browse import DirectoryListing, browse
 from skulk_daemon.node_admin.restart import RestartLatch, RestartPending, RestartUnavailable

@@ -128,7 +128,7 @@ def _serve(stdin: BinaryIO, outbox: _Outbox) -> int:
     if first.mode == "rpc_donor":
         return serve_donor(stdin, outbox.send, first)
     if first.mode in ("speak", "transcribe"):
-        from skulk_daemon.speech.runner_mode import serve_speech  # noqa: PLC0415 (see below)
+        from skulk_daemon.runner.speech_mode import serve_speech  # noqa: PLC0415 (see below)
 
         return serve_speech(stdin, outbox.send, first)
     gates: DriverGates | None = None

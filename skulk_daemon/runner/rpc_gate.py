@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
-from skulk_daemon.fabric.keys import derive_rpc_relay_keys
+from skulk_daemon.node.keys import derive_rpc_relay_keys
 from skulk_daemon.runner.rpc_relay import recv_exactly, relay_sealed
 
 log = logging.getLogger("skulk.runner.rpc_gate")

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import zmq
 
-from skulk_daemon.fabric.keys import CurveKeys, derive_curve_keys
 from skulk_daemon.fabric.transport import (
     FabricBindError,
     FabricTransport,
     TransportStats,
 )
+from skulk_daemon.node.keys import CurveKeys, derive_curve_keys
 
 PSK = b"the-cluster-key-of-this-test"
 OTHER_PSK = b"a-different-cluster-key-entirely"

@@ -30,7 +30,7 @@ from skulk_cli.client import SkulkClient
 from skulk_core.plugins.host_attachment import HostNetwork
 from skulk_daemon.api.host_network import READ_DEADLINE_SECONDS, READS, ReadSlots, read_within
 from skulk_daemon.errors import ApiError
-from skulk_daemon.fabric.keys import derive_curve_keys
+from skulk_daemon.node.keys import derive_curve_keys
 from skulk_daemon.operator.service import OperatorPairingService
 from tests.api.in_process import AppNode
 from tests.daemon.pairing import Device, pair_in_process, set_scopes

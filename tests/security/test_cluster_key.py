@@ -7,7 +7,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 from zmq.utils import z85
 
-from skulk_daemon.fabric import keys
+from skulk_daemon.node import keys
 
 PSK = b"correct horse battery staple"
 

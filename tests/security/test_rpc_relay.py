@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from skulk_daemon.fabric.keys import derive_rpc_relay_keys
+from skulk_daemon.node.keys import derive_rpc_relay_keys
 from skulk_daemon.runner.rpc_gate import MAGIC, NONCE_BYTES, PROOF_BYTES, GateClient, GateServer
 from skulk_daemon.runner.rpc_relay import (
     MAX_FRAME_BYTES,

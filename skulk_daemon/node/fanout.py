@@ -1,4 +1,4 @@
-"""Asking other nodes' APIs for their diagnostics, fail-fast.
+"""Asking other nodes' APIs, fail-fast: the diagnostics sweeps, the hub and admin proxies.
 
 Each topology member advertises its API URLs in telemetry. One attempt per URL
 with a short timeout, all members at once: one unroutable address cannot stall the

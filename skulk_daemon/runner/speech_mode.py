@@ -39,7 +39,7 @@ from skulk_daemon.runner.protocol import (
     TranscribeRealtime,
     serve_frames,
 )
-from skulk_daemon.speech.realtime_runner import RealtimeInlets
+from skulk_daemon.runner.realtime import RealtimeInlets
 
 log = logging.getLogger("skulk.runner")
 WARM_UP_SAMPLES: Final = 16_000
@@ -161,7 +161,7 @@ class _Transcriber:
         from skulk_daemon.engines.whisper_streaming import (  # noqa: PLC0415
             StreamingCancelled,
         )
-        from skulk_daemon.speech.realtime_runner import (  # noqa: PLC0415
+        from skulk_daemon.runner.realtime import (  # noqa: PLC0415
             InletCancelled,
             RealtimeRefused,
             run_realtime,
