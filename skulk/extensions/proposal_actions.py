@@ -1,8 +1,8 @@
 """``skulk.extensions.proposal_actions``: the distinct owner proposal action facet
 (``NodeProposalActionsProvider``: approve, observe, explicitly resume) and its bounded
-types. Re-exports ``skulk_daemon.extensions.proposals``."""
+types. Re-exports ``skulk_core.extensions.proposals``."""
 
-from skulk_daemon.extensions.proposals import (
+from skulk_core.extensions.proposals import (
     MAX_ACTION_RESPONSE_BYTES,
     RESUMABLE_PHASE,
     NodeProposalActionsProvider,

@@ -1,8 +1,8 @@
 """``skulk.extensions.proposals``: the read-only proposal review facet
 (``NodeProposalReviewProvider`` and its bounded types). Re-exports
-``skulk_daemon.extensions.proposals``."""
+``skulk_core.extensions.proposals``."""
 
-from skulk_daemon.extensions.proposals import (
+from skulk_core.extensions.proposals import (
     MAX_FIELDS,
     MAX_OFFSET,
     MAX_PAGE,

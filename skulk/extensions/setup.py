@@ -1,8 +1,8 @@
 """``skulk.extensions.setup``: the read-only setup facets of an installed node
 (preflight checks and public setup files). Re-exports
-``skulk_daemon.extensions.node_setup``."""
+``skulk_core.extensions.node_setup``."""
 
-from skulk_daemon.extensions.node_setup import (
+from skulk_core.extensions.node_setup import (
     MAX_ARTIFACT_CHARS,
     MAX_ARTIFACTS,
     MAX_CHECKS,

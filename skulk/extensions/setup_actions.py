@@ -1,8 +1,8 @@
 """``skulk.extensions.setup_actions``: durable nonbillable setup actions
 (``NodeSetupActionsProvider`` and its bounded types). Re-exports
-``skulk_daemon.extensions.setup_actions``."""
+``skulk_core.extensions.setup_actions``."""
 
-from skulk_daemon.extensions.setup_actions import (
+from skulk_core.extensions.setup_actions import (
     MAX_ACTIONS,
     MAX_OPERATIONS,
     NodeSetupActions,

@@ -25,6 +25,18 @@ import msgspec
 from litestar import Controller, Request, get, post
 from litestar.datastructures import ResponseHeader
 
+from skulk_core.extensions.proposals import (
+    MAX_OFFSET,
+    PROPOSAL_DIGEST_PATTERN,
+    PROPOSAL_ID_PATTERN,
+    ProposalApproval,
+    ProposalReference,
+)
+from skulk_core.extensions.setup_actions import (
+    MAX_SETUP_INTENT_BYTES,
+    OPERATION_ID_PATTERN,
+    SetupStart,
+)
 from skulk_core.plugins.node_configuration import (
     NodeConfigurationMutation,
     NodeCredentialMutation,
@@ -41,18 +53,6 @@ from skulk_daemon.api.plugins import (
 )
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.errors import NO_STORE_HEADERS
-from skulk_daemon.extensions.proposals import (
-    MAX_OFFSET,
-    PROPOSAL_DIGEST_PATTERN,
-    PROPOSAL_ID_PATTERN,
-    ProposalApproval,
-    ProposalReference,
-)
-from skulk_daemon.extensions.setup_actions import (
-    MAX_SETUP_INTENT_BYTES,
-    OPERATION_ID_PATTERN,
-    SetupStart,
-)
 from skulk_daemon.operator.plugin_grants import PLUGINS_APPROVE, PLUGINS_MANAGE, PLUGINS_READ
 from skulk_daemon.operator.service import OperatorPairingService
 from skulk_daemon.plugins.configuration import ConfigurationFailure, NodeConfigurations

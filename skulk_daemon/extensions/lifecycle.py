@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 from skulk_daemon.extensions.context import ExtensionContext, in_process_embedder
 from skulk_daemon.extensions.loader import LoadedExtension, load_extensions
 from skulk_daemon.extensions.middleware import ChatMiddlewareRunner, NamedMiddleware
+from skulk_daemon.plugins.configuration import NodeConfigurations
 
 if TYPE_CHECKING:
     from skulk_daemon.capabilities.service import CapabilityService
@@ -115,9 +116,6 @@ class ExtensionHost:
                 except Exception:
                     log.exception("built-in provider %s could not be registered", provider)
         extensions = load_extensions()
-        # NOTE: imported here: the configuration door imports this package's facet types.
-        from skulk_daemon.plugins.configuration import NodeConfigurations  # noqa: PLC0415
-
         configurations = NodeConfigurations.for_node(node)
         for extension in extensions:
             configurations.add_in_process(extension.name, extension.obj)

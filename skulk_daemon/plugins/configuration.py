@@ -28,6 +28,17 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 import msgspec
 
+from skulk_core.extensions.node_setup import (
+    MAX_SETUP_RESPONSE_BYTES,
+    NodePreflight,
+    NodeSetup,
+)
+from skulk_core.extensions.proposals import (
+    MAX_PROPOSAL_RESPONSE_BYTES,
+    ProposalPage,
+    ProposalReference,
+    ProposalReview,
+)
 from skulk_core.plugins.node_configuration import (
     MAX_CONFIGURATION_BYTES,
     MAX_CREDENTIAL_METADATA_BYTES,
@@ -41,17 +52,6 @@ from skulk_core.plugins.node_configuration import (
     NodeCredentialMutation,
     NodeCredentials,
     UnknownNode,
-)
-from skulk_daemon.extensions.node_setup import (
-    MAX_SETUP_RESPONSE_BYTES,
-    NodePreflight,
-    NodeSetup,
-)
-from skulk_daemon.extensions.proposals import (
-    MAX_PROPOSAL_RESPONSE_BYTES,
-    ProposalPage,
-    ProposalReference,
-    ProposalReview,
 )
 from skulk_daemon.plugins.owners import wire
 

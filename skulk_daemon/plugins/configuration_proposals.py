@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from skulk_daemon.extensions.proposals import (
+from skulk_core.extensions.proposals import (
     MAX_ACTION_RESPONSE_BYTES,
     RESUMABLE_PHASE,
     ProposalApproval,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from skulk_daemon.extensions.setup_actions import (
+from skulk_core.extensions.setup_actions import (
     MAX_SETUP_INTENT_BYTES,
     NodeSetupActions,
     SetupAction,

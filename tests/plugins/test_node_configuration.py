@@ -25,18 +25,18 @@ import httpx
 import msgspec
 import pytest
 
+from skulk_core.extensions.node_setup import SetupArtifact
+from skulk_core.extensions.setup_actions import (
+    NodeSetupActions,
+    SetupAction,
+    SetupOperation,
+    SetupStart,
+)
 from skulk_core.plugins.node_configuration import (
     ConfigurableNode,
     NodeConfiguration,
     NodeConfigurationRefused,
     UnknownNode,
-)
-from skulk_daemon.extensions.node_setup import SetupArtifact
-from skulk_daemon.extensions.setup_actions import (
-    NodeSetupActions,
-    SetupAction,
-    SetupOperation,
-    SetupStart,
 )
 from skulk_daemon.operator.service import OperatorPairingService
 from skulk_daemon.plugins import configuration

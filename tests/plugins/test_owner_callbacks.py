@@ -38,7 +38,7 @@ import httpx
 import pytest
 
 from skulk_core.extensions.capabilities import CapabilityResult, JsonObject
-from skulk_daemon.extensions.host_callbacks import StewardPolicy
+from skulk_core.extensions.host_callbacks import StewardPolicy
 from skulk_daemon.plugins.connection import ManagerConnection, write_connection
 from skulk_daemon.plugins.owners import host_link, host_wire, wire
 from tests.daemon.test_cluster import node_id

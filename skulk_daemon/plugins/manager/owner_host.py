@@ -55,14 +55,14 @@ from skulk_core.extensions.capabilities import (
     CapabilityError,
     descriptor_revision,
 )
+from skulk_core.extensions.proposals import ProposalApproval, ProposalReference
+from skulk_core.extensions.setup_actions import SetupStart
 from skulk_core.plugins.node_configuration import (
     NodeConfigurationMutation,
     NodeConfigurationRefused,
     NodeCredentialMutation,
     UnknownNode,
 )
-from skulk_daemon.extensions.proposals import ProposalApproval, ProposalReference
-from skulk_daemon.extensions.setup_actions import SetupStart
 from skulk_daemon.plugins.archive import load_shim
 from skulk_daemon.plugins.owners import wire
 from skulk_daemon.plugins.owners.host_callbacks import OwnerHostCallbacks

@@ -1,6 +1,6 @@
 """The owner's end of ``host.sock`` (:mod:`.host_wire`), run by the owner runtime
 (``manager/owner_host.py``) for a provider that opted in: the socket's server, and the
-:class:`~skulk_daemon.extensions.host_callbacks.HostCallbacks` client its provider
+:class:`~skulk_core.extensions.host_callbacks.HostCallbacks` client its provider
 reaches as ``context.host``.
 
 A Skulk host connects and binds the transport identity the owner is already bound to
@@ -25,7 +25,7 @@ from typing import Any, Final, get_args
 import msgspec
 
 from skulk_core.extensions.capabilities import CapabilityResult, JsonObject
-from skulk_daemon.extensions.host_callbacks import (
+from skulk_core.extensions.host_callbacks import (
     HostCallbackError,
     HostCallbackErrorCode,
     StewardPolicy,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 import msgspec
 
 from skulk_core.extensions.capabilities import CapabilityResult, JsonObject
-from skulk_daemon.extensions.host_callbacks import StewardPolicy
+from skulk_core.extensions.host_callbacks import StewardPolicy
 from skulk_daemon.plugins.owners import host_wire, wire
 from skulk_daemon.plugins.owners.host_wire import (
     ActionsCallback,

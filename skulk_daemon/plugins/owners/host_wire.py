@@ -35,7 +35,7 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
-from skulk_daemon.extensions.host_callbacks import (
+from skulk_core.extensions.host_callbacks import (
     CALLBACK_DEADLINE_SECONDS,
     MAX_CALLBACK_FRAME_BYTES,
     HostCallbackErrorCode,
