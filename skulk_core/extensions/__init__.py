@@ -2,6 +2,9 @@
 
 Extension authors import these through ``skulk_daemon.extensions`` (Skulk's
 ``skulk.extensions``); this package holds the values and checks that need no runtime.
+The plugin-owner facets (``node_setup``, ``proposals``, ``setup_actions``,
+``host_callbacks``) live here too: the daemon's plugin doors and the public
+``skulk.extensions.*`` modules both read them.
 """
 
 from skulk_core.extensions.capabilities import (
