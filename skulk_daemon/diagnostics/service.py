@@ -31,13 +31,12 @@ from skulk_core.diagnostics.envelopes import EnvelopeKey, Envelopes, Sample
 from skulk_core.ids import ModelId, NodeId, RunnerId, TaskId
 from skulk_core.state.shards import serving_node
 from skulk_core.version import SKULK_VERSION
-from skulk_daemon.capabilities.service import CapabilityService
 from skulk_daemon.diagnostics import facts
 from skulk_daemon.diagnostics.engine_probe import engine_build
 from skulk_daemon.diagnostics.processes import process_tree
 from skulk_daemon.diagnostics.samples import sample_processes
+from skulk_daemon.diagnostics.sources import FabricSource, ProviderSource
 from skulk_daemon.errors import ApiError
-from skulk_daemon.fabric.cluster import ClusterAgent
 from skulk_daemon.node import fanout
 from skulk_daemon.node.node import Node
 from skulk_daemon.system.buildinfo import source_commit
@@ -64,8 +63,8 @@ class DiagnosticsService:
         node: Node,
         worker: Supervisor | None,
         *,
-        cluster: ClusterAgent | None = None,
-        capabilities: CapabilityService | None = None,
+        cluster: FabricSource | None = None,
+        capabilities: ProviderSource | None = None,
     ) -> None:
         self._node = node
         self._worker = worker
