@@ -21,9 +21,9 @@ from rich.table import Table
 from skulk_cli import console
 from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, node_client
 from skulk_cli.private_files import write_new_private
+from skulk_core.models.advisories import Advisory
 from skulk_core.models.cards import ModelCard
 from skulk_core.registry.format import (
-    Advisory,
     CatalogRejectedError,
     Provenance,
     encode_catalog,

@@ -14,8 +14,8 @@ from enum import StrEnum
 import msgspec
 
 from skulk_core.ids import ModelId
+from skulk_core.models.advisories import Advisory, affecting
 from skulk_core.models.cards import ModelCard
-from skulk_core.registry.format import Advisory, affecting
 
 
 class CatalogSource(StrEnum):

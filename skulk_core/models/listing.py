@@ -10,11 +10,11 @@ from typing import Final, Literal
 
 import msgspec
 
+from skulk_core.models.advisories import Advisory
 from skulk_core.models.card_digest import card_digest
 from skulk_core.models.cards import ModelCard, ModelTask
 from skulk_core.models.catalog import CatalogEntry, CatalogSource
-from skulk_core.registry.format import Advisory
-from skulk_core.registry.merge import (
+from skulk_core.models.signed_identity import (
     current_registry_identity,
     installed_verification,
     update_available,

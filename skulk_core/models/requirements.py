@@ -12,12 +12,12 @@ import msgspec
 
 from skulk_core.models.card_digest import card_digest
 from skulk_core.models.cards import ModelCard
+from skulk_core.models.context_window import MAX_CONTEXT_TOKENS
 from skulk_core.models.memory_estimate import (
     DISCRETE_GPU_MEMORY_FRACTION,
     UNIFIED_MEMORY_FRACTION,
     estimate_memory_bytes,
 )
-from skulk_core.placement.context import MAX_CONTEXT_TOKENS
 
 MAX_MODEL_ID_CHARS: Final = 512
 # A requirements read may ask for any budget from one token; placement's floor is higher.

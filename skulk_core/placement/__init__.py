@@ -6,13 +6,13 @@ against :class:`ClusterFacts` (built by ``cluster_facts`` from State, telemetry 
 the cards of what is already placed) and take ids from an injected factory.
 """
 
-from skulk_core.placement.capacity import MemoryPool, PoolKind, memory_pool
-from skulk_core.placement.cluster import ClusterFacts, cluster_facts, committed_bytes
-from skulk_core.placement.context import (
+from skulk_core.models.context_window import (
     DEFAULT_CONTEXT_TOKENS,
     MAX_CONTEXT_TOKENS,
     MIN_CONTEXT_TOKENS,
 )
+from skulk_core.placement.capacity import MemoryPool, PoolKind, memory_pool
+from skulk_core.placement.cluster import ClusterFacts, cluster_facts, committed_bytes
 from skulk_core.placement.exact import admit_instance, identity_problem
 from skulk_core.placement.fit import HEADROOM_BYTES, RUNTIME_OVERHEAD_FACTOR
 from skulk_core.placement.id_factory import CommandOwnedIds, IdFactory, RandomIds

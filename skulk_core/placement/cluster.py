@@ -9,8 +9,8 @@ import msgspec
 from skulk_core.cluster.telemetry import NodeTelemetry
 from skulk_core.ids import ModelId, NodeId
 from skulk_core.models.cards import ModelCard
+from skulk_core.models.context_window import judged_window, kv_window
 from skulk_core.placement.backends import card_backends, reserves_context_at_load, usable_backends
-from skulk_core.placement.context import judged_window, kv_window
 from skulk_core.placement.fit import consumption_bytes
 from skulk_core.placement.rpc_pool import ports_in_use
 from skulk_core.placement.shapes import instance_shares

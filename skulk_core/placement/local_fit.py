@@ -12,9 +12,9 @@ from __future__ import annotations
 from skulk_core.cluster.telemetry import NodeTelemetry
 from skulk_core.ids import NodeId
 from skulk_core.models.cards import ModelCard
+from skulk_core.models.context_window import kv_window
 from skulk_core.placement.backends import reserves_context_at_load
 from skulk_core.placement.capacity import PoolUnknown, memory_pool
-from skulk_core.placement.context import kv_window
 from skulk_core.placement.fit import Site, fits, shortfall_message
 from skulk_core.placement.layers import layer_share, tensor_share
 from skulk_core.state.shards import ShardMetadata, TensorShardMetadata

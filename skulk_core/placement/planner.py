@@ -14,6 +14,12 @@ import msgspec
 
 from skulk_core.ids import NodeId
 from skulk_core.models.cards import ModelCard
+from skulk_core.models.context_window import (
+    MAX_CONTEXT_TOKENS,
+    MIN_CONTEXT_TOKENS,
+    context_in_range,
+    kv_window,
+)
 from skulk_core.placement.backends import (
     card_backends,
     common_backend,
@@ -21,12 +27,6 @@ from skulk_core.placement.backends import (
 )
 from skulk_core.placement.capacity import PoolUnknown
 from skulk_core.placement.cluster import ClusterFacts
-from skulk_core.placement.context import (
-    MAX_CONTEXT_TOKENS,
-    MIN_CONTEXT_TOKENS,
-    context_in_range,
-    kv_window,
-)
 from skulk_core.placement.eligibility import Candidate, Ineligible, screen_nodes
 from skulk_core.placement.fit import HEADROOM_BYTES, Site, consumption_bytes
 from skulk_core.placement.id_factory import IdFactory

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import msgspec
 
 from skulk_core.models.cards import ModelCard
-from skulk_core.placement.context import (
+from skulk_core.models.context_window import (
     DEFAULT_CONTEXT_TOKENS,
     MAX_CONTEXT_TOKENS,
     MIN_CONTEXT_TOKENS,

@@ -22,6 +22,7 @@ from typing import Annotated, Final, Literal
 
 import msgspec
 
+from skulk_core.models.advisories import Advisory
 from skulk_core.models.card_digest import card_digest
 from skulk_core.models.cards import ModelCard
 from skulk_core.models.custom_cards import CardRejectedError, normalize_custom_card
@@ -35,7 +36,6 @@ MAX_CARDS: Final = 4096
 MAX_ADVISORIES: Final = 1024
 CARD_ID_PATTERN: Final = re.compile(r"card_[0-9a-f]{64}")
 SNAPSHOT_ID_PATTERN: Final = re.compile(r"snap_[0-9a-f]{64}")
-ADVISORY_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 
 
 class Provenance(StrEnum):
@@ -44,23 +44,6 @@ class Provenance(StrEnum):
     FOXLIGHT = "foxlight"
     AGENT = "agent"
     COMMUNITY = "community"
-
-
-class Severity(StrEnum):
-    LOW = "low"
-    MODERATE = "moderate"
-    HIGH = "high"
-    CRITICAL = "critical"
-
-
-class Advisory(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """A signed, warn-only security notice about exact card generations."""
-
-    id: Annotated[str, msgspec.Meta(pattern=ADVISORY_ID_PATTERN)]
-    severity: Severity
-    summary: Annotated[str, msgspec.Meta(min_length=1, max_length=2000)]
-    card_ids: Annotated[tuple[str, ...], msgspec.Meta(min_length=1, max_length=MAX_CARDS)]
-    url: Annotated[str, msgspec.Meta(max_length=2048)] | None = None
 
 
 class SignedCard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -222,9 +205,3 @@ def _check(document: CatalogDocument, size: int) -> None:
         snapshot_id(document.cards, document.advisories)
     ):
         raise CatalogRejectedError("the catalog's snapshot_id does not match its content")
-
-
-def affecting(advisories: Sequence[Advisory], *cards: ModelCard | None) -> tuple[Advisory, ...]:
-    """The advisories naming any of ``cards``' signed identities, in id order."""
-    ids = {card.registry_card_id for card in cards if card is not None and card.registry_card_id}
-    return tuple(a for a in advisories if ids.intersection(a.card_ids))

@@ -11,6 +11,7 @@ from litestar.params import Parameter
 from skulk_core.ids import ModelId, new_command_id
 from skulk_core.models.cards import ModelCard
 from skulk_core.models.catalog import CatalogEntry
+from skulk_core.models.context_window import DEFAULT_CONTEXT_TOKENS, MAX_CONTEXT_TOKENS
 from skulk_core.models.custom_cards import CardRejectedError, normalize_custom_card
 from skulk_core.models.listing import ModelList, ModelListItem, model_list_item
 from skulk_core.models.requirements import (
@@ -19,7 +20,6 @@ from skulk_core.models.requirements import (
     ModelRequirements,
     model_requirements,
 )
-from skulk_core.placement.context import DEFAULT_CONTEXT_TOKENS, MAX_CONTEXT_TOKENS
 from skulk_core.state.commands import AddCustomCard, RemoveCustomCard
 from skulk_daemon.api.authority import caller_of, declare
 from skulk_daemon.api.openapi import OPENAI, errors

@@ -12,6 +12,7 @@ import msgspec
 from litestar import Controller, MediaType, Request, get
 from litestar.response import Stream
 
+from skulk_core.cluster.state_document import render_state
 from skulk_core.cluster.telemetry import (
     NodeHealth,
     NodeIdentityInfo,
@@ -24,7 +25,6 @@ from skulk_core.ids import CommandId, InstanceId, TaskId
 from skulk_core.models.cards import ModelCard
 from skulk_core.state.events import IndexedEvent
 from skulk_core.state.state import State, TaskStatus
-from skulk_core.state.wire import render_state
 from skulk_core.wire import JsonValue, to_wire
 from skulk_daemon.api.authority import TRUSTED_CALLERS, caller_of, declare
 from skulk_daemon.api.openapi import JSON, OPENAI, documented, errors, wire_of

@@ -18,8 +18,8 @@ from typing import Final
 
 from skulk_core.ids import ModelId
 from skulk_core.models.cards import ModelTask
+from skulk_core.models.context_window import DEFAULT_CONTEXT_TOKENS
 from skulk_core.placement.backends import BACKEND_LLAMA_CPP
-from skulk_core.placement.context import DEFAULT_CONTEXT_TOKENS
 from skulk_core.placement.local_fit import local_shortfall
 from skulk_core.placement.repair import MODEL_NOT_INSTALLED, PLACEMENT_REFUSED
 from skulk_core.placement.rpc_pool import RPC_DONOR_LOST

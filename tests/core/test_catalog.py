@@ -11,6 +11,7 @@ from skulk_core.ids import ModelId
 from skulk_core.models.card_digest import card_digest
 from skulk_core.models.cards import Memory, ModelCard, ModelLicense, ModelTask
 from skulk_core.models.catalog import CatalogSource, InstalledModel, build_catalog
+from skulk_core.models.context_window import MAX_CONTEXT_TOKENS
 from skulk_core.models.custom_cards import CardRejectedError, normalize_custom_card
 from skulk_core.models.listing import ModelList, model_list_item
 from skulk_core.models.memory_estimate import KvGeometry, estimate_memory_bytes, kv_bytes_per_token
@@ -18,7 +19,6 @@ from skulk_core.models.requirements import (
     ContextOutOfRangeError,
     model_requirements,
 )
-from skulk_core.placement.context import MAX_CONTEXT_TOKENS
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 GEMMA = ModelId("local/gemma-3-270m-q4_k_m")

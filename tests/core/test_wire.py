@@ -1,5 +1,6 @@
 from datetime import UTC, datetime
 
+from skulk_core.cluster.state_document import render_state
 from skulk_core.cluster.telemetry import (
     HealthLevel,
     NodeHealth,
@@ -20,7 +21,6 @@ from skulk_core.state.shards import (
     ShardAssignments,
 )
 from skulk_core.state.state import State
-from skulk_core.state.wire import render_state
 from skulk_core.wire import to_wire
 
 NODE = NodeId("12D3KooWnode")

@@ -15,8 +15,9 @@ from pathlib import Path
 import msgspec
 
 from skulk_core.ids import ModelId
+from skulk_core.models.advisories import Advisory
 from skulk_core.models.cards import Memory, ModelCard
-from skulk_core.registry.format import Advisory, Provenance, encode_catalog
+from skulk_core.registry.format import Provenance, encode_catalog
 from skulk_core.registry.publish import Lifetimes, RoleKeys, build_repository, generate_keys
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"

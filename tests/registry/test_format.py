@@ -7,15 +7,14 @@ import pytest
 
 from skulk_core.config import ConfigError, parse_config, trust_changes
 from skulk_core.ids import ModelId
+from skulk_core.models.advisories import Advisory, Severity
 from skulk_core.models.card_digest import card_digest
 from skulk_core.models.catalog import CatalogSource, InstalledModel, build_catalog
 from skulk_core.models.listing import model_list_item
 from skulk_core.registry.format import (
     MAX_CATALOG_BYTES,
-    Advisory,
     CatalogRejectedError,
     Provenance,
-    Severity,
     encode_catalog,
     parse_catalog,
     registry_card_id,
