@@ -1,5 +1,6 @@
 """The dependency direction: skulk_cli -> (HTTP) -> skulk_daemon -> skulk_core, and
-inside the daemon, the HTTP layer on top of services that never reach back up.
+inside the daemon, the HTTP layer on top of services that never reach back up; no
+import cycle between modules, nor between the first-level folders of a package.
 
 Imports are read from the source (every ``import``, including those under
 ``TYPE_CHECKING`` and inside functions: a type-only cycle is still a cycle to read).
@@ -10,6 +11,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from functools import cache
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -255,6 +257,107 @@ def test_no_import_cycle() -> None:
         for name, targets in _graph().items()
     }
     assert list(_cycles(graph)) == []
+
+
+def _folder(module: str) -> str:
+    """The first-level folder (sub-package or top-level module) ``module`` lies in."""
+    return ".".join(module.split(".")[:2])
+
+
+def _folder_arrows(package: str) -> dict[tuple[str, str], str]:
+    """Each import from one first-level folder of ``package`` into another, every
+    import counted, with the first place it is made (``path:line``)."""
+    folders = {_folder(name) for name in _modules() if _under(name, package) and name != package}
+    arrows: dict[tuple[str, str], str] = {}
+    for path, line, module in _imports(package):
+        source, target = _folder(_module_name(path)), _folder(module)
+        if source in folders and target in folders and source != target:
+            arrows.setdefault((source, target), f"{path.relative_to(ROOT)}:{line}")
+    return arrows
+
+
+def _folder_graph(package: str) -> dict[str, set[str]]:
+    folders = {_folder(name) for name in _modules() if _under(name, package) and name != package}
+    graph: dict[str, set[str]] = {folder: set() for folder in folders}
+    for source, target in _folder_arrows(package):
+        graph[source].add(target)
+    return graph
+
+
+def _shortest_loop(graph: dict[str, set[str]], start: str) -> list[str] | None:
+    """A shortest loop from ``start`` back to it, as ``[start, ..., start]``."""
+    parents: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for child in sorted(graph[node]):
+                if child == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(parents[path[-1]])
+                    return [*reversed(path), start]
+                if child not in parents:
+                    parents[child] = node
+                    following.append(child)
+        frontier = following
+    return None
+
+
+def _loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """For every folder on a cycle, a shortest loop through it (each loop named once,
+    starting from its least member): one import knot can hold several loops."""
+    found: set[tuple[str, ...]] = set()
+    for component in _cycles(graph):
+        for member in component:
+            loop = _shortest_loop(graph, member)
+            assert loop is not None  # a member of a strongly connected component
+            ring = loop[:-1]
+            first = ring.index(min(ring))
+            found.add(tuple(ring[first:] + ring[:first]))
+    return [[*ring, ring[0]] for ring in sorted(found)]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_import_cycle_between_folders(package: str) -> None:
+    # A folder is a sub-package or a top-level module. Two folders that import each
+    # other (even through a type-only or function-level import) are one layer in
+    # two places: move what they share down, or let the lower one take a Protocol.
+    graph = _folder_graph(package)
+    assert len(graph) > 1, f"no folders found in {package}"
+    arrows = _folder_arrows(package)
+    loops = [
+        " -> ".join(loop) + " (" + ", ".join(arrows[step] for step in pairwise(loop)) + ")"
+        for loop in _loops(graph)
+    ]
+    assert not loops, "import loops between folders:\n" + "\n".join(loops)
+
+
+def test_the_folder_loop_check_names_every_loop() -> None:
+    # One knot, two loops through "b", and a folder that only leads into it.
+    graph = {"a": {"b"}, "b": {"a", "c"}, "c": {"b"}, "d": {"a"}}
+    assert _loops(graph) == [["a", "b", "a"], ["b", "c", "b"]]
+    assert _folder("skulk_daemon.runner.host") == "skulk_daemon.runner"
+    assert _folder("skulk_daemon.errors") == "skulk_daemon.errors"
+
+
+# Arrows the import-plan review found running back up, each now cut by a move or a
+# Protocol the lower folder declares. No loop has to form for one of them to return.
+LOWER_NEVER_REACHES_UP = [
+    ("skulk_daemon.errors", "skulk_daemon"),
+    ("skulk_daemon.runner", "skulk_daemon.fabric"),
+    ("skulk_daemon.runner", "skulk_daemon.speech"),
+    ("skulk_daemon.hub", "skulk_daemon.diagnostics"),
+    ("skulk_daemon.node_admin", "skulk_daemon.diagnostics"),
+    ("skulk_daemon.diagnostics", "skulk_daemon.capabilities"),
+    ("skulk_daemon.diagnostics", "skulk_daemon.fabric"),
+    ("skulk_daemon.plugins", "skulk_daemon.extensions"),
+]
+
+
+@pytest.mark.parametrize(("lower", "upper"), LOWER_NEVER_REACHES_UP)
+def test_lower_folders_never_reach_up(lower: str, upper: str) -> None:
+    assert _reaches(lower, upper) == []
 
 
 def test_the_cycle_check_finds_a_cycle() -> None:
