@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("skulk_core", "skulk_daemon", "skulk_cli")
+PACKAGES = ("skulk_core", "skulk_daemon", "skulk_cli", "skulk_host")
 FRAMEWORKS = {
     "litestar",
     "zmq",
@@ -156,7 +156,7 @@ PUBLIC_SURFACE_MAY_IMPORT = (
     "skulk",
     "skulk_core",
     "skulk_daemon.extensions",
-    "skulk_daemon.plugins.manager.cli",
+    "skulk_host.plugin_manager.cli",
     "__future__",
     "sys",
 )

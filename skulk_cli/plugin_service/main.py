@@ -35,8 +35,8 @@ from skulk_cli.plugin_service.setup import (
 )
 from skulk_cli.plugin_service.wire import MAX_REQUEST_BYTES, call_raw, read_connection
 from skulk_core.plugins.errors import PluginRefusal, ProtocolKind, protocol_sentence
-from skulk_core.plugins.service_runtime import Completion
-from skulk_core.plugins.service_staging import activate_service_runtime, stage_service_runtime
+from skulk_host.plugin_service.runtime import Completion
+from skulk_host.plugin_service.staging import activate_service_runtime, stage_service_runtime
 
 PROG_NAME = "skulk-plugin-service"
 READY_SECONDS = 90.0

@@ -36,9 +36,9 @@ from typing import Final, Literal
 import msgspec
 
 from skulk_cli.plugin_service.wire import Connection, private_dir, write_connection
-from skulk_core.files import atomic_write
 from skulk_core.plugins.errors import PluginRefusal, refuse
-from skulk_core.plugins.service_runtime import (
+from skulk_host.files import atomic_write
+from skulk_host.plugin_service.runtime import (
     CURRENT_LINK,
     Completion,
     current_bootstrap,

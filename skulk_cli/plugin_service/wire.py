@@ -5,7 +5,7 @@ documented protocol itself: one JSON request per connection on the owner-only so
 ``<manager root>/control.sock`` (16 KiB request, 256 KiB response), and the protected
 connection record ``SKULK_CONFIG_HOME/managed-service/connection.json``
 (``{"manager_root", "profile_id"}``, owner-only, no symbolic links) that the daemon
-reads with the same checks (``skulk_daemon.plugins.connection``).
+reads with the same checks (``skulk_host.plugin_manager.connection``).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any, Final
 
 import msgspec
 
-from skulk_core.files import atomic_write
 from skulk_core.plugins.errors import refuse
+from skulk_host.files import atomic_write
 
 SOCKET_NAME: Final = "control.sock"
 CONNECTION_DIR: Final = "managed-service"

@@ -27,7 +27,7 @@ import pytest
 from skulk_cli.plugin_service.setup import SetupRecord, write_record
 from skulk_cli.plugin_service.wire import Connection
 from skulk_cli.plugin_service.wire import write_connection as write_cli_connection
-from skulk_daemon.plugins.connection import ManagerConnection, write_connection
+from skulk_host.plugin_manager.connection import ManagerConnection, write_connection
 from tests.api.in_process import AppNode
 from tests.plugins.bundle_kit import bundle_release, fixture_bundle, library_wheel
 from tests.plugins.kit import Feed, Publisher

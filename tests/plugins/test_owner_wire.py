@@ -24,9 +24,9 @@ from skulk_core.extensions.capabilities import (
 from skulk_daemon.capabilities.registry import ProviderRegistry, compile_descriptor
 from skulk_daemon.capabilities.service import CapabilityService
 from skulk_daemon.plugins.access import ManagerAccess
-from skulk_daemon.plugins.manager.owner_host import OwnerHost
-from skulk_daemon.plugins.owners import wire
 from skulk_daemon.plugins.owners.adapter import ManagedOwners
+from skulk_daemon.plugins.owners.owner_host import OwnerHost
+from skulk_host.plugin_owners import wire
 
 
 def _descriptor(name: str) -> CapabilityDescriptor:

@@ -31,9 +31,9 @@ import pytest
 from skulk_cli.plugin_service.setup import SetupRecord, write_record
 from skulk_cli.plugin_service.wire import Connection, write_connection
 from skulk_core.plugins.errors import PluginRefusal
-from skulk_daemon.plugins.local_command import declared_entry, prepare
-from skulk_daemon.plugins.manager.protocol import LifecycleOperation, LifecycleRequest
-from skulk_daemon.plugins.manager.store import Store
+from skulk_host.plugin_manager.local_command import declared_entry, prepare
+from skulk_host.plugin_manager.protocol import LifecycleOperation, LifecycleRequest
+from skulk_host.plugin_manager.store import Store
 from tests.plugins.kit import Feed, Publisher, build_wheel, release_document, trust_document
 from tests.plugins.manager_process import REPO_ROOT, Manager
 from tests.plugins.owner_kit import change, ok, settle

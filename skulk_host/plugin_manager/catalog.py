@@ -28,8 +28,8 @@ from skulk_core.plugins.errors import refuse
 from skulk_core.plugins.review import catalog_review
 from skulk_core.plugins.trust import PublisherTrust, advance_trust, parse_trust
 from skulk_core.plugins.verify import CatalogFloor, matches_host, verify_catalog
-from skulk_daemon.plugins.feed import FeedClient, FeedSource
-from skulk_daemon.plugins.manager.protocol import (
+from skulk_host.fsutil import atomic_write, ensure_private_dir
+from skulk_host.plugin_manager.protocol import (
     CatalogRequest,
     CatalogStatusRequest,
     CatalogUpdate,
@@ -38,11 +38,11 @@ from skulk_daemon.plugins.manager.protocol import (
     ReadCatalogRequest,
     SourceUpdate,
 )
-from skulk_daemon.plugins.release_source import read_catalog
-from skulk_daemon.system.fsutil import atomic_write, ensure_private_dir
+from skulk_host.plugin_release.feed import FeedClient, FeedSource
+from skulk_host.plugin_release.source import read_catalog
 
 if TYPE_CHECKING:
-    from skulk_daemon.plugins.manager.releases import Releases
+    from skulk_host.plugin_manager.releases import Releases
 
 LABEL: Final = "catalog address"
 RETAINED_DOCUMENTS: Final = 4

@@ -26,15 +26,15 @@ from typing import Final
 
 import msgspec
 
-from skulk_core.files import file_lock
 from skulk_core.plugins.errors import refuse
-from skulk_daemon.plugins.manager.protocol import (
+from skulk_host.files import file_lock
+from skulk_host.fsutil import atomic_write, ensure_private_dir
+from skulk_host.plugin_manager.protocol import (
     PLUGIN_ID_PATTERN,
     LifecycleOperation,
     Selection,
 )
-from skulk_daemon.plugins.staging import Stager
-from skulk_daemon.system.fsutil import atomic_write, ensure_private_dir
+from skulk_host.plugin_release.staging import Stager
 
 FENCE_WAIT_SECONDS: Final = 30.0
 """How long an accepted operation waits for the installer fence."""

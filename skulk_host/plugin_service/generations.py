@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from skulk_core.files import fsync_dir
-from skulk_core.plugins.service_runtime import (
+from skulk_host.files import fsync_dir
+from skulk_host.plugin_service.runtime import (
     GENERATION_PATTERN,
     fence,
     read_completion,

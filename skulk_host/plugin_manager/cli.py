@@ -7,7 +7,7 @@ seal verified, by the generation's ``bootstrap.py`` before anything was imported
 the earlier way, here; it refuses to start (exit 2) when it differs (``runtime.py``);
 after a ``reload_runtime`` it stops (exit 0) for its service to restart it. ``serve``
 holds the root's lifetime fence until its owners are closed (``server.py``). Reached as
-``python -m skulk_daemon.plugins.manager``, as the spec's ``python -m
+``python -m skulk_host.plugin_manager``, as the spec's ``python -m
 skulk.extensions.runtime_manager`` and, for the registered service, through the
 bootstrap, which runs that module."""
 
@@ -23,15 +23,15 @@ import sys
 from pathlib import Path
 
 from skulk_core.plugins.errors import PluginRefusal
-from skulk_daemon.plugins.manager.catalog import Catalog
-from skulk_daemon.plugins.manager.client import call_raw
-from skulk_daemon.plugins.manager.lifecycle import Lifecycle
-from skulk_daemon.plugins.manager.protocol import MAX_REQUEST_BYTES
-from skulk_daemon.plugins.manager.releases import Releases
-from skulk_daemon.plugins.manager.runtime import LIVE, ManagerRuntime, own_runtime
-from skulk_daemon.plugins.manager.server import ManagerServer, serving_lifetime
-from skulk_daemon.plugins.manager.store import Store
-from skulk_daemon.plugins.manager.supervisor import Supervisor
+from skulk_host.plugin_manager.catalog import Catalog
+from skulk_host.plugin_manager.client import call_raw
+from skulk_host.plugin_manager.lifecycle import Lifecycle
+from skulk_host.plugin_manager.protocol import MAX_REQUEST_BYTES
+from skulk_host.plugin_manager.releases import Releases
+from skulk_host.plugin_manager.runtime import LIVE, ManagerRuntime, own_runtime
+from skulk_host.plugin_manager.server import ManagerServer, serving_lifetime
+from skulk_host.plugin_manager.store import Store
+from skulk_host.plugin_manager.supervisor import Supervisor
 
 log = logging.getLogger("skulk.plugins.manager")
 
@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else argv
     if arguments[:1] == ["launch"]:
         # An installed plugin's verified setup or management command (it replaces
-        # this process): see ``skulk_daemon.plugins.local_command``.
-        from skulk_daemon.plugins import local_command  # noqa: PLC0415
+        # this process): see ``skulk_host.plugin_manager.local_command``.
+        from skulk_host.plugin_manager import local_command  # noqa: PLC0415
 
         return local_command.main(arguments[1:])
     parser = argparse.ArgumentParser(prog="python -m skulk.extensions.runtime_manager")

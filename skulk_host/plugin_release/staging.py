@@ -42,10 +42,10 @@ import msgspec
 
 from skulk_core.plugins.documents import HostFacts
 from skulk_core.plugins.errors import PluginRefusal, refuse
-from skulk_core.plugins.service_bootstrap import file_sha256
 from skulk_core.plugins.verify import VerifiedRelease, check_host
-from skulk_daemon.plugins import seal
-from skulk_daemon.plugins.archive import (
+from skulk_host.fsutil import atomic_write, ensure_private_dir
+from skulk_host.plugin_release import seal
+from skulk_host.plugin_release.archive import (
     BUNDLE_DIR,
     KINDS,
     SHIM_LOADER,
@@ -55,9 +55,14 @@ from skulk_daemon.plugins.archive import (
     extract_archive,
     inspect_archive,
 )
-from skulk_daemon.plugins.installers import Installer, default_installer
-from skulk_daemon.plugins.wheels import RUNTIME_GROUP, WheelFacts, declared_entries, inspect_wheel
-from skulk_daemon.system.fsutil import atomic_write, ensure_private_dir
+from skulk_host.plugin_release.installers import Installer, default_installer
+from skulk_host.plugin_release.wheels import (
+    RUNTIME_GROUP,
+    WheelFacts,
+    declared_entries,
+    inspect_wheel,
+)
+from skulk_host.plugin_service.bootstrap import file_sha256
 
 INSTALLER_OUTPUT_BYTES: Final = 64 * 1024
 """Installer output kept as evidence is bounded to this."""

@@ -4,7 +4,7 @@ Shared by the owner's setup (``skulk_cli.plugin_service``) and the host, which s
 generation of its own build when the manager runs another one
 (``skulk_daemon.plugins.manager_refresh``). :func:`stage_service_runtime` makes
 ``<service root>/runtimes/<generation>/`` (layout and seal:
-``skulk_core.plugins.service_runtime``):
+``skulk_host.plugin_service.runtime``):
 
 1. a virtual environment from the base interpreter (``python -m venv --without-pip``;
    no network, nothing resolved);
@@ -16,7 +16,7 @@ generation of its own build when the manager runs another one
    nothing in the copy points back into the checkout. Any other editable install, a
    link among the copied files or a file outside the environment is refused rather
    than borrowed;
-4. ``bootstrap.py``, the generation's own copy of ``service_bootstrap.py`` (the entry
+4. ``bootstrap.py``, the generation's own copy of ``plugin_service/bootstrap.py`` (the entry
    the registered service starts through, ``-I -S -B``: it verifies the seal before
    site initialisation or any manager import);
 5. ``seal.json`` then ``complete.json`` (see the core module), both temp + rename,
@@ -48,11 +48,11 @@ from typing import Final
 
 import msgspec
 
-from skulk_core.files import atomic_write
 from skulk_core.plugins.canonical import canonical_sha256
 from skulk_core.plugins.errors import PluginRefusal, refuse
-from skulk_core.plugins.service_bootstrap import BLOCK, python_identity
-from skulk_core.plugins.service_runtime import (
+from skulk_host.files import atomic_write
+from skulk_host.plugin_service.bootstrap import BLOCK, python_identity
+from skulk_host.plugin_service.runtime import (
     BOOTSTRAP_FILE,
     COMPLETE_FILE,
     SEAL_FILE,
@@ -72,7 +72,7 @@ from skulk_core.plugins.service_runtime import (
 )
 
 SKULK_DIST: Final = "skulk"
-BOOTSTRAP_SOURCE: Final = "skulk_core/plugins/service_bootstrap.py"
+BOOTSTRAP_SOURCE: Final = "skulk_host/plugin_service/bootstrap.py"
 VENV_SECONDS: Final = 120.0
 
 

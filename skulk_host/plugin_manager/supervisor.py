@@ -28,9 +28,9 @@ from typing import Final
 
 from skulk_core.plugins.errors import PluginRefusal
 from skulk_core.plugins.supervision import Backoff, after_exit
-from skulk_daemon.plugins.manager.store import Store
-from skulk_daemon.plugins.owners.wire import owner_dir
-from skulk_daemon.system.fsutil import ensure_private_dir
+from skulk_host.fsutil import ensure_private_dir
+from skulk_host.plugin_manager.store import Store
+from skulk_host.plugin_owners.wire import owner_dir
 
 log = logging.getLogger("skulk.plugins.manager")
 
@@ -67,7 +67,7 @@ def owner_command(store: Store, plugin_id: str, digest: str) -> list[str]:
         "-I",
         "-B",
         "-m",
-        "skulk_daemon.plugins.manager.owner_host",
+        "skulk_daemon.plugins.owners.owner_host",
         "--entry",
         launcher.entry,
         "--site",

@@ -1,7 +1,7 @@
 """The owner runtime: serves a plugin written against ``skulk.extensions`` as a managed
-owner, on the owner-only socket of :mod:`skulk_daemon.plugins.owners.wire`.
+owner, on the owner-only socket of :mod:`skulk_host.plugin_owners.wire`.
 
-The supervisor starts it (``python -I -B -m skulk_daemon.plugins.manager.owner_host``)
+The supervisor starts it (``python -I -B -m skulk_daemon.plugins.owners.owner_host``)
 with Skulk's own interpreter, the sealed generation's ``site-packages`` appended to
 the import path (after Skulk's, so a plugin cannot shadow the public surface), the
 generation's signed owner entry (``module:attr``; with ``--bundle``, the sealed bundle's
@@ -63,10 +63,10 @@ from skulk_core.plugins.node_configuration import (
 )
 from skulk_daemon.extensions.proposals import ProposalApproval, ProposalReference
 from skulk_daemon.extensions.setup_actions import SetupStart
-from skulk_daemon.plugins.archive import load_shim
-from skulk_daemon.plugins.owners import wire
 from skulk_daemon.plugins.owners.host_callbacks import OwnerHostCallbacks
-from skulk_daemon.plugins.owners.owner_stream import OwnerStream
+from skulk_host.plugin_owners import wire
+from skulk_host.plugin_owners.owner_stream import OwnerStream
+from skulk_host.plugin_release.archive import load_shim
 
 log = logging.getLogger("skulk.plugins.owner")
 

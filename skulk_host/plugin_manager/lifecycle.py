@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from skulk_core.plugins.errors import PluginRefusal, refuse
-from skulk_daemon.plugins.manager.protocol import (
+from skulk_host.plugin_manager.protocol import (
     MAX_INSTALLATIONS,
     MAX_OPERATIONS,
     TERMINAL_STATES,
@@ -54,12 +54,12 @@ from skulk_daemon.plugins.manager.protocol import (
     SourceStatusRequest,
     SubmitRequest,
 )
-from skulk_daemon.plugins.manager.store import Store
+from skulk_host.plugin_manager.store import Store
 
 if TYPE_CHECKING:
-    from skulk_daemon.plugins.manager.catalog import Catalog
-    from skulk_daemon.plugins.manager.releases import Releases
-    from skulk_daemon.plugins.manager.supervisor import Supervisor
+    from skulk_host.plugin_manager.catalog import Catalog
+    from skulk_host.plugin_manager.releases import Releases
+    from skulk_host.plugin_manager.supervisor import Supervisor
 
 log = logging.getLogger("skulk.plugins.manager")
 

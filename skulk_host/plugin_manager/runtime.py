@@ -3,7 +3,7 @@ and replaced by ``reload_runtime``.
 
 ``serve --sealed-runtime`` (the command setup registers) runs on
 ``<service root>/runtimes/current/bin/python``, started through the generation's
-``bootstrap.py`` (``skulk_core.plugins.service_bootstrap``), which has already walked
+``bootstrap.py`` (``skulk_host.plugin_service.bootstrap``), which has already walked
 the seal before site initialisation and any import of this code: :func:`own_runtime`
 then only checks that the records name that generation and that this process's code is
 its copy. Started the earlier way (``-I -B -m skulk.extensions.runtime_manager``, a unit
@@ -33,11 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-import skulk_daemon
-from skulk_core.files import file_lock
-from skulk_core.plugins import service_bootstrap
+import skulk_host
 from skulk_core.plugins.errors import refuse
-from skulk_core.plugins.service_runtime import (
+from skulk_host.files import file_lock
+from skulk_host.plugin_manager.protocol import ReloadRuntimeRequest
+from skulk_host.plugin_service import bootstrap
+from skulk_host.plugin_service.runtime import (
     RUNTIMES_DIR,
     fence,
     generation_dir,
@@ -46,7 +47,6 @@ from skulk_core.plugins.service_runtime import (
     select,
     verify,
 )
-from skulk_daemon.plugins.manager.protocol import ReloadRuntimeRequest
 
 LIFETIME_FENCE: Final = "lifetime.lock"
 
@@ -94,12 +94,12 @@ def own_runtime(sealed: bool) -> ManagerRuntime:
             "(runtimes/current/bin/python under the service root).",
         )
     # NOTE: the bootstrap's walk replaces this process's: the seal is not measured twice.
-    by_bootstrap = service_bootstrap.verified() == generation
+    by_bootstrap = bootstrap.verified() == generation
     if by_bootstrap:
         completion, _ = read_records(generation)
     else:
         completion = verify(generation)
-    code = Path(skulk_daemon.__file__).resolve()
+    code = Path(skulk_host.__file__).resolve()
     if not code.is_relative_to(generation):
         raise refuse(
             "seal_mismatch",

@@ -37,9 +37,8 @@ from skulk_core.plugins.verify import (
     check_host,
     verify_release,
 )
-from skulk_daemon.plugins.feed import FeedClient, FeedSource
-from skulk_daemon.plugins.host import host_facts
-from skulk_daemon.plugins.manager.protocol import (
+from skulk_host.fsutil import atomic_write, ensure_private_dir
+from skulk_host.plugin_manager.protocol import (
     MAX_OPERATIONS,
     MAX_RECOVERY_ATTEMPTS,
     ConfigureSourceRequest,
@@ -53,9 +52,10 @@ from skulk_daemon.plugins.manager.protocol import (
     SourceStatusRequest,
     SourceUpdate,
 )
-from skulk_daemon.plugins.manager.store import Store
-from skulk_daemon.plugins.release_source import download_release
-from skulk_daemon.system.fsutil import atomic_write, ensure_private_dir
+from skulk_host.plugin_manager.store import Store
+from skulk_host.plugin_release.feed import FeedClient, FeedSource
+from skulk_host.plugin_release.host import host_facts
+from skulk_host.plugin_release.source import download_release
 
 LIVE_INSTALL_STATES = frozenset({"accepted", "downloading", "staging"})
 

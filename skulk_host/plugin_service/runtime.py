@@ -1,9 +1,9 @@
 """The manager's staged runtime: its layout, seal, build identity and selection.
 
-Shared by the staging code (``service_staging.py``: setup and the host's refresh after a
-Skulk update stage and select generations), the manager (``skulk_daemon.plugins.manager``:
+Shared by the staging code (``plugin_service/staging.py``: setup and the host's refresh after a
+Skulk update stage and select generations), the manager (``skulk_host.plugin_manager``:
 it verifies its own generation before serving and selects another on ``reload_runtime``)
-and the removal of unused generations (``service_generations.py``)::
+and the removal of unused generations (``plugin_service/generations.py``)::
 
     <service root>/runtimes/
       .fence                        flock held while staging, verifying or selecting
@@ -12,7 +12,7 @@ and the removal of unused generations (``service_generations.py``)::
         seal.json                   the seal: every file's path, SHA-256, size and mode,
                                     every directory's mode, every link's target, the
                                     Skulk build identity and the Python version
-        bootstrap.py                the service's entry (``service_bootstrap.py``):
+        bootstrap.py                the service's entry (``plugin_service/bootstrap.py``):
                                     verifies the seal, then runs the manager
         complete.json               written last (fsynced, temp + rename): the seal's
                                     digest, file and byte counts; without it the
@@ -26,7 +26,7 @@ out: the same bytes measure to the same identity in the live checkout and in a s
 copy. The **seal digest** is :func:`~skulk_core.plugins.canonical.canonical_sha256` of
 the seal document; :func:`verify` re-measures the generation and refuses on any
 difference in membership, bytes, permissions or link targets (the interpreter link
-included), through the one seal walk in ``service_bootstrap.py``, which is also what the
+included), through the one seal walk in ``plugin_service/bootstrap.py``, which is also what the
 registered service starts through (``<generation>/bootstrap.py``, standard library only,
 checked before site initialisation). Nothing here re-seals a changed file.
 """
@@ -45,11 +45,11 @@ from typing import Annotated, Final
 
 import msgspec
 
-from skulk_core.files import atomic_write, file_lock, fsync_dir
-from skulk_core.plugins import service_bootstrap as walk
 from skulk_core.plugins.canonical import canonical_json, canonical_sha256
 from skulk_core.plugins.errors import BUILD_DIFFERS, PluginRefusal, RefusalCode, refuse
-from skulk_core.plugins.service_bootstrap import (
+from skulk_host.files import atomic_write, file_lock, fsync_dir
+from skulk_host.plugin_service import bootstrap as walk
+from skulk_host.plugin_service.bootstrap import (
     SEAL_VERSION,
     SealMismatch,
     file_sha256,
@@ -65,7 +65,7 @@ BOOTSTRAP_FILE: Final = walk.BOOTSTRAP_FILE
 CURRENT_LINK: Final = "current"
 FENCE_FILE: Final = ".fence"
 SETUP_RECORD: Final = "setup.json"
-SKULK_PACKAGES: Final = ("skulk", "skulk_cli", "skulk_core", "skulk_daemon")
+SKULK_PACKAGES: Final = ("skulk", "skulk_cli", "skulk_core", "skulk_daemon", "skulk_host")
 BUILD_DOMAIN: Final = b"skulk-build-v1"
 GENERATION_PATTERN: Final = r"^[0-9a-f]{16}$"
 
@@ -170,7 +170,7 @@ def measure(
     root: Path, known: dict[str, tuple[str, int]] | None = None
 ) -> tuple[dict[str, tuple[str, int, int]], dict[str, int], dict[str, str]]:
     """Files, directories and links under ``root`` (the two seal files left out), as
-    :func:`~skulk_core.plugins.service_bootstrap.measure` walks them."""
+    :func:`~skulk_host.plugin_service.bootstrap.measure` walks them."""
     try:
         return walk.measure(root, known)
     except SealMismatch as special:

@@ -1,5 +1,5 @@
 """The owner's end of one admitted stream (owner protocol 4; see
-:mod:`skulk_daemon.plugins.owners.wire`), run by the owner runtime
+:mod:`skulk_host.plugin_owners.wire`), run by the owner runtime
 (``manager/owner_host.py``) in the owner's process.
 
 Caller input goes into a bounded queue (eight frames; the socket's backpressure holds
@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 
 from skulk_core.extensions.capabilities import CapabilityCall, CapabilityStreamFrame
-from skulk_daemon.plugins.owners import wire
+from skulk_host.plugin_owners import wire
 
 log = logging.getLogger("skulk.plugins.owner")
 

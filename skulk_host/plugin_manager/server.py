@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from skulk_core.plugins.errors import PluginRefusal, refuse
-from skulk_daemon.plugins.manager import protocol
-from skulk_daemon.plugins.manager.lifecycle import Lifecycle
-from skulk_daemon.plugins.manager.runtime import (
+from skulk_host.plugin_manager import protocol
+from skulk_host.plugin_manager.lifecycle import Lifecycle
+from skulk_host.plugin_manager.runtime import (
     LIVE,
     ManagerRuntime,
     lifetime_fence,

@@ -16,7 +16,7 @@ from pathlib import Path
 from skulk_core.plugins.canonical import canonical_sha256
 from skulk_core.plugins.documents import HostFacts
 
-_PACKAGES = ("skulk", "skulk_core", "skulk_daemon", "skulk_cli")
+_PACKAGES = ("skulk", "skulk_core", "skulk_daemon", "skulk_cli", "skulk_host")
 _MACHINES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "arm64", "aarch64": "aarch64"}
 
 

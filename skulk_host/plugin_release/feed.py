@@ -31,7 +31,7 @@ import httpx
 
 from skulk_core.plugins.documents import MAX_METADATA_BYTES, SignedArtifact
 from skulk_core.plugins.errors import PluginRefusal, refuse
-from skulk_daemon.system.fsutil import fsync_dir
+from skulk_host.fsutil import fsync_dir
 
 METADATA_DEADLINE_SECONDS: Final = 20.0
 ARTIFACT_DEADLINE_SECONDS: Final = 180.0

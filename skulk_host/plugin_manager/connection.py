@@ -18,7 +18,7 @@ from typing import Annotated, Final
 import msgspec
 
 from skulk_core.plugins.errors import refuse
-from skulk_daemon.system.fsutil import atomic_write, ensure_private_dir
+from skulk_host.fsutil import atomic_write, ensure_private_dir
 
 CONNECTION_DIR: Final = "managed-service"
 CONNECTION_FILE: Final = "connection.json"

@@ -24,7 +24,7 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 
 from skulk_core.plugins.errors import PluginRefusal, ReleaseProtocolUnsupported
-from skulk_core.plugins.service_runtime import Generation, ManagerBuildDiffers
+from skulk_host.plugin_service.runtime import Generation, ManagerBuildDiffers
 
 MAX_REQUEST_BYTES: Final = 16 * 1024
 MAX_RESPONSE_BYTES: Final = 256 * 1024

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from skulk_core.plugins.errors import refuse
-from skulk_core.plugins.service_runtime import ManagerBuildDiffers
-from skulk_daemon.plugins.manager.protocol import MAX_RESPONSE_BYTES, REQUEST_DEADLINE_SECONDS
-from skulk_daemon.plugins.manager.server import socket_path
+from skulk_host.plugin_manager.protocol import MAX_RESPONSE_BYTES, REQUEST_DEADLINE_SECONDS
+from skulk_host.plugin_manager.server import socket_path
+from skulk_host.plugin_service.runtime import ManagerBuildDiffers
 
 CLIENT_TIMEOUT_SECONDS: Final = REQUEST_DEADLINE_SECONDS + 5.0
 _SOL_LOCAL: Final = 0

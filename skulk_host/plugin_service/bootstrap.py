@@ -21,7 +21,7 @@ a second time) and run ``skulk.extensions.runtime_manager`` as ``__main__``.
 
 :func:`measure` and :func:`first_difference` are the one seal walk: setup, ``status``,
 ``reload_runtime`` and the host's refresh verify through them too
-(``service_runtime.verify``).
+(``plugin_service.runtime.verify``).
 
 Trust root: the service root is owner-only (0700) and only staging writes a generation.
 Whoever can write there already runs code as the service's account and could replace
@@ -53,7 +53,7 @@ SEAL_VERSION: Final = 1
 BLOCK: Final = 1024 * 1024
 EXIT_REFUSED: Final = 2
 ENTRY: Final = "skulk.extensions.runtime_manager"
-MODULE: Final = "skulk_core.plugins.service_bootstrap"
+MODULE: Final = "skulk_host.plugin_service.bootstrap"
 
 Files = dict[str, tuple[str, int, int]]
 """relative path -> (SHA-256, size, permission bits); the SHA-256 is empty when the

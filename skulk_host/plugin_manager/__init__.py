@@ -9,6 +9,8 @@ lifecycle, reached only through its owner-only Unix socket.
 - ``supervisor.py``: each enabled installation's owner process, with restart backoff;
 - ``server.py``: the socket (owner-only, 8 clients, 16 KiB / 256 KiB, 30 s);
 - ``client.py``: one request per connection, for the terminal and the host;
-- ``cli.py``: ``serve|call --root ROOT`` (``python -m skulk_daemon.plugins.manager``, or
+- ``connection.py``: the protected record a host finds its manager through;
+- ``local_command.py``: an installed plugin's verified setup or management command;
+- ``cli.py``: ``serve|call --root ROOT`` (``python -m skulk_host.plugin_manager``, or
   the spec's ``python -m skulk.extensions.runtime_manager``).
 """

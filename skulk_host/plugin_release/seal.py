@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from skulk_core.plugins.canonical import canonical_sha256
 from skulk_core.plugins.errors import refuse
-from skulk_core.plugins.service_bootstrap import file_sha256, ignored
+from skulk_host.plugin_service.bootstrap import file_sha256, ignored
 
 SEAL_VERSION: Final = 1
 

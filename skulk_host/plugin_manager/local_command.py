@@ -36,13 +36,13 @@ import msgspec
 
 from skulk_core.plugins.errors import PluginRefusal, refuse
 from skulk_core.plugins.verify import check_host, verify_release
-from skulk_daemon.plugins.archive import SHIM_LOADER
-from skulk_daemon.plugins.host import host_facts
-from skulk_daemon.plugins.manager.protocol import Selection
-from skulk_daemon.plugins.manager.releases import SourceRecord
-from skulk_daemon.plugins.manager.store import Store
-from skulk_daemon.plugins.staging import single_entry
-from skulk_daemon.plugins.wheels import declared_entries
+from skulk_host.plugin_manager.protocol import Selection
+from skulk_host.plugin_manager.releases import SourceRecord
+from skulk_host.plugin_manager.store import Store
+from skulk_host.plugin_release.archive import SHIM_LOADER
+from skulk_host.plugin_release.host import host_facts
+from skulk_host.plugin_release.staging import single_entry
+from skulk_host.plugin_release.wheels import declared_entries
 
 Kind = Literal["setup", "manage"]
 MAX_ARGUMENTS: Final = 128

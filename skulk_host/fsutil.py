@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from skulk_core.files import OWNER_ONLY_FILE, fsync_dir
-from skulk_core.files import atomic_write as _atomic_write
+from skulk_host.files import OWNER_ONLY_FILE, fsync_dir
+from skulk_host.files import atomic_write as _atomic_write
 
 __all__ = ["OWNER_ONLY_DIR", "OWNER_ONLY_FILE", "atomic_write", "ensure_private_dir", "fsync_dir"]
 
@@ -22,6 +22,6 @@ def ensure_private_dir(path: Path) -> None:
 
 def atomic_write(path: Path, data: bytes, mode: int = OWNER_ONLY_FILE) -> None:
     """Write ``data`` so that readers see the old file or the new one, never a mix
-    (:func:`skulk_core.files.atomic_write`), creating the parent directories first."""
+    (:func:`skulk_host.files.atomic_write`), creating the parent directories first."""
     path.parent.mkdir(parents=True, exist_ok=True)
     _atomic_write(path, data, mode)

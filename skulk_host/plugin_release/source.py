@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from skulk_core.plugins.documents import HostFacts
-from skulk_core.plugins.service_bootstrap import file_sha256
 from skulk_core.plugins.trust import PublisherTrust
 from skulk_core.plugins.verify import (
     CatalogFloor,
@@ -29,7 +28,8 @@ from skulk_core.plugins.verify import (
     verify_catalog,
     verify_release,
 )
-from skulk_daemon.plugins.feed import ARTIFACT_DEADLINE_SECONDS, FeedClient
+from skulk_host.plugin_release.feed import ARTIFACT_DEADLINE_SECONDS, FeedClient
+from skulk_host.plugin_service.bootstrap import file_sha256
 
 
 def inspect_release(
