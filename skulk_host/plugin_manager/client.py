@@ -1,5 +1,8 @@
 """Calling the manager: one request per connection, the response read to its end.
 
+The one client of the manager's socket: the daemon's adapter (``skulk_daemon.plugins.
+access``) and the terminal (``skulk_cli.plugin_service``) both call it; each names, in
+``missing``, what its reader does when no manager answers.
 :func:`check_build` is the host's side of ``manager_build_differs``: a ``list`` answer
 naming a staged manager build other than the host's live one is refused.
 :func:`call_with_peer` also returns the answering process's id (the socket's peer
@@ -23,6 +26,8 @@ from skulk_host.plugin_manager.server import socket_path
 from skulk_host.plugin_service.runtime import ManagerBuildDiffers
 
 CLIENT_TIMEOUT_SECONDS: Final = REQUEST_DEADLINE_SECONDS + 5.0
+NO_MANAGER: Final = "No manager answers on this root (run its serve)."
+"""The refusal when nothing listens on the root, as the host's API caller reads it."""
 _SOL_LOCAL: Final = 0
 _LOCAL_PEERPID: Final = 0x002
 """macOS ``<sys/un.h>``: the peer's process id on a connected Unix socket."""
@@ -41,24 +46,33 @@ def _peer_pid(sock: socket.socket) -> int | None:
     return None
 
 
-def call_raw(root: Path, payload: bytes, timeout: float = CLIENT_TIMEOUT_SECONDS) -> dict[str, Any]:
-    """Send ``payload`` (one JSON request) and return the decoded response."""
-    return _exchange(root, payload, timeout)[0]
+def call_raw(
+    root: Path,
+    payload: bytes,
+    timeout: float = CLIENT_TIMEOUT_SECONDS,
+    *,
+    missing: str = NO_MANAGER,
+) -> dict[str, Any]:
+    """Send ``payload`` (one JSON request) and return the decoded response; ``missing``
+    is the refusal's message when no manager listens on ``root``."""
+    return _exchange(root, payload, timeout, missing)[0]
 
 
 def call_with_peer(
     root: Path, request: dict[str, Any], timeout: float = CLIENT_TIMEOUT_SECONDS
 ) -> tuple[dict[str, Any], int | None]:
     """The manager's answer to ``request`` and the id of the process that answered."""
-    return _exchange(root, json.dumps(request).encode(), timeout)
+    return _exchange(root, json.dumps(request).encode(), timeout, NO_MANAGER)
 
 
-def _exchange(root: Path, payload: bytes, timeout: float) -> tuple[dict[str, Any], int | None]:
+def _exchange(
+    root: Path, payload: bytes, timeout: float, missing: str
+) -> tuple[dict[str, Any], int | None]:
     path = socket_path(root)
     try:
         info = path.lstat()
     except FileNotFoundError:
-        raise refuse("unreachable", "No manager answers on this root (run its serve).") from None
+        raise refuse("unreachable", missing) from None
     if not stat.S_ISSOCK(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
         raise refuse(
             "source_invalid", "The manager socket is not an owner-only socket of this user."
@@ -82,7 +96,12 @@ def _exchange(root: Path, payload: bytes, timeout: float) -> tuple[dict[str, Any
             raise refuse("timeout", "The manager did not answer in time.") from None
         except OSError:
             raise refuse("unreachable", "The manager did not answer.") from None
-    decoded: dict[str, Any] = json.loads(body)
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        raise refuse("malformed", "The manager's answer is not JSON.") from None
+    if not isinstance(decoded, dict):
+        raise refuse("malformed", "The manager's answer is not a JSON object.")
     return decoded, pid
 
 

@@ -23,6 +23,8 @@ from skulk_host.fsutil import atomic_write, ensure_private_dir
 CONNECTION_DIR: Final = "managed-service"
 CONNECTION_FILE: Final = "connection.json"
 MAX_CONNECTION_BYTES: Final = 4096
+NO_CONNECTION: Final = "No local plugin manager is set up on this host."
+"""The refusal when no record exists, as the host's API caller reads it."""
 
 
 class ManagerConnection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -46,11 +48,11 @@ def write_connection(config_home: Path, connection: ManagerConnection) -> None:
     atomic_write(connection_path(config_home), msgspec.json.encode(connection))
 
 
-def _protected(path: Path, kind: str) -> os.stat_result:
+def _protected(path: Path, kind: str, missing: str) -> os.stat_result:
     try:
         info = path.lstat()
     except FileNotFoundError:
-        raise refuse("unreachable", "No local plugin manager is set up on this host.") from None
+        raise refuse("unreachable", missing) from None
     if stat.S_ISLNK(info.st_mode):
         raise refuse("source_invalid", f"The manager connection {kind} is a symbolic link.")
     if info.st_uid != os.getuid():
@@ -63,11 +65,12 @@ def _protected(path: Path, kind: str) -> os.stat_result:
     return info
 
 
-def read_connection(config_home: Path) -> ManagerConnection:
-    """The connection record, checked; refuses an unsafe or malformed one."""
-    _protected(config_home / CONNECTION_DIR, "directory")
+def read_connection(config_home: Path, *, missing: str = NO_CONNECTION) -> ManagerConnection:
+    """The connection record, checked; refuses an unsafe or malformed one (``missing``
+    is the refusal's message when there is none)."""
+    _protected(config_home / CONNECTION_DIR, "directory", missing)
     path = connection_path(config_home)
-    info = _protected(path, "file")
+    info = _protected(path, "file", missing)
     if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_CONNECTION_BYTES:
         raise refuse("source_invalid", "The manager connection is not a small regular file.")
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
