@@ -45,7 +45,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
 import msgspec
 
@@ -55,15 +55,34 @@ from skulk_core.extensions.capabilities import (
     CapabilityError,
     descriptor_revision,
 )
-from skulk_core.plugins.node_configuration import (
-    NodeConfigurationMutation,
-    NodeConfigurationRefused,
-    NodeCredentialMutation,
-    UnknownNode,
-)
-from skulk_daemon.extensions.proposals import ProposalApproval, ProposalReference
-from skulk_daemon.extensions.setup_actions import SetupStart
+from skulk_core.plugins.node_configuration import NodeConfigurationRefused, UnknownNode
 from skulk_daemon.plugins.owners.host_callbacks import OwnerHostCallbacks
+from skulk_daemon.plugins.owners.owner_requests import (
+    ApproveProposal,
+    Bind,
+    Call,
+    Configure,
+    ConfigureCredential,
+    Describe,
+    Health,
+    ListProposals,
+    ListSetupActions,
+    OwnerRequest,
+    Preflight,
+    ProposalOperation,
+    ReadConfiguration,
+    ReadCredentials,
+    ReadSetup,
+    ResumeProposal,
+    ResumeSetup,
+    ReviewProposal,
+    SetupOperation,
+    StartSetup,
+    Stream,
+    UnaryRequest,
+    decode,
+    op_of,
+)
 from skulk_host.plugin_owners import wire
 from skulk_host.plugin_owners.owner_stream import OwnerStream
 from skulk_host.plugin_release.archive import load_shim
@@ -79,17 +98,17 @@ _HANDLER_OF: Final = {
 }
 PARENT_POLL_SECONDS: Final = 1.0
 """How often an owner checks that its manager still runs."""
-_SETUP_ACTIONS: Final = {
-    "setup-actions": "node_setup_actions",
-    "setup-start": "start_node_setup",
-    "setup-operation": "node_setup_operation",
-    "setup-resume": "resume_node_setup",
-}
-_PROPOSAL_ACTIONS: Final = {
-    "proposal-approve": "approve_node_proposal",
-    "proposal-operation": "node_proposal_operation",
-    "proposal-resume": "resume_node_proposal",
-}
+_SETUP_ACTIONS: Final = (
+    "node_setup_actions",
+    "start_node_setup",
+    "node_setup_operation",
+    "resume_node_setup",
+)
+_PROPOSAL_ACTIONS: Final = (
+    "approve_node_proposal",
+    "node_proposal_operation",
+    "resume_node_proposal",
+)
 
 
 class OwnerContext:
@@ -171,10 +190,10 @@ class OwnerHost:
             "proposals": callable(getattr(self.provider, "node_proposals", None))
             and callable(getattr(self.provider, "node_proposal", None)),
             "proposal_actions": all(
-                callable(getattr(self.provider, name, None)) for name in _PROPOSAL_ACTIONS.values()
+                callable(getattr(self.provider, name, None)) for name in _PROPOSAL_ACTIONS
             ),
             "setup_actions": all(
-                callable(getattr(self.provider, name, None)) for name in _SETUP_ACTIONS.values()
+                callable(getattr(self.provider, name, None)) for name in _SETUP_ACTIONS
             ),
             "host_callbacks_available": self.callbacks is not None,
             "capabilities": [msgspec.to_builtins(d) for d in descriptors],
@@ -187,11 +206,9 @@ class OwnerHost:
             raise _Refusal("unsupported", "this owner does not offer that facet")
         return method
 
-    async def handle(self, message: dict[str, Any]) -> bytes:
-        op = message.get("op")
-        node_id = message.get("node_id")
-        match op:
-            case "health":
+    async def handle(self, request: UnaryRequest) -> bytes:
+        match request:
+            case Health():
                 described = await self.describe()
                 digest = hashlib.sha256(json.dumps(described, sort_keys=True).encode())
                 return wire.ok(
@@ -201,61 +218,48 @@ class OwnerHost:
                         "transport_node_id": self.transport_node_id,
                     }
                 )
-            case "bind":
-                return self._bind(message.get("transport_node_id"))
-            case "describe":
+            case Bind(transport_node_id=identity):
+                return self._bind(identity)
+            case Describe():
                 return wire.ok(await self.describe())
-            case "configuration":
-                found = await self._facet("node_configuration")(str(node_id))
-                return wire.ok(msgspec.to_builtins(found))
-            case "configure":
-                mutation = msgspec.convert(message.get("mutation"), NodeConfigurationMutation)
-                changed = await self._facet("configure_node")(str(node_id), mutation)
-                return wire.ok(msgspec.to_builtins(changed))
-            case "credentials":
-                found = await self._facet("node_credentials")(str(node_id))
-                return wire.ok(msgspec.to_builtins(found))
-            case "configure_credential":
-                credential = msgspec.convert(message.get("mutation"), NodeCredentialMutation)
-                changed = await self._facet("configure_node_credential")(str(node_id), credential)
-                return wire.ok(msgspec.to_builtins(changed))
-            case "preflight":
-                found = await self._facet("node_preflight")(str(node_id))
-                return wire.ok(msgspec.to_builtins(found))
-            case "setup":
-                found = await self._facet("node_setup")(str(node_id))
-                return wire.ok(msgspec.to_builtins(found))
-            case "proposal-list":
-                offset = message.get("offset")
-                if not isinstance(offset, int) or isinstance(offset, bool):
-                    return wire.error("malformed", "offset is an integer")
-                found = await self._facet("node_proposals")(str(node_id), offset)
-                return wire.ok(msgspec.to_builtins(found))
-            case "proposal-review":
-                reference = msgspec.convert(message.get("reference"), ProposalReference)
+            case ReadConfiguration(node_id=node_id):
+                found = await self._facet("node_configuration")(node_id)
+            case Configure(node_id=node_id, mutation=mutation):
+                found = await self._facet("configure_node")(node_id, mutation)
+            case ReadCredentials(node_id=node_id):
+                found = await self._facet("node_credentials")(node_id)
+            case ConfigureCredential(node_id=node_id, mutation=credential):
+                found = await self._facet("configure_node_credential")(node_id, credential)
+            case Preflight(node_id=node_id):
+                found = await self._facet("node_preflight")(node_id)
+            case ReadSetup(node_id=node_id):
+                found = await self._facet("node_setup")(node_id)
+            case ListProposals(node_id=node_id, offset=offset):
+                found = await self._facet("node_proposals")(node_id, offset)
+            case ReviewProposal(reference=reference):
                 found = await self._facet("node_proposal")(reference)
-                return wire.ok(msgspec.to_builtins(found))
-            case "proposal-approve" | "proposal-operation" | "proposal-resume":
-                return await self._proposal_action(op, message)
-            case "setup-actions" | "setup-start" | "setup-operation" | "setup-resume":
-                handler = self._facet(_SETUP_ACTIONS[op])
-                if op == "setup-actions":
-                    found = await handler(str(node_id))
-                elif op == "setup-start":
-                    start = msgspec.convert(message.get("start"), SetupStart)
-                    found = await handler(str(node_id), start)
-                else:
-                    found = await handler(str(node_id), str(message.get("operation_id")))
-                return wire.ok(msgspec.to_builtins(found))
-            case "call":
-                return await self._call(message)
+            case ApproveProposal(approval=approval, operator_id=operator_id):
+                found = await self._facet("approve_node_proposal")(approval, operator_id)
+            case ProposalOperation(node_id=node_id, operation_id=operation_id):
+                found = await self._facet("node_proposal_operation")(node_id, operation_id)
+            case ResumeProposal(node_id=node_id, operation_id=operation_id, operator_id=actor):
+                found = await self._facet("resume_node_proposal")(node_id, operation_id, actor)
+            case ListSetupActions(node_id=node_id):
+                found = await self._facet("node_setup_actions")(node_id)
+            case StartSetup(node_id=node_id, start=start):
+                found = await self._facet("start_node_setup")(node_id, start)
+            case SetupOperation(node_id=node_id, operation_id=operation_id):
+                found = await self._facet("node_setup_operation")(node_id, operation_id)
+            case ResumeSetup(node_id=node_id, operation_id=operation_id):
+                found = await self._facet("resume_node_setup")(node_id, operation_id)
+            case Call():
+                return await self._call(request)
             case _:
-                return wire.error("malformed", "unknown owner request")
+                assert_never(request)
+        return wire.ok(msgspec.to_builtins(found))
 
-    def _bind(self, identity: object) -> bytes:
+    def _bind(self, identity: str) -> bytes:
         """Bind the Skulk transport identity once; a different one is refused."""
-        if not isinstance(identity, str) or not 0 < len(identity) <= 256:
-            return wire.error("malformed", "bind names a transport node id")
         if self.transport_node_id is None:
             self.transport_node_id = identity
             log.info("owner bound to its Skulk host's transport identity")
@@ -263,27 +267,8 @@ class OwnerHost:
             return wire.error("refused", "this owner is bound to another Skulk transport identity")
         return wire.ok({"transport_node_id": self.transport_node_id})
 
-    async def _proposal_action(self, op: str, message: dict[str, Any]) -> bytes:
-        """One owner proposal action; the operator id is the actor Skulk authenticated."""
-        handler = self._facet(_PROPOSAL_ACTIONS[op])
-        operator_id = message.get("operator_id")
-        operation_id = message.get("operation_id")
-        node_id = message.get("node_id")
-        if op != "proposal-operation" and not isinstance(operator_id, str):
-            return wire.error("malformed", "an action names its operator")
-        if op == "proposal-approve":
-            approval = msgspec.convert(message.get("approval"), ProposalApproval)
-            found = await handler(approval, operator_id)
-        elif not isinstance(operation_id, str) or not isinstance(node_id, str):
-            return wire.error("malformed", "an observation names its node and operation")
-        elif op == "proposal-operation":
-            found = await handler(node_id, operation_id)
-        else:
-            found = await handler(node_id, operation_id, operator_id)
-        return wire.ok(msgspec.to_builtins(found))
-
-    async def _call(self, message: dict[str, Any]) -> bytes:
-        call = msgspec.convert(message.get("call"), CapabilityCall)
+    async def _call(self, request: Call) -> bytes:
+        call = request.call
         served = {d.qualified_id: d for d in self.descriptors() if d.io_mode == "unary"}
         descriptor = served.get(call.qualified_id)
         if descriptor is None or descriptor_revision(descriptor) != call.descriptor_revision:
@@ -307,7 +292,7 @@ class OwnerHost:
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request = await self._request(reader)
-            if isinstance(request, dict) and request.get("op") == "stream":
+            if isinstance(request, Stream):
                 await self._stream(request, reader, writer)
                 return
             answer = request if isinstance(request, bytes) else await self._answer(request)
@@ -319,8 +304,8 @@ class OwnerHost:
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.wait_closed()
 
-    async def _request(self, reader: asyncio.StreamReader) -> dict[str, Any] | bytes:
-        """The request object, or the refusal to answer (an encoded error)."""
+    async def _request(self, reader: asyncio.StreamReader) -> OwnerRequest | bytes:
+        """The request, or the refusal to answer it (an encoded error)."""
         raw = bytearray()
         while b"\n" not in raw:
             chunk = await reader.read(65536)
@@ -329,19 +314,11 @@ class OwnerHost:
             raw += chunk
             if len(raw) > wire.MAX_INVOCATION_BYTES:
                 return wire.error("too_large", "the request is over the owner protocol's bound")
-        try:
-            message = json.loads(raw)
-        except ValueError:
-            return wire.error("malformed", "the request is not JSON")
-        if not isinstance(message, dict):
-            return wire.error("malformed", "the request is not a JSON object")
-        if len(raw) > wire.request_limit(str(message.get("op"))):
-            return wire.error("too_large", "the request is over the owner protocol's bound")
-        return message
+        return decode(bytes(raw))
 
-    async def _answer(self, message: dict[str, Any]) -> bytes:
+    async def _answer(self, request: UnaryRequest) -> bytes:
         try:
-            answer = await self.handle(message)
+            answer = await self.handle(request)
         except _Refusal as refusal:
             return wire.error(refusal.code, refusal.message)
         except UnknownNode:
@@ -353,7 +330,7 @@ class OwnerHost:
         except Exception:
             # NOTE: the exception text may carry anything the plugin had in hand
             # (a credential included): only its type is logged, nothing is answered.
-            log.error("owner request %s raised %s", message.get("op"), "an exception")
+            log.error("owner request %s raised %s", op_of(request), "an exception")
             return wire.error("provider_error", "the owner failed to handle the request")
         if len(answer) > wire.MAX_RESPONSE_BYTES:
             return wire.error("too_large", "the owner's answer would be over its bound")
@@ -361,12 +338,9 @@ class OwnerHost:
 
     # -- streaming (protocol 4) ------------------------------------------------------------
 
-    async def _admission(self, message: dict[str, Any]) -> tuple[CapabilityCall, str] | bytes:
+    async def _admission(self, request: Stream) -> tuple[CapabilityCall, str] | bytes:
         """The admitted call and its mode, or the refusal line."""
-        try:
-            call = msgspec.convert(message.get("call"), CapabilityCall)
-        except msgspec.ValidationError:
-            return wire.error("malformed", "the stream request does not match the owner protocol")
+        call = request.call
         served = {d.qualified_id: d for d in self.descriptors() if d.io_mode != "unary"}
         descriptor = served.get(call.qualified_id)
         if descriptor is None or descriptor_revision(descriptor) != call.descriptor_revision:
@@ -400,9 +374,9 @@ class OwnerHost:
         return call, descriptor.io_mode
 
     async def _stream(
-        self, message: dict[str, Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, request: Stream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        admitted = await self._admission(message)
+        admitted = await self._admission(request)
         if isinstance(admitted, bytes):
             with contextlib.suppress(ConnectionError, OSError):
                 writer.write(admitted)
