@@ -21,7 +21,7 @@ and the removal of unused generations (``plugin_service/generations.py``)::
 The **build identity** (``build_sha256``) is the SHA-256 over the domain
 ``skulk-build-v1``, NUL, and the canonical JSON of ``[[path, sha256], ...]`` of every
 file of the Skulk packages (``skulk``, ``skulk_cli``, ``skulk_core``,
-``skulk_daemon``), sorted by path, bytecode caches and desktop-browser litter left
+``skulk_daemon``, ``skulk_host``), sorted by path, bytecode caches and desktop-browser litter left
 out: the same bytes measure to the same identity in the live checkout and in a staged
 copy. The **seal digest** is :func:`~skulk_core.plugins.canonical.canonical_sha256` of
 the seal document; :func:`verify` re-measures the generation and refuses on any
