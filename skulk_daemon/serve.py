@@ -50,7 +50,6 @@ from skulk_daemon.runner.client import spawned_runner_pids
 from skulk_daemon.services import Services
 from skulk_daemon.speech.providers import SpeechTags, SttProvider, TtsProvider
 from skulk_daemon.system.buildinfo import source_commit
-from skulk_daemon.system.fsutil import ensure_private_dir
 from skulk_daemon.system.http_server import UVICORN_LIMITS, BoundedH11Protocol, LargeBodyLimiter
 from skulk_daemon.system.listeners import BindError, bind_listener
 from skulk_daemon.system.netinfo import advertised_api_urls
@@ -58,6 +57,7 @@ from skulk_daemon.system.settings import Settings, resolve_settings
 from skulk_daemon.system.stopping import StopGuard
 from skulk_daemon.telemetry.publisher import TelemetrySource, run_publisher
 from skulk_daemon.worker.supervisor import Supervisor
+from skulk_host.fsutil import ensure_private_dir
 
 log = logging.getLogger("skulk")
 

@@ -1,6 +1,8 @@
 """The dependency direction: skulk_cli -> (HTTP) -> skulk_daemon -> skulk_core, and
-inside the daemon, the HTTP layer on top of services that never reach back up; no
-import cycle between modules, nor between the first-level folders of a package.
+inside the daemon, the HTTP layer on top of services that never reach back up;
+skulk_host (host-local programs and protected files) sits on skulk_core, below both the
+CLI and the daemon, and skulk_core performs no file or process effect; no import cycle
+between modules, nor between the first-level folders of a package.
 
 Imports are read from the source (every ``import``, including those under
 ``TYPE_CHECKING`` and inside functions: a type-only cycle is still a cycle to read).
@@ -17,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("skulk_core", "skulk_daemon", "skulk_cli")
+PACKAGES = ("skulk_core", "skulk_daemon", "skulk_cli", "skulk_host")
 FRAMEWORKS = {
     "litestar",
     "zmq",
@@ -158,7 +160,7 @@ PUBLIC_SURFACE_MAY_IMPORT = (
     "skulk",
     "skulk_core",
     "skulk_daemon.extensions",
-    "skulk_daemon.plugins.manager.cli",
+    "skulk_host.plugin_manager.cli",
     "__future__",
     "sys",
 )
@@ -371,6 +373,124 @@ def test_no_product_module_is_too_long() -> None:
         if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
     }
     assert long == {}
+
+
+# skulk_core decides; what touches the file system or runs a program lives in skulk_host
+# (or the daemon). A module, not only a call, counts: importing one of these is the effect.
+CORE_FORBIDDEN_MODULES = {"subprocess", "shutil", "fcntl", "socket", "tempfile"}
+OS_FILE_EFFECTS = {
+    "replace",
+    "rename",
+    "remove",
+    "unlink",
+    "mkdir",
+    "makedirs",
+    "rmdir",
+    "open",
+    "fsync",
+    "chmod",
+    "write",
+}
+PATH_FILE_EFFECTS = {
+    "write_text",
+    "write_bytes",
+    "unlink",
+    "mkdir",
+    "rmdir",
+    "rename",
+    "replace",
+    "touch",
+    "chmod",
+}
+
+
+def _writes_a_file(call: ast.Call) -> bool:
+    """``open(path, mode)`` with a mode that writes, appends or creates."""
+    mode = call.args[1] if len(call.args) > 1 else None
+    for keyword in call.keywords:
+        if keyword.arg == "mode":
+            mode = keyword.value
+    if mode is None:
+        return False
+    if not isinstance(mode, ast.Constant) or not isinstance(mode.value, str):
+        return True  # a mode computed at run time may write
+    return any(flag in mode.value for flag in "wax+")
+
+
+def _path_call(method: str, call: ast.Call) -> bool:
+    """Whether ``x.method(...)`` can be ``Path.method``: ``str.replace(old, new)`` and
+    ``msgspec.structs.replace(obj, field=...)`` take more than ``Path.replace(target)``."""
+    if method in {"rename", "replace"}:
+        return len(call.args) == 1 and not call.keywords
+    return True
+
+
+def _effects_in(tree: ast.AST, where: str) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        function = node.func
+        at = f"{where}:{node.lineno}"
+        if isinstance(function, ast.Attribute):
+            owner = function.value
+            if isinstance(owner, ast.Name) and owner.id == "os":
+                if function.attr in OS_FILE_EFFECTS:
+                    found.append(f"{at} calls os.{function.attr}")
+            elif function.attr in PATH_FILE_EFFECTS and _path_call(function.attr, node):
+                found.append(f"{at} calls .{function.attr}()")
+        elif isinstance(function, ast.Name) and function.id == "open" and _writes_a_file(node):
+            found.append(f"{at} opens a file to write")
+    return found
+
+
+def _file_effects(package: str) -> list[str]:
+    return [
+        effect
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for effect in _effects_in(
+            ast.parse(path.read_text(encoding="utf-8"), filename=str(path)),
+            str(path.relative_to(ROOT)),
+        )
+    ]
+
+
+def test_core_runs_no_program_and_touches_no_file() -> None:
+    assert _violations("skulk_core", CORE_FORBIDDEN_MODULES) == []
+    assert _file_effects("skulk_core") == []
+
+
+def test_the_file_effect_check_sees_effects() -> None:
+    sample = (
+        "os.replace(a, b)\n"
+        "p.write_text('x')\n"
+        "open(p, 'w')\n"
+        "open(p, mode='rb')\n"
+        "open(p)\n"
+        "os.path.join(a, b)\n"
+        "os.fsync(fd)\n"
+        "name.replace('-', '_')\n"
+        "structs.replace(card, ready=True)\n"
+        "tmp.replace(path)\n"
+    )
+    assert _effects_in(ast.parse(sample), "m.py") == [
+        "m.py:1 calls os.replace",
+        "m.py:2 calls .write_text()",
+        "m.py:3 opens a file to write",
+        "m.py:7 calls os.fsync",
+        "m.py:10 calls .replace()",
+    ]
+
+
+def test_host_programs_never_import_the_daemon_or_a_framework() -> None:
+    # skulk_host runs outside the node process (the plugin manager, its staging) and
+    # holds the protected files both the CLI and the daemon touch.
+    forbidden = {"skulk_daemon", "skulk_cli", "litestar", "uvicorn", "typer", "rich"}
+    assert _violations("skulk_host", forbidden) == []
+
+
+def test_core_never_imports_the_host_package() -> None:
+    assert _violations("skulk_core", {"skulk_host"}) == []
 
 
 @pytest.mark.parametrize("package", PACKAGES)

@@ -34,7 +34,7 @@ from rich.text import Text
 from skulk_cli import console
 from skulk_cli.client import SkulkApiError, SkulkClient
 from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, node_client
-from skulk_core.files import atomic_write
+from skulk_host.files import atomic_write
 
 MAX_UPLOAD_BYTES: Final = 25 * 1024 * 1024
 SPEECH_FORMATS: Final = ("mp3", "wav", "flac", "ogg", "opus", "pcm")

@@ -1,11 +1,11 @@
 """``skulk-plugin-service``: the owner's terminal for the local plugin manager.
 
 It lives in the CLI layer (Typer + rich, like ``skulk``) and, since ``skulk_cli`` never
-imports ``skulk_daemon``, reaches the manager only over its socket protocol
-(``wire.py``) and starts it only as a separate process
-(``python -m skulk.extensions.runtime_manager serve``).
+imports ``skulk_daemon``, reaches the manager only over its socket, through the one
+client the daemon uses too (``skulk_host.plugin_manager.client``, the protected
+connection record in ``skulk_host.plugin_manager.connection``), and starts it only as
+a separate process (``python -m skulk.extensions.runtime_manager serve``).
 
-- ``wire.py``: the socket protocol and the protected connection record;
 - ``setup.py``: the service root, the setup record and the connection record;
 - ``staging.py``: the sealed copy of this environment the manager runs from;
 - ``registration.py``: the system service (a systemd system unit, a launchd daemon)

@@ -13,7 +13,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, Final, NoReturn
 
 import msgspec
 import typer
@@ -33,12 +33,17 @@ from skulk_cli.plugin_service.setup import (
     service_root,
     write_record,
 )
-from skulk_cli.plugin_service.wire import MAX_REQUEST_BYTES, call_raw, read_connection
 from skulk_core.plugins.errors import PluginRefusal, ProtocolKind, protocol_sentence
-from skulk_core.plugins.service_runtime import Completion
-from skulk_core.plugins.service_staging import activate_service_runtime, stage_service_runtime
+from skulk_host.plugin_manager.client import call_raw
+from skulk_host.plugin_manager.connection import read_connection
+from skulk_host.plugin_manager.protocol import MAX_REQUEST_BYTES
+from skulk_host.plugin_service.runtime import Completion
+from skulk_host.plugin_service.staging import activate_service_runtime, stage_service_runtime
 
 PROG_NAME = "skulk-plugin-service"
+NO_CONNECTION: Final = f"No local plugin manager is set up on this host: run {PROG_NAME} setup."
+NO_MANAGER: Final = f"No plugin manager answers here: start it ({PROG_NAME} serve, or its service)."
+"""What the terminal says when no manager is set up, or none answers: the command to run."""
 READY_SECONDS = 90.0
 """How long setup waits for a registered service to answer on the selected runtime."""
 
@@ -94,8 +99,8 @@ def _sentence(error: dict[str, Any]) -> str:
 
 
 def _raw(config_home: Path | None, payload: bytes) -> dict[str, Any]:
-    connection = read_connection(_config_home(config_home))
-    return call_raw(Path(connection.manager_root), payload)
+    connection = read_connection(_config_home(config_home), missing=NO_CONNECTION)
+    return call_raw(connection.root, payload, missing=NO_MANAGER)
 
 
 def _caller(config_home: Path | None) -> Any:
@@ -204,7 +209,7 @@ def setup(
 def _answering(service: Path, timeout: float = 5) -> dict[str, Any] | None:
     """The running manager's ``list`` result, or ``None`` when none answers."""
     try:
-        answer = call_raw(manager_root(service), b'{"action":"list"}', timeout=timeout)
+        answer = call_raw(manager_root(service), b'{"action":"list"}', timeout, missing=NO_MANAGER)
     except PluginRefusal:
         return None
     result = answer.get("result") if answer.get("ok") else None
@@ -227,7 +232,7 @@ def _select(service: Path, completion: Completion) -> bool:
             "generation": completion.generation,
             "manifest_sha256": completion.seal_sha256,
         }
-        answer = call_raw(manager_root(service), json.dumps(request).encode())
+        answer = call_raw(manager_root(service), json.dumps(request).encode(), missing=NO_MANAGER)
         if not answer.get("ok"):
             raise PluginRefusal("seal_mismatch", _sentence(answer.get("error") or {}))
         return True
@@ -431,7 +436,7 @@ def _launch(config_home: Path | None, managed_id: str, kind: str, arguments: lis
     the installer fence and then becomes the plugin's command, terminal inherited."""
     home = _config_home(config_home)
     try:
-        connection = read_connection(home)
+        connection = read_connection(home, missing=NO_CONNECTION)
         record = read_record(Path(connection.manager_root).parent)
     except PluginRefusal as refusal:
         _fail(refusal.message)

@@ -32,7 +32,7 @@ from typing import Final
 
 from skulk_cli.plugin_service import system_helper
 from skulk_cli.plugin_service.setup import ServiceKind
-from skulk_core.files import atomic_write
+from skulk_host.files import atomic_write
 
 PROBE_SECONDS: Final = 5.0
 HELPER_SECONDS: Final = 180.0

@@ -10,9 +10,10 @@
 The service root is ``--root``, else ``SKULK_PLUGIN_SERVICE_ROOT``, else, where a system
 service manager runs, the durable system service root (``registration.py``), else
 ``~/.local/share/skulk-plugin-service``; the connection record goes to
-``SKULK_CONFIG_HOME/managed-service/connection.json`` (``wire.py``). Rerunning
-setup keeps the generated profile id; a different configuration home bound to the
-same root is refused rather than rebound.
+``SKULK_CONFIG_HOME/managed-service/connection.json``
+(``skulk_host.plugin_manager.connection``). Rerunning setup keeps the generated profile
+id; a different configuration home bound to the same root is refused rather than
+rebound.
 
 Setup stages a sealed copy of this Skulk environment under ``runtimes/``
 (``staging.py``) and records it (``runtime: "staged"``, the ``generation`` and its
@@ -35,10 +36,11 @@ from typing import Final, Literal
 
 import msgspec
 
-from skulk_cli.plugin_service.wire import Connection, private_dir, write_connection
-from skulk_core.files import atomic_write
 from skulk_core.plugins.errors import PluginRefusal, refuse
-from skulk_core.plugins.service_runtime import (
+from skulk_host.files import atomic_write
+from skulk_host.fsutil import ensure_private_dir
+from skulk_host.plugin_manager.connection import ManagerConnection, write_connection
+from skulk_host.plugin_service.runtime import (
     CURRENT_LINK,
     Completion,
     current_bootstrap,
@@ -106,12 +108,18 @@ def write_record(root: Path, record: SetupRecord) -> SetupRecord:
     return record
 
 
+def _private_dir(path: Path) -> None:
+    """``path`` owner-only (0700), created if missing, tightened if it was not."""
+    ensure_private_dir(path)
+    path.chmod(0o700)
+
+
 def prepare(root: Path, config_home: Path, tls_ca: Path | None) -> SetupRecord:
     """The root, the manager root and the connection record; idempotent."""
     if root.is_symlink():
         raise refuse("source_invalid", "The service root must not be a symbolic link.")
-    private_dir(root)
-    private_dir(manager_root(root))
+    _private_dir(root)
+    _private_dir(manager_root(root))
     previous = read_record(root)
     config = str(config_home.absolute())
     if previous is not None and previous.config_home != config:
@@ -143,7 +151,7 @@ def prepare(root: Path, config_home: Path, tls_ca: Path | None) -> SetupRecord:
     write_record(root, record)
     write_connection(
         config_home,
-        Connection(manager_root=str(manager_root(root)), profile_id=record.profile_id),
+        ManagerConnection(manager_root=str(manager_root(root)), profile_id=record.profile_id),
     )
     return record
 

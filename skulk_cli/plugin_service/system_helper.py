@@ -105,7 +105,7 @@ def definition_path(kind: Kind, uid: int) -> Path:
 def manager_command(root: Path, tls: bool, *, earlier: bool = False) -> list[str]:
     """The fixed manager command: the selected staged runtime's interpreter, isolated and
     without site initialisation, on its ``bootstrap.py``, which verifies the seal before
-    anything of the runtime is imported (``skulk_core.plugins.service_bootstrap``).
+    anything of the runtime is imported (``skulk_host.plugin_service.bootstrap``).
     ``earlier`` is the form registered before the bootstrap (``-I -B -m``), recognised
     only so it can be replaced."""
     current = root / "runtimes" / "current"

@@ -8,4 +8,7 @@
 - ``supervision.py``: the owner restart schedule;
 - ``review.py``: what an owner reviews (release and catalog), without addresses;
 - ``errors.py``: every refusal, typed, with the spec's code.
+
+What acts on these decisions (fetching, staging, sealing, the manager program) is
+``skulk_host``.
 """

@@ -11,8 +11,8 @@ from skulk_daemon.api.authority import declare
 from skulk_daemon.api.openapi import OPENAI, errors
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.node.node import Node
-from skulk_daemon.system.fsutil import atomic_write
 from skulk_daemon.system.netinfo import preferred_ipv4
+from skulk_host.fsutil import atomic_write
 
 
 class NodeIdentityResponse(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

@@ -32,7 +32,6 @@ from skulk_core.plugins.errors import (
     protocol_sentence,
 )
 from skulk_core.plugins.node_configuration import MAX_PROVIDERS
-from skulk_core.plugins.service_runtime import ManagerBuildDiffers
 from skulk_daemon.api.authority import declare
 from skulk_daemon.api.errors import NO_STORE_EXCEPTION_HANDLERS
 from skulk_daemon.api.openapi import OPENAI, documented, errors
@@ -48,7 +47,7 @@ from skulk_daemon.operator.plugin_grants import PLUGINS_MANAGE, PLUGINS_READ
 from skulk_daemon.operator.service import OperatorPairingService
 from skulk_daemon.plugins.access import ManagerAccess
 from skulk_daemon.plugins.configuration import NodeConfigurations
-from skulk_daemon.plugins.manager.protocol import (
+from skulk_host.plugin_manager.protocol import (
     OPERATION_ID_PATTERN,
     PLUGIN_ID_PATTERN,
     CatalogUpdate,
@@ -58,6 +57,7 @@ from skulk_daemon.plugins.manager.protocol import (
     PluginId,
     SourceUpdate,
 )
+from skulk_host.plugin_service.runtime import ManagerBuildDiffers
 
 MAX_PLUGIN_BODY_BYTES: Final = 16 * 1024
 

@@ -15,7 +15,7 @@ from typing import Final
 import msgspec
 
 from skulk_daemon.models.sidecar import SIDECAR_DIR
-from skulk_daemon.system.fsutil import atomic_write
+from skulk_host.fsutil import atomic_write
 
 MANIFEST_NAME: Final = "files.json"
 MANIFEST_VERSION: Final = 1

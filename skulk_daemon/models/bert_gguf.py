@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from skulk_daemon.models.packaged import PARTIAL_SUFFIX
-from skulk_daemon.system.fsutil import fsync_dir
+from skulk_host.fsutil import fsync_dir
 
 SAFETENSORS_FILE: Final = "model.safetensors"
 CONFIG_FILE: Final = "config.json"

@@ -23,7 +23,7 @@ from skulk_core.models.catalog import InstalledModel
 from skulk_core.models.chat_templates import GEMMA3_CHAT_TEMPLATE
 from skulk_core.models.gguf import GgufError, GgufHeader, read_gguf_header
 from skulk_daemon.models.packaged import PARTIAL_SUFFIX, install_once, remove_partials
-from skulk_daemon.system.fsutil import fsync_dir
+from skulk_host.fsutil import fsync_dir
 
 log = logging.getLogger(__name__)
 

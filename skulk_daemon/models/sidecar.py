@@ -13,7 +13,7 @@ import msgspec
 
 from skulk_core.ids import ModelId
 from skulk_core.models.cards import ModelCard
-from skulk_daemon.system.fsutil import atomic_write
+from skulk_host.fsutil import atomic_write
 
 SIDECAR_DIR: Final = ".skulk"
 SIDECAR_NAME: Final = "installed-card.json"

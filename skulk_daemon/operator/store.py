@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from skulk_daemon.operator.errors import StoreCorrupt
 from skulk_daemon.operator.state import AuthorityState
-from skulk_daemon.system.fsutil import OWNER_ONLY_DIR, OWNER_ONLY_FILE, atomic_write, fsync_dir
+from skulk_host.fsutil import OWNER_ONLY_DIR, OWNER_ONLY_FILE, atomic_write, fsync_dir
 
 MAGIC: Final = b"SKULK-AUTH1\n"
 KEY_BYTES: Final = 32

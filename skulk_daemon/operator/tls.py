@@ -20,7 +20,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from skulk_core.operator.encoding import public_key_fingerprint
 from skulk_daemon.operator.state import TlsRecord
-from skulk_daemon.system.fsutil import OWNER_ONLY_FILE, atomic_write
+from skulk_host.fsutil import OWNER_ONLY_FILE, atomic_write
 
 # The listener is loopback-only; the relay's inner TLS also terminates there.
 INNER_TLS_SERVER_NAME: Final = "localhost"

@@ -9,7 +9,7 @@ reason says which: ``unreachable`` (no setup, no manager answering, an unsafe re
 last inventory seen is kept so installations stay listed while the manager is down.
 
 A ``list`` answer from a staged manager names its Skulk build; one other than this
-process's live build (``service_runtime.build_identity``, measured once) is refused as
+process's live build (``plugin_service.runtime.build_identity``, measured once) is refused as
 ``manager_build_differs``, and until a later ``list`` shows a matching build every
 other request is refused the same way without reaching that manager. Meanwhile the host
 refreshes that manager onto a runtime of its own build (``manager_refresh.py``), and the
@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from skulk_core.plugins.errors import PluginRefusal, refuse
-from skulk_core.plugins.service_runtime import ManagerBuildDiffers, build_identity
-from skulk_daemon.plugins.connection import read_connection
-from skulk_daemon.plugins.manager.client import call, check_build, manager_build
 from skulk_daemon.plugins.manager_refresh import RuntimeRefresh
+from skulk_host.plugin_manager.client import call, check_build, manager_build
+from skulk_host.plugin_manager.connection import read_connection
+from skulk_host.plugin_service.runtime import ManagerBuildDiffers, build_identity
 
 MAX_IN_FLIGHT: Final = 8
 CALL_TIMEOUT_SECONDS: Final = 30.0

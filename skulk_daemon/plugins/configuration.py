@@ -53,7 +53,7 @@ from skulk_core.plugins.node_configuration import (
     NodeCredentials,
     UnknownNode,
 )
-from skulk_daemon.plugins.owners import wire
+from skulk_host.plugin_owners import wire
 
 if TYPE_CHECKING:
     from skulk_daemon.plugins.owners.adapter import ManagedOwners, _Owner

@@ -39,7 +39,7 @@ from skulk_daemon.plugins.configuration import (
     InProcess,
     NodeConfigurations,
 )
-from skulk_daemon.plugins.owners import wire
+from skulk_host.plugin_owners import wire
 
 if TYPE_CHECKING:
     from skulk_daemon.plugins.owners.adapter import _Owner

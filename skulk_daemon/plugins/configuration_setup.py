@@ -33,7 +33,7 @@ from skulk_daemon.plugins.configuration import (
     NodeConfigurations,
     declares_secret,
 )
-from skulk_daemon.plugins.owners import wire
+from skulk_host.plugin_owners import wire
 
 if TYPE_CHECKING:
     from skulk_daemon.plugins.owners.adapter import _Owner

@@ -9,7 +9,7 @@ thread of its own, at most one at a time:
    host's base interpreter) would start the staged generation; otherwise the service is
    left running and the refusal asks for ``skulk-plugin-service setup``;
 2. it stages a generation of this environment under the runtimes fence
-   (``skulk_core.plugins.service_staging``; a complete copy of the same source is reused);
+   (``skulk_host.plugin_service.staging``; a complete copy of the same source is reused);
 3. a manager that names ``reload_runtime`` in ``list`` is asked to select it and exit,
    for its keep-alive to restart it; one that refuses keeps serving, and the candidate is
    removed. A manager that does not name it is stopped (SIGTERM to the process that
@@ -18,7 +18,7 @@ thread of its own, at most one at a time:
 4. it waits until a manager answers on the selected generation: one that answers on
    another (started by the keep-alive on the old pointer) is stopped once more;
 5. it records the generation in the setup record and removes the generations nothing
-   uses (``skulk_core.plugins.service_generations``; a busy fence defers that).
+   uses (``skulk_host.plugin_service.generations``; a busy fence defers that).
 
 A refusal or a missing setup is settled for that manager (generation and build): no
 new attempt until another manager answers. A failure is tried again after a minute.
@@ -38,9 +38,11 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from skulk_core.plugins.errors import PluginRefusal, refuse
-from skulk_core.plugins.service_bootstrap import python_identity
-from skulk_core.plugins.service_generations import collect, discard
-from skulk_core.plugins.service_runtime import (
+from skulk_host.plugin_manager.client import call, call_with_peer
+from skulk_host.plugin_manager.runtime import lifetime_fence
+from skulk_host.plugin_service.bootstrap import python_identity
+from skulk_host.plugin_service.generations import collect, discard
+from skulk_host.plugin_service.runtime import (
     RERUN_SETUP,
     Completion,
     current_python,
@@ -53,9 +55,7 @@ from skulk_core.plugins.service_runtime import (
     selected,
     verify,
 )
-from skulk_core.plugins.service_staging import base_interpreter, stage_service_runtime
-from skulk_daemon.plugins.manager.client import call, call_with_peer
-from skulk_daemon.plugins.manager.runtime import lifetime_fence
+from skulk_host.plugin_service.staging import base_interpreter, stage_service_runtime
 
 log = logging.getLogger("skulk.plugins.refresh")
 

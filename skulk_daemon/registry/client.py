@@ -43,7 +43,7 @@ from skulk_core.registry.format import (
     parse_catalog,
 )
 from skulk_daemon.registry.refusals import RefusalReason, classify
-from skulk_daemon.system.fsutil import atomic_write, ensure_private_dir
+from skulk_host.fsutil import atomic_write, ensure_private_dir
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from skulk_daemon.hub.download import DELETED
 from skulk_daemon.hub.manifest import read_manifest
 from skulk_daemon.models.sidecar import SIDECAR_DIR
 from skulk_daemon.node.node import Node
-from skulk_daemon.system.fsutil import atomic_write
+from skulk_host.fsutil import atomic_write
 
 STAGED_MARKER: Final = "staged-from-store"
 LAST_USE_MARKER: Final = "last-use"

@@ -36,7 +36,7 @@ from skulk_daemon.hub.manifest import ManifestFile, write_manifest
 from skulk_daemon.models.sidecar import write_sidecar
 from skulk_daemon.store.exports import TARGET_HEADER
 from skulk_daemon.store.host import StoreEntry, StoreHostService
-from skulk_daemon.system.fsutil import fsync_dir
+from skulk_host.fsutil import fsync_dir
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import msgspec
 from skulk_core.models.cards import ArtifactRole, ModelCard
 from skulk_core.store.selection import Plan, Verification, verification_of
 from skulk_daemon.models.sidecar import SIDECAR_DIR
-from skulk_daemon.system.fsutil import atomic_write
+from skulk_host.fsutil import atomic_write
 
 RECORD_NAME: Final = "store-record.json"
 RECORD_VERSION: Final = 1

@@ -17,7 +17,7 @@ from typing import Final
 import msgspec
 
 from skulk_core.store.tombstones import Tombstones, decode_tombstones, encode_tombstones
-from skulk_daemon.system.fsutil import atomic_write
+from skulk_host.fsutil import atomic_write
 
 log = logging.getLogger(__name__)
 

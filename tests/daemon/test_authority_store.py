@@ -165,7 +165,7 @@ def test_a_failed_commit_leaves_the_previous_generation(
         raise OSError(28, "No space left on device")
 
     # atomic_write's rename is the commit point: fail it like a full disk would.
-    monkeypatch.setattr("skulk_daemon.system.fsutil.os.replace", crash)
+    monkeypatch.setattr("skulk_host.fsutil.os.replace", crash)
     with pytest.raises(OSError):
         service.create_session()
     monkeypatch.undo()

@@ -1,5 +1,5 @@
 """A local manager run as a real process for the tests (``python -m
-skulk_daemon.plugins.manager serve``), killed and restarted at will."""
+skulk_host.plugin_manager serve``), killed and restarted at will."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from skulk_daemon.plugins.manager.client import call
+from skulk_host.plugin_manager.client import call
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,7 +28,7 @@ class Manager:
                 [
                     sys.executable,
                     "-m",
-                    "skulk_daemon.plugins.manager",
+                    "skulk_host.plugin_manager",
                     "serve",
                     "--root",
                     str(self.root),

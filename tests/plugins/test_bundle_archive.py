@@ -27,12 +27,12 @@ from skulk_core.plugins.errors import PluginRefusal
 from skulk_core.plugins.review import release_review
 from skulk_core.plugins.trust import PublisherTrust, parse_trust
 from skulk_core.plugins.verify import VerifiedRelease, verify_release
-from skulk_daemon.plugins import archive as bundle_archive
-from skulk_daemon.plugins.archive import inspect_archive
-from skulk_daemon.plugins.feed import FeedClient, FeedSource
-from skulk_daemon.plugins.host import host_facts
-from skulk_daemon.plugins.release_source import download_release, inspect_release
-from skulk_daemon.plugins.staging import Stager
+from skulk_host.plugin_release import archive as bundle_archive
+from skulk_host.plugin_release.archive import inspect_archive
+from skulk_host.plugin_release.feed import FeedClient, FeedSource
+from skulk_host.plugin_release.host import host_facts
+from skulk_host.plugin_release.source import download_release, inspect_release
+from skulk_host.plugin_release.staging import Stager
 from tests.plugins.bundle_kit import (
     SELF_CONTAINED_OWNER,
     Archive,

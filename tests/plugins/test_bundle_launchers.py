@@ -25,9 +25,7 @@ from typing import Any
 import pytest
 
 from skulk_cli.plugin_service.setup import SetupRecord, write_record
-from skulk_cli.plugin_service.wire import Connection
-from skulk_cli.plugin_service.wire import write_connection as write_cli_connection
-from skulk_daemon.plugins.connection import ManagerConnection, write_connection
+from skulk_host.plugin_manager.connection import ManagerConnection, write_connection
 from tests.api.in_process import AppNode
 from tests.plugins.bundle_kit import bundle_release, fixture_bundle, library_wheel
 from tests.plugins.kit import Feed, Publisher
@@ -116,8 +114,8 @@ def bundled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bundled]:
     python = base / "nonroot-python"
     python.write_text(NONROOT_PYTHON.format(python=sys.executable))
     python.chmod(0o700)
-    write_cli_connection(
-        config_home, Connection(manager_root=str(manager.root), profile_id=PROFILE)
+    write_connection(
+        config_home, ManagerConnection(manager_root=str(manager.root), profile_id=PROFILE)
     )
     write_record(
         service,

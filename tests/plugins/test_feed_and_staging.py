@@ -23,12 +23,12 @@ from skulk_core.plugins.errors import PluginRefusal
 from skulk_core.plugins.review import catalog_review, release_review
 from skulk_core.plugins.trust import PublisherTrust, parse_trust
 from skulk_core.plugins.verify import ReleaseFloor, VerifiedRelease, verify_release
-from skulk_daemon.plugins.feed import FeedClient, FeedSource
-from skulk_daemon.plugins.host import artifact_family, host_facts
-from skulk_daemon.plugins.installers import PipInstaller, UvInstaller, default_installer
-from skulk_daemon.plugins.release_source import download_release, inspect_release, read_catalog
-from skulk_daemon.plugins.staging import Stager
-from skulk_daemon.plugins.wheels import inspect_wheel
+from skulk_host.plugin_release.feed import FeedClient, FeedSource
+from skulk_host.plugin_release.host import artifact_family, host_facts
+from skulk_host.plugin_release.installers import PipInstaller, UvInstaller, default_installer
+from skulk_host.plugin_release.source import download_release, inspect_release, read_catalog
+from skulk_host.plugin_release.staging import Stager
+from skulk_host.plugin_release.wheels import inspect_wheel
 from tests.plugins.kit import (
     NOW,
     Feed,
@@ -339,9 +339,9 @@ import sys
 from pathlib import Path
 from skulk_core.plugins.trust import parse_trust
 from skulk_core.plugins.verify import verify_release
-from skulk_daemon.plugins.host import artifact_family, host_facts
-from skulk_daemon.plugins.installers import UvInstaller
-from skulk_daemon.plugins.staging import Stager
+from skulk_host.plugin_release.host import artifact_family, host_facts
+from skulk_host.plugin_release.installers import UvInstaller
+from skulk_host.plugin_release.staging import Stager
 
 root, artifacts, uv = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 trust = parse_trust((root / "trust.json").read_bytes())

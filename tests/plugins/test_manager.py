@@ -23,18 +23,18 @@ import pytest
 from skulk_core.plugins.errors import PluginRefusal
 from skulk_core.plugins.trust import parse_trust
 from skulk_core.plugins.verify import VerifiedRelease, verify_release
-from skulk_daemon.plugins.connection import (
+from skulk_host.plugin_manager.client import call, call_raw
+from skulk_host.plugin_manager.connection import (
     ManagerConnection,
     connection_path,
     read_connection,
     write_connection,
 )
-from skulk_daemon.plugins.host import host_facts
-from skulk_daemon.plugins.manager.client import call, call_raw
-from skulk_daemon.plugins.manager.lifecycle import Lifecycle
-from skulk_daemon.plugins.manager.server import ManagerServer
-from skulk_daemon.plugins.manager.store import Store
-from skulk_daemon.plugins.staging import Stager
+from skulk_host.plugin_manager.lifecycle import Lifecycle
+from skulk_host.plugin_manager.server import ManagerServer
+from skulk_host.plugin_manager.store import Store
+from skulk_host.plugin_release.host import host_facts
+from skulk_host.plugin_release.staging import Stager
 from tests.plugins.kit import NOW, Feed, Publisher, build_wheel, release_document, trust_document
 from tests.plugins.manager_process import Manager
 

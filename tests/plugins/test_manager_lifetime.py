@@ -15,15 +15,15 @@ import sys
 import time
 from pathlib import Path
 
-from skulk_daemon.plugins.manager.client import call, call_with_peer
-from skulk_daemon.plugins.manager.runtime import lifetime_fence
 from skulk_daemon.plugins.manager_refresh import stop_manager
+from skulk_host.plugin_manager.client import call, call_with_peer
+from skulk_host.plugin_manager.runtime import lifetime_fence
 from tests.plugins.manager_process import REPO_ROOT, Manager
 
 
 def _serve(root: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "skulk_daemon.plugins.manager", "serve", "--root", str(root)],
+        [sys.executable, "-m", "skulk_host.plugin_manager", "serve", "--root", str(root)],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

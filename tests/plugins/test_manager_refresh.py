@@ -40,8 +40,9 @@ import httpx
 import msgspec
 import pytest
 
-from skulk_core.files import atomic_write
-from skulk_core.plugins.service_runtime import (
+from skulk_host.files import atomic_write
+from skulk_host.plugin_manager.client import call_with_peer
+from skulk_host.plugin_service.runtime import (
     COMPLETE_FILE,
     SEAL_FILE,
     Completion,
@@ -55,7 +56,6 @@ from skulk_core.plugins.service_runtime import (
     select,
     selected,
 )
-from skulk_daemon.plugins.manager.client import call_with_peer
 from tests.daemon_process import DaemonProcess
 
 SITE = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
@@ -356,7 +356,7 @@ def test_a_manager_from_before_reload_runtime_is_stopped_and_restarted(host: Hos
     staged = selected(host.root)
     assert staged is not None
     before = host.earlier_build(
-        staged, _before_reload_runtime, "skulk_daemon/plugins/manager/runtime.py"
+        staged, _before_reload_runtime, "skulk_host/plugin_manager/runtime.py"
     )
     pid = host.run_on(before)
     listed, _ = host.answering()
@@ -378,7 +378,7 @@ def test_a_manager_from_before_reload_runtime_is_stopped_and_restarted(host: Hos
 def test_a_manager_that_refuses_keeps_serving_and_the_candidate_goes(host: Host) -> None:
     staged = selected(host.root)
     assert staged is not None
-    refusing = host.earlier_build(staged, _refusing, "skulk_daemon/plugins/manager/runtime.py")
+    refusing = host.earlier_build(staged, _refusing, "skulk_host/plugin_manager/runtime.py")
     pid = host.run_on(refusing)
     deadline = time.monotonic() + SETTLE_SECONDS
     message = ""

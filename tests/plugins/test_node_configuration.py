@@ -45,7 +45,7 @@ from skulk_daemon.plugins.configuration import (
     ConfigurationFailure,
     NodeConfigurations,
 )
-from skulk_daemon.plugins.connection import ManagerConnection, write_connection
+from skulk_host.plugin_manager.connection import ManagerConnection, write_connection
 from tests import log_secrets
 from tests.api.in_process import AppNode
 from tests.daemon.pairing import Device, pair_in_process, set_scopes

@@ -28,7 +28,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from skulk_cli.main import app as cli_app
-from skulk_daemon.plugins.connection import ManagerConnection, write_connection
+from skulk_host.plugin_manager.connection import ManagerConnection, write_connection
 from tests import log_secrets
 from tests.daemon.serving import wait_for
 from tests.daemon.test_cluster import converged, node_id
@@ -196,7 +196,7 @@ def _owner_pid(cluster: Cluster) -> int:
         except OSError:
             continue
         text = [a.decode(errors="replace") for a in argv]
-        if "skulk_daemon.plugins.manager.owner_host" in text and any(
+        if "skulk_daemon.plugins.owners.owner_host" in text and any(
             a.startswith(installation) for a in text
         ):
             return int(proc.name)

@@ -8,6 +8,8 @@ keep priority over dynamic ones, and a contract two owners claim is hidden from 
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -24,9 +26,9 @@ from skulk_core.extensions.capabilities import (
 from skulk_daemon.capabilities.registry import ProviderRegistry, compile_descriptor
 from skulk_daemon.capabilities.service import CapabilityService
 from skulk_daemon.plugins.access import ManagerAccess
-from skulk_daemon.plugins.manager.owner_host import OwnerHost
-from skulk_daemon.plugins.owners import wire
 from skulk_daemon.plugins.owners.adapter import ManagedOwners
+from skulk_daemon.plugins.owners.owner_host import OwnerHost
+from skulk_host.plugin_owners import wire
 
 
 def _descriptor(name: str) -> CapabilityDescriptor:
@@ -151,6 +153,62 @@ def test_bounds_no_replay_and_protection(served: tuple[Provider, Path]) -> None:
         wire.request(path, {"op": "health"}, 2)
     path.parent.chmod(0o700)
     assert wire.request(path, {"op": "health"}, 2)["healthy"] is True
+
+
+def _raw_exchange(path: Path, payload: bytes) -> dict[str, Any]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5)
+        sock.connect(str(path))
+        sock.sendall(payload)
+        sock.shutdown(socket.SHUT_WR)
+        body = b""
+        while chunk := sock.recv(65536):
+            body += chunk
+    answer: dict[str, Any] = json.loads(body)
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("payload", "code", "message"),
+    [
+        (b"not json\n", "malformed", "the request is not JSON"),
+        (b"[1, 2]\n", "malformed", "the request is not a JSON object"),
+        (b'{"op": "launch"}\n', "malformed", "unknown owner request"),
+        (b"{}\n", "malformed", "unknown owner request"),
+        (b'{"op": "bind"}\n', "malformed", "bind names a transport node id"),
+        (b'{"op": "bind", "transport_node_id": ""}\n', "malformed", "bind names a transport"),
+        (b'{"op": "proposal-list", "node_id": "n", "offset": true}\n', "malformed", "offset"),
+        (
+            b'{"op": "proposal-resume", "node_id": "n", "operation_id": "o"}\n',
+            "malformed",
+            "its operator",
+        ),
+        (b'{"op": "proposal-operation", "node_id": "n"}\n', "malformed", "its node and operation"),
+        (b'{"op": "call", "call": {}}\n', "malformed", "does not match the owner protocol"),
+        (b'{"op": "stream", "call": {}}\n', "malformed", "stream request does not match"),
+        (b'{"op": "configuration", "node_id": "' + b"n" * 17000 + b'"}\n', "too_large", "bound"),
+    ],
+)
+def test_a_request_that_does_not_decode_gets_the_owner_refusal(
+    served: tuple[Provider, Path], payload: bytes, code: str, message: str
+) -> None:
+    provider, path = served
+    answer = _raw_exchange(path, payload)
+    assert answer["ok"] is False
+    assert answer["error"]["code"] == code
+    assert message in answer["error"]["message"]
+    assert provider.calls == 0
+
+
+def test_the_owner_ignores_fields_it_does_not_read(served: tuple[Provider, Path]) -> None:
+    # Skulk adds ``plugin_id`` to some requests; the owner answers them as before.
+    _, path = served
+    bound = _raw_exchange(path, b'{"op": "bind", "transport_node_id": "n-1", "plugin_id": "p"}\n')
+    assert bound == {"ok": True, "result": {"transport_node_id": "n-1"}}
+    rebound = _raw_exchange(path, b'{"op": "bind", "transport_node_id": "n-2"}\n')
+    assert rebound["error"]["code"] == "refused"
+    health = _raw_exchange(path, b'{"op": "health", "plugin_id": "p"}\n')
+    assert health["result"]["transport_node_id"] == "n-1"
 
 
 def test_dynamic_claims_yield_to_static_ids_and_duplicates_hide() -> None:

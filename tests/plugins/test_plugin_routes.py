@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from skulk_daemon.operator.service import OperatorPairingService
-from skulk_daemon.plugins.connection import ManagerConnection, write_connection
+from skulk_host.plugin_manager.connection import ManagerConnection, write_connection
 from tests.api import app_transport
 from tests.api.in_process import AppNode
 from tests.daemon.pairing import Device, pair_in_process, set_scopes

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from skulk_cli.main import app
-from skulk_daemon.plugins.connection import ManagerConnection, write_connection
+from skulk_host.plugin_manager.connection import ManagerConnection, write_connection
 from tests.daemon_process import DaemonProcess
 from tests.plugins.kit import Feed, Publisher, build_wheel, release_document, trust_document
 from tests.plugins.manager_process import Manager

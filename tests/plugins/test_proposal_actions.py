@@ -32,8 +32,8 @@ import pytest
 
 from skulk_daemon.operator.service import OperatorPairingService
 from skulk_daemon.plugins.configuration import NodeConfigurations
-from skulk_daemon.plugins.owners import wire
 from skulk_daemon.plugins.owners.adapter import _Owner
+from skulk_host.plugin_owners import wire
 from tests.api.in_process import AppNode
 from tests.daemon.pairing import Device, pair_in_process, set_scopes
 from tests.plugins.proposal_desk import DIGESTS, TERMS, ProposalDesk
@@ -202,7 +202,7 @@ def managed(app: AppNode) -> Iterator[subprocess.Popen[bytes]]:
     command = [
         sys.executable,
         "-m",
-        "skulk_daemon.plugins.manager.owner_host",
+        "skulk_daemon.plugins.owners.owner_host",
         "--entry",
         "tests.plugins.proposal_desk:ManagedDesk",
         "--control",

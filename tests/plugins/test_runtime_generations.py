@@ -1,5 +1,5 @@
-"""Removing unused manager runtime generations (``service_generations``), on small real
-generation directories (a completion record and a few files each; the staging of real
+"""Removing unused manager runtime generations (``plugin_service/generations.py``), on
+small real generation directories (a completion record and a few files each; the staging of real
 copies is covered by ``test_manager_refresh.py``).
 
 Proves: the keep-set is exactly the selected generation, each generation a running
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import msgspec
 
-from skulk_core.files import atomic_write
-from skulk_core.plugins.service_generations import REMOVING_PREFIX, collect, discard, keep_set
-from skulk_core.plugins.service_runtime import (
+from skulk_host.files import atomic_write
+from skulk_host.plugin_service.generations import REMOVING_PREFIX, collect, discard, keep_set
+from skulk_host.plugin_service.runtime import (
     COMPLETE_FILE,
     Completion,
     runtimes,
@@ -83,7 +83,7 @@ def test_collect_keeps_exactly_the_keep_set(tmp_path: Path) -> None:
 HOLD_FENCE = """
 import sys, time
 from pathlib import Path
-from skulk_core.plugins.service_runtime import fence
+from skulk_host.plugin_service.runtime import fence
 with fence(Path(sys.argv[1])):
     print("held", flush=True)
     time.sleep(60)

@@ -29,11 +29,11 @@ import msgspec
 import pytest
 
 from skulk_cli.plugin_service.setup import SetupRecord, write_record
-from skulk_cli.plugin_service.wire import Connection, write_connection
 from skulk_core.plugins.errors import PluginRefusal
-from skulk_daemon.plugins.local_command import declared_entry, prepare
-from skulk_daemon.plugins.manager.protocol import LifecycleOperation, LifecycleRequest
-from skulk_daemon.plugins.manager.store import Store
+from skulk_host.plugin_manager.connection import ManagerConnection, write_connection
+from skulk_host.plugin_manager.local_command import declared_entry, prepare
+from skulk_host.plugin_manager.protocol import LifecycleOperation, LifecycleRequest
+from skulk_host.plugin_manager.store import Store
 from tests.plugins.kit import Feed, Publisher, build_wheel, release_document, trust_document
 from tests.plugins.manager_process import REPO_ROOT, Manager
 from tests.plugins.owner_kit import change, ok, settle
@@ -121,7 +121,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     python = base / "nonroot-python"
     python.write_text(NONROOT_PYTHON.format(python=sys.executable))
     python.chmod(0o700)
-    write_connection(config_home, Connection(manager_root=str(manager.root), profile_id=PROFILE))
+    write_connection(
+        config_home, ManagerConnection(manager_root=str(manager.root), profile_id=PROFILE)
+    )
     record = SetupRecord(
         operation_id="d" * 32,
         profile_id=PROFILE,
@@ -200,7 +202,7 @@ def test_refusals_run_nothing(installed: Installed, tmp_path: Path) -> None:
     many = installed.run("manage-plugin", PLUGIN, "--", *(["x"] * 129))
     assert many.returncode == 1 and "At most 128" in many.stderr and many.stdout == ""
 
-    foreign = Connection(manager_root=str(installed.manager.root), profile_id="e" * 32)
+    foreign = ManagerConnection(manager_root=str(installed.manager.root), profile_id="e" * 32)
     write_connection(installed.config_home, foreign)
     try:
         bound = installed.run("manage-plugin", PLUGIN, stdin="x\n")
@@ -209,7 +211,7 @@ def test_refusals_run_nothing(installed: Installed, tmp_path: Path) -> None:
     finally:
         write_connection(
             installed.config_home,
-            Connection(manager_root=str(installed.manager.root), profile_id=PROFILE),
+            ManagerConnection(manager_root=str(installed.manager.root), profile_id=PROFILE),
         )
 
     runtime = installed.manager.root / "installations" / PLUGIN / "generations"

@@ -41,9 +41,13 @@ from typing import Any
 import pytest
 
 from skulk_cli.plugin_service import system_helper
-from skulk_core.plugins import service_staging as staging
 from skulk_core.plugins.errors import PluginRefusal
-from skulk_core.plugins.service_runtime import (
+from skulk_daemon.api.plugins import _ask
+from skulk_daemon.errors import ApiError
+from skulk_daemon.plugins.access import ManagerAccess
+from skulk_host.plugin_manager.client import call
+from skulk_host.plugin_service import staging
+from skulk_host.plugin_service.runtime import (
     ManagerBuildDiffers,
     build_identity,
     read_completion,
@@ -51,10 +55,6 @@ from skulk_core.plugins.service_runtime import (
     selected,
     verify,
 )
-from skulk_daemon.api.plugins import _ask
-from skulk_daemon.errors import ApiError
-from skulk_daemon.plugins.access import ManagerAccess
-from skulk_daemon.plugins.manager.client import call
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SITE = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
@@ -181,7 +181,7 @@ def test_setup_stages_seals_and_selects_a_generation(staged: Staged) -> None:
     assert seal.build_sha256 == completion.build_sha256 == record["build_sha256"]
     # The Skulk packages are real copies that measure to the sealed build.
     assert build_identity(generation / SITE) == seal.build_sha256
-    for package in ("skulk", "skulk_cli", "skulk_core", "skulk_daemon"):
+    for package in ("skulk", "skulk_cli", "skulk_core", "skulk_daemon", "skulk_host"):
         assert f"{SITE}/{package}/__init__.py" in seal.files
     # Nothing points back into the checkout or the live environment.
     assert not any(path.endswith(".pth") for path in seal.files), "an editable hook was copied"
@@ -193,10 +193,10 @@ def test_setup_stages_seals_and_selects_a_generation(staged: Staged) -> None:
     # The service's entry is the sealed copy of the shared bootstrap module.
     assert "bootstrap.py" in seal.files
     assert (generation / "bootstrap.py").read_bytes() == (
-        generation / SITE / "skulk_core" / "plugins" / "service_bootstrap.py"
+        generation / SITE / "skulk_host" / "plugin_service" / "bootstrap.py"
     ).read_bytes()
     record_rows = (generation / SITE / "skulk-0.1.0.dist-info" / "RECORD").read_text()
-    assert "skulk_daemon/plugins/manager/cli.py,sha256=" in record_rows
+    assert "skulk_host/plugin_manager/cli.py,sha256=" in record_rows
     assert staged.seconds < 180
 
 
@@ -207,7 +207,7 @@ def test_the_staged_interpreter_imports_skulk_from_its_copy(staged: Staged) -> N
             "-I",
             "-B",
             "-c",
-            "import skulk_daemon.plugins.manager.cli as m, litestar; "
+            "import skulk_host.plugin_manager.cli as m, litestar; "
             "print(m.__file__); print(litestar.__file__)",
         ],
         env={**staged.env, "PYTHONPATH": str(REPO_ROOT)},
@@ -323,7 +323,7 @@ def test_reload_runtime_refuses_then_selects_and_exits(
 
 
 def test_a_tampered_runtime_is_refused(staged: Staged) -> None:
-    victim = staged.generation / SITE / "skulk_daemon" / "plugins" / "manager" / "cli.py"
+    victim = staged.generation / SITE / "skulk_host" / "plugin_manager" / "cli.py"
     original = victim.read_bytes()
     victim.write_bytes(original + b"\n# changed\n")
     try:
@@ -331,7 +331,7 @@ def test_a_tampered_runtime_is_refused(staged: Staged) -> None:
         output, _ = process.communicate(timeout=120)
         assert process.returncode == 2, output
         assert "refuses to start" in output and "no longer matches its seal" in output
-        assert "skulk_daemon/plugins/manager/cli.py differs" in output
+        assert "skulk_host/plugin_manager/cli.py differs" in output
         status = staged.cli("status")
         assert status.returncode == 1
         body = json.loads(status.stdout)
@@ -365,7 +365,7 @@ def _bootstrap(staged: Staged, python: Path | None = None) -> subprocess.Complet
 def _tampered_manager_code(staged: Staged) -> Iterator[str]:
     """The manager's cli.py, same size, running planted code when it is imported: only
     its SHA-256 differs."""
-    victim = staged.generation / SITE / "skulk_daemon" / "plugins" / "manager" / "cli.py"
+    victim = staged.generation / SITE / "skulk_host" / "plugin_manager" / "cli.py"
     original = victim.read_bytes()
     future = b"from __future__ import annotations\n"
     payload = MARKER_CODE.format(marker=str(staged.base / "marker")).encode()
@@ -375,7 +375,7 @@ def _tampered_manager_code(staged: Staged) -> Iterator[str]:
     compile(changed, "cli.py", "exec")
     victim.write_bytes(changed)
     try:
-        yield f"{SITE}/skulk_daemon/plugins/manager/cli.py"
+        yield f"{SITE}/skulk_host/plugin_manager/cli.py"
     finally:
         victim.write_bytes(original)
 
@@ -480,7 +480,7 @@ def test_the_earlier_command_ran_tampered_code_before_its_check(staged: Staged) 
         process = staged.serve(earlier=True)
         output, _ = process.communicate(timeout=120)
         assert process.returncode == 2, output
-        assert "skulk_daemon/plugins/manager/cli.py differs" in output
+        assert "skulk_host/plugin_manager/cli.py differs" in output
         assert marker.read_text() == "ran"
     marker.unlink()
 

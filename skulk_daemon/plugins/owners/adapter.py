@@ -68,9 +68,10 @@ from skulk_core.plugins.node_configuration import (
 )
 from skulk_daemon.capabilities.registry import Registration, compile_descriptor
 from skulk_daemon.plugins.access import ManagerAccess
-from skulk_daemon.plugins.connection import read_connection
-from skulk_daemon.plugins.manager.store import Store
-from skulk_daemon.plugins.owners import host_link, host_wire, wire
+from skulk_daemon.plugins.owners import host_link, host_wire
+from skulk_host.plugin_manager.connection import read_connection
+from skulk_host.plugin_manager.store import Store
+from skulk_host.plugin_owners import wire
 
 if TYPE_CHECKING:
     from skulk_daemon.capabilities.service import CapabilityService
