@@ -31,6 +31,7 @@ import httpx
 import msgspec
 
 from skulk_core.ids import NodeId
+from skulk_core.store.answers import DiscoveredIdentity, ReconcileFailure, ReconciliationStatus
 from skulk_core.store.reconcile import MAX_FAILURES_KEPT, CacheCopy, plan_imports
 from skulk_daemon.node.node import Node
 from skulk_daemon.store.host import StoreHostService
@@ -47,13 +48,6 @@ EXPORTS_PATH: Final = "/store/internal/exports"
 ELIGIBILITY_SECONDS: Final = 10.0
 
 
-class _Failure(msgspec.Struct, frozen=True, kw_only=True):
-    model_id: str
-    node_id: str
-    error: str
-    at: int
-
-
 class Reconciler:
     def __init__(self, node: Node, store: StoreHostService) -> None:
         self._node = node
@@ -66,7 +60,7 @@ class Reconciler:
         self._imported = 0
         self._pending: list[str] = []
         self._tombstoned: tuple[str, ...] = ()
-        self._failures: list[_Failure] = []
+        self._failures: list[ReconcileFailure] = []
         self._last_verified_at: int | None = None
         self._inventory_only = False
         self._identities: list[CacheCopy] = []
@@ -91,33 +85,33 @@ class Reconciler:
             return "automatic reconciliation is disabled (model_store.reconcile_enabled)"
         return None
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ReconciliationStatus:
         off = self.eligible()
-        return {
-            "state": self._state,
-            "inventory_only": self._node.config.model_store.reconcile_inventory_only,
-            "automatic": off is None,
-            "disabled_reason": off,
-            "eligibility_checks": self._eligibility_checks,
-            "scanned_nodes": self._scanned,
-            "discovered": self._discovered,
-            "imported": self._imported,
-            "pending": list(self._pending),
-            "discovered_identities": [
-                {
-                    "model_id": c.model_id,
-                    "node_id": c.node_id,
-                    "installed_identity": f"{c.model_id}@{c.manifest_sha256}",
-                    "size_bytes": c.size_bytes,
-                }
+        return ReconciliationStatus(
+            state=self._state,
+            inventory_only=self._node.config.model_store.reconcile_inventory_only,
+            automatic=off is None,
+            disabled_reason=off,
+            eligibility_checks=self._eligibility_checks,
+            scanned_nodes=self._scanned,
+            discovered=self._discovered,
+            imported=self._imported,
+            pending=list(self._pending),
+            discovered_identities=[
+                DiscoveredIdentity(
+                    model_id=c.model_id,
+                    node_id=c.node_id,
+                    installed_identity=f"{c.model_id}@{c.manifest_sha256}",
+                    size_bytes=c.size_bytes,
+                )
                 for c in self._identities
             ],
-            "tombstoned": list(self._tombstoned),
-            "failures": msgspec.to_builtins(self._failures),
-            "last_verified_at": self._last_verified_at,
-        }
+            tombstoned=list(self._tombstoned),
+            failures=list(self._failures),
+            last_verified_at=self._last_verified_at,
+        )
 
-    async def rescan(self) -> dict[str, Any]:
+    async def rescan(self) -> ReconciliationStatus:
         """One immediate pass (after any pass already running); the status after it."""
         await self.reconcile()
         return self.status()
@@ -186,7 +180,7 @@ class Reconciler:
 
     def _fail(self, copy: CacheCopy, message: str) -> None:
         log.warning("importing %s from %s failed: %s", copy.model_id, copy.node_id, message)
-        failure = _Failure(
+        failure = ReconcileFailure(
             model_id=copy.model_id, node_id=copy.node_id, error=message, at=int(time.time())
         )
         self._failures = [*self._failures, failure][-MAX_FAILURES_KEPT:]
