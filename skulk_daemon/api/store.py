@@ -180,7 +180,7 @@ class StoreController(Controller):
     @get(
         "/store/models/{rest:path}",
         summary="A store download's status (<model_id>/download/status)",
-        responses=errors(OPENAI, 400, 404, 503),
+        responses=errors(OPENAI, 400, 404, 502, 503),
     )
     async def download_status(
         self, store: StoreService, rest: str
