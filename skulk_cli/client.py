@@ -404,12 +404,22 @@ class SkulkClient:
         """``GET /v1/audio/voices?model=``: one mounted TTS model's declared voices."""
         return self._request("GET", "/v1/audio/voices", params=(("model", model),))
 
-    def _raw(self, method: str, path: str, **sent: object) -> httpx.Response:
+    def _raw(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: JsonObject | None = None,
+        data: dict[str, str] | None = None,
+        files: dict[str, tuple[str, bytes | IO[bytes]]] | None = None,
+    ) -> httpx.Response:
         """A speech request, answered with audio or text rather than a JSON object."""
         import httpx  # noqa: PLC0415 - loaded by __init__ already
 
         try:
-            response = self._http.request(method, path, timeout=_generation(), **sent)  # type: ignore[arg-type]
+            response = self._http.request(
+                method, path, json=json, data=data, files=files, timeout=_generation()
+            )
         except httpx.TransportError as exc:
             raise SkulkUnreachable(self.base_url, _describe_transport(exc)) from exc
         if response.is_error:

@@ -270,8 +270,9 @@ class _Runners(msgspec.Struct, frozen=True, kw_only=True):
     runners: dict[str, TaggedRunnerStatus] = {}
 
 
-def parse(raw: JsonObject, view: type[T], what: str) -> T:
-    """Convert a response into a view, or say plainly that the node answered oddly."""
+def parse(raw: object, view: type[T], what: str) -> T:
+    """Convert a response into a view (or a core wire type), or say plainly that the
+    node answered oddly."""
     try:
         return msgspec.convert(raw, view)
     except msgspec.ValidationError as exc:

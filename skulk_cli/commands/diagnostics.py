@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import msgspec
 import typer
 
 from skulk_cli import console, render_diagnostics
 from skulk_cli.client import JsonObject
 from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, node_client
+from skulk_cli.views import parse
+from skulk_core.diagnostics.answers import ClusterBundles, Timeline
+from skulk_core.diagnostics.bundle import NodeBundle
 
 app = typer.Typer(
     help="Diagnostics of this node or the cluster: bundles, the runner timeline, captures.",
@@ -33,9 +37,9 @@ def doctor(ctx: typer.Context, node: NodeArg = None, json_output: JsonFlag = Fal
     """
     cli = CliContext.of(ctx)
     with node_client(cli) as client:
-        bundle = client.diagnostics(node)
+        bundle = parse(client.diagnostics(node), NodeBundle, "diagnostics")
     if cli.wants_json(json_output):
-        console.emit_json(bundle.get("doctor", []))
+        console.emit_json(msgspec.to_builtins(bundle.doctor))
     else:
         console.show(render_diagnostics.doctor(bundle))
     if render_diagnostics.failed(bundle):
@@ -47,11 +51,11 @@ def node_bundle(ctx: typer.Context, node: NodeArg = None, json_output: JsonFlag 
     """Show a node's bundle: runtime, runners, processes and doctor (`--json`: all of it)."""
     cli = CliContext.of(ctx)
     with node_client(cli) as client:
-        bundle = client.diagnostics(node)
+        raw = client.diagnostics(node)
     if cli.wants_json(json_output):
-        console.emit_json(bundle)
+        console.emit_json(raw)
         return
-    console.show(render_diagnostics.node(bundle))
+    console.show(render_diagnostics.node(parse(raw, NodeBundle, "diagnostics")))
 
 
 @app.command("cluster")
@@ -59,11 +63,11 @@ def cluster(ctx: typer.Context, json_output: JsonFlag = False) -> None:
     """Ask every member for its bundle; unreachable members are listed as such."""
     cli = CliContext.of(ctx)
     with node_client(cli) as client:
-        report = client.cluster_diagnostics()
+        raw = client.cluster_diagnostics()
     if cli.wants_json(json_output):
-        console.emit_json(report)
+        console.emit_json(raw)
         return
-    console.show(render_diagnostics.cluster(report))
+    console.show(render_diagnostics.cluster(parse(raw, ClusterBundles, "cluster diagnostics")))
 
 
 @app.command("timeline")
@@ -71,11 +75,11 @@ def timeline(ctx: typer.Context, json_output: JsonFlag = False) -> None:
     """Every rank's runner phases, merged by time: where a distributed load hangs."""
     cli = CliContext.of(ctx)
     with node_client(cli) as client:
-        merged = client.cluster_timeline()
+        raw = client.cluster_timeline()
     if cli.wants_json(json_output):
-        console.emit_json(merged)
+        console.emit_json(raw)
         return
-    console.show(render_diagnostics.timeline(merged))
+    console.show(render_diagnostics.timeline(parse(raw, Timeline, "timeline")))
 
 
 @app.command("capture")

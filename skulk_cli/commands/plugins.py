@@ -52,7 +52,8 @@ def list_plugins(ctx: typer.Context, json_output: JsonFlag = False) -> None:
     if cli.wants_json(json_output):
         console.emit_json(answer)
         return
-    plugins: list[dict[str, Any]] = list(answer.get("plugins") or [])  # type: ignore[call-overload]
+    listed = answer.get("plugins")
+    plugins = [p for p in listed if isinstance(p, dict)] if isinstance(listed, list) else []
     if not plugins:
         console.show("No plugins are installed (skulk-plugin-service install-plugin adds one).")
         return
@@ -81,8 +82,8 @@ def show(ctx: typer.Context, plugin_id: PluginArg, json_output: JsonFlag = False
     if cli.wants_json(json_output):
         console.emit_json(answer)
         return
-    release: dict[str, Any] = answer.get("release") or {}  # type: ignore[assignment]
-    service: dict[str, Any] = answer.get("service") or {}  # type: ignore[assignment]
+    release = _object(answer.get("release"))
+    service = _object(answer.get("service"))
     table = Table(title=plugin_id, show_header=False)
     table.add_column("fact", no_wrap=True)
     table.add_column("value", overflow="fold")
@@ -257,3 +258,8 @@ def _replace_credential(
     del value
     replaced: dict[str, Any] = client.plugin_node(plugin_id, node_id, "credentials", body)
     return replaced
+
+
+def _object(value: object) -> dict[str, Any]:
+    """A JSON object the node nested in its answer (empty when it sent none)."""
+    return value if isinstance(value, dict) else {}

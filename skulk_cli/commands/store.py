@@ -21,6 +21,8 @@ from rich.text import Text
 from skulk_cli import console
 from skulk_cli.client import SkulkClient
 from skulk_cli.context import CliContext, JsonFlag, node_client
+from skulk_cli.views import parse
+from skulk_core.store.answers import PurgeOrdered, StoreDownload, StoreHealth, StoreRegistry
 
 app = typer.Typer(help="The cluster's model store.", no_args_is_help=True)
 
@@ -36,29 +38,26 @@ def status(ctx: typer.Context, json_output: JsonFlag = False) -> None:
     """Whether the store is reachable, its disk, and the models it holds."""
     cli = CliContext.of(ctx)
     with node_client(cli) as client:
-        health = client.store_health()
-        registry = client.store_registry() if health.get("reachable") else {}
+        raw_health = client.store_health()
+        health = parse(raw_health, StoreHealth, "store health")
+        raw_registry = client.store_registry() if health.reachable else {}
     if cli.wants_json(json_output):
-        console.emit_json({"health": health, "registry": registry})
+        console.emit_json({"health": raw_health, "registry": raw_registry})
         return
     facts = Table(title="Model store", show_header=False)
     facts.add_column("fact")
     facts.add_column("value")
-    nodes = health.get("store_nodes")
-    reachable = bool(health.get("reachable"))
-    facts.add_row("store nodes", ", ".join(map(str, nodes)) if isinstance(nodes, list) else "-")
-    facts.add_row("reachable", "yes" if reachable else f"no: {health.get('error') or ''}")
-    if reachable:
-        facts.add_row("store path", str(health.get("store_path", "-")))
-        facts.add_row(
-            "disk",
-            f"{_size(health.get('free_bytes'))} free of {_size(health.get('total_bytes'))}",
-        )
+    facts.add_row("store nodes", ", ".join(health.store_nodes))
+    error = health.error if isinstance(health.error, str) else ""
+    facts.add_row("reachable", "yes" if health.reachable else f"no: {error}")
+    if health.reachable:
+        path = health.store_path if isinstance(health.store_path, str) else "-"
+        facts.add_row("store path", path)
+        facts.add_row("disk", f"{_size(health.free_bytes)} free of {_size(health.total_bytes)}")
     console.show(facts)
-    entries = registry.get("entries")
-    rows = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
-    if not reachable:
+    if not health.reachable:
         raise typer.Exit(1)
+    rows = parse(raw_registry, StoreRegistry, "store registry").entries
     if not rows:
         console.show(Text("The store holds no models.", style="dim"))
         return
@@ -69,15 +68,13 @@ def status(ctx: typer.Context, json_output: JsonFlag = False) -> None:
     table.add_column("Size", justify="right")
     table.add_column("Copies on", overflow="fold")
     for entry in rows:
-        revision = entry.get("source_revision")
-        cached = entry.get("cached_on_nodes")
-        copies = [c for c in cached if isinstance(c, dict)] if isinstance(cached, list) else []
+        revision = entry.source_revision
         table.add_row(
-            str(entry.get("model_id", "")),
-            str(revision)[:12] if revision else "-",
-            str(entry.get("file_count", "-")),
-            _size(entry.get("total_bytes")),
-            ", ".join(f"{c.get('node_id')} ({c.get('location_kind')})" for c in copies) or "-",
+            entry.model_id,
+            revision[:12] if revision else "-",
+            str(entry.file_count),
+            _size(entry.total_bytes),
+            ", ".join(f"{c.node_id} ({c.location_kind})" for c in entry.cached_on_nodes) or "-",
         )
     console.show(table)
 
@@ -93,12 +90,13 @@ def downloads(
     """The store's pending, active and failed downloads (failed ones say why)."""
     cli = CliContext.of(ctx)
     with node_client(cli) as client:
-        listing = client.store_downloads()
-        if watch and not cli.wants_json(json_output):
+        raw = client.store_downloads()
+        if cli.wants_json(json_output):
+            console.emit_json(raw)
+            return
+        listing = _downloads(raw)
+        if watch:
             listing = _watch(client, listing)
-    if cli.wants_json(json_output):
-        console.emit_json(listing)
-        return
     if not listing:
         console.show(Text("No store downloads.", style="dim"))
         return
@@ -109,19 +107,24 @@ def downloads(
     table.add_column("Bytes", justify="right")
     table.add_column("Error", overflow="fold")
     for row in listing:
-        fraction = row.get("progress")
-        done = float(fraction) if isinstance(fraction, (int, float)) else 0.0
         table.add_row(
-            str(row.get("modelId", "")),
-            str(row.get("status", "")),
-            Group(ProgressBar(total=1.0, completed=done, width=20), Text(f"{done:.0%}")),
-            f"{_size(row.get('downloadedBytes'))} / {_size(row.get('totalBytes'))}",
-            str(row.get("error") or ""),
+            row.model_id,
+            row.status,
+            Group(
+                ProgressBar(total=1.0, completed=row.progress, width=20),
+                Text(f"{row.progress:.0%}"),
+            ),
+            f"{_size(row.downloaded_bytes)} / {_size(row.total_bytes)}",
+            row.error or "",
         )
     console.show(table)
 
 
-def _watch(client: SkulkClient, listing: list[JsonObject]) -> list[JsonObject]:
+def _downloads(raw: list[JsonObject]) -> list[StoreDownload]:
+    return parse(raw, list[StoreDownload], "store downloads")
+
+
+def _watch(client: SkulkClient, listing: list[StoreDownload]) -> list[StoreDownload]:
     """Redraw a bar per download (on stderr) until none is pending or in progress."""
     from rich.progress import (  # noqa: PLC0415 - only --watch draws bars
         BarColumn,
@@ -143,17 +146,14 @@ def _watch(client: SkulkClient, listing: list[JsonObject]) -> list[JsonObject]:
     with bars:
         while True:
             for row in listing:
-                model_id = str(row.get("modelId", ""))
-                total = _int(row.get("totalBytes")) or None
-                if model_id not in tasks:
-                    tasks[model_id] = bars.add_task(model_id, total=total)
-                bars.update(
-                    tasks[model_id], completed=_int(row.get("downloadedBytes")), total=total
-                )
-            if not any(str(row.get("status")) in ACTIVE for row in listing):
+                total = row.total_bytes or None
+                if row.model_id not in tasks:
+                    tasks[row.model_id] = bars.add_task(row.model_id, total=total)
+                bars.update(tasks[row.model_id], completed=row.downloaded_bytes, total=total)
+            if not any(row.status in ACTIVE for row in listing):
                 return listing
             time.sleep(POLL_SECONDS)
-            listing = client.store_downloads()
+            listing = _downloads(client.store_downloads())
 
 
 @app.command("rm")
@@ -179,16 +179,13 @@ def purge(
     """Drop the copies nodes staged from the store (the store keeps its own)."""
     cli = CliContext.of(ctx)
     with node_client(cli) as client:
-        answer = client.purge_staging(model)
+        raw = client.purge_staging(model)
     if cli.wants_json(json_output):
-        console.emit_json(answer)
+        console.emit_json(raw)
         return
-    console.show(Text(str(answer.get("message", "Purge ordered."))))
-    console.note(Text(f"command {answer.get('commandId')}", style="dim"))
-
-
-def _int(value: object) -> int:
-    return value if isinstance(value, int) else 0
+    answer = parse(raw, PurgeOrdered, "purge")
+    console.show(Text(answer.message))
+    console.note(Text(f"command {answer.command_id}", style="dim"))
 
 
 def _size(value: object) -> str:

@@ -12,6 +12,8 @@ from rich.table import Table
 from skulk_cli import console
 from skulk_cli.context import CliContext, JsonFlag, node_client
 from skulk_cli.render import short_id
+from skulk_cli.views import parse
+from skulk_core.diagnostics.trace_answers import ClusterTraces, TraceStats
 
 app = typer.Typer(
     help="Trace new requests on every node, list and show traces, export Chrome trace JSON.",
@@ -54,16 +56,12 @@ def list_traces(ctx: typer.Context, json_output: JsonFlag = False) -> None:
     table = Table(title="Traces")
     for column in ("task", "model", "nodes", "spans"):
         table.add_column(column)
-    traces = listing.get("traces")
-    for trace in traces if isinstance(traces, list) else []:
-        if not isinstance(trace, dict):
-            continue
-        nodes = trace.get("sourceNodes")
+    for trace in parse(listing, ClusterTraces, "trace list").traces:
         table.add_row(
-            str(trace.get("taskId")),
-            str(trace.get("modelId")),
-            ", ".join(short_id(str(n)) for n in (nodes if isinstance(nodes, list) else [])),
-            str(trace.get("spanCount")),
+            trace.task_id,
+            trace.model_id,
+            ", ".join(short_id(n) for n in trace.source_nodes),
+            str(trace.span_count),
         )
     console.show(table)
 
@@ -73,18 +71,16 @@ def show(ctx: typer.Context, task_id: TaskArg, json_output: JsonFlag = False) ->
     """Show one task's timing summary, per span name, across the cluster."""
     cli = CliContext.of(ctx)
     with node_client(cli) as client:
-        summary = client.trace(task_id, "stats")
+        raw = client.trace(task_id, "stats")
     if cli.wants_json(json_output):
-        console.emit_json(summary)
+        console.emit_json(raw)
         return
-    table = Table(title=f"Trace {task_id}: {summary.get('totalMs')} ms")
+    summary = parse(raw, TraceStats, "trace stats")
+    table = Table(title=f"Trace {task_id}: {summary.total_ms} ms")
     for column in ("span", "count", "total ms", "max ms"):
         table.add_column(column)
-    spans = summary.get("spans")
-    for name, entry in (spans if isinstance(spans, dict) else {}).items():
-        if isinstance(entry, dict):
-            row = (entry.get("count"), entry.get("totalMs"), entry.get("maxMs"))
-            table.add_row(str(name), *(str(value) for value in row))
+    for name, entry in summary.spans.items():
+        table.add_row(name, str(entry.count), str(entry.total_ms), str(entry.max_ms))
     console.show(table)
 
 

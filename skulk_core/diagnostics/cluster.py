@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from typing import Any, Final
+from typing import Final
+
+import msgspec
+
+from skulk_core.diagnostics.answers import (
+    Timeline,
+    TimelineEntry,
+    TimelineRunner,
+    TimelineSource,
+    Unreachable,
+)
 
 # Entries kept in one merged timeline (newest kept): 16 nodes of full recorders.
 MAX_TIMELINE_ENTRIES: Final = 4096
@@ -43,36 +53,28 @@ def cluster_version_status(statuses: Sequence[NodeVersionStatus]) -> ClusterVers
 
 
 def merge_timeline(
-    bundles: Mapping[str, Mapping[str, Any]], unreachable: Sequence[Mapping[str, Any]]
-) -> dict[str, Any]:
+    node_id: str, sources: Mapping[str, TimelineSource], unreachable: Sequence[Unreachable]
+) -> Timeline:
     """One chronological view of every reachable node's runner supervisor.
 
-    ``bundles`` maps node id to that node's bundle (``GET /v1/diagnostics/node``);
-    a bundle from an older or newer build may lack blocks, which count as empty.
+    ``sources`` maps node id to what that node's bundle (``GET /v1/diagnostics/node``)
+    says of its runners; ``node_id`` is the node that merged them.
     """
-    runners: list[dict[str, Any]] = []
-    entries: list[dict[str, Any]] = []
-    for node_id, bundle in bundles.items():
-        for runner in _list(bundle.get("supervisorRunners")):
-            runners.append({"nodeId": node_id, **runner})
-        for entry in _list(bundle.get("flightRecorder")):
-            entries.append({"nodeId": node_id, **entry})
-    runners.sort(
-        key=lambda r: (str(r.get("modelId", "")), _rank(r.get("deviceRank")), str(r["nodeId"]))
+    runners = [
+        TimelineRunner(node_id=source_id, **msgspec.structs.asdict(runner))
+        for source_id, source in sources.items()
+        for runner in source.supervisor_runners
+    ]
+    entries = [
+        TimelineEntry(node_id=source_id, **msgspec.structs.asdict(entry))
+        for source_id, source in sources.items()
+        for entry in source.flight_recorder
+    ]
+    runners.sort(key=lambda r: (r.model_id, r.device_rank, r.node_id))
+    entries.sort(key=lambda e: (e.at, e.node_id))
+    return Timeline(
+        node_id=node_id,
+        runners=runners,
+        entries=entries[-MAX_TIMELINE_ENTRIES:],
+        unreachable_nodes=list(unreachable),
     )
-    entries.sort(key=lambda e: (str(e.get("at", "")), str(e["nodeId"])))
-    return {
-        "runners": runners,
-        "entries": entries[-MAX_TIMELINE_ENTRIES:],
-        "unreachableNodes": list(unreachable),
-    }
-
-
-def _list(value: object) -> list[dict[str, Any]]:
-    if not isinstance(value, list):
-        return []
-    return [item for item in value if isinstance(item, dict)]
-
-
-def _rank(value: object) -> int:
-    return value if isinstance(value, int) else 1 << 30

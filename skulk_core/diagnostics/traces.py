@@ -16,6 +16,16 @@ from typing import Any, Final
 
 import msgspec
 
+from skulk_core.diagnostics.trace_answers import (
+    UNSET,
+    ChromeEvent,
+    ChromeTrace,
+    ChromeTraceInfo,
+    SpanStats,
+    TraceStats,
+    TraceSummary,
+)
+
 TASK_ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 MAX_SPANS_PER_RECORD: Final = 256
 
@@ -80,89 +90,87 @@ def merge(records: Iterable[TraceRecord]) -> TraceRecord | None:
     )
 
 
-def summary(record: TraceRecord) -> dict[str, Any]:
+def summary(record: TraceRecord) -> TraceSummary:
     """What ``GET /v1/traces`` lists for one record."""
-    return {
-        "taskId": record.task_id,
-        "kind": record.kind,
-        "modelId": record.model_id,
-        "startedAtUs": record.started_us,
-        "sourceNodes": list(record.source_nodes),
-        "spanCount": len(record.spans),
-        "tags": list(record.tags),
-    }
+    return TraceSummary(
+        task_id=record.task_id,
+        kind=record.kind,
+        model_id=record.model_id,
+        started_at_us=record.started_us,
+        source_nodes=list(record.source_nodes),
+        span_count=len(record.spans),
+        tags=list(record.tags),
+    )
 
 
-def stats(record: TraceRecord) -> dict[str, Any]:
+def stats(record: TraceRecord) -> TraceStats:
     """Timing summaries: the whole task's extent, and per span name."""
-    by_name: dict[str, dict[str, float]] = {}
+    by_name: dict[str, SpanStats] = {}
     end = record.started_us
     for span in record.spans:
         duration = span.duration_us or 0
         end = max(end, span.start_us + duration)
-        entry = by_name.setdefault(span.name, {"count": 0, "totalMs": 0.0, "maxMs": 0.0})
-        entry["count"] += 1
-        entry["totalMs"] = round(entry["totalMs"] + duration / 1000, 3)
-        entry["maxMs"] = max(entry["maxMs"], round(duration / 1000, 3))
-    return {
-        "taskId": record.task_id,
-        "modelId": record.model_id,
-        "sourceNodes": list(record.source_nodes),
-        "totalMs": round((end - record.started_us) / 1000, 3),
-        "spans": dict(sorted(by_name.items())),
-    }
+        entry = by_name.get(span.name, SpanStats(count=0, total_ms=0.0, max_ms=0.0))
+        by_name[span.name] = SpanStats(
+            count=entry.count + 1,
+            total_ms=round(entry.total_ms + duration / 1000, 3),
+            max_ms=max(entry.max_ms, round(duration / 1000, 3)),
+        )
+    return TraceStats(
+        task_id=record.task_id,
+        model_id=record.model_id,
+        source_nodes=list(record.source_nodes),
+        total_ms=round((end - record.started_us) / 1000, 3),
+        spans=dict(sorted(by_name.items())),
+    )
 
 
-def chrome_trace(record: TraceRecord) -> dict[str, Any]:
+def chrome_trace(record: TraceRecord) -> ChromeTrace:
     """Chrome trace JSON (the "JSON Object Format"): ``traceEvents`` with one process
     per node and one thread per lane, complete (``X``) and instant (``i``) events."""
     nodes = sorted({s.node_id for s in record.spans} | set(record.source_nodes))
     pids = {node: index + 1 for index, node in enumerate(nodes)}
     lanes: dict[tuple[str, str], int] = {}
-    events: list[dict[str, Any]] = []
-    for node in nodes:
-        events.append(
-            {
-                "ph": "M",
-                "name": "process_name",
-                "pid": pids[node],
-                "tid": 0,
-                "args": {"name": f"node {node}"},
-            }
+    events = [
+        ChromeEvent(
+            ph="M", name="process_name", pid=pids[node], tid=0, args={"name": f"node {node}"}
         )
+        for node in nodes
+    ]
     for span in record.spans:
         key = (span.node_id, span.lane)
         if key not in lanes:
             lanes[key] = len([k for k in lanes if k[0] == span.node_id]) + 1
             events.append(
-                {
-                    "ph": "M",
-                    "name": "thread_name",
-                    "pid": pids[span.node_id],
-                    "tid": lanes[key],
-                    "args": {"name": span.lane},
-                }
+                ChromeEvent(
+                    ph="M",
+                    name="thread_name",
+                    pid=pids[span.node_id],
+                    tid=lanes[key],
+                    args={"name": span.lane},
+                )
             )
-        event: dict[str, Any] = {
-            "name": span.name,
-            "cat": span.lane.split(" ", 1)[0],
-            "pid": pids[span.node_id],
-            "tid": lanes[key],
-            "ts": span.start_us,
-            "args": dict(span.args),
-        }
-        if span.duration_us is None:
-            event.update(ph="i", s="t")
-        else:
-            event.update(ph="X", dur=max(0, span.duration_us))
-        events.append(event)
-    return {
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": {
-            "taskId": record.task_id,
-            "modelId": record.model_id,
-            "kind": record.kind,
-            "sourceNodes": list(record.source_nodes),
-        },
-    }
+        instant = span.duration_us is None
+        events.append(
+            ChromeEvent(
+                ph="i" if instant else "X",
+                name=span.name,
+                cat=span.lane.split(" ", 1)[0],
+                pid=pids[span.node_id],
+                tid=lanes[key],
+                ts=span.start_us,
+                args=dict(span.args),
+                s="t" if instant else UNSET,
+                dur=UNSET if span.duration_us is None else max(0, span.duration_us),
+            )
+        )
+    return ChromeTrace(
+        trace_events=events,
+        display_time_unit="ms",
+        other_data=ChromeTraceInfo(
+            task_id=record.task_id,
+            model_id=record.model_id,
+            kind=record.kind,
+            source_nodes=list(record.source_nodes),
+        ),
+    )

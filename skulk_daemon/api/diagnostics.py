@@ -9,11 +9,19 @@ task cancel, is the same requirement.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 from litestar import Controller, get, post
 
+from skulk_core.diagnostics.answers import (
+    CancelAnswer,
+    Capture,
+    ClusterBundles,
+    ClusterEnvelopes,
+    NodeEnvelopes,
+    TelemetryReport,
+    Timeline,
+)
+from skulk_core.diagnostics.bundle import NodeBundle
 from skulk_daemon.api.authority import AuthorityGuard, declare
 from skulk_daemon.api.openapi import OPENAI, errors
 from skulk_daemon.authority.policy import Requirement
@@ -34,7 +42,7 @@ class DiagnosticsController(Controller):
     )
     async def node_bundle(
         self, diagnostics: DiagnosticsService, authority_guard: AuthorityGuard
-    ) -> dict[str, Any]:
+    ) -> NodeBundle:
         return await diagnostics.bundle(authority_guard.refusals)
 
     @post(
@@ -43,9 +51,7 @@ class DiagnosticsController(Controller):
         summary="Capture a bounded snapshot of one runner (or the node), with samples",
         responses=errors(OPENAI, 400, 404),
     )
-    async def capture(
-        self, diagnostics: DiagnosticsService, data: CaptureRequest
-    ) -> dict[str, Any]:
+    async def capture(self, diagnostics: DiagnosticsService, data: CaptureRequest) -> Capture:
         return await diagnostics.capture(data)
 
     @post(
@@ -56,7 +62,7 @@ class DiagnosticsController(Controller):
     )
     async def cancel(
         self, diagnostics: DiagnosticsService, runner_id: str, data: CancelRequest
-    ) -> dict[str, Any]:
+    ) -> CancelAnswer:
         return diagnostics.cancel(runner_id, data)
 
     @get(
@@ -64,7 +70,7 @@ class DiagnosticsController(Controller):
         summary="This node's telemetry transport: capacities, depth, publishes, failures",
         responses=errors(OPENAI),
     )
-    async def telemetry(self, diagnostics: DiagnosticsService) -> dict[str, Any]:
+    async def telemetry(self, diagnostics: DiagnosticsService) -> TelemetryReport:
         return diagnostics.telemetry()
 
     @get(
@@ -72,7 +78,7 @@ class DiagnosticsController(Controller):
         summary="This node's throughput and latency against concurrency, per model",
         responses=errors(OPENAI),
     )
-    async def performance_envelopes(self, diagnostics: DiagnosticsService) -> dict[str, Any]:
+    async def performance_envelopes(self, diagnostics: DiagnosticsService) -> NodeEnvelopes:
         return diagnostics.performance_envelopes()
 
     @get(
@@ -82,7 +88,7 @@ class DiagnosticsController(Controller):
     )
     async def cluster_performance_envelopes(
         self, diagnostics: DiagnosticsService
-    ) -> dict[str, Any]:
+    ) -> ClusterEnvelopes:
         return await diagnostics.cluster_performance_envelopes()
 
     @get(
@@ -92,7 +98,7 @@ class DiagnosticsController(Controller):
     )
     async def cluster(
         self, diagnostics: DiagnosticsService, authority_guard: AuthorityGuard
-    ) -> dict[str, Any]:
+    ) -> ClusterBundles:
         return await diagnostics.cluster(authority_guard.refusals)
 
     @get(
@@ -102,7 +108,7 @@ class DiagnosticsController(Controller):
     )
     async def timeline(
         self, diagnostics: DiagnosticsService, authority_guard: AuthorityGuard
-    ) -> dict[str, Any]:
+    ) -> Timeline:
         return await diagnostics.timeline(authority_guard.refusals)
 
     @get(
@@ -112,10 +118,10 @@ class DiagnosticsController(Controller):
     )
     async def peer_bundle(
         self, diagnostics: DiagnosticsService, authority_guard: AuthorityGuard, node_id: str
-    ) -> dict[str, Any]:
+    ) -> NodeBundle:
         if node_id == diagnostics.node_id:
             return await diagnostics.bundle(authority_guard.refusals)
-        return await diagnostics.peer(node_id, "GET", "/v1/diagnostics/node")
+        return await diagnostics.peer(node_id, "GET", "/v1/diagnostics/node", into=NodeBundle)
 
     @post(
         "/cluster/{node_id:str}/capture",
@@ -125,10 +131,11 @@ class DiagnosticsController(Controller):
     )
     async def peer_capture(
         self, diagnostics: DiagnosticsService, node_id: str, data: CaptureRequest
-    ) -> dict[str, Any]:
+    ) -> Capture:
         if node_id == diagnostics.node_id:
             return await diagnostics.capture(data)
-        return await diagnostics.peer(node_id, "POST", "/v1/diagnostics/node/capture", _wire(data))
+        path = "/v1/diagnostics/node/capture"
+        return await diagnostics.peer(node_id, "POST", path, _wire(data), into=Capture)
 
     @post(
         "/cluster/{node_id:str}/runners/{runner_id:str}/cancel",
@@ -142,13 +149,12 @@ class DiagnosticsController(Controller):
         node_id: str,
         runner_id: str,
         data: CancelRequest,
-    ) -> dict[str, Any]:
+    ) -> CancelAnswer:
         if node_id == diagnostics.node_id:
             return diagnostics.cancel(runner_id, data)
         path = f"/v1/diagnostics/node/runners/{runner_id}/cancel"
-        return await diagnostics.peer(node_id, "POST", path, _wire(data))
+        return await diagnostics.peer(node_id, "POST", path, _wire(data), into=CancelAnswer)
 
 
-def _wire(data: CaptureRequest | CancelRequest) -> dict[str, Any]:
-    wire: dict[str, Any] = msgspec.to_builtins(data)
-    return wire
+def _wire(data: CaptureRequest | CancelRequest) -> object:
+    return msgspec.to_builtins(data)

@@ -25,6 +25,7 @@ from skulk_daemon.chat.openai_protocol import (
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
+    CommandCancelled,
 )
 from skulk_daemon.chat.openai_request import decode_chat_request, to_task
 from skulk_daemon.chat.openai_wire import json_body, sse_stream
@@ -96,7 +97,7 @@ class OpenAIChatController(Controller):
         summary="Cancel an in-flight command",
         responses=errors(OPENAI, 404),
     )
-    async def cancel(self, command_id: str, chat: ChatService) -> dict[str, str]:
+    async def cancel(self, command_id: str, chat: ChatService) -> CommandCancelled:
         if not chat.cancel(CommandId(command_id)):
             raise ApiError(404, "Command not found or already completed", code="command_not_found")
-        return {"message": "Command cancelled.", "command_id": command_id}
+        return CommandCancelled(message="Command cancelled.", command_id=command_id)

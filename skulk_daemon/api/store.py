@@ -20,31 +20,39 @@ DELETE) and ``<id>`` (DELETE) are told apart by their suffix.
 from __future__ import annotations
 
 import asyncio
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 from litestar import Controller, Request, delete, get, post
 from litestar.response import Stream
 
-from skulk_core.ids import ModelId, NodeId
+from skulk_core.ids import ModelId
 from skulk_core.models.requirements import MAX_MODEL_ID_CHARS
+from skulk_core.store.answers import (
+    CancelledDownload,
+    DownloadState,
+    ModelDeleted,
+    NodeStorage,
+    PurgeOrdered,
+    ReconciliationStatus,
+    StoreDisk,
+    StoreDownload,
+    StoreHealth,
+    StoreListing,
+    StoreRegistry,
+)
 from skulk_core.store.paths import model_id_escapes
-from skulk_core.store.reconcile import ManifestEntry, manifest_digest
 from skulk_core.store.selection import DownloadSelection, bundle_conflict, selection_problem
 from skulk_daemon.api.authority import declare
 from skulk_daemon.api.openapi import OPENAI, errors
 from skulk_daemon.authority.peers import PeerClass, classify_name, origin_host
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.errors import ApiError
-from skulk_daemon.hub.download import COMPLETED
-from skulk_daemon.hub.manifest import read_manifest
 from skulk_daemon.node.node import Node
-from skulk_daemon.store.cache import is_staged, last_used
+from skulk_daemon.store.copies import enrich, inventory, storage_report
 from skulk_daemon.store.exports import TARGET_HEADER
-from skulk_daemon.store.host import LOCATION_NODE, LOCATION_STORE, store_root
 from skulk_daemon.store.service import NOT_CONFIGURED, StoreService, StoreUnavailable
 
 DOWNLOAD: Final = "/download"
@@ -52,6 +60,7 @@ STATUS: Final = "/download/status"
 MAX_BODY_FIELD_CHARS: Final = 512
 SHA256_HEX_CHARS: Final = 64
 EXPORT_CHUNK_BYTES: Final = 4 * 1024 * 1024
+T = TypeVar("T")
 
 
 class ExportBody(msgspec.Struct, frozen=True, kw_only=True):
@@ -82,9 +91,10 @@ def _model_id(value: str, suffix: str = "") -> str:
     return model_id
 
 
-def _answer(status: int, body: object) -> dict[str, Any]:
-    """The store's JSON object on success; its refusal (status and message) as an error."""
-    if status >= 400 or not isinstance(body, dict):
+def _answer(status: int, body: object, into: type[T]) -> T:
+    """The store's JSON object on success, decoded ``into`` its wire type; its refusal
+    (status and message) as an error, and a malformed answer as a 502."""
+    if status >= 400 or not isinstance(body, (dict, list)):
         error = body.get("error") if isinstance(body, dict) else None
         message = error.get("message") if isinstance(error, dict) else None
         raise ApiError(
@@ -92,18 +102,24 @@ def _answer(status: int, body: object) -> dict[str, Any]:
             str(message or "the store answered an unexpected body"),
             code="store_error",
         )
-    return body
+    try:
+        return msgspec.convert(body, into)
+    except msgspec.ValidationError as exc:
+        raise ApiError(
+            502, f"the store answered a malformed body: {exc}", code="store_error"
+        ) from None
 
 
-async def _relay(store: StoreService, method: str, path: str, body: object = None) -> object:
-    """The store's JSON answer to ``method path``, or its refusal as an ApiError."""
+async def _relay(
+    store: StoreService, method: str, path: str, into: type[T], body: object = None
+) -> T:
+    """The store's JSON answer to ``method path`` decoded ``into`` its wire type, or its
+    refusal as an ApiError."""
     try:
         status, answer = await store.relay(method, path, body)
     except StoreUnavailable as exc:
         raise _unreachable(exc) from None
-    if status >= 400 or not isinstance(answer, (dict, list)):
-        _answer(status, answer)
-    return answer
+    return _answer(status, answer, into)
 
 
 def _unreachable(exc: StoreUnavailable) -> ApiError:
@@ -119,62 +135,68 @@ class StoreController(Controller):
         summary="Whether the model store is configured and reachable",
         responses=errors(OPENAI, 502, 503),
     )
-    async def health(self, store: StoreService, node: Node) -> dict[str, Any]:
-        hosts = sorted(node.state.store_hosts)
+    async def health(self, store: StoreService, node: Node) -> StoreHealth:
+        hosts: list[str] = sorted(node.state.store_hosts)
         try:
             status, body = await store.relay("GET", "/health")
         except StoreUnavailable as exc:
-            return {"configured": True, "reachable": False, "store_nodes": hosts, "error": str(exc)}
-        return {
-            "configured": True,
-            "reachable": True,
-            "store_nodes": hosts,
-            **_answer(status, body),
-        }
+            return StoreHealth(configured=True, reachable=False, store_nodes=hosts, error=str(exc))
+        disk = _answer(status, body, StoreDisk)
+        return StoreHealth(
+            configured=True,
+            reachable=True,
+            store_nodes=hosts,
+            store_path=disk.store_path,
+            free_bytes=disk.free_bytes,
+            total_bytes=disk.total_bytes,
+            used_bytes=disk.used_bytes,
+            checked_at=disk.checked_at,
+        )
 
     @get(
         "/store/registry",
         summary="The models the store holds, and where copies are",
         responses=errors(OPENAI, 502, 503),
     )
-    async def registry(self, store: StoreService, node: Node) -> dict[str, Any]:
-        body = await _relay(store, "GET", "/registry")
-        entries = body.get("entries") if isinstance(body, dict) else None
-        listed = entries if isinstance(entries, list) else []
-        return {
-            "entries": [_enrich(node, e) for e in listed],
-            "cache_inventory": _inventory(node),
-        }
+    async def registry(self, store: StoreService, node: Node) -> StoreRegistry:
+        listing = await _relay(store, "GET", "/registry", StoreListing)
+        return StoreRegistry(
+            entries=[enrich(node, e) for e in listing.entries],
+            cache_inventory=inventory(node),
+        )
 
     @get(
         "/store/downloads",
         summary="Pending, active and failed store downloads",
         responses=errors(OPENAI, 502, 503),
     )
-    async def downloads(self, store: StoreService) -> list[dict[str, Any]]:
-        body = await _relay(store, "GET", "/downloads")
-        return [item for item in body if isinstance(item, dict)] if isinstance(body, list) else []
+    async def downloads(self, store: StoreService) -> list[StoreDownload]:
+        return await _relay(store, "GET", "/downloads", list[StoreDownload])
 
     @get("/store/storage", summary="This node's model storage, installed artifacts and free disk")
-    async def storage(self, node: Node) -> dict[str, Any]:
-        return _storage(node)
+    async def storage(self, node: Node) -> NodeStorage:
+        return storage_report(node)
 
     @get(
         "/store/models/{rest:path}",
         summary="A store download's status (<model_id>/download/status)",
-        responses=errors(OPENAI, 400, 404, 503),
+        responses=errors(OPENAI, 400, 404, 502, 503),
     )
-    async def download_status(self, store: StoreService, rest: str) -> dict[str, Any]:
+    async def download_status(
+        self, store: StoreService, rest: str
+    ) -> StoreDownload | DownloadState:
         if not rest.endswith(STATUS):
             raise ApiError(404, f"no store route GET /store/models{rest}", code="not_found")
         model_id = _model_id(rest, STATUS)
         try:
             status, body = await store.relay("GET", store.model_path(model_id, STATUS))
         except StoreUnavailable as exc:
-            return {"status": "error", "error": f"the store host could not be reached: {exc}"}
+            return DownloadState(
+                status="error", error=f"the store host could not be reached: {exc}"
+            )
         if status == 404:
-            return {"status": "not_found"}
-        return _answer(status, body)
+            return DownloadState(status="not_found")
+        return _answer(status, body, StoreDownload)
 
     @post(
         "/store/models/{rest:path}",
@@ -185,7 +207,7 @@ class StoreController(Controller):
     )
     async def start_download(
         self, store: StoreService, node: Node, rest: str, data: DownloadSelection | None = None
-    ) -> dict[str, Any]:
+    ) -> StoreDownload:
         if not rest.endswith(DOWNLOAD):
             raise ApiError(404, f"no store route POST /store/models{rest}", code="not_found")
         model_id = _model_id(rest, DOWNLOAD)
@@ -197,7 +219,7 @@ class StoreController(Controller):
             _check_bundle(node, model_id, selection)
         body = msgspec.to_builtins(selection)
         path = store.model_path(model_id, DOWNLOAD)
-        return _answer(200, await _relay(store, "POST", path, body))
+        return await _relay(store, "POST", path, StoreDownload, body)
 
     @delete(
         "/store/models/{rest:path}",
@@ -206,12 +228,12 @@ class StoreController(Controller):
         summary="Cancel a store download (<model_id>/download) or delete a stored model",
         responses=errors(OPENAI, 400, 404, 409, 502, 503),
     )
-    async def remove(self, store: StoreService, rest: str) -> dict[str, Any]:
+    async def remove(self, store: StoreService, rest: str) -> CancelledDownload | ModelDeleted:
         if rest.endswith(DOWNLOAD):
             path = store.model_path(_model_id(rest, DOWNLOAD), DOWNLOAD)
-        else:
-            path = store.model_path(_model_id(rest))
-        return _answer(200, await _relay(store, "DELETE", path))
+            return await _relay(store, "DELETE", path, CancelledDownload)
+        path = store.model_path(_model_id(rest))
+        return await _relay(store, "DELETE", path, ModelDeleted)
 
     @post(
         "/store/purge-staging",
@@ -222,7 +244,7 @@ class StoreController(Controller):
     )
     async def purge_staging(
         self, store: StoreService, data: PurgeStagingBody | None = None
-    ) -> dict[str, Any]:
+    ) -> PurgeOrdered:
         if not store.configured():
             raise ApiError(503, NOT_CONFIGURED, code="store_not_configured")
         model_id = None if data is None or data.model_id is None else _model_id(data.model_id)
@@ -230,20 +252,20 @@ class StoreController(Controller):
         which = (
             "every model's staged copies" if model_id is None else f"staged copies of {model_id}"
         )
-        return {
-            "commandId": command_id,
-            "message": f"every node was told to drop {which}; the store's copy stays",
-        }
+        return PurgeOrdered(
+            command_id=command_id,
+            message=f"every node was told to drop {which}; the store's copy stays",
+        )
 
     @get(
         "/store/reconciliation",
         summary="What the store's reconciliation scanned, imported and refused",
         responses=errors(OPENAI, 502, 503),
     )
-    async def reconciliation(self, store: StoreService) -> dict[str, Any]:
+    async def reconciliation(self, store: StoreService) -> ReconciliationStatus:
         if store.reconciler is not None:
             return store.reconciler.status()
-        return _answer(200, await _relay(store, "GET", "/reconciliation"))
+        return await _relay(store, "GET", "/reconciliation", ReconciliationStatus)
 
     @post(
         "/store/reconciliation/rescan",
@@ -252,7 +274,9 @@ class StoreController(Controller):
         summary="Run one store reconciliation pass now (from this machine only)",
         responses=errors(OPENAI, 403, 502, 503),
     )
-    async def rescan(self, store: StoreService, request: Request[Any, Any, Any]) -> dict[str, Any]:
+    async def rescan(
+        self, store: StoreService, request: Request[Any, Any, Any]
+    ) -> ReconciliationStatus:
         origin = request.headers.get("origin")
         if origin is not None and classify_name(origin_host(origin)) != PeerClass.LOOPBACK:
             raise ApiError(
@@ -260,7 +284,7 @@ class StoreController(Controller):
             )
         if store.reconciler is not None:
             return await store.reconciler.rescan()
-        return _answer(200, await _relay(store, "POST", "/reconciliation/rescan"))
+        return await _relay(store, "POST", "/reconciliation/rescan", ReconciliationStatus)
 
     @post(
         "/store/internal/exports",
@@ -328,145 +352,3 @@ async def _file_chunks(path: Path, start: int, length: int) -> AsyncIterator[byt
                 return
             left -= len(chunk)
             yield chunk
-
-
-def _cached_on(node: Node, entry: dict[str, Any]) -> list[dict[str, Any]]:
-    """Where the model's bytes are: the store host's canonical copy (``store_local``,
-    with its exact installed identity) and every node reporting a complete copy through
-    ``ReportDownloadProgress`` (``node_cache``). ``in_use`` is a placed instance on that
-    node; ``last_used_at`` is known for this node's own staged copy (its last-use
-    marker) and null elsewhere."""
-    model_id = str(entry.get("model_id"))
-    stores = node.state.store_hosts
-    busy = {
-        (node_id, i.shard_assignments.model_id)
-        for i in node.state.instances.values()
-        for node_id in i.shard_assignments.node_to_runner
-    }
-    found: dict[str, dict[str, Any]] = {}
-    digest = entry.get("manifest_sha256")
-    for store_node in sorted(stores):
-        found[store_node] = {
-            "node_id": store_node,
-            "identity": f"{model_id}@{digest}" if isinstance(digest, str) else None,
-            "complete": True,
-            "bytes": entry.get("total_bytes"),
-            "last_used_at": None,
-            "in_use": (store_node, model_id) in busy,
-            "location_kind": LOCATION_STORE,
-        }
-    own = _own_copy(node, model_id)
-    for node_id, reports in sorted(node.state.downloads.items()):
-        for progress in reports:
-            if progress.model_id != model_id or progress.status != COMPLETED:
-                continue
-            if node_id in found:
-                continue
-            mine = node_id == node.node_id and own is not None
-            found[node_id] = {
-                "node_id": node_id,
-                "identity": own[0] if mine and own is not None else None,
-                "complete": True,
-                "bytes": progress.total_bytes,
-                "last_used_at": own[1] if mine and own is not None else None,
-                "in_use": (node_id, model_id) in busy,
-                "location_kind": LOCATION_NODE,
-            }
-    return list(found.values())
-
-
-def _own_copy(node: Node, model_id: str) -> tuple[str | None, float | None] | None:
-    """This node's node-cache copy of ``model_id``: (installed identity, last use)."""
-    root = node.models_dir.resolve()
-    for model in node.installed_models:
-        location = Path(model.location)
-        if model.card.model_id != model_id or location.resolve().parent != root:
-            continue
-        manifest = read_manifest(location)
-        if manifest is None:
-            return None
-        digest = manifest_digest(
-            ManifestEntry(path=f.path, size=f.size, sha256=f.sha256) for f in manifest.files
-        )
-        used = last_used(location, float(model.installed_at)) if is_staged(location) else None
-        return f"{model_id}@{digest}", used
-    return None
-
-
-def _enrich(node: Node, entry: object) -> object:
-    if not isinstance(entry, dict):
-        return entry
-    # The store lists only generations whose every file was verified before its
-    # manifest was written; anything else is unresolved and never imported or served.
-    whole = entry.get("manifest_complete") is True and entry.get("verification_state") == (
-        "verified"
-    )
-    reconciliation = "verified" if whole else "unresolved"
-    return {
-        **entry,
-        "cached_on_nodes": _cached_on(node, entry),
-        "reconciliation_state": reconciliation,
-    }
-
-
-def _inventory(node: Node) -> dict[str, Any]:
-    view = node.view()
-    members = list(view.state.topology.nodes)
-    observed = [n for n in members if n in view.telemetry]
-    coverage = (
-        "unavailable"
-        if not observed
-        else ("current" if len(observed) == len(members) else "syncing")
-    )
-    return {
-        "observed_nodes": len(observed),
-        "expected_nodes": len(members),
-        "coverage": coverage,
-        "store_nodes": sorted(NodeId(n) for n in view.state.store_hosts),
-    }
-
-
-def _storage(node: Node) -> dict[str, Any]:
-    """Every installed artifact on this node, its size and use, and the free disk."""
-    in_use = {i.shard_assignments.model_id for i in node.state.instances.values()}
-    store = store_root(node).resolve() if node.config.model_store.store_host else None
-    artifacts: list[dict[str, Any]] = []
-    for model in node.installed_models:
-        location = Path(model.location)
-        manifest = read_manifest(location)
-        size = (
-            sum(f.size for f in manifest.files)
-            if manifest is not None
-            else model.card.storage_size.in_bytes
-        )
-        inside_store = store is not None and location.resolve().is_relative_to(store)
-        digest = (
-            None
-            if manifest is None
-            else manifest_digest(
-                ManifestEntry(path=f.path, size=f.size, sha256=f.sha256) for f in manifest.files
-            )
-        )
-        artifacts.append(
-            {
-                "model_id": model.card.model_id,
-                "path": str(location),
-                "size_bytes": size,
-                "installed_at": model.installed_at,
-                "in_use": model.card.model_id in in_use,
-                "locationKind": LOCATION_STORE if inside_store else LOCATION_NODE,
-                "manifestComplete": manifest is not None,
-                "manifestSha256": digest,
-                "installedIdentity": None if digest is None else f"{model.card.model_id}@{digest}",
-                "verificationState": "verified" if manifest is not None else "unresolved",
-            }
-        )
-    node.models_dir.mkdir(parents=True, exist_ok=True)
-    usage = shutil.disk_usage(node.models_dir)
-    return {
-        "node_id": node.node_id,
-        "artifacts": artifacts,
-        "models_dir": str(node.models_dir),
-        "free_bytes": usage.free,
-        "total_bytes": usage.total,
-    }

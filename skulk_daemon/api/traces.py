@@ -4,10 +4,16 @@ that Perfetto opens."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from litestar import Controller, Response, get, post, put
 
+from skulk_core.diagnostics.trace_answers import (
+    ChromeTrace,
+    ClusterTraces,
+    DeletedTraces,
+    NodeTraces,
+    TraceStats,
+    TracingState,
+)
 from skulk_core.diagnostics.traces import TraceRecord, chrome_trace, stats
 from skulk_daemon.api.authority import declare
 from skulk_daemon.api.openapi import OPENAI, errors
@@ -21,7 +27,7 @@ from skulk_daemon.diagnostics.trace_service import (
 _READ_ERRORS = errors(OPENAI, 400, 404)
 
 
-def _download(task_id: str, body: dict[str, Any]) -> Response[dict[str, Any]]:
+def _download(task_id: str, body: ChromeTrace) -> Response[ChromeTrace]:
     return Response(
         body, headers={"Content-Disposition": f'attachment; filename="trace-{task_id}.json"'}
     )
@@ -32,7 +38,7 @@ class TracesController(Controller):
     opt = declare(Requirement.TRUSTED_FABRIC)
 
     @get("/v1/tracing", summary="Whether new requests are traced", responses=errors(OPENAI))
-    async def tracing(self, traces: TraceService) -> dict[str, bool]:
+    async def tracing(self, traces: TraceService) -> TracingState:
         return traces.enabled()
 
     @put(
@@ -40,11 +46,11 @@ class TracesController(Controller):
         summary="Trace new requests cluster-wide, or stop",
         responses=errors(OPENAI, 400, 503),
     )
-    async def set_tracing(self, traces: TraceService, data: TracingSwitch) -> dict[str, bool]:
+    async def set_tracing(self, traces: TraceService, data: TracingSwitch) -> TracingState:
         return await traces.set_enabled(data)
 
     @get("/v1/traces", summary="This node's trace records", responses=errors(OPENAI))
-    async def local_list(self, traces: TraceService) -> dict[str, Any]:
+    async def local_list(self, traces: TraceService) -> NodeTraces:
         return await traces.local_list()
 
     @post(
@@ -53,7 +59,7 @@ class TracesController(Controller):
         summary="Delete this node's records of these tasks",
         responses=errors(OPENAI, 400),
     )
-    async def delete(self, traces: TraceService, data: DeleteTraces) -> dict[str, list[str]]:
+    async def delete(self, traces: TraceService, data: DeleteTraces) -> DeletedTraces:
         return traces.delete(data)
 
     @get(
@@ -61,7 +67,7 @@ class TracesController(Controller):
         summary="Every member's trace records, by task",
         responses=errors(OPENAI),
     )
-    async def cluster_list(self, traces: TraceService) -> dict[str, Any]:
+    async def cluster_list(self, traces: TraceService) -> ClusterTraces:
         return await traces.cluster_list()
 
     @get(
@@ -77,7 +83,7 @@ class TracesController(Controller):
         summary="One task's timing summary across the cluster",
         responses=_READ_ERRORS,
     )
-    async def cluster_stats(self, traces: TraceService, task_id: str) -> dict[str, Any]:
+    async def cluster_stats(self, traces: TraceService, task_id: str) -> TraceStats:
         return stats(await traces.cluster(task_id))
 
     @get(
@@ -85,7 +91,7 @@ class TracesController(Controller):
         summary="One task's merged trace as Chrome trace JSON",
         responses=_READ_ERRORS,
     )
-    async def cluster_raw(self, traces: TraceService, task_id: str) -> Response[dict[str, Any]]:
+    async def cluster_raw(self, traces: TraceService, task_id: str) -> Response[ChromeTrace]:
         return _download(task_id, chrome_trace(await traces.cluster(task_id)))
 
     @get(
@@ -99,7 +105,7 @@ class TracesController(Controller):
         summary="One task's timing summary on this node",
         responses=_READ_ERRORS,
     )
-    async def local_stats(self, traces: TraceService, task_id: str) -> dict[str, Any]:
+    async def local_stats(self, traces: TraceService, task_id: str) -> TraceStats:
         return stats(await traces.local(task_id))
 
     @get(
@@ -107,5 +113,5 @@ class TracesController(Controller):
         summary="One task's trace on this node as Chrome trace JSON",
         responses=_READ_ERRORS,
     )
-    async def local_raw(self, traces: TraceService, task_id: str) -> Response[dict[str, Any]]:
+    async def local_raw(self, traces: TraceService, task_id: str) -> Response[ChromeTrace]:
         return _download(task_id, chrome_trace(await traces.local(task_id)))

@@ -220,3 +220,10 @@ class ChatCompletionChunk(msgspec.Struct, frozen=True, kw_only=True):
     model: str
     choices: list[ChunkChoice]
     usage: Usage | None = None
+
+
+class CommandCancelled(msgspec.Struct, frozen=True, kw_only=True):
+    """``POST /v1/cancel/{command_id}``: the in-flight command was told to stop."""
+
+    message: str
+    command_id: str

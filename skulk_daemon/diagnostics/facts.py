@@ -11,10 +11,11 @@ import shutil
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final
 
 import psutil
 
+from skulk_core.diagnostics.bundle import FabricDiagnostics
 from skulk_core.diagnostics.doctor import (
     EngineBuild,
     NodeFacts,
@@ -71,7 +72,7 @@ def runner_facts(runners: list[ManagedRunner]) -> list[RunnerFact]:
 def gather(
     node: Node,
     worker: Supervisor | None,
-    cluster: Mapping[str, Any] | None,
+    cluster: FabricDiagnostics | None,
     engine: EngineBuild | None,
     ports: Mapping[str, int],
 ) -> NodeFacts:
@@ -99,8 +100,8 @@ def gather(
         swap_free=swap.free,
         peers=peer_facts(node, cluster),
         refused=[
-            RefusedPeer(address=str(r.get("address", "")), reason=str(r.get("reason", "")))
-            for r in (cluster or {}).get("refusedPeers", [])
+            RefusedPeer(address=r.address, reason=r.reason)
+            for r in (cluster.refused_peers if cluster is not None else [])
         ],
         runners=runner_facts(worker.runners()) if worker is not None else [],
         ports=port_facts(ports),
@@ -108,11 +109,11 @@ def gather(
     )
 
 
-def peer_facts(node: Node, cluster: Mapping[str, Any] | None) -> list[PeerFact]:
+def peer_facts(node: Node, cluster: FabricDiagnostics | None) -> list[PeerFact]:
     heard = {
-        str(p["nodeId"]): float(p["heardSecondsAgo"])
-        for p in (cluster or {}).get("peers", [])
-        if p.get("heardSecondsAgo") is not None
+        p.node_id: p.heard_seconds_ago
+        for p in (cluster.peers if cluster is not None else [])
+        if p.heard_seconds_ago is not None
     }
     view = node.view()
     now = datetime.now(UTC)
@@ -152,14 +153,14 @@ def port_facts(ports: Mapping[str, int]) -> list[PortFact]:
     ]
 
 
-def _unanswered(node: Node, cluster: Mapping[str, Any] | None) -> list[str]:
+def _unanswered(node: Node, cluster: FabricDiagnostics | None) -> list[str]:
     """Configured peers (``cluster.peers``) no member answers from. A member that dialled
     us first is known by another address, so only a shortfall of members counts."""
     if cluster is None:
         return []
-    members = cluster.get("peers", [])
+    members = cluster.peers
     configured = list(node.config.cluster.peers)
     if len(members) >= len(configured):
         return []
-    addresses = {str(p.get("address", "")) for p in members}
+    addresses = {p.address for p in members}
     return [peer for peer in configured if peer not in addresses]

@@ -8,21 +8,22 @@ calls (the first reading of a new process reports 0.0).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import psutil
+
+from skulk_core.diagnostics.bundle import ProcessEntry
 
 _handles: dict[int, psutil.Process] = {}
 
 
-def process_tree(runner_pids: Mapping[int, str]) -> list[dict[str, Any]]:
+def process_tree(runner_pids: Mapping[int, str]) -> list[ProcessEntry]:
     """The daemon first, then every descendant, each with its role."""
     me = psutil.Process()
     try:
         children = me.children(recursive=True)
     except psutil.Error:
         children = []
-    tree: list[dict[str, Any]] = []
+    tree: list[ProcessEntry] = []
     alive: set[int] = set()
     for process in (me, *children):
         handle = _handles.setdefault(process.pid, process)
@@ -30,22 +31,20 @@ def process_tree(runner_pids: Mapping[int, str]) -> list[dict[str, Any]]:
         try:
             with handle.oneshot():
                 cmdline = handle.cmdline()
-                entry: dict[str, Any] = {
-                    "pid": handle.pid,
-                    "ppid": handle.ppid(),
-                    "role": _role(handle.pid, me.pid, cmdline, runner_pids),
-                    "name": handle.name(),
-                    "status": handle.status(),
-                    "rssBytes": handle.memory_info().rss,
-                    "cpuPercent": round(handle.cpu_percent(None), 1),
-                    "cpuSeconds": round(sum(handle.cpu_times()[:2]), 3),
-                    "threads": handle.num_threads(),
-                }
+                entry = ProcessEntry(
+                    pid=handle.pid,
+                    ppid=handle.ppid(),
+                    role=_role(handle.pid, me.pid, cmdline, runner_pids),
+                    name=handle.name(),
+                    status=handle.status(),
+                    rss_bytes=handle.memory_info().rss,
+                    cpu_percent=round(handle.cpu_percent(None), 1),
+                    cpu_seconds=round(sum(handle.cpu_times()[:2]), 3),
+                    threads=handle.num_threads(),
+                    runner_id=runner_pids.get(handle.pid),
+                )
         except psutil.Error:
             continue
-        runner_id = runner_pids.get(handle.pid)
-        if runner_id is not None:
-            entry["runnerId"] = runner_id
         tree.append(entry)
     for pid in set(_handles) - alive:
         del _handles[pid]

@@ -10,9 +10,11 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import psutil
+
+from skulk_core.diagnostics.answers import PartialFailure, ProcessSample, ThreadSample
 
 SAMPLE_INTERVAL_SECONDS: Final = 0.1
 MAX_SAMPLES: Final = 100
@@ -21,8 +23,8 @@ MAX_THREADS: Final = 64
 
 def sample_processes(
     pids: Sequence[int], seconds: float
-) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
-    samples: list[dict[str, Any]] = []
+) -> tuple[list[ProcessSample], list[PartialFailure]]:
+    samples: list[ProcessSample] = []
     failures: dict[str, str] = {}
     handles: dict[int, psutil.Process] = {}
     for pid in pids:
@@ -38,22 +40,22 @@ def sample_processes(
         for pid, handle in list(handles.items()):
             try:
                 samples.append(
-                    {
-                        "pid": pid,
-                        "at": round(time.time(), 3),
-                        "cpuPercent": round(handle.cpu_percent(None), 1),
-                        "rssBytes": handle.memory_info().rss,
-                        "threads": _threads(pid),
-                    }
+                    ProcessSample(
+                        pid=pid,
+                        at=round(time.time(), 3),
+                        cpu_percent=round(handle.cpu_percent(None), 1),
+                        rss_bytes=handle.memory_info().rss,
+                        threads=_threads(pid),
+                    )
                 )
             except psutil.Error as exc:
                 failures[f"process {pid}"] = f"{type(exc).__name__} while sampling"
                 del handles[pid]
-    return samples, [{"what": what, "error": error} for what, error in sorted(failures.items())]
+    return samples, [PartialFailure(what=w, error=e) for w, e in sorted(failures.items())]
 
 
-def _threads(pid: int) -> list[dict[str, str]]:
-    threads: list[dict[str, str]] = []
+def _threads(pid: int) -> list[ThreadSample]:
+    threads: list[ThreadSample] = []
     try:
         tasks = sorted(Path(f"/proc/{pid}/task").iterdir())[:MAX_THREADS]
     except OSError:
@@ -66,5 +68,5 @@ def _threads(pid: int) -> list[dict[str, str]]:
             wchan = (task / "wchan").read_text().strip() or "-"
         except (OSError, ValueError):
             continue
-        threads.append({"tid": task.name, "name": name, "state": state, "wchan": wchan})
+        threads.append(ThreadSample(tid=task.name, name=name, state=state, wchan=wchan))
     return threads

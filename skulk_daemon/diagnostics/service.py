@@ -15,12 +15,42 @@ import sys
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 import psutil
 
 from skulk_core.chat.generation import EngineChunk, FinishChunk
+from skulk_core.diagnostics.answers import (
+    UNSET,
+    CancelAnswer,
+    Capture,
+    ClusterBundles,
+    ClusterEnvelopes,
+    MemberBundle,
+    MemberEnvelopes,
+    MemoryFacts,
+    NodeEnvelopes,
+    PartialFailure,
+    ProcessEvent,
+    TelemetryReport,
+    Timeline,
+    TimelineSource,
+    Unreachable,
+)
+from skulk_core.diagnostics.bundle import (
+    ConfigFacts,
+    EngineFacts,
+    FabricDiagnostics,
+    NodeBundle,
+    PlacementRunner,
+    PlacementView,
+    ProviderCounters,
+    RecoveryOutcome,
+    Resources,
+    RunnerView,
+    Runtime,
+)
 from skulk_core.diagnostics.cluster import (
     cluster_version_status,
     merge_timeline,
@@ -44,6 +74,7 @@ from skulk_daemon.worker.supervisor import ManagedRunner, Supervisor
 
 MAX_SAMPLE_SECONDS: Final = 10.0
 _STARTED = time.time()
+T = TypeVar("T")
 
 
 class CaptureRequest(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -80,10 +111,10 @@ class DiagnosticsService:
 
     # -- this node ------------------------------------------------------------------
 
-    async def bundle(self, refusals: Mapping[str, int]) -> dict[str, Any]:
+    async def bundle(self, refusals: Mapping[str, int]) -> NodeBundle:
         """``GET /v1/diagnostics/node``: everything an operator asks first."""
         node = self._node
-        cluster = None if self._cluster is None else self._cluster.diagnostics()
+        cluster = None if self._cluster is None else _fabric(self._cluster.diagnostics())
         engine = await engine_build()
         gathered = await asyncio.to_thread(
             facts.gather, node, self._worker, cluster, engine, self._ports()
@@ -91,76 +122,79 @@ class DiagnosticsService:
         runners = self._worker.runners() if self._worker is not None else []
         pids = self._worker.runner_pids() if self._worker is not None else {}
         tree = await asyncio.to_thread(process_tree, pids)
-        return {
-            "nodeId": node.node_id,
-            "skulkVersion": SKULK_VERSION,
-            "lastEventAppliedIdx": node.state.last_event_applied_idx,
-            "runtime": self._runtime(),
-            "config": self._config(),
-            "resources": {
-                "ramTotal": gathered.ram_total,
-                "ramAvailable": gathered.ram_available,
-                "swapTotal": gathered.swap_total,
-                "swapFree": gathered.swap_free,
-                "cpuCount": os.cpu_count(),
-                "loadAverage": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-                "modelsDir": gathered.models_dir,
-                "modelsDiskTotal": gathered.disk_total,
-                "modelsDiskFree": gathered.disk_free,
-                "engine": {
-                    "importable": engine.importable,
-                    "systemInfo": engine.system_info,
-                    "supportsRpc": engine.supports_rpc,
-                },
-            },
-            "processes": tree,
-            "supervisorRunners": [self._runner_view(r) for r in runners],
-            "flightRecorder": (self._worker.flight.entries() if self._worker is not None else []),
-            "placements": self._placements(),
-            "doctor": [msgspec.to_builtins(f) for f in run_doctor(gathered)],
-            "cluster": cluster,
-            "dataPlane": None if cluster is None else cluster.get("dataPlane"),
-            "providers": (None if self._capabilities is None else self._capabilities.diagnostics()),
-            # Changes this node made on the losing side of a partition, resubmitted
-            # when it healed: each applied or refused with its reason.
-            "partitionRecoveries": list(node.recovery.outcomes),
-            # Requests the authority policy refused since start, by reason.
-            "authorityRefusals": dict(sorted(refusals.items())),
-        }
+        return NodeBundle(
+            node_id=node.node_id,
+            skulk_version=SKULK_VERSION,
+            last_event_applied_idx=node.state.last_event_applied_idx,
+            runtime=self._runtime(),
+            config=self._config(),
+            resources=Resources(
+                ram_total=gathered.ram_total,
+                ram_available=gathered.ram_available,
+                swap_total=gathered.swap_total,
+                swap_free=gathered.swap_free,
+                cpu_count=os.cpu_count(),
+                load_average=list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+                models_dir=gathered.models_dir,
+                models_disk_total=gathered.disk_total,
+                models_disk_free=gathered.disk_free,
+                engine=EngineFacts(
+                    importable=engine.importable,
+                    system_info=engine.system_info,
+                    supports_rpc=engine.supports_rpc,
+                ),
+            ),
+            processes=tree,
+            supervisor_runners=[self._runner_view(r) for r in runners],
+            flight_recorder=self._worker.flight.entries() if self._worker is not None else [],
+            placements=self._placements(),
+            doctor=run_doctor(gathered),
+            cluster=cluster,
+            data_plane=None if cluster is None else cluster.data_plane,
+            providers=(
+                None
+                if self._capabilities is None
+                else msgspec.convert(self._capabilities.diagnostics(), ProviderCounters)
+            ),
+            partition_recoveries=msgspec.convert(
+                list(node.recovery.outcomes), list[RecoveryOutcome]
+            ),
+            authority_refusals=dict(sorted(refusals.items())),
+        )
 
-    def _runtime(self) -> dict[str, Any]:
+    def _runtime(self) -> Runtime:
         node = self._node
-        return {
-            "nodeId": node.node_id,
-            "masterNodeId": node.last_master,
-            "isMaster": node.is_master,
-            "term": node.last_term,
-            "skulkVersion": SKULK_VERSION,
-            "skulkCommit": source_commit(),
-            "pid": os.getpid(),
-            "startedAt": datetime.fromtimestamp(_STARTED, UTC).isoformat(),
-            "uptimeSeconds": round(time.time() - _STARTED, 1),
-            "python": sys.version.split()[0],
-            "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
-            "now": datetime.now(UTC).isoformat(),
-        }
+        return Runtime(
+            node_id=node.node_id,
+            master_node_id=node.last_master,
+            is_master=node.is_master,
+            term=node.last_term,
+            skulk_version=SKULK_VERSION,
+            skulk_commit=source_commit(),
+            pid=os.getpid(),
+            started_at=datetime.fromtimestamp(_STARTED, UTC).isoformat(),
+            uptime_seconds=round(time.time() - _STARTED, 1),
+            python=sys.version.split()[0],
+            platform=f"{platform.system()} {platform.release()} {platform.machine()}",
+            now=datetime.now(UTC).isoformat(),
+        )
 
-    def _config(self) -> dict[str, Any]:
+    def _config(self) -> ConfigFacts:
         node, config = self._node, self._node.config
-        return {
-            "apiHost": node.settings.host,
-            "apiPort": node.settings.api_port,
-            "fabricPort": None if self._cluster is None else self._cluster.transport.port,
-            "operatorApiPort": node.settings.operator_api_port,
-            "dataDir": str(node.settings.data_dir),
-            "modelsDir": str(node.models_dir),
-            "participation": config.node.participation.value,
-            "mdns": config.cluster.mdns,
-            "configuredPeers": len(config.cluster.peers),
-            "apiKeysConfigured": bool(config.api.keys or os.environ.get("SKULK_API_KEYS")),
-            "memoryReserveGb": config.node.memory_reserve_gb,
-            "memoryLimitGb": config.node.memory_limit_gb,
-        }
+        return ConfigFacts(
+            api_host=node.settings.host,
+            api_port=node.settings.api_port,
+            fabric_port=None if self._cluster is None else self._cluster.transport.port,
+            operator_api_port=node.settings.operator_api_port,
+            data_dir=str(node.settings.data_dir),
+            models_dir=str(node.models_dir),
+            participation=config.node.participation.value,
+            mdns=config.cluster.mdns,
+            configured_peers=len(config.cluster.peers),
+            api_keys_configured=bool(config.api.keys or os.environ.get("SKULK_API_KEYS")),
+            memory_reserve_gb=config.node.memory_reserve_gb,
+            memory_limit_gb=config.node.memory_limit_gb,
+        )
 
     def _ports(self) -> dict[str, int]:
         ports = {"api": self._node.settings.api_port}
@@ -168,78 +202,84 @@ class DiagnosticsService:
             ports["fabric"] = self._cluster.transport.port
         return ports
 
-    def _runner_view(self, runner: ManagedRunner) -> dict[str, Any]:
+    def _runner_view(self, runner: ManagedRunner) -> RunnerView:
         status = self._node.state.runners.get(runner.runner_id)
         since = time.monotonic() - runner.reported_since
-        return {
-            "runnerId": runner.runner_id,
-            "instanceId": runner.instance_id,
-            "modelId": runner.model_id,
-            "statusKind": None if status is None else type(status).__name__,
-            "phase": runner.reported,
-            "secondsInPhase": round(since, 3),
-            "phaseBudgetSeconds": facts.phase_budget(runner.reported),
-            "supervisorPhase": runner.phase.value,
-            "deviceRank": runner.device_rank,
-            "worldSize": runner.world_size,
-            "rpcDonor": runner.donor,
-            "activeTasks": runner.active_tasks,
-            "taskIds": sorted(runner.tasks),
-            "pid": None if runner.process is None else runner.process.pid,
-            "failure": runner.failure,
-        }
+        return RunnerView(
+            runner_id=runner.runner_id,
+            instance_id=runner.instance_id,
+            model_id=runner.model_id,
+            status_kind=_status_kind(status),
+            phase=runner.reported,
+            seconds_in_phase=round(since, 3),
+            phase_budget_seconds=facts.phase_budget(runner.reported),
+            supervisor_phase=runner.phase.value,
+            device_rank=runner.device_rank,
+            world_size=runner.world_size,
+            rpc_donor=runner.donor,
+            active_tasks=runner.active_tasks,
+            task_ids=sorted(runner.tasks),
+            pid=None if runner.process is None else runner.process.pid,
+            failure=runner.failure,
+        )
 
-    def _placements(self) -> list[dict[str, Any]]:
+    def _placements(self) -> list[PlacementView]:
         state, master = self._node.state, self._node.last_master
         placements = []
         for instance_id, instance in sorted(state.instances.items()):
             assignments = instance.shard_assignments
             nodes = sorted(assignments.node_to_runner)
             placements.append(
-                {
-                    "instanceId": instance_id,
-                    "modelId": assignments.model_id,
-                    "kind": type(instance).__name__,
-                    "nodes": nodes,
-                    "servingNodeId": serving_node(instance),
-                    "masterNodeId": master,
-                    "masterInPlacement": master in nodes,
-                    "runners": [
-                        {
-                            "runnerId": runner_id,
-                            "nodeId": node_id,
-                            "deviceRank": assignments.runner_to_shard[runner_id].device_rank,
-                            "statusKind": _status_kind(state.runners.get(runner_id)),
-                        }
+                PlacementView(
+                    instance_id=instance_id,
+                    model_id=assignments.model_id,
+                    kind=type(instance).__name__,
+                    nodes=list(nodes),
+                    serving_node_id=serving_node(instance),
+                    master_node_id=master,
+                    master_in_placement=master in nodes,
+                    runners=[
+                        PlacementRunner(
+                            runner_id=runner_id,
+                            node_id=node_id,
+                            device_rank=assignments.runner_to_shard[runner_id].device_rank,
+                            status_kind=_status_kind(state.runners.get(runner_id)),
+                        )
                         for node_id, runner_id in sorted(assignments.node_to_runner.items())
                         if runner_id in assignments.runner_to_shard
                     ],
-                }
+                )
             )
         return placements
 
-    async def capture(self, request: CaptureRequest) -> dict[str, Any]:
+    async def capture(self, request: CaptureRequest) -> Capture:
         """``POST /v1/diagnostics/node/capture``: a bounded snapshot, partial failures
         listed rather than failing the whole capture."""
         runner = self._find_runner(request.runner_id) if request.runner_id else None
-        failures: list[dict[str, str]] = []
-        captured: dict[str, Any] = {
-            "nodeId": self._node.node_id,
-            "capturedAt": datetime.now(UTC).isoformat(),
-            "runtime": self._runtime(),
-            "memory": _memory_facts(),
-            "partialFailures": failures,
-        }
+        failures: list[PartialFailure] = []
+        captured = Capture(
+            node_id=self._node.node_id,
+            captured_at=datetime.now(UTC).isoformat(),
+            runtime=self._runtime(),
+            memory=_memory_facts(),
+            partial_failures=failures,
+        )
         if runner is not None:
-            captured["runner"] = self._runner_view(runner)
             entries = self._worker.flight.entries(runner.runner_id) if self._worker else []
             if request.task_id:
-                entries = [e for e in entries if e.get("taskId") in (None, request.task_id)]
-            captured["flightRecorder"] = entries
-            captured["runnerProcessRecorder"] = (
-                []
-                if runner.process is None
-                else [{"monotonic": t, "event": what} for t, what in runner.process.flight_record()]
+                entries = [e for e in entries if e.task_id in (None, request.task_id)]
+            captured = msgspec.structs.replace(
+                captured,
+                runner=self._runner_view(runner),
+                flight_recorder=entries,
+                runner_process_recorder=(
+                    []
+                    if runner.process is None
+                    else [
+                        ProcessEvent(monotonic=t, event=what)
+                        for t, what in runner.process.flight_record()
+                    ]
+                ),
             )
         if request.include_process_samples:
             seconds = min(max(request.sample_duration_seconds, 0.0), MAX_SAMPLE_SECONDS)
@@ -248,11 +288,11 @@ class DiagnosticsService:
             if runner is not None and runner.process is not None:
                 targets = [runner.process.pid]
             samples, sample_failures = await asyncio.to_thread(sample_processes, targets, seconds)
-            captured["processSamples"] = samples
+            captured = msgspec.structs.replace(captured, process_samples=samples)
             failures.extend(sample_failures)
         return captured
 
-    def cancel(self, runner_id: str, request: CancelRequest) -> dict[str, Any]:
+    def cancel(self, runner_id: str, request: CancelRequest) -> CancelAnswer:
         """``POST /v1/diagnostics/node/runners/{id}/cancel``: one cooperative cancel."""
         runner = self._find_runner(runner_id)
         assert self._worker is not None  # _find_runner found one
@@ -266,7 +306,7 @@ class DiagnosticsService:
                 "GET /v1/diagnostics/node (supervisorRunners[].taskIds)",
                 code="task_not_found",
             )
-        return {"runnerId": runner_id, "taskId": asked, "cancelRequested": True}
+        return CancelAnswer(runner_id=runner_id, task_id=asked, cancel_requested=True)
 
     def _find_runner(self, runner_id: str | None) -> ManagedRunner:
         runners = {r.runner_id: r for r in (self._worker.runners() if self._worker else [])}
@@ -280,15 +320,14 @@ class DiagnosticsService:
             )
         return runner
 
-    def telemetry(self) -> dict[str, Any]:
+    def telemetry(self) -> TelemetryReport:
         """``GET /v1/diagnostics/telemetry``: the telemetry transport's aggregates."""
         if self._cluster is None:
-            return {"nodeId": self._node.node_id, "fabric": False}
-        return {
-            "nodeId": self._node.node_id,
-            "fabric": True,
-            **self._cluster.telemetry_stats.report(),
-        }
+            return TelemetryReport(node_id=self._node.node_id, fabric=False)
+        report = self._cluster.telemetry_stats.report()
+        return msgspec.convert(
+            {**report, "nodeId": self._node.node_id, "fabric": True}, TelemetryReport
+        )
 
     # -- performance envelopes ------------------------------------------------------
 
@@ -320,23 +359,27 @@ class DiagnosticsService:
         quantization = (entry.card.quantization if entry is not None else None) or "unknown"
         return EnvelopeKey(hardware, model_id, f"llama.cpp/{backend}", quantization)
 
-    def performance_envelopes(self) -> dict[str, Any]:
+    def performance_envelopes(self) -> NodeEnvelopes:
         """``GET /v1/diagnostics/performance-envelopes``: this node's curves."""
-        return {"nodeId": self._node.node_id, "envelopes": self.envelopes.report()}
+        return NodeEnvelopes(node_id=self._node.node_id, envelopes=self.envelopes.report())
 
-    async def cluster_performance_envelopes(self) -> dict[str, Any]:
-        """Every member's envelopes; unreachable members as explicit failures."""
+    async def cluster_performance_envelopes(self) -> ClusterEnvelopes:
+        """Every member's envelopes; unreachable members (or a malformed answer) as
+        explicit failures."""
         others = [n for n in self._members() if n != self._node.node_id]
         path = "/v1/diagnostics/performance-envelopes"
         answers = await fanout.ask_all(self._node, others, "GET", path)
-        nodes: list[dict[str, Any]] = [{"ok": True, **self.performance_envelopes()}]
+        own = self.performance_envelopes()
+        nodes = [MemberEnvelopes(node_id=own.node_id, ok=True, envelopes=own.envelopes)]
         for answer in answers:
-            if answer.ok and isinstance(answer.body, dict):
-                nodes.append({"ok": True, **answer.body, "nodeId": answer.node_id})
+            got = _decoded(answer, NodeEnvelopes)
+            if isinstance(got, NodeEnvelopes):
+                nodes.append(
+                    MemberEnvelopes(node_id=answer.node_id, ok=True, envelopes=got.envelopes)
+                )
             else:
-                error = answer.error or _error_text(answer.status, answer.body)
-                nodes.append({"nodeId": answer.node_id, "ok": False, "error": error})
-        return {"nodes": nodes}
+                nodes.append(MemberEnvelopes(node_id=answer.node_id, ok=False, error=got))
+        return ClusterEnvelopes(nodes=nodes)
 
     # -- the cluster ----------------------------------------------------------------
 
@@ -346,66 +389,85 @@ class DiagnosticsService:
             members.insert(0, self._node.node_id)
         return members
 
-    async def _bundles(self, refusals: Mapping[str, int]) -> list[tuple[NodeId, Any]]:
-        """(node id, bundle or PeerAnswer) for every member, this node's own local."""
+    async def _bundles(
+        self, refusals: Mapping[str, int]
+    ) -> tuple[NodeBundle, list[fanout.PeerAnswer]]:
+        """This node's own bundle, and every other member's answer."""
         others = [n for n in self._members() if n != self._node.node_id]
-        local, answers = await asyncio.gather(
+        return await asyncio.gather(
             self.bundle(refusals),
             fanout.ask_all(self._node, others, "GET", "/v1/diagnostics/node"),
         )
-        return [(self._node.node_id, local), *((a.node_id, a) for a in answers)]
 
-    async def cluster(self, refusals: Mapping[str, int]) -> dict[str, Any]:
-        """``GET /v1/diagnostics/cluster``: every member, unreachable ones as ok false."""
-        nodes = []
-        for node_id, got in await self._bundles(refusals):
-            nodes.append(self._entry(node_id, got))
-        statuses = [node_version_status(SKULK_VERSION, n.get("skulkVersion")) for n in nodes]
-        for entry, status in zip(nodes, statuses, strict=True):
-            entry["versionStatus"] = status.value
-        return {
-            "nodeId": self._node.node_id,
-            "versionStatus": cluster_version_status(statuses).value,
-            "nodes": nodes,
-        }
-
-    def _entry(self, node_id: NodeId, got: Any) -> dict[str, Any]:
-        if isinstance(got, fanout.PeerAnswer):
-            if got.ok and isinstance(got.body, dict):
-                return {
-                    "nodeId": node_id,
-                    "ok": True,
-                    "url": got.url,
-                    "skulkVersion": got.body.get("skulkVersion"),
-                    "bundle": got.body,
-                }
-            return {
-                "nodeId": node_id,
-                "ok": False,
-                "skulkVersion": self._telemetry_version(node_id),
-                "error": got.error or _error_text(got.status, got.body),
-            }
-        return {"nodeId": node_id, "ok": True, "skulkVersion": SKULK_VERSION, "bundle": got}
+    async def cluster(self, refusals: Mapping[str, int]) -> ClusterBundles:
+        """``GET /v1/diagnostics/cluster``: every member, unreachable ones (or ones whose
+        bundle is malformed) as ok false."""
+        local, answers = await self._bundles(refusals)
+        found: list[tuple[NodeId, str | None, NodeBundle | str, str | None]] = [
+            (self._node.node_id, SKULK_VERSION, local, None)
+        ]
+        for answer in answers:
+            got = _decoded(answer, NodeBundle)
+            version = (
+                got.skulk_version
+                if isinstance(got, NodeBundle)
+                else self._telemetry_version(answer.node_id)
+            )
+            found.append((answer.node_id, version, got, answer.url))
+        statuses = [node_version_status(SKULK_VERSION, version) for _, version, _, _ in found]
+        nodes = [
+            MemberBundle(
+                node_id=node_id,
+                ok=True,
+                skulk_version=version,
+                version_status=status.value,
+                bundle=got,
+                url=UNSET if node_id == self._node.node_id or url is None else url,
+            )
+            if isinstance(got, NodeBundle)
+            else MemberBundle(
+                node_id=node_id,
+                ok=False,
+                skulk_version=version,
+                version_status=status.value,
+                error=got,
+            )
+            for (node_id, version, got, url), status in zip(found, statuses, strict=True)
+        ]
+        return ClusterBundles(
+            node_id=self._node.node_id,
+            version_status=cluster_version_status(statuses).value,
+            nodes=nodes,
+        )
 
     def _telemetry_version(self, node_id: NodeId) -> str | None:
         reading = self._node.view().telemetry.get(node_id)
         return None if reading is None else reading.identity.skulk_version
 
-    async def timeline(self, refusals: Mapping[str, int]) -> dict[str, Any]:
+    async def timeline(self, refusals: Mapping[str, int]) -> Timeline:
         """``GET /v1/diagnostics/cluster/timeline``: every rank's recorder, merged."""
-        bundles: dict[str, Any] = {}
-        unreachable: list[dict[str, Any]] = []
-        for node_id, got in await self._bundles(refusals):
-            entry = self._entry(node_id, got)
-            if entry["ok"]:
-                bundles[node_id] = entry["bundle"]
+        local, answers = await self._bundles(refusals)
+        sources: dict[str, TimelineSource] = {
+            self._node.node_id: TimelineSource(
+                supervisor_runners=local.supervisor_runners,
+                flight_recorder=local.flight_recorder,
+            )
+        }
+        unreachable: list[Unreachable] = []
+        for answer in answers:
+            got = _decoded(answer, TimelineSource)
+            if isinstance(got, TimelineSource):
+                sources[answer.node_id] = got
             else:
-                unreachable.append({"nodeId": node_id, "error": entry["error"]})
-        return {"nodeId": self._node.node_id, **merge_timeline(bundles, unreachable)}
+                unreachable.append(Unreachable(node_id=answer.node_id, error=got))
+        return merge_timeline(self._node.node_id, sources, unreachable)
 
-    async def peer(self, node_id: str, method: str, path: str, body: Any = None) -> dict[str, Any]:
-        """Proxy one diagnostics request to ``node_id``: its answer, or its refusal as
-        ours (404 if not a member, 502 if no advertised route answers)."""
+    async def peer(
+        self, node_id: str, method: str, path: str, body: Any = None, *, into: type[T]
+    ) -> T:
+        """Proxy one diagnostics request to ``node_id``: its answer decoded ``into``
+        the wire type, or its refusal as ours (404 if not a member, 502 if no advertised
+        route answers or what it answers is malformed)."""
         if NodeId(node_id) not in self._members():
             raise ApiError(
                 404,
@@ -430,7 +492,12 @@ class DiagnosticsService:
                 f"node {node_id}: {_error_text(answer.status, answer.body)}",
                 code=str(code or "peer_error"),
             )
-        return answer.body
+        try:
+            return msgspec.convert(answer.body, into)
+        except msgspec.ValidationError as exc:
+            raise ApiError(
+                502, f"node {node_id} answered a malformed {path}: {exc}", code="peer_malformed"
+            ) from None
 
 
 def _status_kind(status: object) -> str | None:
@@ -444,13 +511,28 @@ def _error_text(status: int | None, body: Any) -> str:
     return f"HTTP {status}: {message or 'no message'}"
 
 
-def _memory_facts() -> dict[str, Any]:
+def _decoded(answer: fanout.PeerAnswer, into: type[T]) -> T | str:
+    """A member's 200 answer decoded ``into`` the wire type, or why there is none: its
+    error, its refusal, or what is malformed in it."""
+    if not answer.ok or not isinstance(answer.body, dict):
+        return answer.error or _error_text(answer.status, answer.body)
+    try:
+        return msgspec.convert(answer.body, into)
+    except msgspec.ValidationError as exc:
+        return f"a malformed answer: {exc}"
+
+
+def _fabric(diagnostics: Mapping[str, Any]) -> FabricDiagnostics:
+    return msgspec.convert(diagnostics, FabricDiagnostics)
+
+
+def _memory_facts() -> MemoryFacts:
     ram, swap = psutil.virtual_memory(), psutil.swap_memory()
     me = psutil.Process()
-    return {
-        "ramTotal": ram.total,
-        "ramAvailable": ram.available,
-        "swapTotal": swap.total,
-        "swapUsed": swap.used,
-        "daemonRssBytes": me.memory_info().rss,
-    }
+    return MemoryFacts(
+        ram_total=ram.total,
+        ram_available=ram.available,
+        swap_total=swap.total,
+        swap_used=swap.used,
+        daemon_rss_bytes=me.memory_info().rss,
+    )

@@ -4,10 +4,17 @@ switch (ordered through State) and reads of this node's or every member's record
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
+from skulk_core.diagnostics.answers import Unreachable
+from skulk_core.diagnostics.trace_answers import (
+    ClusterTraces,
+    DeletedTraces,
+    NodeTraces,
+    TracingState,
+)
 from skulk_core.diagnostics.traces import (
     TraceRecord,
     merge,
@@ -38,18 +45,18 @@ class TraceService:
         self._node = node
         self.store = store
 
-    def enabled(self) -> dict[str, bool]:
-        return {"enabled": self._node.state.tracing_enabled}
+    def enabled(self) -> TracingState:
+        return TracingState(enabled=self._node.state.tracing_enabled)
 
-    async def set_enabled(self, switch: TracingSwitch) -> dict[str, bool]:
+    async def set_enabled(self, switch: TracingSwitch) -> TracingState:
         await self._node.submit(SetTracing(command_id=new_command_id(), enabled=switch.enabled))
         return self.enabled()
 
     # -- this node ------------------------------------------------------------------
 
-    async def local_list(self) -> dict[str, Any]:
+    async def local_list(self) -> NodeTraces:
         records = await asyncio.to_thread(self.store.records)
-        return {"nodeId": self._node.node_id, "traces": [summary(r) for r in records]}
+        return NodeTraces(node_id=self._node.node_id, traces=[summary(r) for r in records])
 
     async def local(self, task_id: str) -> TraceRecord:
         _check(task_id)
@@ -58,39 +65,47 @@ class TraceService:
             raise _not_found(task_id, "this node")
         return record
 
-    def delete(self, request: DeleteTraces) -> dict[str, list[str]]:
+    def delete(self, request: DeleteTraces) -> DeletedTraces:
         if len(request.task_ids) > MAX_DELETE_IDS:
             raise ApiError(
                 400, f"at most {MAX_DELETE_IDS} task ids per request", code="too_many_ids"
             )
         deleted, missing = self.store.delete(request.task_ids)
-        return {"deleted": deleted, "notFound": missing}
+        return DeletedTraces(deleted=deleted, not_found=missing)
 
     # -- every member ---------------------------------------------------------------
 
     def _others(self) -> list[NodeId]:
         return [n for n in self._node.state.topology.nodes if n != self._node.node_id]
 
-    async def cluster_list(self) -> dict[str, Any]:
+    async def cluster_list(self) -> ClusterTraces:
         local, answers = await asyncio.gather(
             self.local_list(), fanout.ask_all(self._node, self._others(), "GET", "/v1/traces")
         )
-        by_task: dict[str, dict[str, Any]] = {t["taskId"]: t for t in local["traces"]}
-        unreachable: list[dict[str, Any]] = []
+        by_task = {t.task_id: t for t in local.traces}
+        unreachable: list[Unreachable] = []
         for answer in answers:
             if not answer.ok or not isinstance(answer.body, dict):
-                unreachable.append({"nodeId": answer.node_id, "error": answer.error or "refused"})
+                unreachable.append(
+                    Unreachable(node_id=answer.node_id, error=answer.error or "refused")
+                )
                 continue
-            for trace in answer.body.get("traces", []):
-                if not isinstance(trace, dict) or not isinstance(trace.get("taskId"), str):
-                    continue
-                known = by_task.setdefault(trace["taskId"], trace)
-                nodes = {*known.get("sourceNodes", []), *trace.get("sourceNodes", [])}
-                known["sourceNodes"] = sorted(str(n) for n in nodes)
-                if not known.get("modelId"):
-                    known["modelId"] = trace.get("modelId", "")
-        traces = sorted(by_task.values(), key=lambda t: -int(t.get("startedAtUs", 0)))
-        return {"traces": traces, "unreachableNodes": unreachable}
+            try:
+                listed = msgspec.convert(answer.body, NodeTraces)
+            except msgspec.ValidationError as exc:
+                unreachable.append(
+                    Unreachable(node_id=answer.node_id, error=f"a malformed answer: {exc}")
+                )
+                continue
+            for trace in listed.traces:
+                known = by_task.setdefault(trace.task_id, trace)
+                by_task[trace.task_id] = msgspec.structs.replace(
+                    known,
+                    source_nodes=sorted({*known.source_nodes, *trace.source_nodes}),
+                    model_id=known.model_id or trace.model_id,
+                )
+        traces = sorted(by_task.values(), key=lambda t: -t.started_at_us)
+        return ClusterTraces(traces=traces, unreachable_nodes=unreachable)
 
     async def cluster(self, task_id: str) -> TraceRecord:
         _check(task_id)

@@ -25,6 +25,7 @@ from skulk_core.models.cards import ArtifactRole, Memory, ModelCard
 from skulk_core.models.catalog import InstalledModel, same_artifact
 from skulk_core.models.hub_cards import HubCardError, RepoFile, is_safe_repo_path
 from skulk_core.state.state import DownloadProgress
+from skulk_core.store.answers import StoreDisk, StoreEntry
 from skulk_core.store.reconcile import ManifestEntry, manifest_digest
 from skulk_core.store.selection import Conflict, DownloadSelection, Plan, Verification, resolve
 from skulk_daemon.hub.client import HubClient, HubRefused
@@ -48,8 +49,6 @@ from skulk_daemon.store.tombstones import TombstoneFile
 log = logging.getLogger(__name__)
 
 STORE_DIR_NAME: Final = "store"
-LOCATION_STORE: Final = "store_local"
-LOCATION_NODE: Final = "node_cache"
 SELECTION_CONFLICT: Final = "selection_conflict"
 _NONE: Final = DownloadSelection()
 
@@ -58,33 +57,6 @@ def _remove(target: Path) -> None:
     # The records first: the model leaves every listing before its bytes go.
     shutil.rmtree(target / SIDECAR_DIR, ignore_errors=True)
     shutil.rmtree(target, ignore_errors=True)
-
-
-class StoreEntry(msgspec.Struct, frozen=True, kw_only=True):
-    model_id: str
-    source_repository: str | None
-    source_revision: str | None
-    gguf_file: str | None
-    total_bytes: int
-    file_count: int
-    installed_at: int
-    location_kind: str = LOCATION_STORE
-    verification_state: str = "verified"
-    """Every file was verified (size and SHA-256) before its manifest was written."""
-    manifest_complete: bool = True
-    installed_verification: str = "local_legacy"
-    """What vouches for the card the bytes were fetched under: ``registry_verified``,
-    ``custom``, ``local_legacy`` or ``unverified`` (fetched by name, no card)."""
-    registry_card_id: str | None = None
-    artifact_bundle_id: str | None = None
-    artifact_role: str = ArtifactRole.BASE.value
-    owner_model_id: str | None = None
-    owner_registry_card_id: str | None = None
-    last_verified_at: int = 0
-    """When every file's size and SHA-256 were last verified (the manifest's writing)."""
-    manifest_sha256: str | None = None
-    """The digest of the canonical manifest: ``model_id@manifest_sha256`` is the
-    installed identity."""
 
 
 def store_root(node: Node) -> Path:
@@ -390,16 +362,16 @@ class StoreHostService:
         ]
         await asyncio.to_thread(_remove, target)
 
-    def disk(self) -> dict[str, object]:
+    def disk(self) -> StoreDisk:
         self.root.mkdir(parents=True, exist_ok=True)
         usage = shutil.disk_usage(self.root)
-        return {
-            "store_path": str(self.root),
-            "free_bytes": usage.free,
-            "total_bytes": usage.total,
-            "used_bytes": usage.used,
-            "checked_at": int(time.time()),
-        }
+        return StoreDisk(
+            store_path=str(self.root),
+            free_bytes=usage.free,
+            total_bytes=usage.total,
+            used_bytes=usage.used,
+            checked_at=int(time.time()),
+        )
 
 
 def _verified_at(model_dir: Path, fallback: int) -> int:

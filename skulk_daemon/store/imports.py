@@ -29,13 +29,14 @@ import msgspec
 from skulk_core.models.cards import ModelCard
 from skulk_core.models.catalog import InstalledModel
 from skulk_core.models.hub_cards import is_safe_repo_path
+from skulk_core.store.answers import StoreEntry
 from skulk_core.store.paths import model_id_escapes
 from skulk_core.store.reconcile import ManifestEntry
 from skulk_daemon.hub.download import INCOMPLETE_SUFFIX, DownloadRefused, reserve_bytes
 from skulk_daemon.hub.manifest import ManifestFile, write_manifest
 from skulk_daemon.models.sidecar import write_sidecar
 from skulk_daemon.store.exports import TARGET_HEADER
-from skulk_daemon.store.host import StoreEntry, StoreHostService
+from skulk_daemon.store.host import StoreHostService
 from skulk_host.fsutil import fsync_dir
 
 log = logging.getLogger(__name__)

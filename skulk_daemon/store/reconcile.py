@@ -25,12 +25,19 @@ import contextlib
 import logging
 import os
 import time
-from typing import Any, Final
+from typing import Final
 
 import httpx
 import msgspec
 
 from skulk_core.ids import NodeId
+from skulk_core.store.answers import (
+    LOCATION_NODE,
+    DiscoveredIdentity,
+    NodeStorage,
+    ReconcileFailure,
+    ReconciliationStatus,
+)
 from skulk_core.store.reconcile import MAX_FAILURES_KEPT, CacheCopy, plan_imports
 from skulk_daemon.node.node import Node
 from skulk_daemon.store.host import StoreHostService
@@ -45,13 +52,7 @@ FIRST_PASS_SECONDS: Final = 10.0
 HTTP_SECONDS: Final = 10.0
 EXPORTS_PATH: Final = "/store/internal/exports"
 ELIGIBILITY_SECONDS: Final = 10.0
-
-
-class _Failure(msgspec.Struct, frozen=True, kw_only=True):
-    model_id: str
-    node_id: str
-    error: str
-    at: int
+_storage = msgspec.json.Decoder(NodeStorage)
 
 
 class Reconciler:
@@ -66,7 +67,7 @@ class Reconciler:
         self._imported = 0
         self._pending: list[str] = []
         self._tombstoned: tuple[str, ...] = ()
-        self._failures: list[_Failure] = []
+        self._failures: list[ReconcileFailure] = []
         self._last_verified_at: int | None = None
         self._inventory_only = False
         self._identities: list[CacheCopy] = []
@@ -91,33 +92,33 @@ class Reconciler:
             return "automatic reconciliation is disabled (model_store.reconcile_enabled)"
         return None
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ReconciliationStatus:
         off = self.eligible()
-        return {
-            "state": self._state,
-            "inventory_only": self._node.config.model_store.reconcile_inventory_only,
-            "automatic": off is None,
-            "disabled_reason": off,
-            "eligibility_checks": self._eligibility_checks,
-            "scanned_nodes": self._scanned,
-            "discovered": self._discovered,
-            "imported": self._imported,
-            "pending": list(self._pending),
-            "discovered_identities": [
-                {
-                    "model_id": c.model_id,
-                    "node_id": c.node_id,
-                    "installed_identity": f"{c.model_id}@{c.manifest_sha256}",
-                    "size_bytes": c.size_bytes,
-                }
+        return ReconciliationStatus(
+            state=self._state,
+            inventory_only=self._node.config.model_store.reconcile_inventory_only,
+            automatic=off is None,
+            disabled_reason=off,
+            eligibility_checks=self._eligibility_checks,
+            scanned_nodes=self._scanned,
+            discovered=self._discovered,
+            imported=self._imported,
+            pending=list(self._pending),
+            discovered_identities=[
+                DiscoveredIdentity(
+                    model_id=c.model_id,
+                    node_id=c.node_id,
+                    installed_identity=f"{c.model_id}@{c.manifest_sha256}",
+                    size_bytes=c.size_bytes,
+                )
                 for c in self._identities
             ],
-            "tombstoned": list(self._tombstoned),
-            "failures": msgspec.to_builtins(self._failures),
-            "last_verified_at": self._last_verified_at,
-        }
+            tombstoned=list(self._tombstoned),
+            failures=list(self._failures),
+            last_verified_at=self._last_verified_at,
+        )
 
-    async def rescan(self) -> dict[str, Any]:
+    async def rescan(self) -> ReconciliationStatus:
         """One immediate pass (after any pass already running); the status after it."""
         await self.reconcile()
         return self.status()
@@ -186,7 +187,7 @@ class Reconciler:
 
     def _fail(self, copy: CacheCopy, message: str) -> None:
         log.warning("importing %s from %s failed: %s", copy.model_id, copy.node_id, message)
-        failure = _Failure(
+        failure = ReconcileFailure(
             model_id=copy.model_id, node_id=copy.node_id, error=message, at=int(time.time())
         )
         self._failures = [*self._failures, failure][-MAX_FAILURES_KEPT:]
@@ -205,11 +206,11 @@ class Reconciler:
                 for api_url in () if reading is None else reading.resources.api_urls:
                     try:
                         answer = await client.get(f"{api_url.rstrip('/')}/store/storage")
-                        body = answer.json() if answer.status_code == 200 else None
-                    except (httpx.HTTPError, ValueError):
-                        continue
-                    if not isinstance(body, dict):
-                        continue
+                        if answer.status_code != 200:
+                            continue
+                        body = _storage.decode(answer.content)
+                    except (httpx.HTTPError, msgspec.ValidationError, msgspec.DecodeError):
+                        continue  # unreachable, or not a /store/storage answer
                     scanned += 1
                     urls[node_id] = api_url.rstrip("/")
                     copies.extend(_copies(node_id, body))
@@ -255,26 +256,18 @@ def reconcile_seconds() -> float:
     return value if value > 0 else RECONCILE_SECONDS
 
 
-def _copies(node_id: str, storage: dict[str, Any]) -> list[CacheCopy]:
-    found: list[CacheCopy] = []
-    artifacts = storage.get("artifacts")
-    for item in artifacts if isinstance(artifacts, list) else []:
-        if not isinstance(item, dict):
-            continue
-        digest = item.get("manifestSha256")
-        if (
-            item.get("locationKind") == "node_cache"
-            and item.get("manifestComplete") is True
-            and item.get("verificationState") == "verified"
-            and isinstance(digest, str)
-            and isinstance(item.get("model_id"), str)
-        ):
-            found.append(
-                CacheCopy(
-                    node_id=node_id,
-                    model_id=str(item["model_id"]),
-                    manifest_sha256=digest,
-                    size_bytes=int(item.get("size_bytes") or 0),
-                )
-            )
-    return found
+def _copies(node_id: str, storage: NodeStorage) -> list[CacheCopy]:
+    """The complete, verified node-cache copies a node's ``/store/storage`` reports."""
+    return [
+        CacheCopy(
+            node_id=node_id,
+            model_id=item.model_id,
+            manifest_sha256=item.manifest_sha256,
+            size_bytes=item.size_bytes,
+        )
+        for item in storage.artifacts
+        if item.location_kind == LOCATION_NODE
+        and item.manifest_complete
+        and item.verification_state == "verified"
+        and item.manifest_sha256 is not None
+    ]

@@ -1,28 +1,18 @@
-"""The store's download answer, shared by the internal transport and the public API."""
+"""The store's download answer (:class:`~skulk_core.store.answers.StoreDownload`) made
+from a download's progress, shared by the internal transport and the public API."""
 
 from __future__ import annotations
 
 from typing import Final
 
-import msgspec
-
 from skulk_core.state.state import DownloadProgress
+from skulk_core.store.answers import StoreDownload
 from skulk_daemon.hub.download import COMPLETED
 
+# StoreDownload is re-exported: the store transport names it here.
+__all__ = ["COMPLETE", "StoreDownload", "download_body"]
+
 COMPLETE: Final = "complete"
-
-
-class StoreDownload(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    model_id: str
-    source_revision: str | None
-    status: str
-    """``pending``, ``in_progress``, ``complete``, ``failed``, ``cancelled`` or, for a
-    store-host rejection, ``error`` (with ``error``)."""
-    progress: float
-    """Fraction of the bytes transferred, 0 to 1."""
-    downloaded_bytes: int = 0
-    total_bytes: int = 0
-    error: str | None = None
 
 
 def download_body(progress: DownloadProgress, source_revision: str | None = None) -> StoreDownload:

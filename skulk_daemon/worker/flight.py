@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
+from skulk_core.diagnostics.bundle import FlightRecord
+
 FLIGHT_ENTRIES: Final = 512
 
 
@@ -26,18 +28,15 @@ class FlightEntry:
     detail: str = ""
     task_id: str | None = None
 
-    def to_wire(self) -> dict[str, str]:
-        wire = {
-            "at": self.at.isoformat(),
-            "runnerId": self.runner_id,
-            "event": self.event,
-            "phase": self.phase,
-        }
-        if self.detail:
-            wire["detail"] = self.detail
-        if self.task_id is not None:
-            wire["taskId"] = self.task_id
-        return wire
+    def to_wire(self) -> FlightRecord:
+        return FlightRecord(
+            at=self.at.isoformat(),
+            runner_id=self.runner_id,
+            event=self.event,
+            phase=self.phase,
+            detail=self.detail,
+            task_id=self.task_id,
+        )
 
 
 class FlightRecorder:
@@ -56,7 +55,7 @@ class FlightRecorder:
             FlightEntry(self._clock(), runner_id, event, phase, detail[:512], task_id)
         )
 
-    def entries(self, runner_id: str | None = None) -> list[dict[str, str]]:
+    def entries(self, runner_id: str | None = None) -> list[FlightRecord]:
         """Oldest first; only ``runner_id``'s when given."""
         return [
             entry.to_wire()

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import msgspec
+
+from skulk_core.diagnostics.answers import TimelineSource, Unreachable
+from skulk_core.diagnostics.bundle import FlightRecord, RunnerView
 from skulk_core.diagnostics.cluster import (
     ClusterVersionStatus,
     NodeVersionStatus,
@@ -26,36 +30,64 @@ def test_version_statuses() -> None:
     assert cluster_version_status([current, unknown]) is ClusterVersionStatus.UNKNOWN
 
 
+def _runner(runner_id: str, model_id: str, rank: int) -> RunnerView:
+    return RunnerView(
+        runner_id=runner_id,
+        instance_id="i",
+        model_id=model_id,
+        status_kind=None,
+        phase="loading",
+        seconds_in_phase=0.0,
+        phase_budget_seconds=None,
+        supervisor_phase="starting",
+        device_rank=rank,
+        world_size=2,
+        rpc_donor=False,
+        active_tasks=0,
+        task_ids=[],
+        pid=None,
+        failure=None,
+    )
+
+
+def _entry(at: str, runner_id: str, phase: str) -> FlightRecord:
+    return FlightRecord(at=at, runner_id=runner_id, event="phase", phase=phase)
+
+
 def test_the_timeline_interleaves_ranks_by_time_and_sorts_runners_by_model_and_rank() -> None:
-    bundles = {
-        "b": {
-            "supervisorRunners": [{"runnerId": "r1", "modelId": "m", "deviceRank": 1}],
-            "flightRecorder": [
-                {"at": "2026-12-01T10:00:02+00:00", "runnerId": "r1", "phase": "loading"},
+    sources = {
+        "b": TimelineSource(
+            supervisor_runners=[_runner("r1", "m", 1)],
+            flight_recorder=[_entry("2026-12-01T10:00:02+00:00", "r1", "loading")],
+        ),
+        "a": TimelineSource(
+            supervisor_runners=[_runner("r0", "m", 0), _runner("e0", "e", 0)],
+            flight_recorder=[
+                _entry("2026-12-01T10:00:01+00:00", "r0", "loading"),
+                _entry("2026-12-01T10:00:03+00:00", "r0", "ready"),
             ],
-        },
-        "a": {
-            "supervisorRunners": [
-                {"runnerId": "r0", "modelId": "m", "deviceRank": 0},
-                {"runnerId": "e0", "modelId": "e", "deviceRank": 0},
-            ],
-            "flightRecorder": [
-                {"at": "2026-12-01T10:00:01+00:00", "runnerId": "r0", "phase": "loading"},
-                {"at": "2026-12-01T10:00:03+00:00", "runnerId": "r0", "phase": "ready"},
-            ],
-        },
+        ),
         # An older build without these blocks counts as empty, not as an error.
-        "c": {"nodeId": "c"},
+        "c": msgspec.convert({"nodeId": "c"}, TimelineSource),
     }
-    merged = merge_timeline(bundles, [{"nodeId": "d", "error": "no reachable API route"}])
-    assert [(r["nodeId"], r["runnerId"]) for r in merged["runners"]] == [
+    gone = Unreachable(node_id="d", error="no reachable API route")
+    merged = merge_timeline("a", sources, [gone])
+    assert [(r.node_id, r.runner_id) for r in merged.runners] == [
         ("a", "e0"),
         ("a", "r0"),
         ("b", "r1"),
     ]
-    assert [(e["nodeId"], e["phase"]) for e in merged["entries"]] == [
+    assert [(e.node_id, e.phase) for e in merged.entries] == [
         ("a", "loading"),
         ("b", "loading"),
         ("a", "ready"),
     ]
-    assert merged["unreachableNodes"] == [{"nodeId": "d", "error": "no reachable API route"}]
+    wire = msgspec.to_builtins(merged)
+    assert wire["unreachableNodes"] == [{"nodeId": "d", "error": "no reachable API route"}]
+    assert wire["entries"][0] == {
+        "at": "2026-12-01T10:00:01+00:00",
+        "runnerId": "r0",
+        "event": "phase",
+        "phase": "loading",
+        "nodeId": "a",
+    }

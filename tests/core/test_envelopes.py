@@ -21,20 +21,20 @@ def test_buckets_percentiles_and_the_knee() -> None:
         for ttft in (100.0, 200.0, 300.0, 400.0, 1000.0):
             envelopes.add(KEY, Sample(concurrency, ttft * concurrency, rate))
     [envelope] = envelopes.report()
-    assert envelope["samples"] == 20
-    buckets = {b["concurrency"]: b for b in envelope["buckets"]}
-    assert [b["aggregateDecodeTps"] for b in envelope["buckets"]] == [70.0, 120.0, 160.0, 160.0]
-    assert buckets[1]["p50TtftMs"] == 300.0 and buckets[1]["p90TtftMs"] == 1000.0
-    assert buckets[2]["requests"] == 5 and buckets[2]["p50DecodeTps"] == 60.0
-    assert envelope["kneeConcurrency"] == 4
+    assert envelope.samples == 20
+    buckets = {b.concurrency: b for b in envelope.buckets}
+    assert [b.aggregate_decode_tps for b in envelope.buckets] == [70.0, 120.0, 160.0, 160.0]
+    assert buckets[1].p50_ttft_ms == 300.0 and buckets[1].p90_ttft_ms == 1000.0
+    assert buckets[2].requests == 5 and buckets[2].p50_decode_tps == 60.0
+    assert envelope.knee_concurrency == 4
 
 
 def test_a_lone_bucket_has_no_knee_and_cancelled_zero_concurrency_counts_as_one() -> None:
     envelopes = Envelopes()
     envelopes.add(KEY, Sample(0, 50.0, 0.0))
     [envelope] = envelopes.report()
-    assert envelope["buckets"][0]["concurrency"] == 1
-    assert envelope["kneeConcurrency"] is None
+    assert envelope.buckets[0].concurrency == 1
+    assert envelope.knee_concurrency is None
     assert knee([]) is None
 
 
@@ -47,4 +47,4 @@ def test_memory_is_bounded_in_samples_and_envelopes() -> None:
     report = envelopes.report()
     assert len(report) == MAX_ENVELOPES
     # The oldest envelope (KEY, fed first) went first.
-    assert all(e["modelId"] != "m" for e in report)
+    assert all(e.model_id != "m" for e in report)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import msgspec
 
 from skulk_core.diagnostics.traces import (
     TraceRecord,
@@ -52,15 +52,19 @@ def test_records_from_three_nodes_merge_and_render() -> None:
         "first token",
         "decode",
     ]
-    document = parse_chrome_trace(json.dumps(chrome_trace(merged)))
+    document = parse_chrome_trace(msgspec.json.encode(chrome_trace(merged)).decode())
     assert lanes(document) == {
         "node a": {"api"},
         "node b": {"runner rank 0"},
         "node c": {"master"},
     }
     summary = stats(merged)
-    assert summary["totalMs"] == 0.9
-    assert summary["spans"]["decode"] == {"count": 1, "totalMs": 0.6, "maxMs": 0.6}
+    assert summary.total_ms == 0.9
+    assert msgspec.to_builtins(summary.spans["decode"]) == {
+        "count": 1,
+        "totalMs": 0.6,
+        "maxMs": 0.6,
+    }
 
 
 def test_nothing_to_merge_and_task_id_bounds() -> None:
