@@ -11,7 +11,7 @@ its family); ``dataTransport: "zmq"``; and ``dataEndpoints``, the same listener,
 since the data plane's frames ride that ROUTER. These are addresses local to the
 serving host, not endpoints guaranteed reachable remotely.
 
-Authority as for every plugin read (:func:`skulk_daemon.api.plugins.authorize`):
+Authority as for every plugin read (:func:`skulk_daemon.api.plugin_authority.authorize`):
 ``plugins:read`` or direct owner access, behind the guard's origin and transport
 checks. At most four reads at once (a fifth is refused with 429, never queued); one
 read has two seconds (503 past it); no fabric, or a listener that is not running or
@@ -37,7 +37,7 @@ from skulk_core.plugins.host_attachment import HostNetwork, UnsupportedListener,
 from skulk_daemon.api.authority import declare
 from skulk_daemon.api.errors import NO_STORE_EXCEPTION_HANDLERS
 from skulk_daemon.api.openapi import OPENAI, errors
-from skulk_daemon.api.plugins import authorize, fail
+from skulk_daemon.api.plugin_authority import authorize, fail
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.errors import NO_STORE_HEADERS
 from skulk_daemon.fabric.cluster import DATA_TRANSPORT, ClusterAgent
