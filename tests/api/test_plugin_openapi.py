@@ -6,21 +6,15 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-import pytest
-
-from tests.api.in_process import AppNode
+from tests.api import test_openapi_doc
 from tests.api.test_openapi_doc import operations
 
 PREFIXES: Final = ("/v1/plugins", "/v1/auth/plugin-grants")
 PREFIX: Final = "#/components/schemas/"
 
 
-@pytest.fixture(scope="module")
-def document(bare_app: AppNode) -> dict[str, Any]:
-    response = bare_app.get("/api/openapi.json")
-    assert response.status_code == 200
-    body: dict[str, Any] = response.json()
-    return body
+document = test_openapi_doc.document
+"""The document, read once per module (the same fixture as ``test_openapi_doc``'s)."""
 
 
 def resolved(document: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
