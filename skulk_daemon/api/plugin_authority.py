@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from typing import Final, NoReturn, TypeVar
 
 import msgspec
-from litestar import Request
+from litestar import Request, get, post
 from litestar.datastructures import State
 from litestar.di import Provide
+from litestar.openapi import ResponseSpec
+from litestar.openapi.spec import Operation
 
-from skulk_daemon.api.openapi import OPENAI, errors
+from skulk_daemon.api.openapi import OPENAI, documented, errors
 from skulk_daemon.errors import NO_STORE_HEADERS, ApiError
 from skulk_daemon.operator.guards import (
     authorize_bearer,
@@ -31,6 +33,7 @@ from skulk_daemon.operator.guards import (
     check_direct_owner,
     operator_caller,
 )
+from skulk_daemon.operator.plugin_grants import PLUGINS_READ
 from skulk_daemon.operator.service import OperatorPairingService
 
 T = TypeVar("T")
@@ -65,6 +68,38 @@ def needs(scope: str | None) -> dict[str, str | None]:
     """A plugin route's ``opt``: the scope a paired bearer needs (``None``: the direct
     owner only)."""
     return {SCOPE_OPT: scope}
+
+
+def reads(
+    path: str,
+    *,
+    summary: str,
+    responses: dict[int, ResponseSpec] = READ_ERRORS,
+    scope: str = PLUGINS_READ,
+) -> get:
+    """A plugin read: ``GET``, admitted to ``scope`` (``plugins:read``)."""
+    return get(path, summary=summary, responses=responses, opt=needs(scope))
+
+
+def changes(
+    path: str,
+    *,
+    summary: str,
+    scope: str | None,
+    body: type[msgspec.Struct] | None = None,
+    request_max_body_size: int = MAX_PLUGIN_BODY_BYTES,
+) -> post:
+    """A plugin change: ``POST`` answered with 200, admitted to ``scope`` (``None``: the
+    direct owner only), whose handler decodes ``body`` itself (documented here)."""
+    return post(
+        path,
+        status_code=200,
+        summary=summary,
+        responses=CHANGE_ERRORS,
+        operation_class=Operation if body is None else documented(body=body),
+        request_max_body_size=request_max_body_size,
+        opt=needs(scope),
+    )
 
 
 async def authorize(

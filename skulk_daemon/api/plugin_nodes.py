@@ -24,7 +24,6 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
-from litestar import get, post
 from litestar.di import Provide
 
 from skulk_core.plugins.node_configuration import (
@@ -34,8 +33,14 @@ from skulk_core.plugins.node_configuration import (
     NodeCredentialMutation,
     NodeCredentials,
 )
-from skulk_daemon.api.openapi import documented
-from skulk_daemon.api.plugin_authority import CALLER, CHANGE_ERRORS, PluginCaller, fail, needs
+from skulk_daemon.api.plugin_authority import (
+    CALLER,
+    CHANGE_ERRORS,
+    PluginCaller,
+    changes,
+    fail,
+    reads,
+)
 from skulk_daemon.api.plugins import PluginControllerBase
 from skulk_daemon.extensions.node_setup import NodePreflight, NodeSetup
 from skulk_daemon.extensions.proposals import (
@@ -55,7 +60,7 @@ from skulk_daemon.extensions.setup_actions import (
     SetupOperation,
     SetupStart,
 )
-from skulk_daemon.operator.plugin_grants import PLUGINS_APPROVE, PLUGINS_MANAGE, PLUGINS_READ
+from skulk_daemon.operator.plugin_grants import PLUGINS_APPROVE, PLUGINS_MANAGE
 from skulk_daemon.plugins.configuration import ConfigurationFailure, NodeConfigurations
 from skulk_daemon.plugins.configuration_proposals import ProposalActions
 from skulk_daemon.plugins.configuration_setup import SetupActions
@@ -63,9 +68,6 @@ from skulk_daemon.plugins.configuration_setup import SetupActions
 T = TypeVar("T")
 
 _NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
-READ: Final = needs(PLUGINS_READ)
-MANAGE: Final = needs(PLUGINS_MANAGE)
-APPROVE: Final = needs(PLUGINS_APPROVE)
 RESUME_TAKES_NO_BODY: Final = "resume takes no body (or {}): it continues the original intent"
 
 
@@ -147,43 +149,35 @@ class PluginNodesController(PluginControllerBase):
     path = "/v1/plugins/{plugin_id:str}/nodes/{node_id:str}"
     dependencies = {"caller": CALLER, "target": Provide(_target)}  # noqa: RUF012
 
-    @get(
-        "/configuration",
-        summary="One installed node's ordinary settings",
-        responses=CHANGE_ERRORS,
-        opt=READ,
+    @reads(
+        "/configuration", summary="One installed node's ordinary settings", responses=CHANGE_ERRORS
     )
     async def node_configuration(self, target: NodeTarget) -> NodeConfiguration:
         return await target.answer(target.door.configuration(target.plugin, target.node))
 
-    @post(
+    @changes(
         "/configuration",
-        status_code=200,
         summary="Validate, edit, enable or disable one node (revision and schema fenced)",
-        responses=CHANGE_ERRORS,
-        operation_class=documented(body=NodeConfigurationMutation),
-        opt=MANAGE,
+        scope=PLUGINS_MANAGE,
+        body=NodeConfigurationMutation,
     )
     async def configure_node(self, target: NodeTarget) -> NodeConfigurationResult:
         mutation = await target.caller.body(NodeConfigurationMutation)
         return await target.answer(target.door.configure(target.plugin, target.node, mutation))
 
-    @get(
+    @reads(
         "/credentials",
         summary="One node's credential metadata (never values)",
         responses=CHANGE_ERRORS,
-        opt=READ,
     )
     async def node_credentials(self, target: NodeTarget) -> NodeCredentials:
         return await target.answer(target.door.credentials(target.plugin, target.node))
 
-    @post(
+    @changes(
         "/credentials",
-        status_code=200,
         summary="Replace or retire one write-only credential",
-        responses=CHANGE_ERRORS,
-        operation_class=documented(body=NodeCredentialMutation),
-        opt=MANAGE,
+        scope=PLUGINS_MANAGE,
+        body=NodeCredentialMutation,
     )
     async def configure_credential(self, target: NodeTarget) -> NodeCredentials:
         # NOTE: msgspec's refusals name the field and the rule, never the submitted
@@ -192,34 +186,31 @@ class PluginNodesController(PluginControllerBase):
         work = target.door.configure_credential(target.plugin, target.node, mutation)
         return await target.answer(work)
 
-    @get(
+    @reads(
         "/preflight",
         summary="Run the node's bounded, nonbillable setup checks",
         responses=CHANGE_ERRORS,
-        opt=READ,
     )
     async def node_preflight(self, target: NodeTarget) -> NodePreflight:
         return await target.answer(target.door.preflight(target.plugin, target.node))
 
-    @get("/setup", summary="The node's public setup files", responses=CHANGE_ERRORS, opt=READ)
+    @reads("/setup", summary="The node's public setup files", responses=CHANGE_ERRORS)
     async def node_setup(self, target: NodeTarget) -> NodeSetup:
         return await target.answer(target.door.setup(target.plugin, target.node))
 
-    @get(
+    @reads(
         "/proposals",
         summary="A page of the node's retained proposals (read-only)",
         responses=CHANGE_ERRORS,
-        opt=READ,
     )
     async def node_proposals(self, target: NodeTarget) -> ProposalPage:
         offset = _offset(target.caller.request.query_params.get("offset"))
         return await target.answer(target.door.proposals(target.plugin, target.node, offset))
 
-    @get(
+    @reads(
         "/proposals/{proposal_id:str}",
         summary="A fresh review of one exact proposal (read-only)",
         responses=CHANGE_ERRORS,
-        opt=READ,
     )
     async def node_proposal(self, target: NodeTarget, proposal_id: str) -> ProposalReview:
         digest = target.caller.request.query_params.get("proposal_digest") or ""
@@ -234,25 +225,22 @@ class PluginNodesController(PluginControllerBase):
         )
         return await target.answer(target.door.proposal(reference))
 
-    @get(
+    @reads(
         "/setup-actions",
         summary="The node's installed setup actions and retained operations",
         responses=CHANGE_ERRORS,
-        opt=READ,
     )
     async def setup_actions(self, target: NodeTarget) -> NodeSetupActions:
         return await target.answer(target.setup.actions(target.plugin, target.node))
 
-    @post(
+    @changes(
         "/setup-operations",
-        status_code=200,
         summary="Start one durable, nonbillable setup action (fenced)",
-        responses=CHANGE_ERRORS,
+        scope=PLUGINS_MANAGE,
+        body=SetupStart,
         # NOTE: read past the 16 KiB intent bound, so an oversized intent gets the
         # spec's 422 (with no-store) from the door rather than a bare 413.
         request_max_body_size=2 * MAX_SETUP_INTENT_BYTES,
-        operation_class=documented(body=SetupStart),
-        opt=MANAGE,
     )
     async def start_setup(self, target: NodeTarget) -> SetupOperation:
         start = await target.caller.body(SetupStart)
@@ -264,22 +252,19 @@ class PluginNodesController(PluginControllerBase):
             await target.caller.also_needs(PLUGINS_APPROVE)
         return await target.answer(actions.start(plugin, node, start))
 
-    @get(
+    @reads(
         "/setup-operations/{operation_id:str}",
         summary="One retained setup operation's last durable progress",
         responses=CHANGE_ERRORS,
-        opt=READ,
     )
     async def setup_operation(self, target: NodeTarget, operation_id: str) -> SetupOperation:
         checked = _setup_operation_id(operation_id)
         return await target.answer(target.setup.operation(target.plugin, target.node, checked))
 
-    @post(
+    @changes(
         "/setup-operations/{operation_id:str}/resume",
-        status_code=200,
         summary="Explicitly resume a retained setup operation's original intent",
-        responses=CHANGE_ERRORS,
-        opt=MANAGE,
+        scope=PLUGINS_MANAGE,
     )
     async def resume_setup(self, target: NodeTarget, operation_id: str) -> SetupOperation:
         checked = _setup_operation_id(operation_id)
@@ -291,13 +276,11 @@ class PluginNodesController(PluginControllerBase):
 
     # -- owner proposal actions ------------------------------------------------------------
 
-    @post(
+    @changes(
         "/proposals/{proposal_id:str}/approve",
-        status_code=200,
         summary="Approve and execute one exactly reviewed proposal (plugins:approve)",
-        responses=CHANGE_ERRORS,
-        operation_class=documented(body=ProposalApproval),
-        opt=APPROVE,
+        scope=PLUGINS_APPROVE,
+        body=ProposalApproval,
     )
     async def approve_proposal(self, target: NodeTarget, proposal_id: str) -> ProposalOperation:
         proposal = _proposal_id(proposal_id)
@@ -307,22 +290,19 @@ class PluginNodesController(PluginControllerBase):
         )
         return await target.answer(work)
 
-    @get(
+    @reads(
         "/proposal-operations/{operation_id:str}",
         summary="Observe one retained proposal action (never signs, executes or replays)",
         responses=CHANGE_ERRORS,
-        opt=READ,
     )
     async def proposal_operation(self, target: NodeTarget, operation_id: str) -> ProposalOperation:
         checked = _setup_operation_id(operation_id)
         return await target.answer(target.proposals.operation(target.plugin, target.node, checked))
 
-    @post(
+    @changes(
         "/proposal-operations/{operation_id:str}/resume",
-        status_code=200,
         summary="Explicitly resume an interrupted approval (its original intent only)",
-        responses=CHANGE_ERRORS,
-        opt=APPROVE,
+        scope=PLUGINS_APPROVE,
     )
     async def resume_proposal(self, target: NodeTarget, operation_id: str) -> ProposalOperation:
         checked = _setup_operation_id(operation_id)

@@ -9,16 +9,15 @@ installs are direct-owner only (a presented credential is told to drop it).
 
 from __future__ import annotations
 
-from typing import Annotated, Final
+from typing import Annotated
 
 import msgspec
-from litestar import get, post
 
 from skulk_core.plugins.answers import CatalogInstalled, CatalogReview, ReleaseReview, SourceStatus
-from skulk_daemon.api.openapi import documented
-from skulk_daemon.api.plugin_authority import CHANGE_ERRORS, READ_ERRORS, needs
+from skulk_daemon.api.plugin_authority import CHANGE_ERRORS, changes, reads
 from skulk_daemon.api.plugin_manager import ManagerCall, operation_id_of, plugin_id_of
-from skulk_daemon.api.plugins import INSTALLATION, MANAGE, READ, PluginControllerBase
+from skulk_daemon.api.plugins import INSTALLATION, PluginControllerBase
+from skulk_daemon.operator.plugin_grants import PLUGINS_MANAGE
 from skulk_daemon.plugins.manager.protocol import (
     CatalogStatusRequest,
     CatalogUpdate,
@@ -36,8 +35,6 @@ from skulk_daemon.plugins.manager.protocol import (
     SourceStatusRequest,
     SourceUpdate,
 )
-
-DIRECT_OWNER: Final = needs(None)
 
 
 class RecoverInstallBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -64,24 +61,17 @@ class InstallStatus(msgspec.Struct, frozen=True, kw_only=True):
 class PluginReleasesController(PluginControllerBase):
     path = "/v1/plugins"
 
-    @get(
-        f"{INSTALLATION}/source",
-        summary="Release source readiness",
-        responses=READ_ERRORS,
-        opt=READ,
-    )
+    @reads(f"{INSTALLATION}/source", summary="Release source readiness")
     async def source(self, manager: ManagerCall, plugin_id: str) -> SourceStatus:
         return await manager.ask(
             SourceStatusRequest(plugin_id=plugin_id_of(plugin_id)), SourceStatus
         )
 
-    @post(
+    @changes(
         f"{INSTALLATION}/source",
-        status_code=200,
         summary="Configure the release source and publisher trust (direct owner only)",
-        responses=CHANGE_ERRORS,
-        operation_class=documented(body=SourceUpdate),
-        opt=DIRECT_OWNER,
+        scope=None,
+        body=SourceUpdate,
     )
     async def configure_source(self, manager: ManagerCall, plugin_id: str) -> SourceStatus:
         checked = plugin_id_of(plugin_id)
@@ -90,23 +80,20 @@ class PluginReleasesController(PluginControllerBase):
             ConfigureSourceRequest(plugin_id=checked, request=update), SourceStatus
         )
 
-    @get(
+    @reads(
         f"{INSTALLATION}/release",
         summary="Fetch and verify the release metadata",
         responses=CHANGE_ERRORS,
-        opt=READ,
     )
     async def release(self, manager: ManagerCall, plugin_id: str) -> ReleaseReview:
         request = InspectReleaseRequest(plugin_id=plugin_id_of(plugin_id))
         return await manager.ask(request, ReleaseReview)
 
-    @post(
+    @changes(
         f"{INSTALLATION}/install",
-        status_code=200,
         summary="Download and stage the reviewed release",
-        responses=CHANGE_ERRORS,
-        operation_class=documented(body=InstallRequest),
-        opt=MANAGE,
+        scope=PLUGINS_MANAGE,
+        body=InstallRequest,
     )
     async def install(self, manager: ManagerCall, plugin_id: str) -> InstallOperation:
         checked = plugin_id_of(plugin_id)
@@ -115,23 +102,16 @@ class PluginReleasesController(PluginControllerBase):
             InstallReleaseRequest(plugin_id=checked, request=body), InstallOperation
         )
 
-    @get(
-        f"{INSTALLATION}/install",
-        summary="The retained installation operation",
-        responses=READ_ERRORS,
-        opt=READ,
-    )
+    @reads(f"{INSTALLATION}/install", summary="The retained installation operation")
     async def install_status(self, manager: ManagerCall, plugin_id: str) -> InstallStatus:
         request = InstallStatusRequest(plugin_id=plugin_id_of(plugin_id))
         return await manager.ask(request, InstallStatus)
 
-    @post(
+    @changes(
         f"{INSTALLATION}/install/{{operation_id:str}}/recover",
-        status_code=200,
         summary="Explicitly retry an interrupted download",
-        responses=CHANGE_ERRORS,
-        operation_class=documented(body=RecoverInstallBody),
-        opt=MANAGE,
+        scope=PLUGINS_MANAGE,
+        body=RecoverInstallBody,
     )
     async def recover_install(
         self, manager: ManagerCall, plugin_id: str, operation_id: str
@@ -145,43 +125,31 @@ class PluginReleasesController(PluginControllerBase):
         )
         return await manager.ask(request, InstallOperation)
 
-    @get(
-        "/managed/catalog",
-        summary="Read and verify the signed catalog",
-        responses=CHANGE_ERRORS,
-        opt=READ,
+    @reads(
+        "/managed/catalog", summary="Read and verify the signed catalog", responses=CHANGE_ERRORS
     )
     async def catalog(self, manager: ManagerCall) -> CatalogReview:
         return await manager.ask(ReadCatalogRequest(), CatalogReview)
 
-    @get(
-        "/managed/catalog/source",
-        summary="Catalog source readiness",
-        responses=READ_ERRORS,
-        opt=READ,
-    )
+    @reads("/managed/catalog/source", summary="Catalog source readiness")
     async def catalog_source(self, manager: ManagerCall) -> SourceStatus:
         return await manager.ask(CatalogStatusRequest(), SourceStatus)
 
-    @post(
+    @changes(
         "/managed/catalog/source",
-        status_code=200,
         summary="Configure the catalog address and discovery trust (direct owner only)",
-        responses=CHANGE_ERRORS,
-        operation_class=documented(body=CatalogUpdate),
-        opt=DIRECT_OWNER,
+        scope=None,
+        body=CatalogUpdate,
     )
     async def configure_catalog(self, manager: ManagerCall) -> SourceStatus:
         update = await manager.caller.body(CatalogUpdate)
         return await manager.ask(ConfigureCatalogRequest(request=update), SourceStatus)
 
-    @post(
+    @changes(
         "/managed/catalog/install",
-        status_code=200,
         summary="Bind an installation to a reviewed catalog listing (direct owner only)",
-        responses=CHANGE_ERRORS,
-        operation_class=documented(body=CatalogInstallBody),
-        opt=DIRECT_OWNER,
+        scope=None,
+        body=CatalogInstallBody,
     )
     async def catalog_install(self, manager: ManagerCall) -> CatalogInstalled:
         body = await manager.caller.body(CatalogInstallBody)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Final
 
 import msgspec
-from litestar import Controller, delete, get, post
+from litestar import Controller, delete
 from litestar.datastructures import ResponseHeader
 
 from skulk_core.plugins.answers import (
@@ -31,18 +31,18 @@ from skulk_core.plugins.errors import PluginRefusal
 from skulk_core.plugins.node_configuration import MAX_PROVIDERS
 from skulk_daemon.api.authority import declare
 from skulk_daemon.api.errors import NO_STORE_EXCEPTION_HANDLERS
-from skulk_daemon.api.openapi import documented
 from skulk_daemon.api.plugin_authority import (
     CALLER,
     CHANGE_ERRORS,
     MAX_PLUGIN_BODY_BYTES,
-    READ_ERRORS,
+    changes,
     needs,
+    reads,
 )
 from skulk_daemon.api.plugin_manager import MANAGER, ManagerCall, operation_id_of, plugin_id_of
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.errors import NO_STORE_HEADERS
-from skulk_daemon.operator.plugin_grants import PLUGINS_MANAGE, PLUGINS_READ
+from skulk_daemon.operator.plugin_grants import PLUGINS_MANAGE
 from skulk_daemon.plugins.access import ManagerRefused
 from skulk_daemon.plugins.configuration import NodeConfigurations
 from skulk_daemon.plugins.manager.protocol import (
@@ -58,8 +58,6 @@ from skulk_daemon.plugins.manager.protocol import (
     SubmitRequest,
 )
 
-READ: Final = needs(PLUGINS_READ)
-MANAGE: Final = needs(PLUGINS_MANAGE)
 INSTALLATION: Final = "/managed/installations/{plugin_id:str}"
 OPERATION: Final = f"{INSTALLATION}/operations/{{operation_id:str}}"
 
@@ -84,7 +82,7 @@ class PluginControllerBase(Controller):
 class PluginsController(PluginControllerBase):
     path = "/v1/plugins"
 
-    @get("/", summary="Installed plugins and their nodes", responses=READ_ERRORS, opt=READ)
+    @reads("/", summary="Installed plugins and their nodes")
     async def inventory(
         self, manager: ManagerCall, configurations: NodeConfigurations | None
     ) -> PluginInventory:
@@ -109,7 +107,7 @@ class PluginsController(PluginControllerBase):
             entries.append(described or listed_only)
         return PluginInventory(plugins=entries[:MAX_PROVIDERS])
 
-    @get("/managed", summary="Managed installations", responses=READ_ERRORS, opt=READ)
+    @reads("/managed", summary="Managed installations")
     async def managed(self, manager: ManagerCall) -> ManagedInstallations:
         listed = await manager.ask(ListRequest(), ManagerListing)
         # NOTE: reload_runtime tells a manager from before that request apart; the
@@ -118,19 +116,17 @@ class PluginsController(PluginControllerBase):
             installations=listed.installations, reload_runtime=listed.reload_runtime
         )
 
-    @post(
+    @changes(
         "/managed/installations",
-        status_code=200,
         summary="Register an empty managed installation",
-        responses=CHANGE_ERRORS,
-        operation_class=documented(body=RegisterBody),
-        opt=MANAGE,
+        scope=PLUGINS_MANAGE,
+        body=RegisterBody,
     )
     async def register(self, manager: ManagerCall) -> Installation:
         body = await manager.caller.body(RegisterBody)
         return await manager.ask(RegisterRequest(plugin_id=body.plugin_id), Installation)
 
-    @get(INSTALLATION, summary="One installation", responses=READ_ERRORS, opt=READ)
+    @reads(INSTALLATION, summary="One installation")
     async def installation(self, manager: ManagerCall, plugin_id: str) -> Installation:
         return await manager.ask(GetRequest(plugin_id=plugin_id_of(plugin_id)), Installation)
 
@@ -139,26 +135,24 @@ class PluginsController(PluginControllerBase):
         status_code=200,
         summary="Purge an uninstalled installation",
         responses=CHANGE_ERRORS,
-        opt=MANAGE,
+        opt=needs(PLUGINS_MANAGE),
     )
     async def purge(self, manager: ManagerCall, plugin_id: str) -> Purged:
         await manager.caller.no_body()
         return await manager.ask(PurgeRequest(plugin_id=plugin_id_of(plugin_id)), Purged)
 
-    @post(
+    @changes(
         f"{INSTALLATION}/operations",
-        status_code=200,
         summary="Submit a lifecycle operation (activate, select, disable, uninstall)",
-        responses=CHANGE_ERRORS,
-        operation_class=documented(body=LifecycleRequest),
-        opt=MANAGE,
+        scope=PLUGINS_MANAGE,
+        body=LifecycleRequest,
     )
     async def submit(self, manager: ManagerCall, plugin_id: str) -> LifecycleOperation:
         checked = plugin_id_of(plugin_id)
         body = await manager.caller.body(LifecycleRequest)
         return await manager.ask(SubmitRequest(plugin_id=checked, request=body), LifecycleOperation)
 
-    @get(OPERATION, summary="A retained lifecycle operation", responses=READ_ERRORS, opt=READ)
+    @reads(OPERATION, summary="A retained lifecycle operation")
     async def operation(
         self, manager: ManagerCall, plugin_id: str, operation_id: str
     ) -> LifecycleOperation:
@@ -167,12 +161,10 @@ class PluginsController(PluginControllerBase):
         )
         return await manager.ask(request, LifecycleOperation)
 
-    @post(
+    @changes(
         f"{OPERATION}/recover",
-        status_code=200,
         summary="Explicitly resume a retained lifecycle operation",
-        responses=CHANGE_ERRORS,
-        opt=MANAGE,
+        scope=PLUGINS_MANAGE,
     )
     async def recover(
         self, manager: ManagerCall, plugin_id: str, operation_id: str
