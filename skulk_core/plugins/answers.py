@@ -15,6 +15,7 @@ from typing import Literal
 import msgspec
 
 from skulk_core.plugins.documents import CatalogListingFields
+from skulk_core.plugins.node_configuration import ConfigurableNode
 
 
 class ManagerError(msgspec.Struct, frozen=True, kw_only=True):
@@ -223,4 +224,24 @@ def selected_node(installation: Installation) -> InventoryNode | None:
         # or not speaking the owner protocol) offers nothing.
         configurable=False,
         credentials_configurable=False,
+    )
+
+
+def described_node(node: ConfigurableNode, facets: frozenset[str]) -> InventoryNode:
+    """The inventory node of a provider that describes ``node``: a facet flag is true
+    only where the node declares it and its provider implements it (``facets``)."""
+    return InventoryNode(
+        node_id=node.node_id,
+        bundle_id=node.bundle_id,
+        version=node.version,
+        status=node.status,
+        configurable=node.configurable,
+        credentials_configurable=node.credentials_configurable,
+        preflight_available="preflight" in facets,
+        setup_available=node.setup_available and "setup" in facets,
+        setup_actions_available=node.setup_actions_available and "setup_actions" in facets,
+        proposals_available=node.proposals_available and "proposals" in facets,
+        proposal_actions_available=(
+            node.proposal_actions_available and "proposal_actions" in facets
+        ),
     )

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 import msgspec
 
-from skulk_core.plugins.answers import InventoryEntry, InventoryNode
+from skulk_core.plugins.answers import InventoryEntry, described_node
 from skulk_core.plugins.node_configuration import (
     MAX_CONFIGURATION_BYTES,
     MAX_CREDENTIAL_METADATA_BYTES,
@@ -448,29 +448,11 @@ def _observation(raw: Any, kind: type[Observed], node_id: str) -> Observed:
 def _entry(
     plugin_id: str, available: bool, nodes: list[ConfigurableNode], facets: frozenset[str]
 ) -> InventoryEntry:
-    """One inventory entry; a facet flag is true only where the node declares it and its
-    provider implements it (``facets``)."""
+    """One inventory entry of a provider that describes its nodes."""
     return InventoryEntry(
         plugin_id=plugin_id,
         available=available,
-        nodes=[
-            InventoryNode(
-                node_id=n.node_id,
-                bundle_id=n.bundle_id,
-                version=n.version,
-                status=n.status,
-                configurable=n.configurable,
-                credentials_configurable=n.credentials_configurable,
-                preflight_available="preflight" in facets,
-                setup_available=n.setup_available and "setup" in facets,
-                setup_actions_available=n.setup_actions_available and "setup_actions" in facets,
-                proposals_available=n.proposals_available and "proposals" in facets,
-                proposal_actions_available=(
-                    n.proposal_actions_available and "proposal_actions" in facets
-                ),
-            )
-            for n in nodes[:MAX_NODES_PER_PROVIDER]
-        ],
+        nodes=[described_node(n, facets) for n in nodes[:MAX_NODES_PER_PROVIDER]],
     )
 
 
