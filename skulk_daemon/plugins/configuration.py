@@ -427,14 +427,14 @@ class NodeConfigurations:
         return review
 
 
-def _valid(raw: Any, kind: type[Reviewed]) -> Reviewed:
+def _valid(raw: object, kind: type[Reviewed]) -> Reviewed:
     try:
         return msgspec.convert(msgspec.to_builtins(raw), kind)
     except (msgspec.ValidationError, TypeError):
         raise ConfigurationFailure("refused", "the provider's answer is invalid") from None
 
 
-def _observation(raw: Any, kind: type[Observed], node_id: str) -> Observed:
+def _observation(raw: object, kind: type[Observed], node_id: str) -> Observed:
     """A facet answer checked as the spec types it; invalid answers are refused (409)."""
     try:
         found = msgspec.convert(msgspec.to_builtins(raw), kind)
@@ -481,7 +481,7 @@ def _provider_facets(provider: object) -> frozenset[str]:
     )
 
 
-def _checked(raw: Any, kind: type[T], node_id: str) -> T:
+def _checked(raw: object, kind: type[T], node_id: str) -> T:
     try:
         found = msgspec.convert(msgspec.to_builtins(raw), kind)
     except (msgspec.ValidationError, TypeError):
