@@ -136,7 +136,10 @@ class ReleaseClaims(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         return sum(artifact.bytes for artifact in self.runtime.artifacts)
 
 
-class CatalogEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class CatalogListingFields(msgspec.Struct, frozen=True, kw_only=True):
+    """A catalog entry's fields but its address: what a review shows of it
+    (``answers.CatalogListing``) and, with the address, what a catalog signs."""
+
     bundle_id: Annotated[str, msgspec.Meta(pattern=BUNDLE_ID_PATTERN)]
     bundle_version: _Short
     title: _Title | None = None
@@ -156,6 +159,9 @@ class CatalogEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     operations: _Items = ()
     steward_risks: _Items = ()
     expires_at: _Time
+
+
+class CatalogEntry(CatalogListingFields, frozen=True, kw_only=True, forbid_unknown_fields=True):
     release_url: Annotated[str, msgspec.Meta(min_length=9, max_length=2048)]
     """The HTTPS directory (ending in ``/``) that serves the signed ``release.json``."""
 

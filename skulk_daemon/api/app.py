@@ -39,6 +39,7 @@ from skulk_daemon.api.openai_chat import OpenAIChatController
 from skulk_daemon.api.placement import PlacementController
 from skulk_daemon.api.plugin_grants import PluginGrantsController
 from skulk_daemon.api.plugin_nodes import PluginNodesController
+from skulk_daemon.api.plugin_releases import PluginReleasesController
 from skulk_daemon.api.plugins import PluginsController
 from skulk_daemon.api.realtime import REALTIME_HANDLERS
 from skulk_daemon.api.registry import RegistryController
@@ -81,6 +82,7 @@ CONTROLLERS = [
     CapabilitiesController,
     RegistryController,
     PluginsController,
+    PluginReleasesController,
     PluginNodesController,
     PluginGrantsController,
     HostNetworkController,

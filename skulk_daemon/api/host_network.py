@@ -11,7 +11,7 @@ its family); ``dataTransport: "zmq"``; and ``dataEndpoints``, the same listener,
 since the data plane's frames ride that ROUTER. These are addresses local to the
 serving host, not endpoints guaranteed reachable remotely.
 
-Authority as for every plugin read (:func:`skulk_daemon.api.plugins.authorize`):
+Authority as for every plugin read (:func:`skulk_daemon.api.plugin_authority.authorize`):
 ``plugins:read`` or direct owner access, behind the guard's origin and transport
 checks. At most four reads at once (a fifth is refused with 429, never queued); one
 read has two seconds (503 past it); no fabric, or a listener that is not running or
@@ -26,10 +26,10 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, Final
+from typing import Final
 
 import psutil
-from litestar import Controller, Request, get
+from litestar import Controller, get
 from litestar.datastructures import ResponseHeader
 
 from skulk_core.cluster.fabric import PROTOCOL_VERSION
@@ -37,7 +37,7 @@ from skulk_core.plugins.host_attachment import HostNetwork, UnsupportedListener,
 from skulk_daemon.api.authority import declare
 from skulk_daemon.api.errors import NO_STORE_EXCEPTION_HANDLERS
 from skulk_daemon.api.openapi import OPENAI, errors
-from skulk_daemon.api.plugins import authorize, fail
+from skulk_daemon.api.plugin_authority import HttpRequest, authorize, fail
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.errors import NO_STORE_HEADERS
 from skulk_daemon.fabric.cluster import DATA_TRANSPORT, ClusterAgent
@@ -184,7 +184,7 @@ class HostNetworkController(Controller):
     )
     async def host_network(
         self,
-        request: Request[Any, Any, Any],
+        request: HttpRequest,
         authority: OperatorPairingService | None,
         node: Node,
         cluster: ClusterAgent | None,

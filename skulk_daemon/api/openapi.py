@@ -273,16 +273,25 @@ def complete(openapi: OpenAPI) -> None:
                 ordered, schema_hook=_schema_hook, ref_template=template
             )
         components = {prefix + name: schema for name, schema in components.items()}
-        clash = set(components) & set(schemas)
+        clash = {n for n in set(components) & set(schemas) if not _same(schemas[n], components[n])}
         if clash:
             # Two generators describing one name differently would mislead a client.
             raise ValueError(f"OpenAPI components named twice: {sorted(clash)}")
+        # A Struct Litestar already describes (inside a success body it reads off a
+        # handler's signature) keeps Litestar's description.
+        components = {n: schema for n, schema in components.items() if n not in schemas}
         # NOTE: msgspec's schemas are plain JSON Schema dicts; Litestar's serializer
         # passes dicts through as they are.
         schemas.update({name: cast(Schema, schema) for name, schema in components.items()})
         ref_of.update({(t, wire): _schema(r) for t, r in zip(ordered, refs, strict=True)})
     for operation in described:
         _fill(operation, ref_of)
+
+
+def _same(native: Schema | Reference, generated: dict[str, Any]) -> bool:
+    """Whether Litestar's component and msgspec's describe one Struct (the same fields)."""
+    fields = set(native.properties or {}) if isinstance(native, Schema) else None
+    return fields is not None and fields == set(generated.get("properties") or {})
 
 
 def _types(operations: list[DocumentedOperation], *, wire: bool) -> set[TypeForm]:

@@ -11,19 +11,21 @@ material is returned; ``Cache-Control: no-store``.
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, ParamSpec, TypeVar
 
 import msgspec
-from litestar import Controller, Request, get, put
+from litestar import Controller, get, put
 from litestar.datastructures import ResponseHeader
 
 from skulk_daemon.api.authority import declare
 from skulk_daemon.api.errors import NO_STORE_EXCEPTION_HANDLERS
 from skulk_daemon.api.openapi import documented
-from skulk_daemon.api.plugins import (
+from skulk_daemon.api.plugin_authority import (
     CHANGE_ERRORS,
     HOW_PLUGINS_ARE_MANAGED,
     READ_ERRORS,
+    HttpRequest,
     decode_body,
     fail,
 )
@@ -31,7 +33,11 @@ from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.errors import NO_STORE_HEADERS, ApiError
 from skulk_daemon.operator.errors import AuthorityError, NotGateway, authority_api_error
 from skulk_daemon.operator.guards import check_direct_owner, operator_caller
+from skulk_daemon.operator.plugin_grants import PluginGrant, PluginGrants
 from skulk_daemon.operator.service import OperatorPairingService
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class GrantsBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -39,7 +45,7 @@ class GrantsBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     scopes: Annotated[list[str], msgspec.Meta(max_length=3)]
 
 
-def _grants_owner(request: Request[Any, Any, Any]) -> None:
+def _grants_owner(request: HttpRequest) -> None:
     """Direct owner only: the operator listener, and any presented ``Authorization``
     (even with the dashboard's headers), are refused; a device never grants itself."""
     presented = any(key.lower() == b"authorization" for key, _ in request.scope["headers"])
@@ -63,9 +69,9 @@ def _gateway(authority: OperatorPairingService | None) -> OperatorPairingService
     return authority
 
 
-async def _grants_call(fn: Any, *args: Any) -> Any:
+async def _grants_call(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     try:
-        return await asyncio.to_thread(fn, *args)
+        return await asyncio.to_thread(fn, *args, **kwargs)
     except NotGateway:
         fail(409, "this node is not the operator gateway: it has no paired devices", "not_gateway")
     except AuthorityError as exc:
@@ -82,11 +88,11 @@ class PluginGrantsController(Controller):
 
     @get("/", summary="Paired devices' plugin grants (direct owner only)", responses=READ_ERRORS)
     async def grants(
-        self, request: Request[Any, Any, Any], authority: OperatorPairingService | None
-    ) -> dict[str, Any]:
+        self, request: HttpRequest, authority: OperatorPairingService | None
+    ) -> PluginGrants:
         _grants_owner(request)
         rows = await _grants_call(_gateway(authority).plugin_grants)
-        return {"devices": msgspec.to_builtins(rows)}
+        return PluginGrants(devices=rows)
 
     @put(
         "/{device_id:str}",
@@ -96,14 +102,12 @@ class PluginGrantsController(Controller):
     )
     async def replace(
         self,
-        request: Request[Any, Any, Any],
+        request: HttpRequest,
         authority: OperatorPairingService | None,
         device_id: str,
-    ) -> dict[str, Any]:
+    ) -> PluginGrant:
         _grants_owner(request)
         body = decode_body(await request.body(), GrantsBody)
-        grant = await _grants_call(
+        return await _grants_call(
             _gateway(authority).set_plugin_grants, device_id, body.expected_revision, body.scopes
         )
-        result: dict[str, Any] = msgspec.to_builtins(grant)
-        return result

@@ -7,54 +7,60 @@ approves; observing needs ``plugins:read``), for
 in-process ``NodeConfigurationProvider`` extensions and managed owners alike
 (:class:`~skulk_daemon.plugins.configuration.NodeConfigurations`).
 
-Authority as for every plugin route (:func:`skulk_daemon.api.plugins.authorize`): reads
-need ``plugins:read``, changes ``plugins:manage`` (or direct owner access); neither
-enables spending. Statuses: 404 unknown plugin, node or facet; 409 a revision or
-schema fence, or the provider's refusal; 422 malformed; 429 saturated (eight in
-flight); 503 provider unavailable; 504 its deadline. ``Cache-Control: no-store`` on
-every answer, refusals included. Credential values are accepted, never answered.
+Authority as for every plugin route (``plugin_authority.py``): reads need
+``plugins:read``, changes ``plugins:manage`` (or direct owner access); neither enables
+spending. Every handler takes one :class:`NodeTarget` (the ``target`` dependency): the
+rule applied, the door, and the plugin and node ids checked. Statuses: 404 unknown
+plugin, node or facet; 409 a revision or schema fence, or the provider's refusal; 422
+malformed; 429 saturated (eight in flight); 503 provider unavailable; 504 its deadline.
+``Cache-Control: no-store`` on every answer, refusals included. Credential values are
+accepted, never answered.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Awaitable
-from typing import Any, Final, TypeVar
+from dataclasses import dataclass
+from typing import Final, TypeVar
 
-import msgspec
-from litestar import Controller, Request, get, post
-from litestar.datastructures import ResponseHeader
+from litestar.di import Provide
 
+from skulk_core.extensions.node_setup import NodePreflight, NodeSetup
 from skulk_core.extensions.proposals import (
     MAX_OFFSET,
     PROPOSAL_DIGEST_PATTERN,
     PROPOSAL_ID_PATTERN,
     ProposalApproval,
+    ProposalOperation,
+    ProposalPage,
     ProposalReference,
+    ProposalReview,
 )
 from skulk_core.extensions.setup_actions import (
     MAX_SETUP_INTENT_BYTES,
     OPERATION_ID_PATTERN,
+    NodeSetupActions,
+    SetupOperation,
     SetupStart,
 )
 from skulk_core.plugins.node_configuration import (
+    NodeConfiguration,
     NodeConfigurationMutation,
+    NodeConfigurationResult,
     NodeCredentialMutation,
+    NodeCredentials,
 )
-from skulk_daemon.api.authority import declare
-from skulk_daemon.api.errors import NO_STORE_EXCEPTION_HANDLERS
-from skulk_daemon.api.openapi import documented
-from skulk_daemon.api.plugins import (
+from skulk_daemon.api.plugin_authority import (
+    CALLER,
     CHANGE_ERRORS,
-    MAX_PLUGIN_BODY_BYTES,
-    authorize,
-    decode_body,
+    PluginCaller,
+    changes,
     fail,
+    reads,
 )
-from skulk_daemon.authority.policy import Requirement
-from skulk_daemon.errors import NO_STORE_HEADERS
-from skulk_daemon.operator.plugin_grants import PLUGINS_APPROVE, PLUGINS_MANAGE, PLUGINS_READ
-from skulk_daemon.operator.service import OperatorPairingService
+from skulk_daemon.api.plugins import PluginControllerBase
+from skulk_daemon.operator.plugin_grants import PLUGINS_APPROVE, PLUGINS_MANAGE
 from skulk_daemon.plugins.configuration import ConfigurationFailure, NodeConfigurations
 from skulk_daemon.plugins.configuration_proposals import ProposalActions
 from skulk_daemon.plugins.configuration_setup import SetupActions
@@ -62,6 +68,7 @@ from skulk_daemon.plugins.configuration_setup import SetupActions
 T = TypeVar("T")
 
 _NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+RESUME_TAKES_NO_BODY: Final = "resume takes no body (or {}): it continues the original intent"
 
 
 def _name(raw: str) -> str:
@@ -90,356 +97,215 @@ def _proposal_id(raw: str) -> str:
     return raw
 
 
-def _door(configurations: NodeConfigurations | None) -> NodeConfigurations:
+@dataclass(frozen=True, slots=True)
+class NodeTarget:
+    """One admitted request about one installed node: the caller, the door, the ids."""
+
+    caller: PluginCaller
+    door: NodeConfigurations
+    plugin: str
+    node: str
+
+    @property
+    def setup(self) -> SetupActions:
+        return SetupActions(self.door)
+
+    @property
+    def proposals(self) -> ProposalActions:
+        return ProposalActions(self.door)
+
+    async def answer(self, work: Awaitable[T]) -> T:
+        """``work``'s answer, or the status its provider's failure maps to."""
+        try:
+            return await work
+        except ConfigurationFailure as failure:
+            match failure.kind:
+                case "not_found":
+                    status = 404
+                case "refused":
+                    status = 409
+                case "malformed":
+                    status = 422
+                case "busy":
+                    status = 429
+                case "timeout":
+                    status = 504
+                case "unavailable":
+                    status = 503
+            fail(status, failure.message, f"plugin_{failure.kind}")
+
+
+async def _target(
+    caller: PluginCaller, configurations: NodeConfigurations | None, plugin_id: str, node_id: str
+) -> NodeTarget:
     if configurations is None:
         fail(503, "this node serves no plugin configuration", "unavailable")
-    return configurations
-
-
-def _camel(value: msgspec.Struct) -> dict[str, Any]:
-    encoded: dict[str, Any] = msgspec.to_builtins(value)
-    return encoded
-
-
-def _credential_mutation(raw: bytes) -> NodeCredentialMutation:
-    """The body, decoded. NOTE: msgspec's refusals name the field and the rule, never
-    the submitted value, so a refusal cannot echo a credential."""
-    return decode_body(raw, NodeCredentialMutation)
-
-
-async def _configured(work: Awaitable[T]) -> T:
-    try:
-        return await work
-    except ConfigurationFailure as failure:
-        match failure.kind:
-            case "not_found":
-                status = 404
-            case "refused":
-                status = 409
-            case "malformed":
-                status = 422
-            case "busy":
-                status = 429
-            case "timeout":
-                status = 504
-            case "unavailable":
-                status = 503
-        fail(status, failure.message, f"plugin_{failure.kind}")
-
-
-class PluginNodesController(Controller):
-    path = "/v1/plugins"
-    tags = ("Plugins",)
-    # NOTE: the same boundary as PluginsController: the guard admits loopback without
-    # proxy headers or the operator listener; each handler applies the scope rule.
-    opt = declare(Requirement.DIRECT_LOOPBACK)
-    request_max_body_size = MAX_PLUGIN_BODY_BYTES
-    response_headers = tuple(ResponseHeader(name=k, value=v) for k, v in NO_STORE_HEADERS.items())
-    exception_handlers = NO_STORE_EXCEPTION_HANDLERS  # type: ignore[assignment]
-
-    @get(
-        "/{plugin_id:str}/nodes/{node_id:str}/configuration",
-        summary="One installed node's ordinary settings",
-        responses=CHANGE_ERRORS,
+    return NodeTarget(
+        caller=caller, door=configurations, plugin=_name(plugin_id), node=_name(node_id)
     )
-    async def node_configuration(
-        self,
-        request: Request[Any, Any, Any],
-        authority: OperatorPairingService | None,
-        configurations: NodeConfigurations | None,
-        plugin_id: str,
-        node_id: str,
-    ) -> dict[str, Any]:
-        await authorize(request, authority, PLUGINS_READ)
-        door, plugin, node = _door(configurations), _name(plugin_id), _name(node_id)
-        return _camel(await _configured(door.configuration(plugin, node)))
 
-    @post(
-        "/{plugin_id:str}/nodes/{node_id:str}/configuration",
-        status_code=200,
+
+class PluginNodesController(PluginControllerBase):
+    path = "/v1/plugins/{plugin_id:str}/nodes/{node_id:str}"
+    dependencies = {"caller": CALLER, "target": Provide(_target)}  # noqa: RUF012
+
+    @reads(
+        "/configuration", summary="One installed node's ordinary settings", responses=CHANGE_ERRORS
+    )
+    async def node_configuration(self, target: NodeTarget) -> NodeConfiguration:
+        return await target.answer(target.door.configuration(target.plugin, target.node))
+
+    @changes(
+        "/configuration",
         summary="Validate, edit, enable or disable one node (revision and schema fenced)",
-        responses=CHANGE_ERRORS,
-        operation_class=documented(body=NodeConfigurationMutation),
+        scope=PLUGINS_MANAGE,
+        body=NodeConfigurationMutation,
     )
-    async def configure_node(
-        self,
-        request: Request[Any, Any, Any],
-        authority: OperatorPairingService | None,
-        configurations: NodeConfigurations | None,
-        plugin_id: str,
-        node_id: str,
-    ) -> dict[str, Any]:
-        await authorize(request, authority, PLUGINS_MANAGE)
-        door, plugin, node = _door(configurations), _name(plugin_id), _name(node_id)
-        mutation = decode_body(await request.body(), NodeConfigurationMutation)
-        return _camel(await _configured(door.configure(plugin, node, mutation)))
+    async def configure_node(self, target: NodeTarget) -> NodeConfigurationResult:
+        mutation = await target.caller.body(NodeConfigurationMutation)
+        return await target.answer(target.door.configure(target.plugin, target.node, mutation))
 
-    @get(
-        "/{plugin_id:str}/nodes/{node_id:str}/credentials",
+    @reads(
+        "/credentials",
         summary="One node's credential metadata (never values)",
         responses=CHANGE_ERRORS,
     )
-    async def node_credentials(
-        self,
-        request: Request[Any, Any, Any],
-        authority: OperatorPairingService | None,
-        configurations: NodeConfigurations | None,
-        plugin_id: str,
-        node_id: str,
-    ) -> dict[str, Any]:
-        await authorize(request, authority, PLUGINS_READ)
-        door, plugin, node = _door(configurations), _name(plugin_id), _name(node_id)
-        return _camel(await _configured(door.credentials(plugin, node)))
+    async def node_credentials(self, target: NodeTarget) -> NodeCredentials:
+        return await target.answer(target.door.credentials(target.plugin, target.node))
 
-    @post(
-        "/{plugin_id:str}/nodes/{node_id:str}/credentials",
-        status_code=200,
+    @changes(
+        "/credentials",
         summary="Replace or retire one write-only credential",
-        responses=CHANGE_ERRORS,
-        operation_class=documented(body=NodeCredentialMutation),
+        scope=PLUGINS_MANAGE,
+        body=NodeCredentialMutation,
     )
-    async def configure_credential(
-        self,
-        request: Request[Any, Any, Any],
-        authority: OperatorPairingService | None,
-        configurations: NodeConfigurations | None,
-        plugin_id: str,
-        node_id: str,
-    ) -> dict[str, Any]:
-        await authorize(request, authority, PLUGINS_MANAGE)
-        door, plugin, node = _door(configurations), _name(plugin_id), _name(node_id)
-        mutation = _credential_mutation(await request.body())
-        return _camel(await _configured(door.configure_credential(plugin, node, mutation)))
+    async def configure_credential(self, target: NodeTarget) -> NodeCredentials:
+        # NOTE: msgspec's refusals name the field and the rule, never the submitted
+        # value, so a refusal cannot echo a credential.
+        mutation = await target.caller.body(NodeCredentialMutation)
+        work = target.door.configure_credential(target.plugin, target.node, mutation)
+        return await target.answer(work)
 
-    @get(
-        "/{plugin_id:str}/nodes/{node_id:str}/preflight",
+    @reads(
+        "/preflight",
         summary="Run the node's bounded, nonbillable setup checks",
         responses=CHANGE_ERRORS,
     )
-    async def node_preflight(
-        self,
-        request: Request[Any, Any, Any],
-        authority: OperatorPairingService | None,
-        configurations: NodeConfigurations | None,
-        plugin_id: str,
-        node_id: str,
-    ) -> dict[str, Any]:
-        await authorize(request, authority, PLUGINS_READ)
-        door, plugin, node = _door(configurations), _name(plugin_id), _name(node_id)
-        return _camel(await _configured(door.preflight(plugin, node)))
+    async def node_preflight(self, target: NodeTarget) -> NodePreflight:
+        return await target.answer(target.door.preflight(target.plugin, target.node))
 
-    @get(
-        "/{plugin_id:str}/nodes/{node_id:str}/setup",
-        summary="The node's public setup files",
-        responses=CHANGE_ERRORS,
-    )
-    async def node_setup(
-        self,
-        request: Request[Any, Any, Any],
-        authority: OperatorPairingService | None,
-        configurations: NodeConfigurations | None,
-        plugin_id: str,
-        node_id: str,
-    ) -> dict[str, Any]:
-        await authorize(request, authority, PLUGINS_READ)
-        door, plugin, node = _door(configurations), _name(plugin_id), _name(node_id)
-        return _camel(await _configured(door.setup(plugin, node)))
+    @reads("/setup", summary="The node's public setup files", responses=CHANGE_ERRORS)
+    async def node_setup(self, target: NodeTarget) -> NodeSetup:
+        return await target.answer(target.door.setup(target.plugin, target.node))
 
-    @get(
-        "/{plugin_id:str}/nodes/{node_id:str}/proposals",
+    @reads(
+        "/proposals",
         summary="A page of the node's retained proposals (read-only)",
         responses=CHANGE_ERRORS,
     )
-    async def node_proposals(
-        self,
-        request: Request[Any, Any, Any],
-        authority: OperatorPairingService | None,
-        configurations: NodeConfigurations | None,
-        plugin_id: str,
-        node_id: str,
-    ) -> dict[str, Any]:
-        await authorize(request, authority, PLUGINS_READ)
-        door, plugin, node = _door(configurations), _name(plugin_id), _name(node_id)
-        offset = _offset(request.query_params.get("offset"))
-        return _camel(await _configured(door.proposals(plugin, node, offset)))
+    async def node_proposals(self, target: NodeTarget) -> ProposalPage:
+        offset = _offset(target.caller.request.query_params.get("offset"))
+        return await target.answer(target.door.proposals(target.plugin, target.node, offset))
 
-    @get(
-        "/{plugin_id:str}/nodes/{node_id:str}/proposals/{proposal_id:str}",
+    @reads(
+        "/proposals/{proposal_id:str}",
         summary="A fresh review of one exact proposal (read-only)",
         responses=CHANGE_ERRORS,
     )
-    async def node_proposal(  # noqa: PLR0917 (Litestar passes path parameters by name)
-        self,
-        request: Request[Any, Any, Any],
-        authority: OperatorPairingService | None,
-        configurations: NodeConfigurations | None,
-        plugin_id: str,
-        node_id: str,
-        proposal_id: str,
-    ) -> dict[str, Any]:
-        await authorize(request, authority, PLUGINS_READ)
-        door, plugin, node = _door(configurations), _name(plugin_id), _name(node_id)
-        digest = request.query_params.get("proposal_digest") or ""
-        if not re.fullmatch(PROPOSAL_ID_PATTERN, proposal_id):
-            fail(422, "a proposal id is 1-128 characters of a-zA-Z0-9._:@-", "invalid_id")
+    async def node_proposal(self, target: NodeTarget, proposal_id: str) -> ProposalReview:
+        digest = target.caller.request.query_params.get("proposal_digest") or ""
+        proposal = _proposal_id(proposal_id)
         if not re.fullmatch(PROPOSAL_DIGEST_PATTERN, digest):
             fail(422, "proposal_digest is 64 lowercase hexadecimal characters", "invalid_id")
         reference = ProposalReference(
-            plugin_id=plugin, node_id=node, proposal_id=proposal_id, proposal_digest=digest
+            plugin_id=target.plugin,
+            node_id=target.node,
+            proposal_id=proposal,
+            proposal_digest=digest,
         )
-        return _camel(await _configured(door.proposal(reference)))
+        return await target.answer(target.door.proposal(reference))
 
-    @get(
-        "/{plugin_id:str}/nodes/{node_id:str}/setup-actions",
+    @reads(
+        "/setup-actions",
         summary="The node's installed setup actions and retained operations",
         responses=CHANGE_ERRORS,
     )
-    async def setup_actions(
-        self,
-        request: Request[Any, Any, Any],
-        authority: OperatorPairingService | None,
-        configurations: NodeConfigurations | None,
-        plugin_id: str,
-        node_id: str,
-    ) -> dict[str, Any]:
-        await authorize(request, authority, PLUGINS_READ)
-        door, plugin, node = _door(configurations), _name(plugin_id), _name(node_id)
-        return _camel(await _configured(SetupActions(door).actions(plugin, node)))
+    async def setup_actions(self, target: NodeTarget) -> NodeSetupActions:
+        return await target.answer(target.setup.actions(target.plugin, target.node))
 
-    @post(
-        "/{plugin_id:str}/nodes/{node_id:str}/setup-operations",
-        status_code=200,
+    @changes(
+        "/setup-operations",
         summary="Start one durable, nonbillable setup action (fenced)",
-        responses=CHANGE_ERRORS,
+        scope=PLUGINS_MANAGE,
+        body=SetupStart,
         # NOTE: read past the 16 KiB intent bound, so an oversized intent gets the
         # spec's 422 (with no-store) from the door rather than a bare 413.
         request_max_body_size=2 * MAX_SETUP_INTENT_BYTES,
-        operation_class=documented(body=SetupStart),
     )
-    async def start_setup(
-        self,
-        request: Request[Any, Any, Any],
-        authority: OperatorPairingService | None,
-        configurations: NodeConfigurations | None,
-        plugin_id: str,
-        node_id: str,
-    ) -> dict[str, Any]:
-        await authorize(request, authority, PLUGINS_MANAGE)
-        door, plugin, node = _door(configurations), _name(plugin_id), _name(node_id)
-        start = decode_body(await request.body(), SetupStart)
-        actions = SetupActions(door)
-        needs = await _configured(actions.needs_approval(plugin, node, start.action_id, None))
-        if needs or start.expected_requires_approval:
-            await authorize(request, authority, PLUGINS_APPROVE)
-        return _camel(await _configured(actions.start(plugin, node, start)))
+    async def start_setup(self, target: NodeTarget) -> SetupOperation:
+        start = await target.caller.body(SetupStart)
+        actions, plugin, node = target.setup, target.plugin, target.node
+        needs_approval = await target.answer(
+            actions.needs_approval(plugin, node, start.action_id, None)
+        )
+        if needs_approval or start.expected_requires_approval:
+            await target.caller.also_needs(PLUGINS_APPROVE)
+        return await target.answer(actions.start(plugin, node, start))
 
-    @get(
-        "/{plugin_id:str}/nodes/{node_id:str}/setup-operations/{operation_id:str}",
+    @reads(
+        "/setup-operations/{operation_id:str}",
         summary="One retained setup operation's last durable progress",
         responses=CHANGE_ERRORS,
     )
-    async def setup_operation(  # noqa: PLR0917 (Litestar passes path parameters by name)
-        self,
-        request: Request[Any, Any, Any],
-        authority: OperatorPairingService | None,
-        configurations: NodeConfigurations | None,
-        plugin_id: str,
-        node_id: str,
-        operation_id: str,
-    ) -> dict[str, Any]:
-        await authorize(request, authority, PLUGINS_READ)
-        door, plugin, node = _door(configurations), _name(plugin_id), _name(node_id)
+    async def setup_operation(self, target: NodeTarget, operation_id: str) -> SetupOperation:
         checked = _setup_operation_id(operation_id)
-        return _camel(await _configured(SetupActions(door).operation(plugin, node, checked)))
+        return await target.answer(target.setup.operation(target.plugin, target.node, checked))
 
-    @post(
-        "/{plugin_id:str}/nodes/{node_id:str}/setup-operations/{operation_id:str}/resume",
-        status_code=200,
+    @changes(
+        "/setup-operations/{operation_id:str}/resume",
         summary="Explicitly resume a retained setup operation's original intent",
-        responses=CHANGE_ERRORS,
+        scope=PLUGINS_MANAGE,
     )
-    async def resume_setup(  # noqa: PLR0917 (Litestar passes path parameters by name)
-        self,
-        request: Request[Any, Any, Any],
-        authority: OperatorPairingService | None,
-        configurations: NodeConfigurations | None,
-        plugin_id: str,
-        node_id: str,
-        operation_id: str,
-    ) -> dict[str, Any]:
-        await authorize(request, authority, PLUGINS_MANAGE)
-        door, plugin, node = _door(configurations), _name(plugin_id), _name(node_id)
+    async def resume_setup(self, target: NodeTarget, operation_id: str) -> SetupOperation:
         checked = _setup_operation_id(operation_id)
-        if (await request.body()).strip() not in (b"", b"{}"):
-            fail(422, "resume takes no body (or {}): it continues the original intent", "invalid")
-        actions = SetupActions(door)
-        if await _configured(actions.needs_approval(plugin, node, None, checked)):
-            await authorize(request, authority, PLUGINS_APPROVE)
-        return _camel(await _configured(actions.resume(plugin, node, checked)))
+        await target.caller.no_body(RESUME_TAKES_NO_BODY, "invalid")
+        actions, plugin, node = target.setup, target.plugin, target.node
+        if await target.answer(actions.needs_approval(plugin, node, None, checked)):
+            await target.caller.also_needs(PLUGINS_APPROVE)
+        return await target.answer(actions.resume(plugin, node, checked))
 
     # -- owner proposal actions ------------------------------------------------------------
 
-    @post(
-        "/{plugin_id:str}/nodes/{node_id:str}/proposals/{proposal_id:str}/approve",
-        status_code=200,
+    @changes(
+        "/proposals/{proposal_id:str}/approve",
         summary="Approve and execute one exactly reviewed proposal (plugins:approve)",
-        responses=CHANGE_ERRORS,
-        operation_class=documented(body=ProposalApproval),
+        scope=PLUGINS_APPROVE,
+        body=ProposalApproval,
     )
-    async def approve_proposal(  # noqa: PLR0917 (Litestar passes path parameters by name)
-        self,
-        request: Request[Any, Any, Any],
-        authority: OperatorPairingService | None,
-        configurations: NodeConfigurations | None,
-        plugin_id: str,
-        node_id: str,
-        proposal_id: str,
-    ) -> dict[str, Any]:
-        actor = await authorize(request, authority, PLUGINS_APPROVE)
-        door, plugin, node = _door(configurations), _name(plugin_id), _name(node_id)
+    async def approve_proposal(self, target: NodeTarget, proposal_id: str) -> ProposalOperation:
         proposal = _proposal_id(proposal_id)
-        approval = decode_body(await request.body(), ProposalApproval)
-        actions = ProposalActions(door)
-        return _camel(await _configured(actions.approve(plugin, node, proposal, approval, actor)))
+        approval = await target.caller.body(ProposalApproval)
+        work = target.proposals.approve(
+            target.plugin, target.node, proposal, approval, target.caller.actor
+        )
+        return await target.answer(work)
 
-    @get(
-        "/{plugin_id:str}/nodes/{node_id:str}/proposal-operations/{operation_id:str}",
+    @reads(
+        "/proposal-operations/{operation_id:str}",
         summary="Observe one retained proposal action (never signs, executes or replays)",
         responses=CHANGE_ERRORS,
     )
-    async def proposal_operation(  # noqa: PLR0917 (Litestar passes path parameters by name)
-        self,
-        request: Request[Any, Any, Any],
-        authority: OperatorPairingService | None,
-        configurations: NodeConfigurations | None,
-        plugin_id: str,
-        node_id: str,
-        operation_id: str,
-    ) -> dict[str, Any]:
-        await authorize(request, authority, PLUGINS_READ)
-        door, plugin, node = _door(configurations), _name(plugin_id), _name(node_id)
+    async def proposal_operation(self, target: NodeTarget, operation_id: str) -> ProposalOperation:
         checked = _setup_operation_id(operation_id)
-        return _camel(await _configured(ProposalActions(door).operation(plugin, node, checked)))
+        return await target.answer(target.proposals.operation(target.plugin, target.node, checked))
 
-    @post(
-        "/{plugin_id:str}/nodes/{node_id:str}/proposal-operations/{operation_id:str}/resume",
-        status_code=200,
+    @changes(
+        "/proposal-operations/{operation_id:str}/resume",
         summary="Explicitly resume an interrupted approval (its original intent only)",
-        responses=CHANGE_ERRORS,
+        scope=PLUGINS_APPROVE,
     )
-    async def resume_proposal(  # noqa: PLR0917 (Litestar passes path parameters by name)
-        self,
-        request: Request[Any, Any, Any],
-        authority: OperatorPairingService | None,
-        configurations: NodeConfigurations | None,
-        plugin_id: str,
-        node_id: str,
-        operation_id: str,
-    ) -> dict[str, Any]:
-        actor = await authorize(request, authority, PLUGINS_APPROVE)
-        door, plugin, node = _door(configurations), _name(plugin_id), _name(node_id)
+    async def resume_proposal(self, target: NodeTarget, operation_id: str) -> ProposalOperation:
         checked = _setup_operation_id(operation_id)
-        if (await request.body()).strip() not in (b"", b"{}"):
-            fail(422, "resume takes no body (or {}): it continues the original intent", "invalid")
-        actions = ProposalActions(door)
-        return _camel(await _configured(actions.resume(plugin, node, checked, actor)))
+        await target.caller.no_body(RESUME_TAKES_NO_BODY, "invalid")
+        work = target.proposals.resume(target.plugin, target.node, checked, target.caller.actor)
+        return await target.answer(work)

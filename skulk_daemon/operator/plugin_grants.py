@@ -31,6 +31,12 @@ class PluginGrant(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     active: bool
 
 
+class PluginGrants(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /v1/auth/plugin-grants``: every paired device's row."""
+
+    devices: list[PluginGrant]
+
+
 def _grant(device: DeviceRecord, now: float) -> PluginGrant:
     expires = device.refresh_expires_at
     return PluginGrant(

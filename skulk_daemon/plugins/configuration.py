@@ -39,6 +39,7 @@ from skulk_core.extensions.proposals import (
     ProposalReference,
     ProposalReview,
 )
+from skulk_core.plugins.answers import InventoryEntry, described_node
 from skulk_core.plugins.node_configuration import (
     MAX_CONFIGURATION_BYTES,
     MAX_CREDENTIAL_METADATA_BYTES,
@@ -171,10 +172,10 @@ class NodeConfigurations:
 
     # -- inventory -------------------------------------------------------------------------
 
-    async def inventory(self) -> list[dict[str, Any]]:
+    async def inventory(self) -> list[InventoryEntry]:
         """In-process providers first, then described managed owners (``GET /v1/plugins``
         adds the managed installations that describe no nodes)."""
-        plugins: list[dict[str, Any]] = []
+        plugins: list[InventoryEntry] = []
         for entry in list(self._in_process.values())[:MAX_PROVIDERS]:
             try:
                 nodes = await self._run(partial(_call, entry.provider, "configuration_nodes"))
@@ -186,7 +187,7 @@ class NodeConfigurations:
             plugins.append(_entry(entry.plugin_id, available, listed, facets))
         return plugins
 
-    def managed_entry(self, plugin_id: str) -> dict[str, Any] | None:
+    def managed_entry(self, plugin_id: str) -> InventoryEntry | None:
         """The described owner's inventory entry (``None`` until it describes itself)."""
         owners = self.owners
         owner = None if owners is None else owners.owner(plugin_id)
@@ -426,14 +427,14 @@ class NodeConfigurations:
         return review
 
 
-def _valid(raw: Any, kind: type[Reviewed]) -> Reviewed:
+def _valid(raw: object, kind: type[Reviewed]) -> Reviewed:
     try:
         return msgspec.convert(msgspec.to_builtins(raw), kind)
     except (msgspec.ValidationError, TypeError):
         raise ConfigurationFailure("refused", "the provider's answer is invalid") from None
 
 
-def _observation(raw: Any, kind: type[Observed], node_id: str) -> Observed:
+def _observation(raw: object, kind: type[Observed], node_id: str) -> Observed:
     """A facet answer checked as the spec types it; invalid answers are refused (409)."""
     try:
         found = msgspec.convert(msgspec.to_builtins(raw), kind)
@@ -446,31 +447,13 @@ def _observation(raw: Any, kind: type[Observed], node_id: str) -> Observed:
 
 def _entry(
     plugin_id: str, available: bool, nodes: list[ConfigurableNode], facets: frozenset[str]
-) -> dict[str, Any]:
-    """One inventory entry; a facet flag is true only where the node declares it and its
-    provider implements it (``facets``)."""
-    return {
-        "pluginId": plugin_id,
-        "available": available,
-        "nodes": [
-            {
-                "nodeId": n.node_id,
-                "bundleId": n.bundle_id,
-                "version": n.version,
-                "status": n.status,
-                "configurable": n.configurable,
-                "credentialsConfigurable": n.credentials_configurable,
-                "preflightAvailable": "preflight" in facets,
-                "setupAvailable": n.setup_available and "setup" in facets,
-                "setupActionsAvailable": n.setup_actions_available and "setup_actions" in facets,
-                "proposalsAvailable": n.proposals_available and "proposals" in facets,
-                "proposalActionsAvailable": (
-                    n.proposal_actions_available and "proposal_actions" in facets
-                ),
-            }
-            for n in nodes[:MAX_NODES_PER_PROVIDER]
-        ],
-    }
+) -> InventoryEntry:
+    """One inventory entry of a provider that describes its nodes."""
+    return InventoryEntry(
+        plugin_id=plugin_id,
+        available=available,
+        nodes=[described_node(n, facets) for n in nodes[:MAX_NODES_PER_PROVIDER]],
+    )
 
 
 def _provider_facets(provider: object) -> frozenset[str]:
@@ -498,7 +481,7 @@ def _provider_facets(provider: object) -> frozenset[str]:
     )
 
 
-def _checked(raw: Any, kind: type[T], node_id: str) -> T:
+def _checked(raw: object, kind: type[T], node_id: str) -> T:
     try:
         found = msgspec.convert(msgspec.to_builtins(raw), kind)
     except (msgspec.ValidationError, TypeError):

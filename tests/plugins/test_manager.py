@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from skulk_core.plugins.answers import Installation
 from skulk_core.plugins.errors import PluginRefusal
 from skulk_core.plugins.trust import parse_trust
 from skulk_core.plugins.verify import VerifiedRelease, verify_release
@@ -31,10 +32,12 @@ from skulk_host.plugin_manager.connection import (
     write_connection,
 )
 from skulk_host.plugin_manager.lifecycle import Lifecycle
+from skulk_host.plugin_manager.protocol import LifecycleOperation
 from skulk_host.plugin_manager.server import ManagerServer
 from skulk_host.plugin_manager.store import Store
 from skulk_host.plugin_release.host import host_facts
 from skulk_host.plugin_release.staging import Stager
+from tests.plugins.answer_shapes import answered
 from tests.plugins.kit import NOW, Feed, Publisher, build_wheel, release_document, trust_document
 from tests.plugins.manager_process import Manager
 
@@ -126,11 +129,13 @@ def refused(answer: dict[str, Any], fragment: str) -> None:
 def test_register_list_and_get(manager: Manager) -> None:
     registered = manager(action="register", plugin_id="managed.listed")
     assert registered["ok"] and registered["result"]["selection"] is None
+    assert answered(registered["result"], Installation)
     listed = manager(action="list")["result"]["installations"]
     assert "managed.listed" in [i["plugin_id"] for i in listed]
     got = manager(action="get", plugin_id="managed.listed")["result"]
     assert (got["selection_revision"], got["enabled"], got["operation_id"]) == (0, False, None)
     assert str(manager.root) not in json.dumps(got)  # no host paths
+    assert answered(got, Installation)
     refused(manager(action="register", plugin_id="other.namespace"), "$.plugin_id")
     refused(manager(action="get", plugin_id="managed.nobody"), "No installation")
     refused(manager(action="list", extra=1), "unknown field")
@@ -151,7 +156,9 @@ def test_activate_is_journaled_and_fenced(manager: Manager, feed: Feed, releases
         "complete",
         {**request, "rollback": False, "accept_permissions": False},
     )
+    assert answered(done, LifecycleOperation)
     got = manager(action="get", plugin_id="managed.tiny")["result"]
+    assert answered(got, Installation)
     assert (got["selected_digest"], got["selection_revision"], got["enabled"]) == (
         digests[1],
         1,
@@ -542,6 +549,7 @@ def test_a_crash_looping_owner_backs_off_and_disable_stops_it(
     # The tiny owner prints its identity and exits: every lifetime is a failure.
     first = until(lambda s: s["consecutive_failures"] == 1)
     assert (first["status"], first["lifetimes"], first["backoff_seconds"]) == ("failed", 1, 5)
+    assert answered(manager(action="get", plugin_id="managed.loop")["result"], Installation)
     owner_log = manager.root / "installations" / "managed.loop" / "owner.log"
     assert json.loads(owner_log.read_text().splitlines()[0]) == {
         "owner": "tiny",

@@ -16,8 +16,17 @@ from typing import Any
 
 import pytest
 
+from skulk_core.plugins.answers import (
+    CatalogInstalled,
+    CatalogReview,
+    ReleaseReview,
+    SourceStatus,
+)
 from skulk_core.plugins.canonical import canonical_json
 from skulk_core.plugins.errors import protocol_sentence
+from skulk_daemon.api.plugin_releases import InstallStatus
+from skulk_host.plugin_manager.protocol import InstallOperation
+from tests.plugins.answer_shapes import answered
 from tests.plugins.kit import (
     DAY,
     NOW,
@@ -107,8 +116,11 @@ def install_and_wait(
     )
     deadline = time.monotonic() + 60
     while True:
-        operation = ok(manager(action="install_status", plugin_id=plugin_id))["operation"]
+        status = ok(manager(action="install_status", plugin_id=plugin_id))
+        assert answered(status, InstallStatus)
+        operation = status["operation"]
         if operation["state"] in ("staged", "recovery_required"):
+            assert answered(operation, InstallOperation)
             return dict(operation)
         assert time.monotonic() < deadline, operation
         time.sleep(0.1)
@@ -122,6 +134,7 @@ def test_configure_inspect_install_and_activate(
     refused(configure(manager, "managed.feed", feed, trust=None), "needs the publisher trust")
     refused(configure(manager, "managed.feed", feed, base_url="http://127.0.0.1/feed/"), "https://")
     status = ok(configure(manager, "managed.feed", feed))
+    assert answered(status, SourceStatus)
     assert (
         status["revision"],
         status["configured"],
@@ -131,6 +144,7 @@ def test_configure_inspect_install_and_activate(
     publish(feed, wheels[1], 1)
     feed.requests.clear()
     review = ok(manager(action="inspect_release", plugin_id="managed.feed"))
+    assert answered(review, ReleaseReview)
     assert (review["sequence"], review["source_revision"], review["artifact_bytes"]) == (
         1,
         1,
@@ -372,6 +386,7 @@ def test_the_catalog_is_read_for_discovery_only(
         "token": TOKEN,
     }
     status = ok(manager(action="configure_catalog", request=setup))
+    assert answered(status, SourceStatus)
     assert (status["revision"], status["configured"], status["credential_ready"]) == (1, True, True)
     release = release_document(ACME, [wheels[2]], sequence=2, version="1.0.2")
     digest = hashlib.sha256(canonical_json(release)).hexdigest()
@@ -379,6 +394,7 @@ def test_the_catalog_is_read_for_discovery_only(
     feed.publish("catalog.json", ACME.sign(catalog_document(ACME, [entry], revision=3)))
     feed.requests.clear()
     review = ok(manager(action="read_catalog"))
+    assert answered(review, CatalogReview)
     assert (review["publisher"], review["revision"], review["window"]) == ("acme", 3, [1])
     (listed,) = review["entries"]
     assert (
@@ -428,6 +444,7 @@ def test_installing_from_a_listing_binds_the_source_and_checks_the_record(
             sequence=2,
         )
     )
+    assert answered(bound, CatalogInstalled)
     plugin_id = bound["plugin_id"]
     assert plugin_id.startswith("managed.") and bound["listing"]["sequence"] == 2
     assert bound["source"]["credential_ready"] is True  # the catalog's own origin: its credential

@@ -41,11 +41,13 @@ from typing import Any
 import pytest
 
 from skulk_cli.plugin_service import system_helper
+from skulk_core.plugins.answers import ManagerListing
 from skulk_core.plugins.errors import PluginRefusal
-from skulk_daemon.api.plugins import _ask
+from skulk_daemon.api.plugin_manager import forward
 from skulk_daemon.errors import ApiError
 from skulk_daemon.plugins.access import ManagerAccess
 from skulk_host.plugin_manager.client import call
+from skulk_host.plugin_manager.protocol import GetRequest, ListRequest
 from skulk_host.plugin_service import staging
 from skulk_host.plugin_service.runtime import (
     ManagerBuildDiffers,
@@ -264,17 +266,17 @@ def test_the_host_refuses_a_manager_of_another_build(
     other = "0" * 64
     access = ManagerAccess(staged.config_home, host_build=other)
     with pytest.raises(ManagerBuildDiffers) as differs:
-        asyncio.run(access.call({"action": "list"}))
+        asyncio.run(access.call(ListRequest()))
     assert differs.value.code == "manager_build_differs"
     assert build in differs.value.message and other in differs.value.message
     # Until a matching list, nothing else reaches that manager.
     with pytest.raises(ManagerBuildDiffers):
-        asyncio.run(access.call({"action": "get", "plugin_id": "managed.absent"}))
+        asyncio.run(access.call(GetRequest(plugin_id="managed.absent")))
     with pytest.raises(ApiError) as routed:
-        asyncio.run(_ask(access, {"action": "list"}))
+        asyncio.run(forward(access, ListRequest(), ManagerListing))
     assert (routed.value.status_code, routed.value.code) == (503, "manager_build_differs")
     same = ManagerAccess(staged.config_home, host_build=build)
-    assert asyncio.run(same.call({"action": "list"}))["ok"] is True
+    assert asyncio.run(same.call(ListRequest()))["ok"] is True
 
 
 def _reload(staged: Staged, generation: str, digest: str) -> dict[str, Any]:

@@ -70,6 +70,7 @@ from skulk_daemon.capabilities.registry import Registration, compile_descriptor
 from skulk_daemon.plugins.access import ManagerAccess
 from skulk_daemon.plugins.owners import host_link, host_wire
 from skulk_host.plugin_manager.connection import read_connection
+from skulk_host.plugin_manager.protocol import ListRequest
 from skulk_host.plugin_manager.store import Store
 from skulk_host.plugin_owners import wire
 
@@ -353,7 +354,7 @@ class ManagedOwners:
     async def poll_once(self) -> None:
         try:
             root = read_connection(self.access.config_home).root
-            answer = await self.access.call({"action": "list"})
+            answer = await self.access.call(ListRequest())
         except PluginRefusal:
             self._manager_at = None
             self._reconcile_tags()
