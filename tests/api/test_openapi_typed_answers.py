@@ -21,46 +21,6 @@ import pytest
 
 from tests.api.in_process import AppNode
 
-NOT_YET_TYPED: Final = frozenset(
-    {
-        # The plugin API's answers: the plugin-API work types them and empties this set.
-        "DELETE /v1/plugins/managed/installations/{plugin_id}",
-        "GET /v1/auth/plugin-grants",
-        "GET /v1/plugins",
-        "GET /v1/plugins/managed",
-        "GET /v1/plugins/managed/catalog",
-        "GET /v1/plugins/managed/catalog/source",
-        "GET /v1/plugins/managed/installations/{plugin_id}",
-        "GET /v1/plugins/managed/installations/{plugin_id}/install",
-        "GET /v1/plugins/managed/installations/{plugin_id}/operations/{operation_id}",
-        "GET /v1/plugins/managed/installations/{plugin_id}/release",
-        "GET /v1/plugins/managed/installations/{plugin_id}/source",
-        "GET /v1/plugins/{plugin_id}/nodes/{node_id}/configuration",
-        "GET /v1/plugins/{plugin_id}/nodes/{node_id}/credentials",
-        "GET /v1/plugins/{plugin_id}/nodes/{node_id}/preflight",
-        "GET /v1/plugins/{plugin_id}/nodes/{node_id}/proposal-operations/{operation_id}",
-        "GET /v1/plugins/{plugin_id}/nodes/{node_id}/proposals",
-        "GET /v1/plugins/{plugin_id}/nodes/{node_id}/proposals/{proposal_id}",
-        "GET /v1/plugins/{plugin_id}/nodes/{node_id}/setup",
-        "GET /v1/plugins/{plugin_id}/nodes/{node_id}/setup-actions",
-        "GET /v1/plugins/{plugin_id}/nodes/{node_id}/setup-operations/{operation_id}",
-        "POST /v1/plugins/managed/catalog/install",
-        "POST /v1/plugins/managed/catalog/source",
-        "POST /v1/plugins/managed/installations",
-        "POST /v1/plugins/managed/installations/{plugin_id}/install",
-        "POST /v1/plugins/managed/installations/{plugin_id}/install/{operation_id}/recover",
-        "POST /v1/plugins/managed/installations/{plugin_id}/operations",
-        "POST /v1/plugins/managed/installations/{plugin_id}/operations/{operation_id}/recover",
-        "POST /v1/plugins/managed/installations/{plugin_id}/source",
-        "POST /v1/plugins/{plugin_id}/nodes/{node_id}/configuration",
-        "POST /v1/plugins/{plugin_id}/nodes/{node_id}/credentials",
-        "POST /v1/plugins/{plugin_id}/nodes/{node_id}/proposal-operations/{operation_id}/resume",
-        "POST /v1/plugins/{plugin_id}/nodes/{node_id}/proposals/{proposal_id}/approve",
-        "POST /v1/plugins/{plugin_id}/nodes/{node_id}/setup-operations",
-        "POST /v1/plugins/{plugin_id}/nodes/{node_id}/setup-operations/{operation_id}/resume",
-        "PUT /v1/auth/plugin-grants/{device_id}",
-    }
-)
 """Operations (``METHOD /path``) still answering untyped JSON."""
 
 METHODS: Final = ("get", "put", "post", "delete", "patch")
@@ -125,12 +85,5 @@ def answers(document: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any] | No
 
 
 def test_every_json_answer_has_a_typed_schema(document: dict[str, Any]) -> None:
-    untyped = sorted(
-        {name for name, schema in answers(document) if not typed(document, schema)} - NOT_YET_TYPED
-    )
+    untyped = sorted(name for name, schema in answers(document) if not typed(document, schema))
     assert untyped == []
-
-
-def test_not_yet_typed_lists_only_operations_that_still_are(document: dict[str, Any]) -> None:
-    still = {name for name, schema in answers(document) if not typed(document, schema)}
-    assert sorted(NOT_YET_TYPED - still) == []
