@@ -271,6 +271,12 @@ TRUST_KEYS: tuple[str, ...] = (
     "cluster.peers",
     "cluster.mdns",
     "model_store.models_dir",
+    # A store host serves store_path to the cluster and adopts what it holds as installed
+    # models, on store_port; the Hugging Face token is the node's identity at the hub.
+    "model_store.store_host",
+    "model_store.store_path",
+    "model_store.store_port",
+    "hf_token",
     "browser_tools.allow_private_addresses",
     "browser_tools.search_url",
     "browser_tools.search_api_key",
@@ -287,12 +293,14 @@ them only from this machine or through the operator gateway."""
 
 def trust_changes(current: SkulkConfig, merged: SkulkConfig) -> list[str]:
     """The :data:`TRUST_KEYS` whose value differs between ``current`` and ``merged``."""
-    changed = []
-    for key in TRUST_KEYS:
-        section, name = key.split(".")
-        if getattr(getattr(current, section), name) != getattr(getattr(merged, section), name):
-            changed.append(key)
-    return changed
+    return [key for key in TRUST_KEYS if _value(current, key) != _value(merged, key)]
+
+
+def _value(config: SkulkConfig, key: str) -> object:
+    value: object = config
+    for name in key.split("."):
+        value = getattr(value, name)
+    return value
 
 
 def merge_update(current: SkulkConfig, incoming: SkulkConfig, present: set[str]) -> SkulkConfig:

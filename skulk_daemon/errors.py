@@ -53,11 +53,20 @@ def bad_request(message: str, code: str = "invalid_request") -> ApiError:
     return ApiError(400, message, code=code)
 
 
+def nested_too_deeply() -> ApiError:
+    """What a body nested past the interpreter's recursion limit gets: msgspec (like
+    Python's own decoders) recurses once per array or object, so about 1,000 levels
+    raise ``RecursionError``. Every surface maps that error to this 400."""
+    return bad_request("the body nests JSON arrays or objects too deeply", code="invalid_json")
+
+
 def decode_json(raw: bytes, decoder: msgspec.json.Decoder[T]) -> T:
     """A request body decoded strictly: a 400 naming the problem when it is not
     JSON (``invalid_json``) or not the expected shape (``invalid_request``)."""
     try:
         return decoder.decode(raw)
+    except RecursionError:
+        raise nested_too_deeply() from None
     except msgspec.ValidationError as exc:
         raise bad_request(f"invalid request: {exc}") from None
     except msgspec.DecodeError as exc:

@@ -141,6 +141,7 @@ def test_services_are_free_of_the_web_framework() -> None:
         "skulk_daemon.operator.listener",
         "skulk_daemon.operator.guards",
         "skulk_daemon.store.listener",
+        "skulk_daemon.store.transport",
         "skulk_daemon.serve",
     )
     found = [

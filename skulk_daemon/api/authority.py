@@ -9,24 +9,17 @@ declaration is refused outright (and the route-table test fails first).
 
 from __future__ import annotations
 
-import hmac
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, Final
 
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
 from skulk_core.config import SkulkConfig
+from skulk_daemon.authority.facts import request_facts
 from skulk_daemon.authority.hosts import OwnNames
-from skulk_daemon.authority.peers import (
-    classify,
-    classify_name,
-    forwarding_header,
-    origin_host,
-    split_host,
-)
 from skulk_daemon.authority.policy import (
     Caller,
     Refusal,
@@ -79,35 +72,6 @@ def caller_of(connection: ASGIConnection[Any, Any, Any, Any]) -> Caller:
     return caller if isinstance(caller, Caller) else Caller.OTHER
 
 
-def _headers(connection: ASGIConnection[Any, Any, Any, Any]) -> list[tuple[str, str]]:
-    raw: Iterable[tuple[bytes, bytes]] = connection.scope.get("headers", [])
-    return [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in raw]
-
-
-def _values(headers: list[tuple[str, str]], name: str) -> list[str]:
-    return [value for key, value in headers if key == name]
-
-
-def _presented_secrets(headers: list[tuple[str, str]]) -> list[str]:
-    """Credentials a client may send an API key in: OpenAI's ``Authorization: Bearer``,
-    Anthropic's ``x-api-key``."""
-    found = [value.strip() for value in _values(headers, "x-api-key")]
-    for value in _values(headers, "authorization"):
-        scheme, _, token = value.strip().partition(" ")
-        if scheme.lower() == "bearer" and token.strip():
-            found.append(token.strip())
-    return found
-
-
-def _matches(presented: list[str], secrets: Iterable[str]) -> bool:
-    # NOTE: every pair is compared (no early exit on the first miss), in constant time.
-    hit = False
-    for secret in secrets:
-        for value in presented:
-            hit |= hmac.compare_digest(value.encode(), secret.encode())
-    return hit
-
-
 class AuthorityGuard:
     """Applies the policy to each request; ``refusals`` counts them by reason."""
 
@@ -132,43 +96,13 @@ class AuthorityGuard:
         return tuple(k for k in self._config().api.keys if k) + self._env_keys
 
     def facts(self, connection: ASGIConnection[Any, Any, Any, Any]) -> RequestFacts:
-        scope = connection.scope
-        headers = _headers(connection)
-        config = self._config()
-        names = config.api.hostnames
-        hosts = _values(headers, "host")
-        host = split_host(hosts[0]) if len(hosts) == 1 else None
-        origins = _values(headers, "origin")
-        origin = origins[0].strip() if origins else None
-        named = origin_host(origin) if origin is not None else None
-        client = scope.get("client")
-        content_type = connection.headers.get("content-type")
-        lengths = _values(headers, "content-length")
-        has_body = bool(_values(headers, "transfer-encoding")) or any(
-            value.strip() not in ("", "0") for value in lengths
-        )
-        keys = self.api_keys()
-        presented = _presented_secrets(headers)
-        token = self._service_token
-        return RequestFacts(
-            method=str(scope.get("method", "GET")).upper(),
-            peer=classify(client[0] if client else None),
-            forwarded=forwarding_header([name for name, _ in headers]),
-            host=host,
-            host_is_own=host is not None and self._names.is_own(host, names),
-            origin=origin,
-            origin_is_own=named is not None and self._names.is_own(named, names),
-            origin_class=classify_name(named),
-            origin_allowed=origin is not None
-            and origin.lower().rstrip("/")
-            in {o.lower().rstrip("/") for o in config.api.cors_origins},
-            content_type=content_type.split(";", 1)[0].strip().lower() if content_type else None,
-            has_body=has_body,
-            operator=operator_caller(scope) is not None,
-            api_keys_configured=bool(keys),
-            api_key_valid=bool(keys) and _matches(presented, keys),
-            service_bearer=token is not None and _matches(presented, [token]),
-            websocket=str(scope.get("type")) == "websocket",
+        return request_facts(
+            connection.scope,
+            config=self._config(),
+            names=self._names,
+            api_keys=self.api_keys(),
+            service_token=self._service_token,
+            operator=operator_caller(connection.scope) is not None,
         )
 
     def __call__(

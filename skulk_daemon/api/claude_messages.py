@@ -39,7 +39,7 @@ from skulk_daemon.chat.claude_wire import (
     sse_stream,
 )
 from skulk_daemon.chat.service import ChatService
-from skulk_daemon.errors import ApiError
+from skulk_daemon.errors import ApiError, nested_too_deeply
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,10 @@ def _api_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[dict[str, A
 
 def _http_exception(_: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
     return _respond(exc.status_code, exc.detail, dict(exc.headers or {}))
+
+
+def _too_deep(request: Request[Any, Any, Any], _: RecursionError) -> Response[dict[str, Any]]:
+    return _api_error(request, nested_too_deeply())
 
 
 def _unexpected(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
@@ -94,6 +98,7 @@ class ClaudeMessagesController(Controller):
     exception_handlers: ExceptionHandlersMap | None = {  # noqa: RUF012 (Litestar's setting)
         ApiError: _api_error,
         HTTPException: _http_exception,
+        RecursionError: _too_deep,
         Exception: _unexpected,
     }
 

@@ -15,7 +15,7 @@ from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from skulk_daemon.errors import NO_STORE_HEADERS, ApiError, error_body
+from skulk_daemon.errors import NO_STORE_HEADERS, ApiError, error_body, nested_too_deeply
 from skulk_daemon.node.node import CommandRefused
 from skulk_daemon.operator.errors import AuthorityError, authority_api_error
 
@@ -69,6 +69,14 @@ def handle_http_exception(
     return _respond(ApiError(status, message, code=code, headers=dict(exc.headers or {})))
 
 
+def handle_recursion(request: Request[Any, Any, Any], _: RecursionError) -> Response[Any]:
+    # NOTE: a body nested past the recursion limit raises while it is decoded, in
+    # msgspec, Litestar or a handler's own decoding alike; mapping the error here (and
+    # in the Claude and Ollama maps) covers every route at once.
+    log.warning("refused a request nested too deeply: %s %s", request.method, request.url.path)
+    return _respond(nested_too_deeply())
+
+
 def handle_unexpected(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
     # The traceback goes to the node's log; the client gets no internals.
     log.exception("unhandled error while serving a request", exc_info=exc)
@@ -87,6 +95,7 @@ EXCEPTION_HANDLERS = {
     CommandRefused: handle_refused,
     AuthorityError: handle_authority_error,
     HTTPException: handle_http_exception,
+    RecursionError: handle_recursion,
     Exception: handle_unexpected,
 }
 

@@ -70,7 +70,7 @@ from skulk_daemon.chat.ollama_wire import (
 )
 from skulk_daemon.chat.service import ChatService, OpenedTurn
 from skulk_daemon.chat.task import ChatTask, TaskMessage
-from skulk_daemon.errors import ApiError
+from skulk_daemon.errors import ApiError, nested_too_deeply
 from skulk_daemon.node.node import CommandRefused, Node
 
 log = logging.getLogger(__name__)
@@ -137,6 +137,10 @@ def _on_http(_: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str
     return _error(exc.status_code, exc.detail, dict(exc.headers or {}))
 
 
+def _on_too_deep(request: Request[Any, Any, Any], _: RecursionError) -> Response[dict[str, str]]:
+    return _on_api_error(request, nested_too_deeply())
+
+
 def _on_unexpected(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, str]]:
     log.exception("unhandled error while serving an Ollama request", exc_info=exc)
     return _error(500, "internal error; see the node's log")
@@ -147,6 +151,7 @@ OLLAMA_EXCEPTION_HANDLERS: Final[ExceptionHandlersMap] = {
     ApiError: _on_api_error,
     CommandRefused: _on_refused,
     HTTPException: _on_http,
+    RecursionError: _on_too_deep,
     Exception: _on_unexpected,
 }
 

@@ -15,6 +15,10 @@ how to get access. In order:
    an origin of the same trust classes (a dashboard browsed from another LAN machine).
 5. The route's requirement; then the optional API keys, required from every caller that
    is not on this machine.
+
+The store port (``store/transport.py``) applies the same decision under its own
+requirements (:data:`STORE_REQUIREMENTS`): there any ``Origin`` is refused, since no
+browser belongs on it, and API keys do not apply.
 """
 
 from __future__ import annotations
@@ -39,6 +43,15 @@ class Requirement(StrEnum):
     PAIRING = "pairing"
     """``/v1/auth/*``: the pairing authority (pre-auth, bearer, direct owner) is applied
     by the routes themselves; the browser checks still apply."""
+    STORE_PEER = "store_peer"
+    """The store port (``model_store.store_port``): the cluster's nodes, a loopback or
+    trusted-fabric socket peer with no proxy headers. No browser: any ``Origin`` is
+    refused. API keys do not apply (they guard the API port, not the fabric)."""
+    STORE_LOOPBACK = "store_loopback"
+    """The store port's imports: a loopback socket peer, no proxy headers, no browser."""
+
+
+STORE_REQUIREMENTS: Final = frozenset({Requirement.STORE_PEER, Requirement.STORE_LOOPBACK})
 
 
 class Caller(StrEnum):
@@ -127,12 +140,24 @@ def decide(facts: RequestFacts, route: RouteAuthority) -> Caller | Refusal:
             "address, hostname or localhost, or add the name you use to api.hostnames "
             "in skulk.yaml",
         )
+    store = route.requirement in STORE_REQUIREMENTS
     json_expected = facts.method in BODY_METHODS and facts.has_body and route.json_body
-    if json_expected and not is_json(facts.content_type):
+    # NOTE: the store port also takes a body with no Content-Type at all (its clients
+    # are nodes and scripts): a page can send one without a preflight, but never
+    # without an Origin on a POST or DELETE, and the store port refuses every Origin.
+    untyped_ok = store and facts.content_type is None
+    if json_expected and not is_json(facts.content_type) and not untyped_ok:
         return Refusal(
             415,
             "unsupported_media_type",
             "this route takes a JSON body: send it with Content-Type: application/json",
+        )
+    if store and facts.origin is not None:
+        return Refusal(
+            403,
+            "cross_origin",
+            "the store port serves the cluster's nodes, never a web page (the request "
+            "carries an Origin)",
         )
     if (facts.method not in SAFE_METHODS or facts.websocket) and not _origin_ok(facts):
         return Refusal(
@@ -149,7 +174,7 @@ def decide(facts: RequestFacts, route: RouteAuthority) -> Caller | Refusal:
     if refusal is not None:
         return refusal
     remote = facts.peer is not PeerClass.LOOPBACK
-    if facts.api_keys_configured and remote and not facts.api_key_valid:
+    if facts.api_keys_configured and remote and not facts.api_key_valid and not store:
         return Refusal(
             401,
             "invalid_api_key",
@@ -173,6 +198,27 @@ def _caller(facts: RequestFacts) -> Caller:
 def _required(facts: RequestFacts, requirement: Requirement, caller: Caller) -> Refusal | None:
     match requirement:
         case Requirement.OPEN | Requirement.PAIRING:
+            return None
+        case Requirement.STORE_PEER:
+            if facts.forwarded is not None:
+                return _forwarded(facts.forwarded)
+            if caller in (Caller.LOOPBACK, Caller.TRUSTED_FABRIC):
+                return None
+            return Refusal(
+                403,
+                "untrusted_peer",
+                "the store port serves this cluster's nodes only (this machine, the "
+                "private LAN or CGNAT peers)",
+            )
+        case Requirement.STORE_LOOPBACK:
+            if facts.forwarded is not None:
+                return _forwarded(facts.forwarded)
+            if caller is not Caller.LOOPBACK:
+                return Refusal(
+                    403,
+                    "loopback_required",
+                    "imports are accepted from this machine (loopback) only",
+                )
             return None
         case Requirement.TRUSTED_FABRIC:
             if facts.forwarded is not None:

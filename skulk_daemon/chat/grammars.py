@@ -16,7 +16,7 @@ import functools
 import importlib.util
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -31,7 +31,13 @@ MAX_SCHEMA_REPETITION = 4096
 repetition out rule by rule, so the grammar grows with the count: ``minLength: 50000000``
 once took the API 1.7 s and a quarter of a gigabyte."""
 MAX_GRAMMAR_BYTES = 256 * 1024
-"""A grammar larger than this is refused (it travels in every request to the runner)."""
+"""A grammar larger than this is refused (it travels in every request to the runner).
+
+The bound holds while the grammar is built, not only once it is: the converter names
+each nested rule after its parents, so a repetition's size is its count times a name
+that grows with depth (300 nested arrays of 4096 items once made 937 MB from 12.5 KB).
+Every repetition is sized before it is spelled out and every rule is counted as it is
+added, so a refusal costs at most about this many bytes."""
 
 _COUNTED = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
 _REGEX_COUNT = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
@@ -47,6 +53,12 @@ class GrammarTooLarge(GrammarError):
 
 @functools.cache
 def _converter() -> ModuleType:
+    """llama-cpp-python's converter module, bounded (see :data:`MAX_GRAMMAR_BYTES`).
+
+    NOTE: this module object is Skulk's own copy, loaded by path, so rebinding its
+    ``_build_repetition`` bounds every repetition it spells out (arrays, strings,
+    regex quantifiers) without touching the ``llama_cpp`` package anyone else imports.
+    """
     spec = importlib.util.find_spec("llama_cpp")
     if spec is None or not spec.submodule_search_locations:
         raise GrammarError("structured output needs llama-cpp-python, which is not installed")
@@ -56,7 +68,64 @@ def _converter() -> ModuleType:
         raise GrammarError("llama-cpp-python's grammar converter could not be found")
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
+    build = module._build_repetition
+    module._build_repetition = _bounded_repetition(build)  # type: ignore[attr-defined]
     return module
+
+
+def _bounded_repetition(build: Callable[..., str]) -> Callable[..., str]:
+    def bounded(
+        item_rule: str,
+        min_items: int,
+        max_items: int | None,
+        separator_rule: str | None = None,
+        item_rule_is_literal: bool = False,
+    ) -> str:
+        count = max(min_items, max_items or 0)
+        # Each repetition spells the item (and separator) once, with a few bytes of
+        # grouping: an upper bound within a small factor of what ``build`` makes.
+        size = count * (len(item_rule) + len(separator_rule or "") + 6)
+        if size > MAX_GRAMMAR_BYTES:
+            raise GrammarTooLarge(_too_large(size))
+        return build(item_rule, min_items, max_items, separator_rule, item_rule_is_literal)
+
+    return bounded
+
+
+def _too_large(size: int) -> str:
+    return (
+        f"the JSON schema's grammar would be at least {size} bytes, more than the "
+        f"{MAX_GRAMMAR_BYTES} allowed; ask for smaller lengths, fewer items or less nesting"
+    )
+
+
+@functools.cache
+def _bounded_converter() -> type[Any]:
+    """The converter's ``SchemaConverter``, refusing once its rules pass the bound."""
+
+    class BoundedConverter(_converter().SchemaConverter):  # type: ignore[misc]
+        size = 0
+
+        def _add_rule(self, name: str, rule: str) -> str:
+            rules = len(self._rules)
+            key: str = super()._add_rule(name, rule)
+            if len(self._rules) > rules:  # the same rule added again costs nothing
+                self.size += len(key) + len(rule) + 5
+                if self.size > MAX_GRAMMAR_BYTES:
+                    raise GrammarTooLarge(_too_large(self.size))
+            return key
+
+    return BoundedConverter
+
+
+def _json_schema_to_gbnf(text: str) -> str:
+    """What the converter's ``json_schema_to_gbnf`` does, under the bound."""
+    converter = _bounded_converter()(
+        prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False
+    )
+    converter.visit(converter.resolve_refs(json.loads(text), "stdin"), "")
+    grammar: str = converter.format_grammar()
+    return grammar
 
 
 def json_object_grammar() -> str:
@@ -77,16 +146,15 @@ def json_schema_grammar(schema: dict[str, Any]) -> str:
     _refuse_remote_refs(schema)
     _refuse_large_counts(schema)
     try:
-        grammar: str = _converter().json_schema_to_gbnf(text)
+        grammar = _json_schema_to_gbnf(text)
+    except GrammarError:
+        raise
     except (ValueError, KeyError, TypeError, AssertionError, RecursionError) as exc:
         raise GrammarError(f"the JSON schema cannot be enforced: {exc}") from None
     except Exception as exc:  # the converter raises bare Exceptions for unsupported forms
         raise GrammarError(f"the JSON schema cannot be enforced: {exc}") from None
     if len(grammar) > MAX_GRAMMAR_BYTES:
-        raise GrammarTooLarge(
-            f"the JSON schema's grammar would be {len(grammar)} bytes, more than the "
-            f"{MAX_GRAMMAR_BYTES} allowed; ask for smaller lengths or fewer items"
-        )
+        raise GrammarTooLarge(_too_large(len(grammar)))
     return grammar
 
 

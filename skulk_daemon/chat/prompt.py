@@ -4,10 +4,10 @@ Templates are Jinja (the Hugging Face convention llama.cpp follows), rendered in
 sandbox: a card is data, and its template must not reach the filesystem or Python
 internals. Compiled templates are cached by their source text.
 
-A template is also bounded: it runs at most :data:`RENDER_SECONDS`, ``range`` yields at
-most :data:`MAX_RANGE` items, string and list repetition is capped, and the rendered
-prompt is at most :data:`MAX_PROMPT_CHARS`. A card can come from any operator of the
-cluster, so a hostile or broken template (a nested ``range(100000)``) fails its own
+A template is also bounded in time, loop steps and the size of everything it builds
+(``chat/template_sandbox.py``), and the rendered prompt is at most
+:data:`MAX_PROMPT_CHARS`. A card can come from any operator of the cluster, so a hostile
+or broken template (a nested loop, a ``replace`` that multiplies a string) fails its own
 request with a 400 instead of stalling the node.
 
 Tools reach the model one of two ways. A template that knows about tools (it
@@ -20,106 +20,35 @@ results folded into user turns, which the output parser reads back.
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import json
-import operator
 import re
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from skulk_core.chat.reasoning import ThinkingControls
 from skulk_core.chat.tools import NO_TOOLS, ToolCall, ToolOffer, ToolSpec
 from skulk_core.models.cards import ModelCard
 from skulk_daemon.chat.task import TaskMessage
+from skulk_daemon.chat.template_sandbox import (
+    MAX_PROMPT_CHARS,
+    PromptError,
+    check_deadline,
+    compile_template,
+    render_budget,
+)
+
+__all__ = ["MAX_PROMPT_CHARS", "PromptError", "render_prompt", "template_supports_tools"]
 
 _USES_TOOLS = re.compile(r"\btools\b")
 
 
-class PromptError(ValueError):
-    """The conversation cannot be rendered with this model's template."""
-
-
-RENDER_SECONDS: Final = 2.0
-"""Wall-clock budget for one render; real chat templates take well under a millisecond."""
-MAX_RANGE: Final = 10_000
-"""Items one ``range`` may yield; a chat template loops over messages, not numbers."""
-MAX_PROMPT_CHARS: Final = 8 * 1024 * 1024
-"""A rendered prompt beyond this fits no context window."""
-
-_deadline: contextvars.ContextVar[float] = contextvars.ContextVar("template_deadline")
-
-
-def _check_deadline() -> None:
-    if time.monotonic() > _deadline.get(float("inf")):
-        raise PromptError(
-            f"the model card's chat template ran longer than {RENDER_SECONDS:g} s; "
-            "the card's template must be fixed"
-        )
-
-
-def _raise_exception(message: str) -> None:
-    raise PromptError(message)
-
-
-def _bounded_range(*args: int) -> Iterator[int]:
-    numbers = range(*args)
-    if len(numbers) > MAX_RANGE:
-        raise PromptError(f"the chat template asked for a range of {len(numbers)} items")
-    for index, number in enumerate(numbers):
-        if index % 256 == 0:
-            _check_deadline()
-        yield number
-
-
-def _bounded_repeat(left: Any, right: Any) -> Any:
-    # NOTE: "x" * 10**9 would allocate before anything else could stop it.
-    for sequence, count in ((left, right), (right, left)):
-        repeated = isinstance(sequence, str | list | tuple) and isinstance(count, int)
-        if repeated and len(sequence) * max(count, 0) > MAX_PROMPT_CHARS:
-            raise PromptError("the chat template built a string beyond the prompt bound")
-    return operator.mul(left, right)
-
-
-class _BoundedEnvironment(ImmutableSandboxedEnvironment):
-    """The sandbox, plus the time, range, repetition and size bounds above."""
-
-    intercepted_binops = frozenset({"*", "**"})
-
-    def call_binop(
-        self, context: jinja2.runtime.Context, operator_: str, left: Any, right: Any
-    ) -> Any:
-        _check_deadline()
-        if operator_ == "*":
-            return _bounded_repeat(left, right)
-        if isinstance(right, int) and abs(right) > 64:
-            raise PromptError("the chat template raised a number to too large a power")
-        return super().call_binop(context, operator_, left, right)
-
-    def call(self, context: jinja2.runtime.Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
-        _check_deadline()
-        return super().call(context, obj, *args, **kwargs)
-
-
 @functools.lru_cache(maxsize=32)
 def _compile(source: str) -> jinja2.Template:
-    env = _BoundedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    env.globals["range"] = _bounded_range
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.now(UTC).strftime(fmt)
-    env.filters["tojson"] = lambda value, indent=None: json.dumps(
-        value, ensure_ascii=False, indent=indent
-    )
-    try:
-        return env.from_string(source)
-    except jinja2.TemplateSyntaxError as exc:
-        raise PromptError(f"the model card's chat template is invalid: {exc}") from None
+    return compile_template(source)
 
 
 def template_supports_tools(card: ModelCard) -> bool:
@@ -229,24 +158,22 @@ def render_prompt(
         variables["enable_thinking"] = thinking.enable_thinking
     if thinking is not None and thinking.reasoning_effort is not None:
         variables["reasoning_effort"] = thinking.reasoning_effort
-    token = _deadline.set(time.monotonic() + RENDER_SECONDS)
     try:
-        return _bounded_render(
-            template,
-            messages=[_native_dict(m) for m in conversation],
-            add_generation_prompt=True,
-            bos_token=card.bos_token or "",
-            eos_token=card.eos_token or "",
-            **variables,
-        )
+        with render_budget():
+            return _bounded_render(
+                template,
+                messages=[_native_dict(m) for m in conversation],
+                add_generation_prompt=True,
+                bos_token=card.bos_token or "",
+                eos_token=card.eos_token or "",
+                **variables,
+            )
     except PromptError:
         raise
     except RecursionError:
         raise PromptError("the chat template recursed too deeply") from None
     except jinja2.TemplateError as exc:
         raise PromptError(f"the chat template could not render this conversation: {exc}") from None
-    finally:
-        _deadline.reset(token)
 
 
 def _bounded_render(template: jinja2.Template, **variables: Any) -> str:
@@ -258,5 +185,5 @@ def _bounded_render(template: jinja2.Template, **variables: Any) -> str:
         if size > MAX_PROMPT_CHARS:
             raise PromptError(f"the chat template rendered more than {MAX_PROMPT_CHARS} characters")
         parts.append(part)
-        _check_deadline()
+        check_deadline()
     return "".join(parts)

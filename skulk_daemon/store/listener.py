@@ -10,8 +10,7 @@ import socket
 from collections.abc import Generator
 
 import uvicorn
-
-from skulk_daemon.store.transport import StoreTransport
+from litestar.types import ASGIApp
 
 STOP_SECONDS = 10.0
 
@@ -24,10 +23,10 @@ class _Server(uvicorn.Server):
 
 
 class StoreListener:
-    def __init__(self, transport: StoreTransport, host: str, port: int) -> None:
+    def __init__(self, transport: ASGIApp, host: str, port: int) -> None:
         self._sock = _bind(host, port)
         self._server = _Server(
-            uvicorn.Config(transport, log_level="warning", lifespan="off", log_config=None)
+            uvicorn.Config(transport, log_level="warning", lifespan="on", log_config=None)
         )
         self._task = asyncio.create_task(self._server.serve(sockets=[self._sock]))
 

@@ -37,7 +37,7 @@ from skulk_daemon.store.host import StoreHostService
 from skulk_daemon.store.listener import StoreListener
 from skulk_daemon.store.locate import store_urls
 from skulk_daemon.store.reconcile import Reconciler
-from skulk_daemon.store.transport import StoreTransport
+from skulk_daemon.store.transport import store_app
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,9 @@ class StoreService:
         reconciler = Reconciler(self._node, host)
         try:
             self._listener = StoreListener(
-                StoreTransport(host, self._evict, reconciler), bind, config.store_port
+                store_app(host, self._evict, reconciler, lambda: self._node.config),
+                bind,
+                config.store_port,
             )
         except OSError as exc:
             log.error(

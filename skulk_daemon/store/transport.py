@@ -1,17 +1,24 @@
 """The store host's internal transport: plain HTTP on ``model_store.store_port``.
 
-A small ASGI application of its own (not the API's Litestar app: these paths are not
-in the API's OpenAPI document). Only trusted-fabric peers (loopback, private LAN,
-CGNAT socket addresses, :mod:`skulk_daemon.authority.peers`) with no proxy-forwarding
-headers are served; anyone else gets 403. The model id is one URL component
-(``org%2Fmodel``), so routing reads the raw path, never the decoded one.
+A small Litestar application of its own (not the API's app: these paths are not in the
+API's OpenAPI document), under the same authority policy as the API port
+(:mod:`skulk_daemon.authority.policy`), read the same way
+(:mod:`skulk_daemon.authority.facts`): a ``Host`` that does not name this node is 421
+(DNS rebinding), a body that is not JSON 415, any ``Origin`` 403 (no browser has
+business here). Every route takes :attr:`Requirement.STORE_PEER` (this machine or a
+trusted-fabric peer, no proxy headers); ``POST /imports`` takes
+:attr:`Requirement.STORE_LOOPBACK`.
+
+The model id is one URL component (``org%2Fmodel``): :func:`_one_segment_per_id`
+rebuilds the routed path from the raw one so that an encoded ``/`` stays inside its
+segment, and the handlers decode it.
 
 ``GET /models/{id}/{path}`` serves only files the model's SHA-256 manifest lists,
 whole (200) or one ``Range`` (206); a malformed range is 400, one past the end 416, a
 path escaping the model directory 400. HEAD answers as GET without the body.
 
-``POST /imports`` (a direct loopback peer only) pulls one node-cache copy into the
-store (:mod:`skulk_daemon.store.imports`); ``GET /reconciliation`` and ``POST
+``POST /imports`` pulls one node-cache copy into the store
+(:mod:`skulk_daemon.store.imports`); ``GET /reconciliation`` and ``POST
 /reconciliation/rescan`` are the reconciler's status and its immediate pass, for the
 public ``/store/reconciliation`` routes of any node.
 """
@@ -20,18 +27,31 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from pathlib import Path
-from typing import Any, Final
-from urllib.parse import unquote
+from typing import Any, Final, TypeAlias
+from urllib.parse import quote, unquote
 
 import msgspec
+from litestar import Controller, Litestar, Request, Response, delete, post, route
+from litestar.connection import ASGIConnection
+from litestar.di import NamedDependency, Provide
+from litestar.enums import MediaType
+from litestar.exceptions import HTTPException
+from litestar.handlers.base import BaseRouteHandler
+from litestar.params import FromPath
+from litestar.response import Stream
+from litestar.types import ASGIApp, Receive, Scope, Send
 
+from skulk_core.config import SkulkConfig
 from skulk_core.state.state import DownloadProgress
+from skulk_core.store.answers import ReconciliationStatus, StoreDisk, StoreEntry
 from skulk_core.store.paths import model_id_escapes
 from skulk_core.store.ranges import ByteRange, RangeRefused, parse_range
 from skulk_core.store.selection import DownloadSelection, selection_problem
-from skulk_daemon.authority.peers import PeerClass, classify, forwarding_header
+from skulk_daemon.authority.facts import request_facts
+from skulk_daemon.authority.hosts import OwnNames
+from skulk_daemon.authority.policy import Refusal, Requirement, RouteAuthority, decide
 from skulk_daemon.hub.download import DownloadRefused
 from skulk_daemon.store.host import SELECTION_CONFLICT, StoreHostService
 from skulk_daemon.store.imports import ImportFailed, decode_request, run_import
@@ -40,259 +60,355 @@ from skulk_daemon.store.wire import StoreDownload, download_body
 
 log = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-
 CHUNK_BYTES: Final = 4 * 1024 * 1024
 MAX_BODY_BYTES: Final = 64 * 1024
 MAX_IMPORT_BODY_BYTES: Final = 8 * 1024 * 1024
+# The handlers' dependencies, by name (the app provides each once).
+Store: TypeAlias = NamedDependency[StoreHostService]
+Evict: TypeAlias = NamedDependency[Callable[[str], Awaitable[None]]]
+MaybeReconciler: TypeAlias = NamedDependency[Reconciler | None]
+STORE_AUTHORITY: Final = "store_authority"
+"""The ``opt`` key a store route declares its :class:`RouteAuthority` under."""
 
 
-class _Reply(Exception):
-    def __init__(self, status: int, body: object) -> None:
+# -- wire ----------------------------------------------------------------------------
+
+
+class StoreErrorDetail(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    message: str
+    status: int
+    code: str | None = None
+
+
+class StoreError(msgspec.Struct, frozen=True, kw_only=True):
+    error: StoreErrorDetail
+
+
+class Registry(msgspec.Struct, frozen=True, kw_only=True):
+    entries: list[StoreEntry]
+
+
+class StoreFile(msgspec.Struct, frozen=True, kw_only=True):
+    path: str
+    size: int
+    sha256: str
+
+
+class ModelFiles(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """Path, size and digest only: where an import linked from stays local."""
+
+    model_id: str
+    version: int
+    files: list[StoreFile]
+
+
+class Deleted(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    model_id: str
+    deleted: bool = True
+
+
+class CancelledDownload(StoreDownload, frozen=True, kw_only=True, rename="camel"):
+    cancelled: bool = True
+
+
+class StoreRefused(Exception):
+    """A refusal in the store's envelope ``{"error": {"message", "status"[, "code"]}}``."""
+
+    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+        super().__init__(message)
         self.status = status
-        self.body = body
+        self.message = message
+        self.code = code
 
 
-def _error(status: int, message: str) -> _Reply:
-    return _Reply(status, {"error": {"message": message, "status": status}})
+def _answer(status: int, message: str, code: str | None = None) -> Response[StoreError]:
+    detail = StoreErrorDetail(message=message, status=status, code=code)
+    return Response(StoreError(error=detail), status_code=status, media_type=MediaType.JSON)
 
 
-class StoreTransport:
-    """The ASGI app; ``evict`` is called after a model is deleted from the store."""
+# -- authority -----------------------------------------------------------------------
 
-    def __init__(
-        self,
-        store: StoreHostService,
-        evict: Callable[[str], Awaitable[None]],
-        reconciler: Reconciler | None = None,
+
+def _declare(requirement: Requirement) -> dict[str, RouteAuthority]:
+    return {STORE_AUTHORITY: RouteAuthority(requirement)}
+
+
+class StoreGuard:
+    """The API port's policy, applied to the store port's callers."""
+
+    def __init__(self, config: Callable[[], SkulkConfig], names: OwnNames | None = None) -> None:
+        self._config = config
+        self._names = names or OwnNames()
+
+    def __call__(
+        self, connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
     ) -> None:
-        self._store = store
-        self._evict = evict
-        self._reconciler = reconciler
+        declared = handler.opt.get(STORE_AUTHORITY)
+        route = declared if isinstance(declared, RouteAuthority) else None
+        if route is None:
+            raise StoreRefused(403, "this store route declares no authority", "undeclared_route")
+        facts = request_facts(connection.scope, config=self._config(), names=self._names)
+        outcome = decide(facts, route)
+        if isinstance(outcome, Refusal):
+            raise StoreRefused(outcome.status, outcome.message, outcome.code)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        if scope["type"] != "http":
-            return
-        method = str(scope["method"]).upper()
+
+# -- routes --------------------------------------------------------------------------
+
+
+def _model(segment: str) -> str:
+    model_id = unquote(segment)
+    if model_id_escapes(model_id):
+        raise StoreRefused(400, f"the model id {model_id!r} escapes the model directory")
+    return model_id
+
+
+async def _json_body(request: Request[Any, Any, Any]) -> DownloadSelection:
+    body = await request.body()
+    if not body.strip():
+        return DownloadSelection()
+    try:
+        return msgspec.json.decode(body, type=DownloadSelection)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise StoreRefused(400, f"invalid request body: {exc}") from None
+
+
+def _download_body(store: StoreHostService, progress: DownloadProgress) -> StoreDownload:
+    card = store.catalog_card(progress.model_id)
+    return download_body(progress, None if card is None else card.source_revision)
+
+
+class StoreController(Controller):
+    opt = _declare(Requirement.STORE_PEER)
+
+    @route("/health", http_method=["GET", "HEAD"])
+    async def health(self, store: Store) -> StoreDisk:
+        return store.disk()
+
+    @route("/registry", http_method=["GET", "HEAD"])
+    async def registry(self, store: Store) -> Registry:
+        return Registry(entries=store.entries())
+
+    @route("/models", http_method=["GET", "HEAD"])
+    async def models(self, store: Store) -> list[str]:
+        return store.model_ids()
+
+    @route("/downloads", http_method=["GET", "HEAD"])
+    async def downloads(self, store: Store) -> list[StoreDownload]:
+        return [_download_body(store, p) for p in store.downloads.listing()]
+
+    @post(
+        "/imports",
+        status_code=200,
+        opt=_declare(Requirement.STORE_LOOPBACK),
+        request_max_body_size=MAX_IMPORT_BODY_BYTES,
+    )
+    async def imports(self, store: Store, request: Request[Any, Any, Any]) -> StoreEntry:
         try:
-            self._admit(scope)
-            await self._route(scope, receive, send, method)
-        except _Reply as reply:
-            await _send_json(send, reply.status, reply.body, head=method == "HEAD")
-        except DownloadRefused as exc:
-            await _send_json(
-                send,
-                exc.status,
-                {"error": {"message": exc.message, "code": exc.code, "status": exc.status}},
-                head=method == "HEAD",
-            )
-
-    def _admit(self, scope: Scope) -> None:
-        client = scope.get("client")
-        peer = classify(client[0] if client else None)
-        names = [bytes(name).decode("latin-1").lower() for name, _ in scope.get("headers", [])]
-        if not peer.trusted_fabric or forwarding_header(names) is not None:
-            raise _error(403, "the store transport serves trusted cluster peers only")
-
-    async def _route(self, scope: Scope, receive: Receive, send: Send, method: str) -> None:
-        raw = bytes(scope.get("raw_path") or str(scope["path"]).encode())
-        raw_path = raw.split(b"?", 1)[0].decode("latin-1")
-        parts = [unquote(part) for part in raw_path.strip("/").split("/")] if raw_path else []
-        read = method in ("GET", "HEAD")
-        head = method == "HEAD"
-        store = self._store
-        if parts == ["health"] and read:
-            await _send_json(send, 200, store.disk(), head=head)
-            return
-        if parts == ["registry"] and read:
-            body = {"entries": msgspec.to_builtins(store.entries())}
-            await _send_json(send, 200, body, head=head)
-            return
-        if parts == ["models"] and read:
-            await _send_json(send, 200, store.model_ids(), head=head)
-            return
-        if parts == ["downloads"] and read:
-            listing = [self._body(p) for p in store.downloads.listing()]
-            await _send_json(send, 200, msgspec.to_builtins(listing), head=head)
-            return
-        if parts == ["imports"] and method == "POST":
-            await self._import(scope, receive, send)
-            return
-        if parts == ["reconciliation"] and read and self._reconciler is not None:
-            await _send_json(send, 200, self._reconciler.status(), head=head)
-            return
-        if parts == ["reconciliation", "rescan"] and method == "POST" and self._reconciler:
-            await _send_json(send, 200, await self._reconciler.rescan())
-            return
-        if len(parts) < 2 or parts[0] != "models" or not parts[1]:
-            raise _error(404, f"no such store path {raw_path!r}")
-        model_id, rest = parts[1], parts[2:]
-        if model_id_escapes(model_id):
-            raise _error(400, f"the model id {model_id!r} escapes the model directory")
-        if not rest and method == "DELETE":
-            await store.delete(model_id)
-            await self._evict(model_id)
-            await _send_json(send, 200, {"modelId": model_id, "deleted": True})
-            return
-        if rest == ["files"] and read:
-            manifest = store.manifest(model_id)
-            if manifest is None:
-                raise _error(404, f"the store holds no complete model {model_id}")
-            # Path, size and digest only: where an import linked from stays local.
-            files = [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in manifest.files]
-            body = {"modelId": model_id, "version": manifest.version, "files": files}
-            await _send_json(send, 200, body, head=head)
-            return
-        if rest == ["download"] and method == "POST":
-            request = await _read_json(receive, DownloadSelection)
-            problem = selection_problem(request)
-            if problem is not None:
-                raise _error(400, problem)
-            await _send_json(send, 200, await self._download(model_id, request))
-            return
-        if rest == ["download"] and method == "DELETE":
-            progress = await store.downloads.cancel(model_id)
-            if progress is None:
-                raise _error(409, f"no cancellable store download of {model_id}")
-            body = msgspec.to_builtins(self._body(progress))
-            await _send_json(send, 200, {**body, "cancelled": True})
-            return
-        if rest == ["download", "status"] and read:
-            found = store.downloads.progress(model_id)
-            if found is None and store.manifest(model_id) is not None:
-                found = await store.start(model_id)  # complete: answers without a transfer
-            if found is None:
-                raise _error(404, f"no store download of {model_id}")
-            await _send_json(send, 200, msgspec.to_builtins(self._body(found)), head=head)
-            return
-        if rest and read:
-            await self._file(scope, send, model_id, "/".join(rest), head)
-            return
-        raise _error(405 if rest else 404, f"{method} is not served at {raw_path}")
-
-    async def _import(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """``POST /imports``: a direct loopback peer only (forwarding headers are
-        already refused for every route)."""
-        client = scope.get("client")
-        if classify(client[0] if client else None) != PeerClass.LOOPBACK:
-            raise _error(403, "imports are accepted from this machine (loopback) only")
-        body = await _read_body(receive, MAX_IMPORT_BODY_BYTES)
-        try:
-            entry = await run_import(self._store, decode_request(body))
+            return await run_import(store, decode_request(await request.body()))
         except ImportFailed as exc:
-            raise _error(exc.status, exc.message) from None
+            raise StoreRefused(exc.status, exc.message) from None
         except DownloadRefused as exc:
-            raise _error(exc.status, exc.message) from None
-        await _send_json(send, 200, msgspec.to_builtins(entry))
+            raise StoreRefused(exc.status, exc.message) from None
 
-    def _body(self, progress: DownloadProgress) -> StoreDownload:
-        card = self._store.catalog_card(progress.model_id)
-        return download_body(progress, None if card is None else card.source_revision)
+    @route("/reconciliation", http_method=["GET", "HEAD"])
+    async def reconciliation(self, reconciler: MaybeReconciler) -> ReconciliationStatus:
+        if reconciler is None:
+            raise StoreRefused(404, "no such store path '/reconciliation'")
+        return reconciler.status()
 
-    async def _download(self, model_id: str, request: DownloadSelection) -> object:
-        entry = self._store.catalog_card(model_id)
+    @post("/reconciliation/rescan", status_code=200)
+    async def rescan(self, reconciler: MaybeReconciler) -> ReconciliationStatus:
+        if reconciler is None:
+            raise StoreRefused(404, "no such store path '/reconciliation/rescan'")
+        return await reconciler.rescan()
+
+    @delete("/models/{model:str}", status_code=200)
+    async def delete_model(self, store: Store, evict: Evict, model: FromPath[str]) -> Deleted:
+        model_id = _model(model)
+        await store.delete(model_id)
+        await evict(model_id)
+        return Deleted(model_id=model_id)
+
+    @route("/models/{model:str}/files", http_method=["GET", "HEAD"])
+    async def files(self, store: Store, model: FromPath[str]) -> ModelFiles:
+        model_id = _model(model)
+        manifest = store.manifest(model_id)
+        if manifest is None:
+            raise StoreRefused(404, f"the store holds no complete model {model_id}")
+        files = [StoreFile(path=f.path, size=f.size, sha256=f.sha256) for f in manifest.files]
+        return ModelFiles(model_id=model_id, version=manifest.version, files=files)
+
+    @post("/models/{model:str}/download", status_code=200, request_max_body_size=MAX_BODY_BYTES)
+    async def download(
+        self, store: Store, model: FromPath[str], request: Request[Any, Any, Any]
+    ) -> StoreDownload:
+        model_id = _model(model)
+        selection = await _json_body(request)
+        problem = selection_problem(selection)
+        if problem is not None:
+            raise StoreRefused(400, problem)
+        entry = store.catalog_card(model_id)
         try:
-            progress = await self._store.start(model_id, request)
+            progress = await store.start(model_id, selection)
         except DownloadRefused as exc:
             if exc.status in (400, 404) or exc.code == SELECTION_CONFLICT:
                 raise  # a malformed, unknown or unverifiable selection: its own status
-            failed = StoreDownload(
+            return StoreDownload(
                 model_id=model_id,
                 source_revision=None if entry is None else entry.source_revision,
                 status="error",
                 progress=0.0,
                 error=exc.message,
             )
-            return msgspec.to_builtins(failed)
-        return msgspec.to_builtins(self._body(progress))
+        return _download_body(store, progress)
 
-    async def _file(
-        self, scope: Scope, send: Send, model_id: str, relative: str, head: bool
-    ) -> None:
-        found = self._store.file_path(model_id, relative)
-        if found == "unsafe":
-            raise _error(400, f"the path {relative!r} escapes the model directory")
-        if not isinstance(found, Path):
-            raise _error(404, f"the store has no file {relative!r} of {model_id}")
-        size = found.stat().st_size
-        header = _header(scope, b"range")
-        wanted = parse_range(header, size)
-        if isinstance(wanted, RangeRefused):
-            raise _Reply(
-                wanted.status,
-                {"error": {"message": wanted.message, "status": wanted.status}},
-            )
-        span = wanted if wanted is not None else ByteRange(start=0, end=size - 1)
-        headers = [
-            (b"content-type", b"application/octet-stream"),
-            (b"accept-ranges", b"bytes"),
-            (b"content-length", str(max(span.length, 0)).encode()),
-        ]
-        if wanted is not None:
-            headers.append((b"content-range", wanted.content_range(size).encode()))
-        status = 206 if wanted is not None else 200
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        if head or size == 0:
-            await send({"type": "http.response.body", "body": b""})
-            return
-        with found.open("rb") as handle:
-            handle.seek(span.start)
-            left = span.length
-            while left > 0:
-                chunk = await asyncio.to_thread(handle.read, min(CHUNK_BYTES, left))
-                if not chunk:
-                    break  # the file shrank under us; the client sees a short body
-                left -= len(chunk)
-                await send({"type": "http.response.body", "body": chunk, "more_body": left > 0})
-        if left > 0:
-            await send({"type": "http.response.body", "body": b""})
+    @delete("/models/{model:str}/download", status_code=200)
+    async def cancel(self, store: Store, model: FromPath[str]) -> CancelledDownload:
+        model_id = _model(model)
+        progress = await store.downloads.cancel(model_id)
+        if progress is None:
+            raise StoreRefused(409, f"no cancellable store download of {model_id}")
+        body = _download_body(store, progress)
+        return CancelledDownload(**msgspec.structs.asdict(body))
+
+    @route("/models/{model:str}/download/status", http_method=["GET", "HEAD"])
+    async def download_status(self, store: Store, model: FromPath[str]) -> StoreDownload:
+        model_id = _model(model)
+        found = store.downloads.progress(model_id)
+        if found is None and store.manifest(model_id) is not None:
+            found = await store.start(model_id)  # complete: answers without a transfer
+        if found is None:
+            raise StoreRefused(404, f"no store download of {model_id}")
+        return _download_body(store, found)
+
+    @route("/models/{model:str}/{relative:path}", http_method=["GET", "HEAD"])
+    async def file(
+        self,
+        store: Store,
+        model: FromPath[str],
+        relative: FromPath[Path],
+        request: Request[Any, Any, Any],
+    ) -> Stream:
+        model_id = _model(model)
+        parts = relative.as_posix().strip("/").split("/")
+        wanted_path = "/".join(unquote(part) for part in parts)
+        return _file(store, model_id, wanted_path, request)
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    values = [bytes(v) for k, v in scope.get("headers", []) if bytes(k).lower() == name]
-    if not values:
-        return None
-    if len(values) > 1:
-        return "repeated"  # not a single range: refused as malformed
-    return values[0].decode("latin-1")
+def _file(
+    store: StoreHostService, model_id: str, relative: str, request: Request[Any, Any, Any]
+) -> Stream:
+    found = store.file_path(model_id, relative)
+    if found == "unsafe":
+        raise StoreRefused(400, f"the path {relative!r} escapes the model directory")
+    if not isinstance(found, Path):
+        raise StoreRefused(404, f"the store has no file {relative!r} of {model_id}")
+    size = found.stat().st_size
+    ranges = request.headers.getall("range", [])
+    # More than one Range header is not a single range: refused as malformed.
+    wanted = parse_range(ranges[0] if len(ranges) == 1 else "repeated" if ranges else None, size)
+    if isinstance(wanted, RangeRefused):
+        raise StoreRefused(wanted.status, wanted.message)
+    span = wanted if wanted is not None else ByteRange(start=0, end=size - 1)
+    headers = {"accept-ranges": "bytes", "content-length": str(max(span.length, 0))}
+    if wanted is not None:
+        headers["content-range"] = wanted.content_range(size)
+    empty = request.method == "HEAD" or size == 0
+    return Stream(
+        _nothing() if empty else _read(found, span),
+        status_code=206 if wanted is not None else 200,
+        media_type="application/octet-stream",
+        headers=headers,
+    )
 
 
-async def _read_body(receive: Receive, limit: int) -> bytes:
-    body = b""
-    while True:
-        message = await receive()
-        body += bytes(message.get("body", b""))
-        if len(body) > limit:
-            raise _error(413, f"the request body exceeds {limit} bytes")
-        if not message.get("more_body"):
-            return body
+async def _nothing() -> AsyncIterator[bytes]:
+    return
+    yield b""  # an async generator that yields nothing
 
 
-async def _read_json(receive: Receive, kind: type[DownloadSelection]) -> DownloadSelection:
-    body = await _read_body(receive, MAX_BODY_BYTES)
-    if not body.strip():
-        return kind()
-    try:
-        return msgspec.json.decode(body, type=kind)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise _error(400, f"invalid request body: {exc}") from None
+async def _read(path: Path, span: ByteRange) -> AsyncIterator[bytes]:
+    with path.open("rb") as handle:
+        handle.seek(span.start)
+        left = span.length
+        while left > 0:
+            chunk = await asyncio.to_thread(handle.read, min(CHUNK_BYTES, left))
+            if not chunk:
+                return  # the file shrank under us; the client sees a short body
+            left -= len(chunk)
+            yield chunk
 
 
-async def _send_json(send: Send, status: int, body: object, *, head: bool = False) -> None:
-    data = msgspec.json.encode(body)
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(data)).encode()),
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": b"" if head else data})
+# -- errors --------------------------------------------------------------------------
+
+
+def _on_refused(_: Request[Any, Any, Any], exc: StoreRefused) -> Response[StoreError]:
+    return _answer(exc.status, exc.message, exc.code)
+
+
+def _on_download(_: Request[Any, Any, Any], exc: DownloadRefused) -> Response[StoreError]:
+    return _answer(exc.status, exc.message, exc.code)
+
+
+def _on_http(request: Request[Any, Any, Any], exc: HTTPException) -> Response[StoreError]:
+    if exc.status_code == 404:
+        return _answer(404, f"no such store path {request.url.path!r}")
+    if exc.status_code == 405:
+        return _answer(405, f"{request.method} is not served at {request.url.path}")
+    return _answer(exc.status_code, exc.detail)
+
+
+def _on_unexpected(_: Request[Any, Any, Any], exc: Exception) -> Response[StoreError]:
+    log.exception("unhandled error on the store transport", exc_info=exc)
+    return _answer(500, "internal error; see the store host's log")
+
+
+# -- the app -------------------------------------------------------------------------
+
+
+def _one_segment_per_id(app: ASGIApp) -> ASGIApp:
+    """Routes on the raw path, each segment decoded but an encoded ``/`` (or ``%``)
+    kept encoded, so ``/models/org%2Fmodel/files`` has the model id as one segment."""
+
+    async def routed(scope: Scope, receive: Receive, send: Send) -> None:
+        raw = scope.get("raw_path")
+        if str(scope["type"]) == "http" and raw:
+            path = bytes(raw).split(b"?", 1)[0].decode("latin-1")
+            segments = [quote(unquote(part), safe="") for part in path.split("/")]
+            mutable: MutableMapping[str, Any] = scope  # type: ignore[assignment]
+            mutable["path"] = "/".join(segments)
+        await app(scope, receive, send)
+
+    return routed
+
+
+def store_app(
+    store: Store,
+    evict: Callable[[str], Awaitable[None]],
+    reconciler: Reconciler | None,
+    config: Callable[[], SkulkConfig],
+) -> ASGIApp:
+    """The transport; ``evict`` is called after a model is deleted from the store."""
+
+    def constant(value: object) -> Provide:
+        return Provide(lambda: value, use_cache=True, sync_to_thread=False)
+
+    app = Litestar(
+        route_handlers=[StoreController],
+        guards=[StoreGuard(config)],
+        dependencies={
+            "store": constant(store),
+            "evict": constant(evict),
+            "reconciler": constant(reconciler),
+        },
+        exception_handlers={
+            StoreRefused: _on_refused,
+            DownloadRefused: _on_download,
+            HTTPException: _on_http,
+            Exception: _on_unexpected,
+        },
+        openapi_config=None,
+        logging_config=None,
+    )
+    return _one_segment_per_id(app)

@@ -132,6 +132,50 @@ def test_private_lan_and_cgnat_peers_are_the_trusted_fabric(
     assert _config(node)["cluster"]["peers"] == config["cluster"]["peers"]
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"model_store": {"store_host": True}},
+        {"model_store": {"store_path": "/srv/chosen-by-a-caller"}},
+        {"model_store": {"store_port": 52499}},
+        {"hf_token": "hf_swapped_identity_0123456789"},
+    ],
+    ids=["store_host", "store_path", "store_port", "hf_token"],
+)
+def test_the_store_and_the_hub_identity_are_for_this_machine(
+    node: DaemonProcess, network: Lan, change: dict[str, Any]
+) -> None:
+    # Issue #36: a LAN caller with no key turned a node into a store host serving a
+    # directory of its choosing, and another swapped its Hugging Face identity.
+    config = _config(node)
+    changed = {
+        **config,
+        **{k: {**config.get(k, {}), **v} if isinstance(v, dict) else v for k, v in change.items()},
+    }
+    private, cgnat = network.requests(
+        {"method": "PUT", "url": _url(node, PRIVATE_HOST, "/config"), "json": changed},
+        {"method": "PUT", "url": _url(node, CGNAT_HOST, "/config"), "json": changed},
+    )
+    _refused(private, 403, "loopback_required")
+    _refused(cgnat, 403, "loopback_required")
+    assert _config(node) == config
+
+
+def test_this_machine_may_still_change_the_store_and_the_hub_identity(node: DaemonProcess) -> None:
+    config = _config(node)
+    moved = {
+        **config,
+        "model_store": {**config["model_store"], "store_port": 52499},
+        "hf_token": "hf_this_machines_own_token_0123456789",
+    }
+    assert httpx.put(f"{node.url}/config", json=moved, timeout=30).status_code == 200
+    try:
+        assert _config(node)["model_store"]["store_port"] == 52499
+    finally:
+        restored = httpx.put(f"{node.url}/config", json=config, timeout=30)
+        assert restored.status_code == 200, restored.text
+
+
 def test_proxied_and_cross_site_requests_are_refused(node: DaemonProcess, network: Lan) -> None:
     forwarded, cross_site, lan_page = network.requests(
         {

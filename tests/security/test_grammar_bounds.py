@@ -60,3 +60,39 @@ def test_many_bounded_fields_together_hit_the_grammar_bound() -> None:
     }
     with pytest.raises(GrammarTooLarge):
         json_schema_grammar(wide)
+
+
+def _nested(depth: int, **bounds: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "integer"}
+    for _ in range(depth):
+        schema = {"type": "array", "items": schema, **bounds}
+    return schema
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        _nested(300, minItems=MAX_SCHEMA_REPETITION),
+        _nested(300, maxItems=MAX_SCHEMA_REPETITION),
+        # Rule names grow with every level's property name, too.
+        {
+            "type": "object",
+            "properties": {
+                "k" * 30_000: {
+                    "type": "array",
+                    "items": {"enum": [1]},
+                    "minItems": MAX_SCHEMA_REPETITION,
+                }
+            },
+        },
+    ],
+)
+def test_nesting_cannot_multiply_a_small_schema(schema: dict[str, Any]) -> None:
+    started = time.monotonic()
+    with pytest.raises(GrammarTooLarge, match="nesting"):
+        json_schema_grammar(schema)
+    assert time.monotonic() - started < 0.5
+
+
+def test_modest_nesting_is_still_served() -> None:
+    assert len(json_schema_grammar(_nested(40, minItems=2, maxItems=3))) <= MAX_GRAMMAR_BYTES

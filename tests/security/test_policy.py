@@ -201,3 +201,37 @@ def test_the_service_bearer_opens_only_the_routes_that_take_it() -> None:
         403,
         "loopback_required",
     )
+
+
+STORE = RouteAuthority(Requirement.STORE_PEER)
+STORE_IMPORT = RouteAuthority(Requirement.STORE_LOOPBACK)
+
+
+def test_the_store_port_serves_cluster_peers_and_no_browser() -> None:
+    lan = facts(peer=PeerClass.PRIVATE_LAN, host="10.0.0.2")
+    assert decide(lan, STORE) is Caller.TRUSTED_FABRIC
+    assert decide(facts(peer=PeerClass.CGNAT), STORE) is Caller.TRUSTED_FABRIC
+    assert refused(decide(facts(peer=PeerClass.PUBLIC), STORE)) == (403, "untrusted_peer")
+    assert refused(decide(facts(forwarded="x-forwarded-for"), STORE)) == (
+        403,
+        "forwarded_request",
+    )
+    # Any Origin, even this node's own and even on a read: the store serves no page.
+    own_page = facts(method="GET", has_body=False, origin="http://127.0.0.1", origin_is_own=True)
+    assert refused(decide(own_page, STORE)) == (403, "cross_origin")
+    assert refused(decide(facts(host_is_own=False), STORE)) == (421, "misdirected_host")
+    assert refused(decide(facts(content_type="text/plain"), STORE)) == (
+        415,
+        "unsupported_media_type",
+    )
+    # A node's body without a Content-Type is taken; a page's never comes without Origin.
+    assert decide(facts(content_type=None), STORE) is Caller.LOOPBACK
+    # API keys guard the API port, not the fabric.
+    keyed = facts(peer=PeerClass.PRIVATE_LAN, api_keys_configured=True)
+    assert decide(keyed, STORE) is Caller.TRUSTED_FABRIC
+
+
+def test_store_imports_are_for_this_machine() -> None:
+    assert decide(LOCAL, STORE_IMPORT) is Caller.LOOPBACK
+    lan = facts(peer=PeerClass.PRIVATE_LAN)
+    assert refused(decide(lan, STORE_IMPORT)) == (403, "loopback_required")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import time
 
 import pytest
@@ -34,13 +35,47 @@ def card(template: str) -> ModelCard:
         "{{ 10 ** 10000000 }}",
         "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}",
         "{% for i in range(10000) %}{{ 'x' * 1000 }}{% endfor %}",
+        # Plain loops over strings and lists, outside ``range`` (issue #36: 20 s).
+        "{% set s = 'x' * 8000 %}{% for a in s %}{% for b in s %}{% endfor %}{% endfor %}",
+        "{% set l = ['x'] * 8000 %}{% for a in l %}{% for b in l %}{% endfor %}{% endfor %}",
+        "{% set l = [1] * 9000 %}{% for a in l recursive %}{{ loop(l) }}{% endfor %}",
+        # Filters and methods that build more than they are given (issue #36: 800 MB).
+        "{{ ('x' * 8000)|replace('x', 'x' * 100000) }}",
+        "{{ ('x' * 8000).replace('x', 'x' * 100000) }}",
+        "{{ (['x'] * 8000)|join('y' * 100000) }}",
+        "{{ ('y' * 100000).join(['x'] * 8000) }}",
+        "{{ 'x'|center(1000000000) }}",
+        "{{ 'x'.rjust(1000000000) }}",
+        "{{ ('x\\n' * 10000)|indent(80000) }}",
+        "{{ ('x' * 100000)|wordwrap(1, wrapstring='y' * 10000) }}",
+        "{{ '%1000000000d'|format(1) }}",
+        "{{ '%1000000000d' % 1 }}",
+        "{{ '{:>1000000000}'.format(1) }}",
+        "{{ [1]|batch(1000000000, 0)|list }}",
+        "{{ [1]|slice(1000000000)|list }}",
+        "{{ ([[1]] * 100000)|sum(start=[]) }}",
+        "{{ {'a': 1}|tojson(indent=1000000000) }}",
+        "{{ ['x' * 8000] * 8000 }}",
+        # Doubling through a namespace, with ``~`` and ``+``.
+        "{% set ns = namespace(s='x' * 4096) %}{% for i in range(40) %}"
+        "{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+        "{% set ns = namespace(s=['x' * 4096]) %}{% for i in range(40) %}"
+        "{% set ns.s = ns.s + ns.s %}{% endfor %}",
+        # Set blocks and macros join their output away from the rendered stream.
+        "{% set s = 'x' * 8000 %}{% set b %}{% for i in range(9000) %}{{ s }}{% endfor %}"
+        "{% endset %}",
+        "{% set s = 'x' * 8000 %}{% macro m() %}{% for i in range(9000) %}{{ s }}{% endfor %}"
+        "{% endmacro %}{% set r = m() %}",
     ],
 )
 def test_a_hostile_template_fails_its_request_quickly(template: str) -> None:
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     started = time.monotonic()
     with pytest.raises(PromptError):
         render_prompt(card(template), ASK)
     assert time.monotonic() - started < 5
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before
+    assert grown_kib < 100 * 1024, f"the render's peak grew by {grown_kib >> 10} MiB"
 
 
 def test_the_bound_is_the_rendered_size() -> None:
