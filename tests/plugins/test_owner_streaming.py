@@ -36,7 +36,7 @@ from skulk_daemon.plugins.access import ManagerAccess
 from skulk_daemon.plugins.connection import ManagerConnection, write_connection
 from skulk_daemon.plugins.manager.owner_host import OwnerHost
 from skulk_daemon.plugins.owners import wire
-from skulk_daemon.plugins.owners.adapter import ManagedOwners, _Owner
+from skulk_daemon.plugins.owners.adapter import ManagedOwner, ManagedOwners
 from tests.daemon.serving import wait_for
 from tests.daemon.test_cluster import converged, node_id
 from tests.daemon_process import DaemonProcess
@@ -341,7 +341,7 @@ def test_a_protocol_3_owners_streaming_claims_are_hidden(
                     break
                 await asyncio.sleep(0.02)
             owners = ManagedOwners(ManagerAccess(tmp_path), transport_node_id="n-1")
-            owner = _Owner("managed.legacy", installation, enabled=True)
+            owner = ManagedOwner("managed.legacy", installation, enabled=True)
             owners._owners[owner.plugin_id] = owner  # as an inventory entry would add it
             await owners.observe(owner)
             described = await wire.arequest(wire.socket_path(installation), {"op": "describe"}, 2)
