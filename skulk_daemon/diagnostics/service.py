@@ -20,22 +20,21 @@ from typing import Any, Final
 import msgspec
 import psutil
 
-from skulk_core.chat.generation import EngineChunk, FinishChunk
 from skulk_core.diagnostics.cluster import (
     cluster_version_status,
     merge_timeline,
     node_version_status,
 )
 from skulk_core.diagnostics.doctor import run_doctor
-from skulk_core.diagnostics.envelopes import EnvelopeKey, Envelopes, Sample
-from skulk_core.ids import ModelId, NodeId, RunnerId, TaskId
-from skulk_core.state.shards import serving_node
+from skulk_core.ids import NodeId, RunnerId, TaskId
 from skulk_core.version import SKULK_VERSION
 from skulk_daemon.capabilities.service import CapabilityService
 from skulk_daemon.diagnostics import facts, fanout
 from skulk_daemon.diagnostics.engine_probe import engine_build
+from skulk_daemon.diagnostics.performance import PerformanceEnvelopes
 from skulk_daemon.diagnostics.processes import process_tree
 from skulk_daemon.diagnostics.samples import sample_processes
+from skulk_daemon.diagnostics.views import error_text, member_entry, placements, runner_view
 from skulk_daemon.errors import ApiError
 from skulk_daemon.fabric.cluster import ClusterAgent
 from skulk_daemon.node.node import Node
@@ -70,9 +69,9 @@ class DiagnosticsService:
         self._worker = worker
         self._cluster = cluster
         self._capabilities = capabilities
-        self.envelopes = Envelopes()
+        self.performance = PerformanceEnvelopes(node)
         if worker is not None:
-            worker.generation_listeners.append(self._observe)
+            worker.generation_listeners.append(self.performance.observe)
 
     @property
     def node_id(self) -> NodeId:
@@ -116,7 +115,7 @@ class DiagnosticsService:
             "processes": tree,
             "supervisorRunners": [self._runner_view(r) for r in runners],
             "flightRecorder": (self._worker.flight.entries() if self._worker is not None else []),
-            "placements": self._placements(),
+            "placements": placements(node.state, node.last_master),
             "doctor": [msgspec.to_builtins(f) for f in run_doctor(gathered)],
             "cluster": cluster,
             "dataPlane": None if cluster is None else cluster.get("dataPlane"),
@@ -170,53 +169,7 @@ class DiagnosticsService:
 
     def _runner_view(self, runner: ManagedRunner) -> dict[str, Any]:
         status = self._node.state.runners.get(runner.runner_id)
-        since = time.monotonic() - runner.reported_since
-        return {
-            "runnerId": runner.runner_id,
-            "instanceId": runner.instance_id,
-            "modelId": runner.model_id,
-            "statusKind": None if status is None else type(status).__name__,
-            "phase": runner.reported,
-            "secondsInPhase": round(since, 3),
-            "phaseBudgetSeconds": facts.phase_budget(runner.reported),
-            "supervisorPhase": runner.phase.value,
-            "deviceRank": runner.device_rank,
-            "worldSize": runner.world_size,
-            "rpcDonor": runner.donor,
-            "activeTasks": runner.active_tasks,
-            "taskIds": sorted(runner.tasks),
-            "pid": None if runner.process is None else runner.process.pid,
-            "failure": runner.failure,
-        }
-
-    def _placements(self) -> list[dict[str, Any]]:
-        state, master = self._node.state, self._node.last_master
-        placements = []
-        for instance_id, instance in sorted(state.instances.items()):
-            assignments = instance.shard_assignments
-            nodes = sorted(assignments.node_to_runner)
-            placements.append(
-                {
-                    "instanceId": instance_id,
-                    "modelId": assignments.model_id,
-                    "kind": type(instance).__name__,
-                    "nodes": nodes,
-                    "servingNodeId": serving_node(instance),
-                    "masterNodeId": master,
-                    "masterInPlacement": master in nodes,
-                    "runners": [
-                        {
-                            "runnerId": runner_id,
-                            "nodeId": node_id,
-                            "deviceRank": assignments.runner_to_shard[runner_id].device_rank,
-                            "statusKind": _status_kind(state.runners.get(runner_id)),
-                        }
-                        for node_id, runner_id in sorted(assignments.node_to_runner.items())
-                        if runner_id in assignments.runner_to_shard
-                    ],
-                }
-            )
-        return placements
+        return runner_view(runner, status, time.monotonic() - runner.reported_since)
 
     async def capture(self, request: CaptureRequest) -> dict[str, Any]:
         """``POST /v1/diagnostics/node/capture``: a bounded snapshot, partial failures
@@ -292,51 +245,13 @@ class DiagnosticsService:
 
     # -- performance envelopes ------------------------------------------------------
 
-    def _observe(self, model_id: ModelId, chunk: EngineChunk, served: str) -> None:
-        if served != "local" or not isinstance(chunk, FinishChunk):
-            return
-        stats = chunk.stats
-        self.envelopes.add(
-            self._envelope_key(model_id),
-            Sample(
-                concurrency=stats.in_flight_at_admission,
-                ttft_ms=stats.time_to_first_token_ms,
-                decode_tps=stats.generation_tps,
-            ),
-        )
-
-    def _envelope_key(self, model_id: ModelId) -> EnvelopeKey:
-        reading = self._node.own_telemetry()
-        hardware, backend = "unknown", "cpu"
-        if reading is not None:
-            accelerator = reading.system.accelerator
-            hardware = (
-                f"{accelerator.vendor} {accelerator.name} x{accelerator.count}"
-                if accelerator is not None
-                else f"cpu {reading.system.cpu_model} x{reading.system.cpu_count}"
-            )
-            backend = reading.resources.backends[0] if reading.resources.backends else backend
-        entry = self._node.catalog().get(model_id)
-        quantization = (entry.card.quantization if entry is not None else None) or "unknown"
-        return EnvelopeKey(hardware, model_id, f"llama.cpp/{backend}", quantization)
-
     def performance_envelopes(self) -> dict[str, Any]:
         """``GET /v1/diagnostics/performance-envelopes``: this node's curves."""
-        return {"nodeId": self._node.node_id, "envelopes": self.envelopes.report()}
+        return self.performance.report()
 
     async def cluster_performance_envelopes(self) -> dict[str, Any]:
         """Every member's envelopes; unreachable members as explicit failures."""
-        others = [n for n in self._members() if n != self._node.node_id]
-        path = "/v1/diagnostics/performance-envelopes"
-        answers = await fanout.ask_all(self._node, others, "GET", path)
-        nodes: list[dict[str, Any]] = [{"ok": True, **self.performance_envelopes()}]
-        for answer in answers:
-            if answer.ok and isinstance(answer.body, dict):
-                nodes.append({"ok": True, **answer.body, "nodeId": answer.node_id})
-            else:
-                error = answer.error or _error_text(answer.status, answer.body)
-                nodes.append({"nodeId": answer.node_id, "ok": False, "error": error})
-        return {"nodes": nodes}
+        return await self.performance.cluster_report(self._members())
 
     # -- the cluster ----------------------------------------------------------------
 
@@ -370,22 +285,7 @@ class DiagnosticsService:
         }
 
     def _entry(self, node_id: NodeId, got: Any) -> dict[str, Any]:
-        if isinstance(got, fanout.PeerAnswer):
-            if got.ok and isinstance(got.body, dict):
-                return {
-                    "nodeId": node_id,
-                    "ok": True,
-                    "url": got.url,
-                    "skulkVersion": got.body.get("skulkVersion"),
-                    "bundle": got.body,
-                }
-            return {
-                "nodeId": node_id,
-                "ok": False,
-                "skulkVersion": self._telemetry_version(node_id),
-                "error": got.error or _error_text(got.status, got.body),
-            }
-        return {"nodeId": node_id, "ok": True, "skulkVersion": SKULK_VERSION, "bundle": got}
+        return member_entry(node_id, got, self._telemetry_version(node_id))
 
     def _telemetry_version(self, node_id: NodeId) -> str | None:
         reading = self._node.view().telemetry.get(node_id)
@@ -427,21 +327,10 @@ class DiagnosticsService:
             status = answer.status if 400 <= answer.status < 500 else 502
             raise ApiError(
                 status,
-                f"node {node_id}: {_error_text(answer.status, answer.body)}",
+                f"node {node_id}: {error_text(answer.status, answer.body)}",
                 code=str(code or "peer_error"),
             )
         return answer.body
-
-
-def _status_kind(status: object) -> str | None:
-    return None if status is None else type(status).__name__
-
-
-def _error_text(status: int | None, body: Any) -> str:
-    message = None
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        message = body["error"].get("message")
-    return f"HTTP {status}: {message or 'no message'}"
 
 
 def _memory_facts() -> dict[str, Any]:
