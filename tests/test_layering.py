@@ -34,6 +34,9 @@ FRAMEWORKS = {
 }
 MAX_MODULE_LINES = 600
 """No product module grows past this; split it by what it owns instead."""
+MAX_CLASS_LINES = 350
+"""A class past this usually owns two things: split it into collaborators it composes."""
+PRODUCT_PACKAGES = (*PACKAGES, "skulk")
 
 
 def _module_name(path: Path) -> str:
@@ -492,6 +495,28 @@ def test_host_programs_never_import_the_daemon_or_a_framework() -> None:
 
 def test_core_never_imports_the_host_package() -> None:
     assert _violations("skulk_core", {"skulk_host"}) == []
+
+
+def _class_lengths() -> dict[str, int]:
+    lengths = {}
+    for package in PRODUCT_PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            module = _module_name(path)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                    lengths[f"{module}.{node.name}"] = node.end_lineno - node.lineno + 1
+    return lengths
+
+
+def test_no_product_class_is_too_long() -> None:
+    lengths = _class_lengths()
+    long = {name: lines for name, lines in lengths.items() if lines > MAX_CLASS_LINES}
+    assert long == {}
+
+
+def test_the_class_check_sees_classes() -> None:
+    assert len(_class_lengths()) > 100
 
 
 @pytest.mark.parametrize("package", PACKAGES)

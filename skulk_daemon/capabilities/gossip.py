@@ -13,12 +13,23 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Final
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Final
 
-from skulk_core.extensions.capability_nodes import MAX_NODES_PER_HOST, CapabilityNodeSummary
+import msgspec
+
+from skulk_core.extensions.capability_nodes import (
+    MAX_NODES_PER_HOST,
+    CapabilityNodeSummary,
+    CapabilityNodeSurface,
+)
+
+if TYPE_CHECKING:
+    from skulk_daemon.node.node import Node
 
 log = logging.getLogger(__name__)
 
+TEST_NODE_ENV: Final = "SKULK_TEST_CAPABILITY_NODE"
 MAX_TAGS: Final = 256
 MAX_TAG_LENGTH: Final = 256
 
@@ -89,3 +100,38 @@ class Gossip:
         with self._lock:
             self._snapshot = snapshot
         self._on_change(snapshot)
+
+
+def publish(node: Node, snapshot: Snapshot) -> None:
+    """Write ``snapshot`` into ``node``'s own telemetry reading (the next beat carries
+    it); before the first reading there is nothing to write into, and it carries it."""
+    own = node.own_telemetry()
+    if own is None:
+        return
+    tags, nodes = snapshot
+    node.record_telemetry(
+        msgspec.structs.replace(
+            own, capabilities=tags, capability_nodes=nodes, observed_at=datetime.now(UTC)
+        )
+    )
+
+
+def stand_in_node(url: str | None) -> CapabilityNodeSummary | None:
+    """The capability node tests publish through :data:`TEST_NODE_ENV` (its surface at
+    ``url``); None when unset or invalid (logged)."""
+    if not url:
+        return None
+    try:
+        return CapabilityNodeSummary(
+            plugin_id="skulk.test",
+            node_id="stand-in",
+            bundle_id="skulk.test",
+            version="0.0.0",
+            title="Test capability node",
+            status="ready",
+            owner_available=True,
+            surfaces=(CapabilityNodeSurface(surface_id="main", title="Open", url=url),),
+        )
+    except ValueError as exc:
+        log.error("%s ignored: %s", TEST_NODE_ENV, exc)
+        return None

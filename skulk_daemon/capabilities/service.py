@@ -12,19 +12,12 @@ here touches State or the event log.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import secrets
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Final
-
-import msgspec
+from typing import TYPE_CHECKING
 
 from skulk_core.extensions.capabilities import (
     DEFAULT_TIMEOUT_SECONDS,
-    MAX_PAYLOAD_BYTES,
-    MAX_TIMEOUT_SECONDS,
     CapabilityCall,
     CapabilityDescriptor,
     CapabilityError,
@@ -32,22 +25,22 @@ from skulk_core.extensions.capabilities import (
     CapabilityStreamFrame,
     CapabilityStreamSession,
     JsonObject,
-    json_size,
 )
-from skulk_core.extensions.capability_nodes import CapabilityNodeSummary, CapabilityNodeSurface
+from skulk_core.extensions.capability_nodes import CapabilityNodeSummary
 from skulk_core.ids import NodeId
-from skulk_daemon.capabilities.gossip import Gossip, Snapshot
-from skulk_daemon.capabilities.guards import admit_stream, preflight, run_unary
+from skulk_daemon.capabilities.calls import envelope
+from skulk_daemon.capabilities.gossip import TEST_NODE_ENV, Gossip, Snapshot, publish, stand_in_node
+from skulk_daemon.capabilities.guards import run_unary
 from skulk_daemon.capabilities.registry import (
-    MAX_ACTIVE_STREAMS,
     MAX_INFLIGHT_CALLS,
     DynamicSource,
     ProviderRegistry,
     Registration,
     Slots,
 )
+from skulk_daemon.capabilities.served import ServedStreams
 from skulk_daemon.capabilities.session import CallerStream, InputSink, no_frames
-from skulk_daemon.capabilities.streams import Emit, ProviderStream
+from skulk_daemon.capabilities.streams import Emit
 
 if TYPE_CHECKING:
     from skulk_daemon.fabric.cluster import ClusterAgent
@@ -56,9 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SHUTDOWN_STREAMS_SECONDS: Final = 5.0
-TEST_NODE_ENV: Final = "SKULK_TEST_CAPABILITY_NODE"
-
 
 class CapabilityService:
     def __init__(self, node: Node, *, cluster: ClusterAgent | None = None) -> None:
@@ -66,16 +56,14 @@ class CapabilityService:
         self._cluster = cluster
         self._registry = ProviderRegistry()
         self._call_slots = Slots(MAX_INFLIGHT_CALLS)
-        self._stream_slots = Slots(MAX_ACTIVE_STREAMS)
-        self._serving: dict[tuple[str, str], ProviderStream] = {}
-        """Streams this node provides, by (caller node, call id)."""
+        self._served = ServedStreams(self._registry, node.node_id)
         self._receiving: dict[str, CallerStream] = {}
         """Streams this node called, by call id."""
-        self._gossip = Gossip(self._publish)
+        self._gossip = Gossip(lambda snapshot: publish(node, snapshot))
         self._closed = False
-        stand_in = os.environ.get(TEST_NODE_ENV)
-        if stand_in:
-            self._publish_stand_in(stand_in)
+        stand_in = stand_in_node(os.environ.get(TEST_NODE_ENV))
+        if stand_in is not None:
+            self._gossip.publish_node(stand_in)
 
     @property
     def node_id(self) -> NodeId:
@@ -134,9 +122,9 @@ class CapabilityService:
             "providers": sorted(f"{d.id}@{d.version}" for d in self.describe_local()),
             "unaryCalls": {"active": self._call_slots.used, "limit": self._call_slots.limit},
             "streams": {
-                "active": self._stream_slots.used,
-                "limit": self._stream_slots.limit,
-                "serving": len(self._serving),
+                "active": self._served.slots.used,
+                "limit": self._served.slots.limit,
+                "serving": len(self._served),
                 "calling": len(self._receiving),
             },
         }
@@ -165,34 +153,6 @@ class CapabilityService:
         """For the telemetry publisher: (tags, capability nodes), thread-safe."""
         return self._gossip.snapshot()
 
-    def _publish(self, snapshot: Snapshot) -> None:
-        own = self._node.own_telemetry()
-        if own is None:
-            return  # the first reading will carry it
-        tags, nodes = snapshot
-        self._node.record_telemetry(
-            msgspec.structs.replace(
-                own, capabilities=tags, capability_nodes=nodes, observed_at=datetime.now(UTC)
-            )
-        )
-
-    def _publish_stand_in(self, url: str) -> None:
-        try:
-            summary = CapabilityNodeSummary(
-                plugin_id="skulk.test",
-                node_id="stand-in",
-                bundle_id="skulk.test",
-                version="0.0.0",
-                title="Test capability node",
-                status="ready",
-                owner_available=True,
-                surfaces=(CapabilityNodeSurface(surface_id="main", title="Open", url=url),),
-            )
-        except ValueError as exc:
-            log.error("%s ignored: %s", TEST_NODE_ENV, exc)
-            return
-        self._gossip.publish_node(summary)
-
     # -- calling (any node) ------------------------------------------------------------
 
     async def describe_node(self, node_id: str) -> list[CapabilityDescriptor]:
@@ -201,43 +161,6 @@ class CapabilityService:
             return self.describe_local()
         remote = self._remote
         return [] if remote is None else await remote.describe(node_id)
-
-    def _envelope(  # noqa: PLR0917 (the spec's positional call shape)
-        self,
-        node_id: str,
-        capability_id: str,
-        version: str,
-        revision: str,
-        payload: JsonObject,
-        timeout: float,
-    ) -> CapabilityCall | CapabilityResult:
-        call_id = secrets.token_hex(16)
-        if not 0 < timeout <= MAX_TIMEOUT_SECONDS:
-            return CapabilityResult.failure(
-                call_id, "invalid_payload", f"timeout must be in (0, {MAX_TIMEOUT_SECONDS:g}] s"
-            )
-        # NOTE: checked here too, before anything crosses the fabric: the provider would
-        # refuse it anyway, and a huge payload must not occupy (or break) the link.
-        try:
-            size = json_size(payload)
-        except (TypeError, ValueError) as exc:
-            return CapabilityResult.failure(call_id, "invalid_payload", f"not JSON: {exc}")
-        if size > MAX_PAYLOAD_BYTES:
-            return CapabilityResult.failure(
-                call_id,
-                "payload_too_large",
-                f"the payload is {size} bytes; at most {MAX_PAYLOAD_BYTES} are accepted",
-            )
-        return CapabilityCall(
-            call_id=call_id,
-            capability_id=capability_id,
-            version=version,
-            descriptor_revision=revision,
-            caller_node=self.node_id,
-            target_node=node_id,
-            timeout_seconds=timeout,
-            payload=payload,
-        )
 
     async def call(  # noqa: PLR0917 (the spec's call_capability shape)
         self,
@@ -251,7 +174,7 @@ class CapabilityService:
         """Call a unary capability on ``node_id`` (this node included). Never raises:
         every failure is a typed result."""
         deadline = asyncio.get_running_loop().time() + timeout
-        call = self._envelope(node_id, capability_id, version, revision, payload, timeout)
+        call = envelope(self.node_id, node_id, capability_id, version, revision, payload, timeout)
         if isinstance(call, CapabilityResult):
             return call
         if node_id == self.node_id:
@@ -273,7 +196,7 @@ class CapabilityService:
         """Open a streaming capability on ``node_id``. Check ``open_result`` first; then
         read ``frames`` (and write ``input`` for client-streaming and bidirectional)."""
         deadline = asyncio.get_running_loop().time() + timeout
-        call = self._envelope(node_id, capability_id, version, revision, payload, timeout)
+        call = envelope(self.node_id, node_id, capability_id, version, revision, payload, timeout)
         if isinstance(call, CapabilityResult):
             return CapabilityStreamSession(open_result=call, frames=no_frames())
         call_id = call.call_id
@@ -307,7 +230,7 @@ class CapabilityService:
         mode = (result.result or {}).get("io_mode")
         if mode in ("client_streaming", "bidirectional"):
             if local:
-                provider = self._serving.get((self.node_id, call_id))
+                provider = self._served.get(self.node_id, call_id)
 
                 async def send(frame: CapabilityStreamFrame) -> bool:
                     return provider is not None and await provider.put_input(frame)
@@ -362,49 +285,12 @@ class CapabilityService:
         self, call: CapabilityCall, emit: Emit, *, deadline: float | None = None
     ) -> CapabilityResult:
         """Admit a stream addressed to this node; its frames go to ``emit``."""
-        loop = asyncio.get_running_loop()
         if deadline is None:
-            deadline = loop.time() + call.timeout_seconds
-        call_id = call.call_id
-        found = preflight(self._registry, call, self.node_id, streaming=True)
-        if isinstance(found, CapabilityError):
-            return CapabilityResult(call_id=call_id, ok=False, error=found)
-        key = (call.caller_node, call_id)
-        if key in self._serving:
-            return CapabilityResult.failure(
-                call_id, "invalid_payload", f"stream {call_id} is already open"
-            )
-        if not self._stream_slots.try_acquire():
-            return CapabilityResult.failure(
-                call_id,
-                "overloaded",
-                f"this node already serves {self._stream_slots.limit} streams",
-            )
-        admitted = False
-        try:
-            refusal = await admit_stream(self._registry, found, call, deadline)
-            if refusal is not None:
-                return CapabilityResult(call_id=call_id, ok=False, error=refusal)
-
-            def done() -> None:
-                self._serving.pop(key, None)
-                self._stream_slots.release()
-
-            stream = ProviderStream(found, call, emit=emit, deadline=deadline, on_done=done)
-            self._serving[key] = stream
-            admitted = True
-            await stream.start()
-        finally:
-            if not admitted:
-                self._stream_slots.release()
-        return CapabilityResult.success(
-            call_id, {"admitted": True, "io_mode": found.descriptor.io_mode}
-        )
+            deadline = asyncio.get_running_loop().time() + call.timeout_seconds
+        return await self._served.open(call, emit, deadline=deadline)
 
     def offer_input(self, caller: str, frame: CapabilityStreamFrame) -> None:
-        stream = self._serving.get((caller, frame.call_id))
-        if stream is not None:
-            stream.offer_input(frame)
+        self._served.offer_input(caller, frame)
 
     def deliver_output(self, provider: str, frame: CapabilityStreamFrame) -> None:
         receiver = self._receiving.get(frame.call_id)
@@ -414,8 +300,7 @@ class CapabilityService:
     def cancel_stream(self, caller: str, call_id: str, message: str | None = None) -> bool:
         """Cancel the stream ``caller`` opened here as ``call_id``; ``False`` when there
         is none active (unknown, another caller's, or already ended)."""
-        stream = self._serving.get((caller, call_id))
-        return stream is not None and stream.cancel(message)
+        return self._served.cancel(caller, call_id, message)
 
     # -- shutdown ------------------------------------------------------------------------
 
@@ -426,10 +311,4 @@ class CapabilityService:
         self._registry.closed = True
         for tag in self._gossip.tags():
             self._gossip.withdraw(tag)
-        streams = list(self._serving.values())
-        for stream in streams:
-            stream.cancel("the provider node is stopping")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(
-                asyncio.gather(*(s.wait() for s in streams)), SHUTDOWN_STREAMS_SECONDS
-            )
+        await self._served.close()

@@ -20,7 +20,6 @@ from typing import Any, Final, TypeVar
 import msgspec
 import psutil
 
-from skulk_core.chat.generation import EngineChunk, FinishChunk
 from skulk_core.diagnostics.answers import (
     UNSET,
     CancelAnswer,
@@ -28,7 +27,6 @@ from skulk_core.diagnostics.answers import (
     ClusterBundles,
     ClusterEnvelopes,
     MemberBundle,
-    MemberEnvelopes,
     MemoryFacts,
     NodeEnvelopes,
     PartialFailure,
@@ -43,8 +41,6 @@ from skulk_core.diagnostics.bundle import (
     EngineFacts,
     FabricDiagnostics,
     NodeBundle,
-    PlacementRunner,
-    PlacementView,
     ProviderCounters,
     RecoveryOutcome,
     Resources,
@@ -57,15 +53,15 @@ from skulk_core.diagnostics.cluster import (
     node_version_status,
 )
 from skulk_core.diagnostics.doctor import run_doctor
-from skulk_core.diagnostics.envelopes import EnvelopeKey, Envelopes, Sample
-from skulk_core.ids import ModelId, NodeId, RunnerId, TaskId
-from skulk_core.state.shards import serving_node
+from skulk_core.ids import NodeId, RunnerId, TaskId
 from skulk_core.version import SKULK_VERSION
 from skulk_daemon.diagnostics import facts
 from skulk_daemon.diagnostics.engine_probe import engine_build
+from skulk_daemon.diagnostics.performance import PerformanceEnvelopes
 from skulk_daemon.diagnostics.processes import process_tree
 from skulk_daemon.diagnostics.samples import sample_processes
 from skulk_daemon.diagnostics.sources import FabricSource, ProviderSource
+from skulk_daemon.diagnostics.views import decoded, error_text, placements, runner_view
 from skulk_daemon.errors import ApiError
 from skulk_daemon.node import fanout
 from skulk_daemon.node.node import Node
@@ -73,8 +69,9 @@ from skulk_daemon.system.buildinfo import source_commit
 from skulk_daemon.worker.supervisor import ManagedRunner, Supervisor
 
 MAX_SAMPLE_SECONDS: Final = 10.0
-_STARTED = time.time()
 T = TypeVar("T")
+
+_STARTED = time.time()
 
 
 class CaptureRequest(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -101,9 +98,9 @@ class DiagnosticsService:
         self._worker = worker
         self._cluster = cluster
         self._capabilities = capabilities
-        self.envelopes = Envelopes()
+        self.performance = PerformanceEnvelopes(node)
         if worker is not None:
-            worker.generation_listeners.append(self._observe)
+            worker.generation_listeners.append(self.performance.observe)
 
     @property
     def node_id(self) -> NodeId:
@@ -147,7 +144,7 @@ class DiagnosticsService:
             processes=tree,
             supervisor_runners=[self._runner_view(r) for r in runners],
             flight_recorder=self._worker.flight.entries() if self._worker is not None else [],
-            placements=self._placements(),
+            placements=placements(node.state, node.last_master),
             doctor=run_doctor(gathered),
             cluster=cluster,
             data_plane=None if cluster is None else cluster.data_plane,
@@ -204,53 +201,7 @@ class DiagnosticsService:
 
     def _runner_view(self, runner: ManagedRunner) -> RunnerView:
         status = self._node.state.runners.get(runner.runner_id)
-        since = time.monotonic() - runner.reported_since
-        return RunnerView(
-            runner_id=runner.runner_id,
-            instance_id=runner.instance_id,
-            model_id=runner.model_id,
-            status_kind=_status_kind(status),
-            phase=runner.reported,
-            seconds_in_phase=round(since, 3),
-            phase_budget_seconds=facts.phase_budget(runner.reported),
-            supervisor_phase=runner.phase.value,
-            device_rank=runner.device_rank,
-            world_size=runner.world_size,
-            rpc_donor=runner.donor,
-            active_tasks=runner.active_tasks,
-            task_ids=sorted(runner.tasks),
-            pid=None if runner.process is None else runner.process.pid,
-            failure=runner.failure,
-        )
-
-    def _placements(self) -> list[PlacementView]:
-        state, master = self._node.state, self._node.last_master
-        placements = []
-        for instance_id, instance in sorted(state.instances.items()):
-            assignments = instance.shard_assignments
-            nodes = sorted(assignments.node_to_runner)
-            placements.append(
-                PlacementView(
-                    instance_id=instance_id,
-                    model_id=assignments.model_id,
-                    kind=type(instance).__name__,
-                    nodes=list(nodes),
-                    serving_node_id=serving_node(instance),
-                    master_node_id=master,
-                    master_in_placement=master in nodes,
-                    runners=[
-                        PlacementRunner(
-                            runner_id=runner_id,
-                            node_id=node_id,
-                            device_rank=assignments.runner_to_shard[runner_id].device_rank,
-                            status_kind=_status_kind(state.runners.get(runner_id)),
-                        )
-                        for node_id, runner_id in sorted(assignments.node_to_runner.items())
-                        if runner_id in assignments.runner_to_shard
-                    ],
-                )
-            )
-        return placements
+        return runner_view(runner, status, time.monotonic() - runner.reported_since)
 
     async def capture(self, request: CaptureRequest) -> Capture:
         """``POST /v1/diagnostics/node/capture``: a bounded snapshot, partial failures
@@ -331,57 +282,14 @@ class DiagnosticsService:
 
     # -- performance envelopes ------------------------------------------------------
 
-    def _observe(self, model_id: ModelId, chunk: EngineChunk, served: str) -> None:
-        if served != "local" or not isinstance(chunk, FinishChunk):
-            return
-        stats = chunk.stats
-        self.envelopes.add(
-            self._envelope_key(model_id),
-            Sample(
-                concurrency=stats.in_flight_at_admission,
-                ttft_ms=stats.time_to_first_token_ms,
-                decode_tps=stats.generation_tps,
-            ),
-        )
-
-    def _envelope_key(self, model_id: ModelId) -> EnvelopeKey:
-        reading = self._node.own_telemetry()
-        hardware, backend = "unknown", "cpu"
-        if reading is not None:
-            accelerator = reading.system.accelerator
-            hardware = (
-                f"{accelerator.vendor} {accelerator.name} x{accelerator.count}"
-                if accelerator is not None
-                else f"cpu {reading.system.cpu_model} x{reading.system.cpu_count}"
-            )
-            backend = reading.resources.backends[0] if reading.resources.backends else backend
-        entry = self._node.catalog().get(model_id)
-        quantization = (entry.card.quantization if entry is not None else None) or "unknown"
-        return EnvelopeKey(hardware, model_id, f"llama.cpp/{backend}", quantization)
-
     def performance_envelopes(self) -> NodeEnvelopes:
         """``GET /v1/diagnostics/performance-envelopes``: this node's curves."""
-        return NodeEnvelopes(node_id=self._node.node_id, envelopes=self.envelopes.report())
+        return self.performance.report()
 
     async def cluster_performance_envelopes(self) -> ClusterEnvelopes:
         """Every member's envelopes; unreachable members (or a malformed answer) as
         explicit failures."""
-        others = [n for n in self._members() if n != self._node.node_id]
-        path = "/v1/diagnostics/performance-envelopes"
-        answers = await fanout.ask_all(self._node, others, "GET", path)
-        own = self.performance_envelopes()
-        nodes = [MemberEnvelopes(node_id=own.node_id, ok=True, envelopes=own.envelopes)]
-        for answer in answers:
-            got = _decoded(answer, NodeEnvelopes)
-            if isinstance(got, NodeEnvelopes):
-                nodes.append(
-                    MemberEnvelopes(node_id=answer.node_id, ok=True, envelopes=got.envelopes)
-                )
-            else:
-                nodes.append(MemberEnvelopes(node_id=answer.node_id, ok=False, error=got))
-        return ClusterEnvelopes(nodes=nodes)
-
-    # -- the cluster ----------------------------------------------------------------
+        return await self.performance.cluster_report(self._members())
 
     def _members(self) -> list[NodeId]:
         members = list(self._node.state.topology.nodes)
@@ -407,7 +315,7 @@ class DiagnosticsService:
             (self._node.node_id, SKULK_VERSION, local, None)
         ]
         for answer in answers:
-            got = _decoded(answer, NodeBundle)
+            got = decoded(answer, NodeBundle)
             version = (
                 got.skulk_version
                 if isinstance(got, NodeBundle)
@@ -455,7 +363,7 @@ class DiagnosticsService:
         }
         unreachable: list[Unreachable] = []
         for answer in answers:
-            got = _decoded(answer, TimelineSource)
+            got = decoded(answer, TimelineSource)
             if isinstance(got, TimelineSource):
                 sources[answer.node_id] = got
             else:
@@ -489,7 +397,7 @@ class DiagnosticsService:
             status = answer.status if 400 <= answer.status < 500 else 502
             raise ApiError(
                 status,
-                f"node {node_id}: {_error_text(answer.status, answer.body)}",
+                f"node {node_id}: {error_text(answer.status, answer.body)}",
                 code=str(code or "peer_error"),
             )
         try:
@@ -498,28 +406,6 @@ class DiagnosticsService:
             raise ApiError(
                 502, f"node {node_id} answered a malformed {path}: {exc}", code="peer_malformed"
             ) from None
-
-
-def _status_kind(status: object) -> str | None:
-    return None if status is None else type(status).__name__
-
-
-def _error_text(status: int | None, body: Any) -> str:
-    message = None
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        message = body["error"].get("message")
-    return f"HTTP {status}: {message or 'no message'}"
-
-
-def _decoded(answer: fanout.PeerAnswer, into: type[T]) -> T | str:
-    """A member's 200 answer decoded ``into`` the wire type, or why there is none: its
-    error, its refusal, or what is malformed in it."""
-    if not answer.ok or not isinstance(answer.body, dict):
-        return answer.error or _error_text(answer.status, answer.body)
-    try:
-        return msgspec.convert(answer.body, into)
-    except msgspec.ValidationError as exc:
-        return f"a malformed answer: {exc}"
 
 
 def _fabric(diagnostics: Mapping[str, Any]) -> FabricDiagnostics:

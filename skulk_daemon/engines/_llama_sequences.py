@@ -199,3 +199,13 @@ def context_exceeded(prompt: int, max_tokens: int, window: int, prompt_alone: bo
     return (
         f"{ERROR_CONTEXT_LENGTH_EXCEEDED}: {detail} in this model's {window}-token context window"
     )
+
+
+def token_budget(prompt: int, max_tokens: int, strict: bool, window: int) -> int | str:
+    """How many tokens a ``prompt``-token request may generate in a ``window``-token
+    sequence (``max_tokens`` or the room left, whichever is less), or why it does not
+    fit: no room at all, or less than a ``strict`` request's ``max_tokens``."""
+    room = window - prompt
+    if room < 1 or (strict and max_tokens > room):
+        return context_exceeded(prompt, max_tokens, window, room < 1)
+    return min(max_tokens, room)

@@ -13,6 +13,11 @@ reports the node's live connections as topology edges.
 Frames are checked before use: a foreign protocol version, a malformed body, a
 frame claiming to come from this node, or a control message from a stale session
 is dropped and counted in :meth:`ClusterAgent.diagnostics`.
+
+The agent composes what it owns besides the clock, the election and the beats: the
+frames it sends and accepts (:mod:`.framing`), whom it dials (:mod:`.dialing`),
+replication's effects (:mod:`.replicator`) and its diagnostics view
+(:mod:`.cluster_view`).
 """
 
 from __future__ import annotations
@@ -37,9 +42,6 @@ from skulk_core.cluster.election import (
     SessionChanged,
 )
 from skulk_core.cluster.fabric import (
-    MAX_EVENTS_PER_FRAME,
-    PLANE_OF,
-    PROTOCOL_VERSION,
     Beat,
     Body,
     CancelTask,
@@ -53,7 +55,6 @@ from skulk_core.cluster.fabric import (
     DataFrame,
     Elect,
     EventBatch,
-    FrameError,
     Header,
     PeerAddress,
     RunSpeech,
@@ -61,33 +62,30 @@ from skulk_core.cluster.fabric import (
     Snapshot,
     SubmitCommand,
     SyncRequest,
-    decode_body,
-    decode_header,
-    encode,
 )
 from skulk_core.ids import NodeId, new_command_id
 from skulk_core.state.commands import RegisterNode
-from skulk_core.state.events import IndexedEvent
 from skulk_core.version import SKULK_VERSION
+from skulk_daemon.fabric.cluster_view import FabricFacts, fabric_view
 from skulk_daemon.fabric.data_plane import DataPlane
+from skulk_daemon.fabric.dialing import Dialer
 from skulk_daemon.fabric.forwarding import CommandForwarding
+from skulk_daemon.fabric.framing import Outbox, checked
 from skulk_daemon.fabric.link import CapabilityMessage, LinkCounters
 from skulk_daemon.fabric.membership import Membership
 from skulk_daemon.fabric.peers import (
     Peer,
     PeerBook,
-    PendingDials,
     fabric_address,
     parse_peer,
 )
 from skulk_daemon.fabric.remote_capabilities import RemoteCapabilities
 from skulk_daemon.fabric.remote_speech import RemoteSpeech
 from skulk_daemon.fabric.remote_tasks import RemoteTasks
-from skulk_daemon.fabric.replication import CatchUp, RetainedTail, continues
+from skulk_daemon.fabric.replicator import Replicator
 from skulk_daemon.fabric.settings import FabricSettings
 from skulk_daemon.fabric.telemetry_stats import TelemetryStats
 from skulk_daemon.fabric.transport import FabricTransport
-from skulk_daemon.node.eventlog import read_events
 from skulk_daemon.node.node import Node
 
 log = logging.getLogger(__name__)
@@ -113,8 +111,7 @@ class ClusterAgent:
         self._clock = clock
         self.transport = transport(self._on_frames)
         self.peers = PeerBook(own_id=node.node_id)
-        self._pending = PendingDials()
-        self._explicit = frozenset(settings.peers)
+        self.outbox = Outbox(node.node_id, self.peers, self.transport, self._session_now)
         now = clock()
         self.election = Election(
             rank=self._rank(),
@@ -123,17 +120,30 @@ class ClusterAgent:
             lonely_grace=LONELY_GRACE_SECONDS if settings.peers else 0.0,
             peer_timeout=max(DEFAULT_PEER_TIMEOUT_SECONDS, settings.beat_seconds * 3),
         )
-        self.catch_up = CatchUp()
-        self.tail = RetainedTail()
         self.data = DataPlane(node.node_id, self._send_data)
         self.remote = RemoteTasks(self)
         self.speech = RemoteSpeech(self)
         self.capabilities = RemoteCapabilities(self)
         self.counters = LinkCounters()
+        self.dialer = Dialer(
+            self.peers,
+            self.transport,
+            explicit=frozenset(settings.peers),
+            counters=self.counters,
+            clock=clock,
+            discovered=self._discovered,
+        )
+        self.replication = Replicator(
+            node,
+            session=self._session_now,
+            send=self.outbox.send,
+            broadcast=self.outbox.broadcast,
+            counters=self.counters,
+            clock=clock,
+        )
         self.telemetry_stats = TelemetryStats(beat_seconds=settings.beat_seconds)
         self._carried_reading_at: datetime | None = None
-        self._seq = 0
-        self.commands = CommandForwarding(node, self._send, lambda: self.election.session)
+        self.commands = CommandForwarding(node, self.outbox.send, self._session_now)
         self._control: asyncio.Queue[tuple[NodeId, Header, Body]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._next_beat = 0.0
@@ -141,7 +151,10 @@ class ClusterAgent:
         """When each node was last heard from, by any frame (membership's clock)."""
         self._session: Session | None = None
         self._last_role: tuple[str, int] = ("follower", 0)
-        node.on_indexed(self._on_indexed)
+        node.on_indexed(self.replication.on_indexed)
+
+    def _session_now(self) -> Session | None:
+        return self.election.session
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -173,72 +186,34 @@ class ClusterAgent:
 
     def dial(self, address: str) -> None:
         """Connect to ``address`` (explicit, or learned from a member's beat)."""
-        if self.peers.want(address):
-            self.transport.connect(address)
+        self.dialer.dial(address)
 
     def dial_discovered(self, address: str) -> None:
         """Connect to an address mDNS announced: bounded, and hung up on unless it
         answers as a member within the grace (anyone on the LAN can announce)."""
-        if not self._is_member(address) and not self._pending.admit(address, self._clock()):
-            self.counters.dropped["discovery_limit"] += 1
-            return
+        self.dialer.dial_discovered(address)
+
+    def departed(self, address: str) -> None:
+        """mDNS says the service at ``address`` left: hang up unless a member is there."""
+        self.dialer.departed(address)
+
+    def _discovered(self) -> None:
         # A node that knows of peers must not elect itself before they answer: one
         # restarted beside a sitting master would otherwise claim the master's term
         # alone and, on the tiebreak, depose it (as explicit peers do, see lonely_grace).
         self.election.lonely_grace = max(self.election.lonely_grace, LONELY_GRACE_SECONDS)
-        self.dial(address)
-
-    def departed(self, address: str) -> None:
-        """mDNS says the service at ``address`` left: hang up unless a member is there."""
-        if self._is_member(address) or address in self._explicit:
-            return
-        self._pending.answered(address)
-        self.peers.dial.discard(address)
-        self.transport.disconnect(address)
-
-    def _is_member(self, address: str) -> bool:
-        return any(peer.address == address for peer in self.peers.by_node.values())
-
-    def _hang_up_unanswered(self, now: float) -> None:
-        for address in self._pending.expired(now):
-            if not self._is_member(address) and address not in self._explicit:
-                self.peers.dial.discard(address)
-                self.transport.disconnect(address)
 
     # -- sending ---------------------------------------------------------------------
 
-    def _frames(self, body: Body) -> list[bytes]:
-        self._seq += 1
-        header = Header(
-            version=PROTOCOL_VERSION,
-            plane=PLANE_OF[type(body)],
-            origin=self.node.node_id,
-            seq=self._seq,
-            session=self.election.session,
-            reply_port=self.transport.port,
-        )
-        return encode(header, body)
-
-    def _send(self, node_id: NodeId, body: Body) -> bool:
-        address = self.peers.address_of(node_id)
-        if address is None:
-            return False
-        return self.transport.send(address, self._frames(body))
-
-    def _broadcast(self, body: Body) -> None:
-        frames = self._frames(body)
-        for address in sorted(self.peers.dial):
-            self.transport.send(address, frames)
-
     def _send_data(self, owner: NodeId, frame: DataFrame) -> bool:
-        return self._send(owner, frame)
+        return self.outbox.send(owner, frame)
 
     def send_control(self, node_id: NodeId, body: RunTask | RunSpeech | CancelTask) -> bool:
-        return self._send(node_id, body)
+        return self.outbox.send(node_id, body)
 
     def send_capability(self, node_id: NodeId, body: CapabilityMessage) -> bool:
         """A capability message (control or data plane, by its type) to ``node_id``."""
-        return self._send(node_id, body)
+        return self.outbox.send(node_id, body)
 
     def is_live(self, node_id: NodeId) -> bool:
         """Whether ``node_id`` was heard from within the liveness timeout."""
@@ -275,9 +250,9 @@ class ClusterAgent:
             self._beat(now)
         if self.node.is_master:
             self.membership.remove_unseen(now)
-        elif self.catch_up.has_gap:
-            self._request_sync(now)
-        self._hang_up_unanswered(now)
+        elif self.replication.has_gap:
+            self.replication.request_sync(now)
+        self.dialer.hang_up_unanswered(now)
 
     def _beat(self, now: float) -> None:
         live = sorted(self.peers.live(now, self.election.peer_timeout), key=lambda p: p.node_id)
@@ -285,7 +260,7 @@ class ClusterAgent:
         if reading is not None and reading.observed_at != self._carried_reading_at:
             self._carried_reading_at = reading.observed_at
             self.telemetry_stats.reading_offered(now)
-        frames = self._frames(
+        frames = self.outbox.frames(
             Beat(
                 fabric_port=self.transport.port,
                 skulk_version=SKULK_VERSION,
@@ -314,9 +289,9 @@ class ClusterAgent:
         for action in actions:
             match action:
                 case Broadcast(message=message):
-                    self._broadcast(Elect(message=message))
+                    self.outbox.broadcast(Elect(message=message))
                 case SendTo(peer=peer, message=message):
-                    self._send(peer, Elect(message=message))
+                    self.outbox.send(peer, Elect(message=message))
                 case SessionChanged(session=session):
                     self._on_session(session, now)
 
@@ -324,43 +299,23 @@ class ClusterAgent:
         self._session = session
         log.info("session: master %s, term %d", session.master, session.term)
         if session.master == self.node.node_id:
-            self._seed_tail()
+            self.replication.seed_tail()
             self.membership.became_master(now)
             self.node.become_master(session.term)
             return
-        self.catch_up.reset()
         self.node.become_follower(self.commands.forward)
-        self._request_sync(now, force=True)
+        self.replication.follow(now)
         # A node the old master removed (or never saw) joins this master's topology.
         self.node.report(RegisterNode(command_id=new_command_id(), node_id=self.node.node_id))
-
-    def _seed_tail(self) -> None:
-        """A new master serves catch-up from the events in its own log."""
-        self.tail = RetainedTail()
-        try:
-            self.tail.extend(read_events(self.node.event_log.path))
-        except Exception:  # a torn or unreadable log only costs followers a snapshot
-            log.warning("could not read the event log to seed the retained tail", exc_info=True)
 
     # -- receiving -------------------------------------------------------------------
 
     def _on_frames(self, peer_ip: str, frames: list[bytes]) -> None:
-        try:
-            header = decode_header(frames)
-        except FrameError as exc:
-            self.counters.dropped[exc.reason] += 1
+        found = checked(frames, self.node.node_id)
+        if isinstance(found, str):
+            self.counters.dropped[found] += 1
             return
-        if header.origin == self.node.node_id:
-            self.counters.dropped["own_origin"] += 1
-            return
-        try:
-            body = decode_body(frames)
-        except FrameError as exc:
-            self.counters.dropped[exc.reason] += 1
-            return
-        if PLANE_OF[type(body)] != header.plane:
-            self.counters.dropped["wrong_plane"] += 1
-            return
+        header, body = found
         now = self._clock()
         self.counters.received[header.plane] += 1
         self.membership.heard(header.origin, now)
@@ -418,7 +373,7 @@ class ClusterAgent:
         )
         if moved is not None:
             self.transport.disconnect(moved)
-        self._pending.answered(address)
+        self.dialer.answered(address)
         self.transport.connect(address)
         for known in beat.peers:
             if known.node_id != self.node.node_id and known.node_id not in self.peers.by_node:
@@ -437,7 +392,7 @@ class ClusterAgent:
             and current.master == header.origin
             and beat.last_idx > self.node.state.last_event_applied_idx
         ):
-            self._request_sync(now)
+            self.replication.request_sync(now)
         if self.node.is_master and header.origin not in self.node.state.topology.nodes:
             self.membership.rejoined(header.origin)
             self.node.report(RegisterNode(command_id=new_command_id(), node_id=header.origin))
@@ -450,123 +405,31 @@ class ClusterAgent:
             except Exception:
                 log.exception("fabric control message %s failed", type(body).__name__)
 
-    def _from_master(self, origin: NodeId, header: Header) -> bool:
-        current = self.election.session
-        ok = (
-            current is not None
-            and current.master == origin
-            and current.master != self.node.node_id
-            and header.session == current
-        )
-        if not ok:
-            self.counters.dropped["stale_session"] += 1
-        return ok
-
     async def _control_one(self, origin: NodeId, header: Header, body: Body) -> None:
         match body:
             case SubmitCommand():
                 await self.commands.serve(origin, header, body)
-            case EventBatch(events=events):
-                if not self._from_master(origin, header):
-                    return
-                node = self.node
-                last = node.state.last_event_applied_idx
-                if not continues(body, last, node.last_term, node.last_master):
-                    self.counters.dropped["diverged"] += 1
-                    self.catch_up.reset()
-                    self._request_sync(self._clock(), force=True)
-                    return
-                ready = self.catch_up.accept(events, last)
-                if ready:
-                    await self.node.apply_replicated(ready)
-                if self.catch_up.has_gap:
-                    self._request_sync(self._clock())
-            case SyncRequest():
-                if not self.node.is_master:
-                    return
-                answer = self.tail.answer(
-                    body, self.node.state, self.node.last_term, self.node.last_master
-                )
-                if isinstance(answer, list):
-                    for batch in answer:
-                        self._send(origin, batch)
-                elif answer is not None:
-                    self._send(origin, answer)
-            case Snapshot(state=state, last_term=last_term, last_master=last_master):
-                if not self._from_master(origin, header):
-                    return
-                # The master's history wins: it was elected on having the freshest.
-                await self.node.install_snapshot(state, last_term, last_master)
-                self.catch_up.reset()
+            case EventBatch() | SyncRequest() | Snapshot():
+                await self.replication.receive(origin, header, body)
             case _:
                 pass
-
-    # -- replication -----------------------------------------------------------------
-
-    def _on_indexed(
-        self, events: list[IndexedEvent], prev_term: int, prev_master: NodeId | None
-    ) -> None:
-        self.tail.extend(events)
-        for start in range(0, len(events), MAX_EVENTS_PER_FRAME):
-            chunk = tuple(events[start : start + MAX_EVENTS_PER_FRAME])
-            self._broadcast(EventBatch(events=chunk, prev_term=prev_term, prev_master=prev_master))
-            prev_term, prev_master = chunk[-1].term, chunk[-1].indexed_by
-
-    def _request_sync(self, now: float, *, force: bool = False) -> None:
-        session = self.election.session
-        if session is None or session.master == self.node.node_id:
-            return
-        if not force and not self.catch_up.should_sync(now):
-            return
-        self._send(
-            session.master,
-            SyncRequest(
-                last_idx=self.node.state.last_event_applied_idx,
-                last_term=self.node.last_term,
-                last_master=self.node.last_master,
-            ),
-        )
 
     # -- diagnostics -----------------------------------------------------------------
 
     def diagnostics(self) -> dict[str, Any]:
-        now = self._clock()
         session = self.election.session
-        stats = self.transport.stats()
-        return {
-            "nodeId": self.node.node_id,
-            "role": self.election.role,
-            "master": None if session is None else session.master,
-            "term": self.election.term,
-            "fabricPort": self.transport.port,
-            "dataTransport": DATA_TRANSPORT,
-            "peers": [
-                {
-                    "nodeId": peer.node_id,
-                    "address": peer.address,
-                    "skulkVersion": peer.skulk_version,
-                    "transport": peer.transport,
-                    "lastIdx": peer.last_idx,
-                    "heardSecondsAgo": round(now - peer.heard_at, 3),
-                }
-                for peer in sorted(self.peers.by_node.values(), key=lambda p: p.node_id)
-            ],
-            "frames": {
-                "in": stats.frames_in,
-                "out": stats.frames_out,
-                "droppedOut": stats.dropped_out,
-                "received": dict(self.counters.received),
-                "dropped": dict(self.counters.dropped),
-            },
-            "refusedPeers": [
-                {"address": r.address, "reason": r.reason, "at": r.at.isoformat()}
-                for r in stats.refused
-            ],
-            "dataPlane": {
-                "delivered": self.data.stats.delivered,
-                "unknownStream": self.data.stats.unknown_stream,
-                "gaps": self.data.stats.gaps,
-                "overflows": self.data.stats.overflows,
-                "foreignSender": self.data.stats.foreign,
-            },
-        }
+        return fabric_view(
+            FabricFacts(
+                now=self._clock(),
+                node_id=self.node.node_id,
+                role=self.election.role,
+                master=None if session is None else session.master,
+                term=self.election.term,
+                port=self.transport.port,
+                transport=DATA_TRANSPORT,
+                peers=tuple(self.peers.by_node.values()),
+                stats=self.transport.stats(),
+                counters=self.counters,
+                data=self.data.stats,
+            )
+        )

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -37,21 +36,26 @@ from skulk_core.state.apply import apply
 from skulk_core.state.commands import Command, RecordMasterElected, RegisterNode
 from skulk_core.state.decide import Refused
 from skulk_core.state.events import IndexedEvent
-from skulk_core.state.recovery import lost_changes, replay
 from skulk_core.state.state import State
 from skulk_daemon.node.config_store import ConfigStore
 from skulk_daemon.node.eventlog import EventLog
 from skulk_daemon.node.identity import NodeIdentity
 from skulk_daemon.node.master import Master, NotMaster
 from skulk_daemon.node.recovery import PartitionRecovery
-from skulk_daemon.node.snapshot import SNAPSHOT_EVERY, SNAPSHOT_FILE, StoredSnapshot, save_snapshot
+from skulk_daemon.node.reports import Reports
+from skulk_daemon.node.snapshot import (
+    SNAPSHOT_EVERY,
+    SNAPSHOT_FILE,
+    StoredSnapshot,
+    resume,
+    save_snapshot,
+)
+from skulk_daemon.node.telemetry_book import TelemetryBook
 from skulk_daemon.system.settings import Settings
 
 log = logging.getLogger(__name__)
 
 NO_MASTER_WAIT_SECONDS: Final = 15.0
-RECENT_EVENTS: Final = 4096
-"""Applied events kept in memory for a healed partition's recovery."""
 """How long a command waits for a master to be elected (or re-elected) before it
 is refused with 503."""
 
@@ -105,11 +109,7 @@ class Node:
         snapshot: StoredSnapshot | None = None,
     ) -> None:
         self.settings = settings
-        # The latest events applied here, whatever the log kept: what a healed
-        # partition's losing side reads its own changes back from.
-        self._recent: deque[IndexedEvent] = deque(replayed[-RECENT_EVENTS:], maxlen=RECENT_EVENTS)
-        self.recovery = PartitionRecovery()
-        self._recovering: set[asyncio.Task[None]] = set()
+        self.recovery = PartitionRecovery(identity.node_id, replayed)
         self.identity = identity
         self.config_store = config_store
         self.event_log = event_log
@@ -118,19 +118,12 @@ class Node:
         # The signed registry's verified catalog, when one is usable (the registry
         # client replaces this; skulk_daemon.registry).
         self.registry_catalog: Callable[[], VerifiedCatalog | None] = lambda: None
-        state = snapshot.state if snapshot is not None else State()
-        last_term = snapshot.last_term if snapshot is not None else 0
-        last_master = snapshot.last_master if snapshot is not None else None
-        for event in replayed:
-            if event.idx <= state.last_event_applied_idx:
-                continue  # already folded into the snapshot
-            state = apply(state, event)
-            last_term, last_master = event.term, event.indexed_by
+        state, last_term, last_master = resume(snapshot, replayed)
         self._state = state
         self._last_term = last_term
         self._last_master = last_master
         self._snapshot_idx = state.last_event_applied_idx if snapshot is not None else -1
-        self._telemetry: dict[NodeId, NodeTelemetry] = {}
+        self._telemetry = TelemetryBook()
         # Prefix fingerprints of the prompts this node sent to each instance: published
         # in telemetry, and routing's freshest view of where its own prompts went.
         self.routed_prompts = RoutedPrompts()
@@ -139,10 +132,7 @@ class Node:
         self._listeners: list[Callable[[], None]] = []
         self._indexed_listeners: list[IndexedListener] = []
         self._ordered_listeners: list[OrderedListener] = []
-        # Reports (runner phases, task bookkeeping) are submitted in the order they
-        # were made, off the caller's path: a runner's token stream never waits on fsync.
-        self._reports: asyncio.Queue[Command] = asyncio.Queue()
-        self._reporter: asyncio.Task[None] | None = None
+        self._reports = Reports(self.submit, CommandRefused)
         self.master: Master | None = None
         self._retired: Master | None = None
         """The master this node last stepped down from: its in-flight writes finish
@@ -191,14 +181,14 @@ class Node:
 
     def view(self) -> ClusterView:
         state = self._state
-        telemetry = dict(self._telemetry)
+        telemetry = self._telemetry.readings()
         health = derive_node_health(state, telemetry, datetime.now(UTC))
         return ClusterView(state=state, telemetry=telemetry, health=health)
 
     def prefix_holders(self) -> dict[InstanceId, frozenset[int]]:
         """What every instance is known to hold of prompts, from all nodes' telemetry
         and this node's own routing (fresher than its last reading)."""
-        readings = [reading.prompt_prefixes for reading in self._telemetry.values()]
+        readings = [r.prompt_prefixes for r in self._telemetry.readings().values()]
         readings.append(self.routed_prompts.published(self._state.instances))
         return prefix_holders(readings)
 
@@ -207,12 +197,10 @@ class Node:
 
     def record_telemetry(self, reading: NodeTelemetry) -> None:
         """Last write wins, per node."""
-        current = self._telemetry.get(reading.node_id)
-        if current is None or reading.observed_at >= current.observed_at:
-            self._telemetry[reading.node_id] = reading
+        self._telemetry.record(reading)
 
     def forget_telemetry(self, node_id: NodeId) -> None:
-        self._telemetry.pop(node_id, None)
+        self._telemetry.forget(node_id)
 
     def on_applied(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` (synchronously, cheaply) after every applied batch of events."""
@@ -232,7 +220,7 @@ class Node:
         return {model_id: entry.card for model_id, entry in self.catalog().by_id.items()}
 
     def _admit(self, state: State, command: Command) -> Refused | None:
-        return admit_command(state, command, self._telemetry, self._cards())
+        return admit_command(state, command, self._telemetry.readings(), self._cards())
 
     def on_indexed(self, listener: IndexedListener) -> None:
         """Call ``listener`` with every batch this node indexes as master (for
@@ -280,29 +268,16 @@ class Node:
     # -- commands ------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._reporter = asyncio.create_task(self._drain_reports())
+        self._reports.start()
         await self.submit(RegisterNode(command_id=new_command_id(), node_id=self.node_id))
 
     def report(self, command: Command) -> None:
         """Submit ``command`` in the background, after every earlier report."""
-        self._reports.put_nowait(command)
-
-    async def _drain_reports(self) -> None:
-        while True:
-            command = await self._reports.get()
-            try:
-                await self.submit(command)
-            except CommandRefused as exc:
-                log.debug("report %s refused: %s", type(command).__name__, exc.message)
-            except Exception:
-                log.exception("could not submit %s", type(command).__name__)
-            finally:
-                self._reports.task_done()
+        self._reports.put(command)
 
     async def flush_reports(self) -> None:
         """Wait until every report made so far is applied (at shutdown; tests wait on it)."""
-        if self._reporter is not None and not self._reporter.done():
-            await self._reports.join()
+        await self._reports.flush()
 
     async def submit(self, command: Command) -> list[IndexedEvent] | int:
         """Send a command to the master; return once its events are applied here.
@@ -389,7 +364,7 @@ class Node:
     ) -> None:
         """Replace State with the master's (this node was too far behind, or diverged).
         What this node asked for in a history the master's lacks is submitted again."""
-        lost = lost_changes(self._recent, state, self.node_id)
+        lost = self.recovery.lost(state)
         async with self._log_lock:
             path = self.settings.data_dir / SNAPSHOT_FILE
             await asyncio.to_thread(save_snapshot, path, state, last_term, last_master)
@@ -399,24 +374,13 @@ class Node:
             self._last_master = last_master
             self._snapshot_idx = state.last_event_applied_idx
             log.info("installed the master's snapshot at index %d", state.last_event_applied_idx)
-            self._recent.clear()
         self._after_apply()
-        if lost:
-            log.warning(
-                "the snapshot replaces %d change(s) this node made while partitioned; "
-                "submitting them again",
-                len(lost),
-            )
-            task = asyncio.get_running_loop().create_task(
-                self.recovery.run(replay(lost, state), self.submit)
-            )
-            self._recovering.add(task)
-            task.add_done_callback(self._recovering.discard)
+        self.recovery.installed(state, lost, self.submit)
 
     def _apply(self, events: Iterable[IndexedEvent]) -> None:
         state = self._state
         events = list(events)
-        self._recent.extend(events)
+        self.recovery.applied(events)
         for event in events:
             state = apply(state, event)
             self._last_term, self._last_master = event.term, event.indexed_by
@@ -455,8 +419,7 @@ class Node:
             self._applied.notify_all()
 
     def close(self) -> None:
-        if self._reporter is not None:
-            self._reporter.cancel()
+        self._reports.close()
         if self.master is not None:
             self.master.close()
         self.event_log.close()

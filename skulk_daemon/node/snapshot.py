@@ -10,12 +10,15 @@ the same way.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
 import msgspec
 
 from skulk_core.ids import NodeId
+from skulk_core.state.apply import apply
+from skulk_core.state.events import IndexedEvent
 from skulk_core.state.state import State
 from skulk_host.fsutil import atomic_write
 
@@ -57,3 +60,19 @@ def load_snapshot(path: Path) -> StoredSnapshot | None:
         return _decoder.decode(path.read_bytes())
     except (msgspec.DecodeError, OSError) as exc:
         raise SnapshotCorrupt(path, str(exc)) from None
+
+
+def resume(
+    snapshot: StoredSnapshot | None, replayed: Iterable[IndexedEvent]
+) -> tuple[State, int, NodeId | None]:
+    """The State a node restarts with, and the term and master of its last event: the
+    snapshot (if any) with the replayed log's events past it applied."""
+    state = snapshot.state if snapshot is not None else State()
+    last_term = snapshot.last_term if snapshot is not None else 0
+    last_master = snapshot.last_master if snapshot is not None else None
+    for event in replayed:
+        if event.idx <= state.last_event_applied_idx:
+            continue  # already folded into the snapshot
+        state = apply(state, event)
+        last_term, last_master = event.term, event.indexed_by
+    return state, last_term, last_master

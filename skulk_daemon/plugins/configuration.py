@@ -57,7 +57,7 @@ from skulk_core.plugins.node_configuration import (
 from skulk_host.plugin_owners import wire
 
 if TYPE_CHECKING:
-    from skulk_daemon.plugins.owners.adapter import ManagedOwners, _Owner
+    from skulk_daemon.plugins.owners.adapter import ManagedOwner, ManagedOwners
 
 log = logging.getLogger(__name__)
 
@@ -164,10 +164,10 @@ class NodeConfigurations:
         """Run one provider request under the shared bound and deadline."""
         return await self._run(make)
 
-    def target(self, plugin_id: str) -> InProcess | _Owner:
+    def target(self, plugin_id: str) -> InProcess | ManagedOwner:
         return self._target(plugin_id)
 
-    async def node(self, target: InProcess | _Owner, node_id: str) -> ConfigurableNode:
+    async def node(self, target: InProcess | ManagedOwner, node_id: str) -> ConfigurableNode:
         return await self._node(target, node_id)
 
     # -- inventory -------------------------------------------------------------------------
@@ -198,7 +198,7 @@ class NodeConfigurations:
 
     # -- routing ---------------------------------------------------------------------------
 
-    def _target(self, plugin_id: str) -> InProcess | _Owner:
+    def _target(self, plugin_id: str) -> InProcess | ManagedOwner:
         found = self._in_process.get(plugin_id)
         if found is not None:
             return found
@@ -207,7 +207,7 @@ class NodeConfigurations:
             raise ConfigurationFailure("not_found", f"no configuration provider {plugin_id}")
         return owner
 
-    async def _node(self, target: InProcess | _Owner, node_id: str) -> ConfigurableNode:
+    async def _node(self, target: InProcess | ManagedOwner, node_id: str) -> ConfigurableNode:
         if isinstance(target, InProcess):
             nodes = await self._run(lambda: _call(target.provider, "configuration_nodes"))
             listed = [msgspec.convert(msgspec.to_builtins(n), ConfigurableNode) for n in nodes]
@@ -221,7 +221,7 @@ class NodeConfigurations:
         raise ConfigurationFailure("not_found", f"no installed node {node_id}")
 
     async def _ask(
-        self, target: InProcess | _Owner, op: str, node_id: str, mutation: Any = None
+        self, target: InProcess | ManagedOwner, op: str, node_id: str, mutation: Any = None
     ) -> Any:
         if isinstance(target, InProcess):
             method = {
@@ -287,7 +287,7 @@ class NodeConfigurations:
 
     # -- credentials -----------------------------------------------------------------------
 
-    async def _credential_target(self, plugin_id: str, node_id: str) -> InProcess | _Owner:
+    async def _credential_target(self, plugin_id: str, node_id: str) -> InProcess | ManagedOwner:
         target = self._target(plugin_id)
         node = await self._node(target, node_id)
         supported = (
@@ -324,7 +324,9 @@ class NodeConfigurations:
 
     # -- read-only setup facets --------------------------------------------------------------
 
-    async def _facet_target(self, plugin_id: str, node_id: str, facet: str) -> InProcess | _Owner:
+    async def _facet_target(
+        self, plugin_id: str, node_id: str, facet: str
+    ) -> InProcess | ManagedOwner:
         target = self._target(plugin_id)
         node = await self._node(target, node_id)
         method = "node_preflight" if facet == "preflight" else "node_setup"
@@ -366,7 +368,7 @@ class NodeConfigurations:
 
     # -- proposal review (read-only) -------------------------------------------------------
 
-    async def _proposal_target(self, plugin_id: str, node_id: str) -> InProcess | _Owner:
+    async def _proposal_target(self, plugin_id: str, node_id: str) -> InProcess | ManagedOwner:
         target = self._target(plugin_id)
         node = await self._node(target, node_id)
         supported = (

@@ -42,7 +42,7 @@ from skulk_daemon.plugins.configuration import (
 from skulk_host.plugin_owners import wire
 
 if TYPE_CHECKING:
-    from skulk_daemon.plugins.owners.adapter import _Owner
+    from skulk_daemon.plugins.owners.adapter import ManagedOwner
 
 _METHODS = {
     "proposal-approve": "approve_node_proposal",
@@ -59,7 +59,7 @@ class ProposalActions:
     def __init__(self, door: NodeConfigurations) -> None:
         self.door = door
 
-    async def _target(self, plugin_id: str, node_id: str) -> tuple[InProcess | _Owner, bool]:
+    async def _target(self, plugin_id: str, node_id: str) -> tuple[InProcess | ManagedOwner, bool]:
         """The provider, and whether the node offers review too."""
         target = self.door.target(plugin_id)
         node = await self.door.node(target, node_id)
@@ -73,7 +73,7 @@ class ProposalActions:
             raise ConfigurationFailure("not_found", f"node {node_id} offers no proposal actions")
         return target, reviews and node.proposals_available
 
-    async def _ask(self, target: InProcess | _Owner, op: str, args: dict[str, Any]) -> Any:
+    async def _ask(self, target: InProcess | ManagedOwner, op: str, args: dict[str, Any]) -> Any:
         if isinstance(target, InProcess):
             handler = getattr(target.provider, _METHODS[op])
             call: tuple[Any, ...]
@@ -95,7 +95,7 @@ class ProposalActions:
         )
 
     async def _retained(
-        self, target: InProcess | _Owner, node_id: str, operation_id: str
+        self, target: InProcess | ManagedOwner, node_id: str, operation_id: str
     ) -> ProposalOperation | None:
         args = {"node_id": node_id, "operation_id": operation_id}
         try:

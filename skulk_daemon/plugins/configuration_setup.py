@@ -36,7 +36,7 @@ from skulk_daemon.plugins.configuration import (
 from skulk_host.plugin_owners import wire
 
 if TYPE_CHECKING:
-    from skulk_daemon.plugins.owners.adapter import _Owner
+    from skulk_daemon.plugins.owners.adapter import ManagedOwner
 
 MAX_SETUP_ACTIONS_BYTES: Final = 128 * 1024
 _METHODS: Final = {
@@ -51,7 +51,7 @@ class SetupActions:
     def __init__(self, door: NodeConfigurations) -> None:
         self.door = door
 
-    async def _target(self, plugin_id: str, node_id: str) -> InProcess | _Owner:
+    async def _target(self, plugin_id: str, node_id: str) -> InProcess | ManagedOwner:
         target = self.door.target(plugin_id)
         node = await self.door.node(target, node_id)
         supported = (
@@ -63,7 +63,7 @@ class SetupActions:
             raise ConfigurationFailure("not_found", f"node {node_id} offers no setup actions")
         return target
 
-    async def _ask(self, target: InProcess | _Owner, op: str, node_id: str, arg: Any) -> Any:
+    async def _ask(self, target: InProcess | ManagedOwner, op: str, node_id: str, arg: Any) -> Any:
         if isinstance(target, InProcess):
             handler = getattr(target.provider, _METHODS[op])
             args = (node_id,) if arg is None else (node_id, arg)

@@ -32,7 +32,7 @@ from skulk_core.chat.generation import (
     TokenChunk,
 )
 from skulk_core.ids import TaskId
-from skulk_daemon.runner.inbound import StdoutReader, TaskStream
+from skulk_daemon.runner.inbound import StdoutReader
 from skulk_daemon.runner.protocol import (
     PARENT_PID_ENV,
     Cancel,
@@ -54,6 +54,26 @@ from skulk_daemon.runner.protocol import (
     Transcribed,
     encode_frame,
 )
+from skulk_daemon.runner.routing import (
+    ERROR_CONSUMER_TOO_SLOW,
+    ERROR_RUNNER_FAILED,
+    Answer,
+    PartSink,
+    TaskRouter,
+    runner_failed,
+)
+
+__all__ = [
+    "ERROR_CONSUMER_TOO_SLOW",
+    "ERROR_RUNNER_FAILED",
+    "Answer",
+    "PartSink",
+    "RunnerExit",
+    "RunnerFailed",
+    "RunnerProcess",
+    "exit_message",
+    "spawned_runner_pids",
+]
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +89,6 @@ DEFAULT_SHUTDOWN_GRACE_S: Final = 10.0
 FAILED_EXIT_GRACE_S: Final = 5.0
 """How long a runner that reported ``Failed`` gets to exit before SIGKILL."""
 
-ERROR_RUNNER_FAILED: Final = "runner_failed"
-Answer = Embedded | Synthesized | Transcribed | ErrorChunk
-"""What answers a task that gets one message back (an embedding or a speech task)."""
-PartSink = Callable[[SpeechPartial], None] | None
-"""Where a streamed speech task's parts go, in order (``None``: not streamed)."""
-ERROR_CONSUMER_TOO_SLOW: Final = "consumer_too_slow"
-
 
 _alive: set[int] = set()
 """The pids of the runners this daemon started and has not yet reaped."""
@@ -86,6 +99,43 @@ def spawned_runner_pids() -> tuple[int, ...]:
     whose resident memory the node's telemetry reports. Safe from any thread (the
     copy is one step under the GIL)."""
     return tuple(_alive)
+
+
+async def spawn_runner(env: Mapping[str, str] | None) -> tuple[asyncio.subprocess.Process, int]:
+    """Start ``python -m skulk_daemon.runner`` with ``env`` over the daemon's own: the
+    process, and the read end of the pipe that is its stdout."""
+    # NOTE: ggml prints a backtrace on abort by attaching gdb, which takes
+    # seconds; an RPC driver whose donor vanished aborts, and should die fast.
+    child_env = {
+        "GGML_NO_BACKTRACE": "1",
+        **os.environ,
+        **(env or {}),
+        PARENT_PID_ENV: str(os.getpid()),
+    }
+    # NOTE: -P keeps the working directory (and a script's) off sys.path, and the
+    # runner starts in "/": a module planted where the daemon was started from can
+    # never be imported as part of the runner.
+    # NOTE: stdout is a pipe of our own, read by StdoutReader rather than the
+    # subprocess transport's StreamReader (see there).
+    stdout, runner_stdout = os.pipe()
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-P",
+            "-m",
+            "skulk_daemon.runner",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=runner_stdout,
+            stderr=asyncio.subprocess.PIPE,
+            env=child_env,
+            cwd="/",
+        )
+    except BaseException:
+        os.close(stdout)
+        raise
+    finally:
+        os.close(runner_stdout)
+    return process, stdout
 
 
 class RunnerFailed(RuntimeError):
@@ -121,14 +171,7 @@ class RunnerProcess:
         self._process = process
         self._on_phase = on_phase
         self._on_exit = on_exit
-        self._queue_chunks = queue_chunks
-        self._streams: dict[TaskId, TaskStream] = {}
-        # Tasks answered by one message (embeddings, speech), awaiting their answer.
-        self._embeddings: dict[TaskId, asyncio.Future[Answer]] = {}
-        self._partials: dict[TaskId, Callable[[SpeechPartial], None]] = {}
-        # Generations we stopped listening to; their chunks are dropped until
-        # the runner's terminal chunk for them arrives (see _dispatch).
-        self._abandoned: set[TaskId] = set()
+        self._tasks = TaskRouter(queue_chunks, self.cancel, lambda: self._exit is None)
         self._flight: deque[tuple[float, str]] = deque(maxlen=FLIGHT_RECORDER_LENGTH)
         self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -160,37 +203,7 @@ class RunnerProcess:
         Raises :class:`RunnerFailed` if the runner reports ``Failed`` or dies
         first; cancelling ``start`` kills the runner.
         """
-        # NOTE: ggml prints a backtrace on abort by attaching gdb, which takes
-        # seconds; an RPC driver whose donor vanished aborts, and should die fast.
-        child_env = {
-            "GGML_NO_BACKTRACE": "1",
-            **os.environ,
-            **(env or {}),
-            PARENT_PID_ENV: str(os.getpid()),
-        }
-        # NOTE: -P keeps the working directory (and a script's) off sys.path, and the
-        # runner starts in "/": a module planted where the daemon was started from can
-        # never be imported as part of the runner.
-        # NOTE: stdout is a pipe of our own, read by StdoutReader rather than the
-        # subprocess transport's StreamReader (see there).
-        stdout, runner_stdout = os.pipe()
-        try:
-            process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-P",
-                "-m",
-                "skulk_daemon.runner",
-                stdin=asyncio.subprocess.PIPE,
-                stdout=runner_stdout,
-                stderr=asyncio.subprocess.PIPE,
-                env=child_env,
-                cwd="/",
-            )
-        except BaseException:
-            os.close(stdout)
-            raise
-        finally:
-            os.close(runner_stdout)
+        process, stdout = await spawn_runner(env)
         _alive.add(process.pid)
         runner = cls(process, stdout, on_phase, on_exit, queue_chunks)
         try:
@@ -235,13 +248,12 @@ class RunnerProcess:
         that happens promptly.
         """
         task_id = request.task_id
-        if task_id in self._streams:
+        if self._tasks.generating(task_id):
             raise ValueError(f"task {task_id} is already generating on this runner")
         if self._exit is not None:
-            yield _runner_failed(task_id, self._exit.message)
+            yield runner_failed(task_id, self._exit.message)
             return
-        stream = TaskStream(self._queue_chunks)
-        self._streams[task_id] = stream
+        stream = self._tasks.open_stream(task_id)
         finished = False
         try:
             self._send(Generate(request=request))
@@ -255,10 +267,7 @@ class RunnerProcess:
                 if finished:
                     return
         finally:
-            if self._streams.get(task_id) is stream:
-                del self._streams[task_id]
-            if not finished:
-                self._abandon(task_id)
+            self._tasks.close_stream(task_id, stream, finished=finished)
 
     async def embed(self, task_id: TaskId, inputs: Sequence[str]) -> Embedded | ErrorChunk:
         """Embed ``inputs`` on a runner loaded in ``"embed"`` mode.
@@ -276,37 +285,28 @@ class RunnerProcess:
         """Run one speech task on a runner loaded in ``"speak"``/``"transcribe"`` mode;
         a streamed task's parts go to ``on_partial`` (in order) before the answer.
         Cancelling the caller cancels the task on the runner."""
-        if on_partial is not None:
-            self._partials[task.task_id] = on_partial
+        self._tasks.listen(task.task_id, on_partial)
         try:
             answer = await self._ask(task.task_id, task)
         finally:
-            self._partials.pop(task.task_id, None)
+            self._tasks.listen(task.task_id, None)
         assert not isinstance(answer, Embedded), "the runner answered out of kind"
         return answer
 
     async def _ask(self, task_id: TaskId, message: Embed | RunnerSpeechTask) -> Answer:
         """Send a task answered by one message and wait for that answer."""
-        if task_id in self._streams or task_id in self._embeddings:
+        if self._tasks.running(task_id):
             raise ValueError(f"task {task_id} is already running on this runner")
         if self._exit is not None:
-            return _runner_failed(task_id, self._exit.message)
-        answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self._embeddings[task_id] = answer
+            return runner_failed(task_id, self._exit.message)
+        answer = self._tasks.open_answer(task_id)
         try:
             self._send(message)
             with contextlib.suppress(ConnectionError):
                 await self._drain()
             return await answer
         finally:
-            if self._embeddings.get(task_id) is answer:
-                del self._embeddings[task_id]
-            # NOTE: cancelling the caller also cancels ``answer`` (the future it was
-            # awaiting), so a cancelled future, like an unresolved one, means the
-            # runner has not answered and must be told to stop.
-            if answer.cancelled() or not answer.done():
-                answer.cancel()
-                self._abandon(task_id)
+            self._tasks.close_answer(task_id, answer)
 
     async def send_audio(self, packet: RealtimeAudio) -> bool:
         """One packet of a running ``TranscribeRealtime`` task's audio, with flow
@@ -323,17 +323,6 @@ class RunnerProcess:
         """Ask the runner to stop a task; a generation's stream ends with
         ``"cancelled"``, an embedding with a ``"cancelled"`` error."""
         self._send(Cancel(task_id=task_id))
-
-    def _abandon(self, task_id: TaskId) -> None:
-        """Cancel a generation nobody reads any more.
-
-        NOTE: the runner answers every submission with exactly one terminal
-        chunk, and handles Cancel before any later Generate, so dropping this
-        task's chunks up to that terminal can never swallow a reused id's output.
-        """
-        if self._exit is None:
-            self._abandoned.add(task_id)
-            self.cancel(task_id)
 
     async def shutdown(self, grace_s: float = DEFAULT_SHUTDOWN_GRACE_S) -> int:
         """Stop the runner: ``Shutdown``, then SIGTERM, then SIGKILL, each step
@@ -420,46 +409,16 @@ class RunnerProcess:
 
     def _dispatch(self, message: RunnerMessage) -> None:
         match message:
-            case TokenChunk(task_id=task_id) | SpeechPartial(task_id=task_id) if (
-                task_id in self._abandoned
-            ):
-                pass
-            case SpeechPartial(task_id=task_id):
-                deliver = self._partials.get(task_id)
-                if deliver is not None:
-                    deliver(message)
             case (
-                FinishChunk(task_id=task_id)
-                | ErrorChunk(task_id=task_id)
-                | Embedded(task_id=task_id)
-                | Synthesized(task_id=task_id)
-                | Transcribed(task_id=task_id)
-            ) if task_id in self._abandoned:
-                self._abandoned.discard(task_id)
-            case (
-                Embedded(task_id=task_id)
-                | Synthesized(task_id=task_id)
-                | Transcribed(task_id=task_id)
+                TokenChunk()
+                | FinishChunk()
+                | ErrorChunk()
+                | Embedded()
+                | Synthesized()
+                | Transcribed()
+                | SpeechPartial()
             ):
-                self._answer(task_id, message)
-            case TokenChunk(task_id=task_id):
-                stream = self._streams.get(task_id)
-                if stream is not None and not stream.push(message):
-                    stream.close(
-                        ErrorChunk(
-                            task_id=task_id,
-                            code=ERROR_CONSUMER_TOO_SLOW,
-                            message=f"the reader fell {self._queue_chunks} chunks behind "
-                            "the runner; the generation was cancelled",
-                        )
-                    )
-                    self._abandon(task_id)
-            case FinishChunk(task_id=task_id) | ErrorChunk(task_id=task_id):
-                stream = self._streams.get(task_id)
-                if stream is not None:
-                    stream.close(message)
-                elif isinstance(message, ErrorChunk):
-                    self._answer(task_id, message)
+                self._tasks.deliver(message)
             case Phase(phase=phase, detail=detail):
                 self._record(f"phase {phase}" + (f": {detail}" if detail else ""))
                 try:
@@ -474,11 +433,6 @@ class RunnerProcess:
                 self._failure_code = code
                 if not self._ready.done():
                     self._ready.set_exception(RunnerFailed(failure, code))
-
-    def _answer(self, task_id: TaskId, message: Answer) -> None:
-        answer = self._embeddings.get(task_id)
-        if answer is not None and not answer.done():
-            answer.set_result(message)
 
     async def _pump_stderr(self) -> None:
         stderr = self._process.stderr
@@ -495,7 +449,13 @@ class RunnerProcess:
             log.info("runner %d: %s", self._process.pid, text)
 
     def _finish(self, returncode: int) -> None:
-        message = self._exit_message(returncode)
+        message = exit_message(
+            self._process.pid,
+            returncode,
+            shutdown_requested=self._shutdown_requested,
+            failure=self._failure,
+            last_log=self._stderr_tail[-1] if self._stderr_tail else None,
+        )
         self._exit = RunnerExit(
             pid=self._process.pid,
             returncode=returncode,
@@ -506,10 +466,7 @@ class RunnerProcess:
         self._record(f"exited: {message}")
         if not self._ready.done():
             self._ready.set_exception(RunnerFailed(message, self._failure_code))
-        for task_id, stream in list(self._streams.items()):
-            stream.close(_runner_failed(task_id, message))
-        for task_id in list(self._embeddings):
-            self._answer(task_id, _runner_failed(task_id, message))
+        self._tasks.fail_all(message)
         if self._process.stdin is not None:
             self._process.stdin.close()
         self._exited.set()
@@ -519,24 +476,30 @@ class RunnerProcess:
             except Exception:
                 log.exception("on_exit callback failed")
 
-    def _exit_message(self, returncode: int) -> str:
-        who = f"runner (pid {self._process.pid})"
-        if returncode < 0:
-            try:
-                name = signal.Signals(-returncode).name
-            except ValueError:
-                name = f"signal {-returncode}"
-            message = f"{who} was killed by {name}"
-        elif returncode == 0:
-            message = f"{who} shut down" if self._shutdown_requested else f"{who} exited"
-        else:
-            message = f"{who} exited with status {returncode}"
-        if self._failure:
-            return f"{message}: {self._failure}"
-        if returncode != 0 and self._stderr_tail:
-            return f"{message}; last log line: {self._stderr_tail[-1]}"
-        return message
 
-
-def _runner_failed(task_id: TaskId, message: str) -> ErrorChunk:
-    return ErrorChunk(task_id=task_id, code=ERROR_RUNNER_FAILED, message=message)
+def exit_message(
+    pid: int,
+    returncode: int,
+    *,
+    shutdown_requested: bool,
+    failure: str | None,
+    last_log: str | None,
+) -> str:
+    """How a runner ended, for an operator: the signal or status, then the failure it
+    reported, or else (when it did not exit cleanly) its last log line."""
+    who = f"runner (pid {pid})"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        message = f"{who} was killed by {name}"
+    elif returncode == 0:
+        message = f"{who} shut down" if shutdown_requested else f"{who} exited"
+    else:
+        message = f"{who} exited with status {returncode}"
+    if failure:
+        return f"{message}: {failure}"
+    if returncode != 0 and last_log is not None:
+        return f"{message}; last log line: {last_log}"
+    return message

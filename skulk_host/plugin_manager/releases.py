@@ -29,7 +29,6 @@ import msgspec
 from skulk_core.plugins.documents import HostFacts
 from skulk_core.plugins.errors import PluginRefusal, refuse
 from skulk_core.plugins.review import release_review
-from skulk_core.plugins.trust import PublisherTrust, advance_trust, parse_trust
 from skulk_core.plugins.verify import (
     ReleaseFloor,
     VerifiedRelease,
@@ -38,6 +37,7 @@ from skulk_core.plugins.verify import (
     verify_release,
 )
 from skulk_host.fsutil import atomic_write, ensure_private_dir
+from skulk_host.plugin_manager.install_journal import LIVE_INSTALL_STATES, InstallJournal
 from skulk_host.plugin_manager.protocol import (
     MAX_OPERATIONS,
     MAX_RECOVERY_ATTEMPTS,
@@ -52,21 +52,13 @@ from skulk_host.plugin_manager.protocol import (
     SourceStatusRequest,
     SourceUpdate,
 )
+from skulk_host.plugin_manager.source_record import SourceRecord, next_source
 from skulk_host.plugin_manager.store import Store
 from skulk_host.plugin_release.feed import FeedClient, FeedSource
 from skulk_host.plugin_release.host import host_facts
 from skulk_host.plugin_release.source import download_release
 
-LIVE_INSTALL_STATES = frozenset({"accepted", "downloading", "staging"})
-
-
-class SourceRecord(msgspec.Struct, frozen=True, kw_only=True):
-    revision: int = 0
-    base_url: str | None = None
-    metadata_filename: str = "release.json"
-    trust: PublisherTrust | None = None
-    credential_reference: str | None = None
-    release_floor: ReleaseFloor | None = None
+__all__ = ["LIVE_INSTALL_STATES", "Releases", "SourceRecord"]
 
 
 class Releases:
@@ -78,7 +70,8 @@ class Releases:
         # lifecycle.py; network transfer and staging run outside it.
         self._lock = threading.Lock()
         self._workers: list[threading.Thread] = []
-        self._reconcile()
+        self._journal = InstallJournal(store)
+        self._journal.interrupt_live()
 
     def handle(self, request: ReleaseRequest) -> Any:
         match request:
@@ -97,7 +90,7 @@ class Releases:
                 return msgspec.to_builtins(self.recover(plugin_id, operation_id, revision))
             case InstallStatusRequest(plugin_id=plugin_id):
                 self._require(plugin_id)
-                operations = self._operations(plugin_id)
+                operations = self._journal.operations(plugin_id)
                 return {"operation": msgspec.to_builtins(operations[-1]) if operations else None}
 
     # -- files -------------------------------------------------------------------------
@@ -145,23 +138,7 @@ class Releases:
     def installing(self, plugin_id: str) -> bool:
         """Whether a download or staging for ``plugin_id`` is under way."""
         with self._lock:
-            return any(op.state in LIVE_INSTALL_STATES for op in self._operations(plugin_id))
-
-    def _operations(self, plugin_id: str) -> list[InstallOperation]:
-        directory = self._path(plugin_id, "install-operations")
-        if not directory.is_dir():
-            return []
-        records = [
-            msgspec.json.decode(p.read_bytes(), type=InstallOperation)
-            for p in directory.glob("*.json")
-        ]
-        return sorted(records, key=lambda op: (op.accepted_at, op.operation_id))
-
-    def _record(self, operation: InstallOperation, **fields: Any) -> InstallOperation:
-        updated = msgspec.structs.replace(operation, updated_at=int(time.time()), **fields)
-        path = self._path(updated.plugin_id, "install-operations", f"{updated.operation_id}.json")
-        atomic_write(path, msgspec.json.encode(updated))
-        return updated
+            return self._journal.live(plugin_id)
 
     def _status(self, plugin_id: str, source: SourceRecord) -> dict[str, Any]:
         ready = False
@@ -182,48 +159,21 @@ class Releases:
         with self._lock:
             self._require(plugin_id)
             current = self.source(plugin_id)
-            if update.expected_revision != current.revision:
-                raise refuse(
-                    "malformed",
-                    f"expected_revision {update.expected_revision} is not the source revision "
-                    f"{current.revision}: read the source status again.",
-                )
-            if any(op.state in LIVE_INSTALL_STATES for op in self._operations(plugin_id)):
-                raise refuse("malformed", "An installation download is under way for this plugin.")
-            base_url = update.base_url or current.base_url
-            filename = update.metadata_filename or current.metadata_filename
-            if base_url is None:
-                raise refuse("source_invalid", "Initial source setup needs the HTTPS directory.")
-            FeedSource(base_url).url(filename)  # validates both
-            trust = current.trust
-            if update.trust is not None:
-                trust = advance_trust(current.trust, parse_trust(update.trust), int(time.time()))
-            if trust is None:
-                raise refuse("source_invalid", "Initial source setup needs the publisher trust.")
-            reference = current.credential_reference
+            record = next_source(
+                current,
+                update,
+                installing=self._journal.live(plugin_id),
+                now=int(time.time()),
+                new_reference=secrets.token_hex(16),
+            )
             if update.token is not None:
-                reference = secrets.token_hex(16)
+                assert record.credential_reference is not None
                 credentials = self._path(plugin_id, "credentials")
                 ensure_private_dir(credentials)
                 # NOTE: the token is on disk before its reference is published; a
                 # replaced token stays as protected history.
-                atomic_write(credentials / f"{reference}.token", update.token.encode())
-            elif update.clear_token:
-                reference = None
-            elif base_url != current.base_url and current.credential_reference is not None:
-                raise refuse(
-                    "source_invalid",
-                    "Moving a source that holds a credential needs the credential again (or "
-                    "clear_token).",
-                )
-            record = msgspec.structs.replace(
-                current,
-                revision=current.revision + 1,
-                base_url=base_url,
-                metadata_filename=filename,
-                trust=trust,
-                credential_reference=reference,
-            )
+                token_file = credentials / f"{record.credential_reference}.token"
+                atomic_write(token_file, update.token.encode())
             atomic_write(self._path(plugin_id, "source.json"), msgspec.json.encode(record))
             return self._status(plugin_id, record)
 
@@ -277,7 +227,7 @@ class Releases:
     def install(self, plugin_id: str, request: InstallRequest) -> InstallOperation:
         with self._lock:
             self._require(plugin_id)
-            operations = self._operations(plugin_id)
+            operations = self._journal.operations(plugin_id)
             retained = next(
                 (op for op in operations if op.operation_id == request.operation_id), None
             )
@@ -316,7 +266,7 @@ class Releases:
                 accepted_at=now,
                 updated_at=now,
             )
-            operation = self._record(operation)
+            operation = self._journal.record(operation)
         worker = threading.Thread(
             target=self._run,
             args=(operation, release, source),
@@ -335,7 +285,7 @@ class Releases:
         Any other state is returned unchanged."""
         with self._lock:
             self._require(plugin_id)
-            operations = self._operations(plugin_id)
+            operations = self._journal.operations(plugin_id)
             operation = next((op for op in operations if op.operation_id == operation_id), None)
             if operation is None:
                 raise refuse("malformed", f"{plugin_id} has no install operation {operation_id}.")
@@ -356,7 +306,7 @@ class Releases:
                 raise refuse("malformed", "Another installation download runs for this plugin.")
             reviewed = self._path(plugin_id, "reviews", f"{operation.request.runtime_digest}.json")
             release = self._verify(reviewed.read_bytes(), source)
-            operation = self._record(
+            operation = self._journal.record(
                 operation,
                 state="accepted",
                 error_code=None,
@@ -375,19 +325,21 @@ class Releases:
     ) -> None:
         plugin_id = operation.plugin_id
         artifacts = self._path(plugin_id, "artifacts", release.runtime_digest)
-        operation = self._record(operation, state="downloading")
+        operation = self._journal.record(operation, state="downloading")
         try:
             with self._client(plugin_id, source) as client:
                 fetched = download_release(client, release, artifacts)
         except PluginRefusal:
-            self._record(operation, state="recovery_required", error_code="download_failed")
+            self._journal.record(operation, state="recovery_required", error_code="download_failed")
             return
-        operation = self._record(operation, downloaded_bytes=fetched)
+        operation = self._journal.record(operation, downloaded_bytes=fetched)
         with self.store.fence(plugin_id) as held:
             if not held:
-                self._record(operation, state="recovery_required", error_code="installation_failed")
+                self._journal.record(
+                    operation, state="recovery_required", error_code="installation_failed"
+                )
                 return
-            operation = self._record(operation, state="staging")
+            operation = self._journal.record(operation, state="staging")
             stager = self.store.stager(plugin_id)
             try:
                 if operation.attempt > 0:
@@ -395,7 +347,9 @@ class Releases:
                 else:
                     stager.stage(release, artifacts, self.host)
             except (PluginRefusal, OSError):
-                self._record(operation, state="recovery_required", error_code="installation_failed")
+                self._journal.record(
+                    operation, state="recovery_required", error_code="installation_failed"
+                )
                 return
         with self._lock:
             current = self.source(plugin_id)
@@ -408,15 +362,7 @@ class Releases:
                 self._path(plugin_id, "source.json"),
                 msgspec.json.encode(msgspec.structs.replace(current, release_floor=floor)),
             )
-            self._record(operation, state="staged")
-
-    def _reconcile(self) -> None:
-        for plugin_id in self.store.ids():
-            for operation in self._operations(plugin_id):
-                if operation.state in LIVE_INSTALL_STATES:
-                    self._record(
-                        operation, state="recovery_required", error_code="installation_interrupted"
-                    )
+            self._journal.record(operation, state="staged")
 
     def join(self, timeout: float = 35.0) -> None:
         for worker in self._workers:

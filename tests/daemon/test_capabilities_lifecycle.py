@@ -418,11 +418,11 @@ def test_closing_the_iterator_early_cancels_the_handler() -> None:
                 break
         await session.frames.aclose()  # type: ignore[attr-defined]
         for _ in range(100):
-            if f"cleanup:{session.call_id}" in provider.events and not fabric._serving:
+            if f"cleanup:{session.call_id}" in provider.events and not fabric._served:
                 break
             await asyncio.sleep(0.01)
         again = fabric.cancel_stream(ME, session.call_id)
-        return f"cleanup:{session.call_id}" in provider.events, again, len(fabric._serving)
+        return f"cleanup:{session.call_id}" in provider.events, again, len(fabric._served)
 
     assert run(scenario) == (True, False, 0)
 
@@ -466,7 +466,7 @@ def test_admission_refusal_creates_no_stream() -> None:
         session = await stream(fabric, "good")
         frames = [f async for f in session.frames]
         error = session.open_result.error
-        return session.open_result.ok, error and error.code, frames, len(fabric._serving)
+        return session.open_result.ok, error and error.code, frames, len(fabric._served)
 
     assert run(scenario) == (False, "not_found", [], 0)
 
@@ -676,10 +676,10 @@ def test_an_oversized_input_chunk_is_refused_before_it_leaves_the_caller() -> No
         sent = await session.input.send_chunk({"n": 1}, media=huge)
         frames = [f async for f in session.frames]
         for _ in range(100):
-            if not fabric._serving:
+            if not fabric._served:
                 break
             await asyncio.sleep(0.01)
-        assert not fabric._serving  # the provider was cancelled too
+        assert not fabric._served  # the provider was cancelled too
         return sent, frames
 
     sent, frames = run(scenario)

@@ -286,7 +286,7 @@ def assert_sound(h: Harness) -> None:
     """Nothing went wrong that the node would only notice later."""
     assert h.errors.messages() == []
     assert rebuilt(h.node) == h.node.state
-    buffered = h.agent.catch_up.buffered
+    buffered = h.agent.replication.catch_up.buffered
     assert all(idx > h.node.state.last_event_applied_idx + 1 for idx in buffered)
 
 
@@ -395,7 +395,7 @@ def test_batches_with_absurd_indices_from_a_non_master_change_nothing(
                 h.send_as(STRANGER, EventBatch(events=tuple(batch)), session=None)
             await h.settle()
             assert h.node.state is before
-            assert not h.agent.catch_up.has_gap
+            assert not h.agent.replication.catch_up.has_gap
             assert h.dropped()["stale_session"] == 6
             assert_sound(h)
 
@@ -511,7 +511,7 @@ def test_a_gap_in_the_masters_batches_asks_the_master_for_the_rest(
             h.send_as(MASTER, fill, session=SESSION)
             await h.settle()
             assert h.node.state.last_event_applied_idx == 6
-            assert not h.agent.catch_up.has_gap
+            assert not h.agent.replication.catch_up.has_gap
             assert_sound(h)
 
     run(main())

@@ -170,7 +170,7 @@ def test_a_settle_saves_the_history_it_evicts_to_the_prompt_cache(
     again, cached = _ids(served, "cached-other-again", COUNTING, max_tokens=2)
     assert cached >= EXACT_ROWS and again == other
     _evict(served, "cached-evict")
-    served.engine._prompt_cache.clear()
+    served.engine._scheduler.prompt_cache.clear()
     cold, cached = _trace(served, "cached-cold", turn.following)
     assert cached == 0
     assert warm == cold

@@ -33,7 +33,7 @@ import pytest
 
 from skulk_core.extensions.capabilities import CapabilityCall, descriptor_revision
 from skulk_daemon.plugins.access import ManagerAccess
-from skulk_daemon.plugins.owners.adapter import ManagedOwners, _Owner
+from skulk_daemon.plugins.owners.adapter import ManagedOwner, ManagedOwners
 from skulk_daemon.plugins.owners.owner_host import OwnerHost
 from skulk_host.plugin_manager.connection import ManagerConnection, write_connection
 from skulk_host.plugin_owners import wire
@@ -341,7 +341,7 @@ def test_a_protocol_3_owners_streaming_claims_are_hidden(
                     break
                 await asyncio.sleep(0.02)
             owners = ManagedOwners(ManagerAccess(tmp_path), transport_node_id="n-1")
-            owner = _Owner("managed.legacy", installation, enabled=True)
+            owner = ManagedOwner("managed.legacy", installation, enabled=True)
             owners._owners[owner.plugin_id] = owner  # as an inventory entry would add it
             await owners.observe(owner)
             described = await wire.arequest(wire.socket_path(installation), {"op": "describe"}, 2)

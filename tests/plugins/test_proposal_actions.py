@@ -32,7 +32,7 @@ import pytest
 
 from skulk_daemon.operator.service import OperatorPairingService
 from skulk_daemon.plugins.configuration import NodeConfigurations
-from skulk_daemon.plugins.owners.adapter import _Owner
+from skulk_daemon.plugins.owners.adapter import ManagedOwner
 from skulk_host.plugin_owners import wire
 from tests.api.in_process import AppNode
 from tests.daemon.pairing import Device, pair_in_process, set_scopes
@@ -213,7 +213,7 @@ def managed(app: AppNode) -> Iterator[subprocess.Popen[bytes]]:
     door = NodeConfigurations.for_node(app.node)
     owners = door.owners
     assert owners is not None
-    owner = _Owner("managed.desk", installation)
+    owner = ManagedOwner("managed.desk", installation)
     deadline = time.monotonic() + 30
     while not wire.socket_path(installation).exists():
         assert process.poll() is None and time.monotonic() < deadline, (
