@@ -10,7 +10,7 @@ from skulk_core.diagnostics.bundle import NodeBundle
 from skulk_core.ids import NodeId
 from skulk_core.store.answers import StoreDownload
 from skulk_daemon.api.store import _answer
-from skulk_daemon.diagnostics.service import _decoded
+from skulk_daemon.diagnostics.views import decoded
 from skulk_daemon.errors import ApiError
 from skulk_daemon.node.fanout import PeerAnswer
 
@@ -22,21 +22,21 @@ def _peer(status: int | None, body: object, error: str | None = None) -> PeerAns
 
 
 def test_a_malformed_peer_bundle_is_a_reason_not_an_entry() -> None:
-    got = _decoded(_peer(200, {"nodeId": "peer", "skulkVersion": "1"}), NodeBundle)
+    got = decoded(_peer(200, {"nodeId": "peer", "skulkVersion": "1"}), NodeBundle)
     assert isinstance(got, str) and got.startswith("a malformed answer:")
     assert "lastEventAppliedIdx" in got  # names what is missing
 
 
 def test_a_refusing_or_silent_peer_says_why() -> None:
     refused = _peer(403, {"error": {"message": "not trusted"}})
-    assert _decoded(refused, NodeBundle) == "HTTP 403: not trusted"
-    assert _decoded(_peer(None, None, "no reachable API route"), NodeBundle) == (
+    assert decoded(refused, NodeBundle) == "HTTP 403: not trusted"
+    assert decoded(_peer(None, None, "no reachable API route"), NodeBundle) == (
         "no reachable API route"
     )
 
 
 def test_the_timeline_takes_a_bundle_without_runner_blocks_as_empty() -> None:
-    got = _decoded(_peer(200, {"nodeId": "peer"}), TimelineSource)
+    got = decoded(_peer(200, {"nodeId": "peer"}), TimelineSource)
     assert got == TimelineSource()
 
 
