@@ -25,6 +25,7 @@ from skulk_daemon.authority.peers import (
     classify_name,
     forwarding_header,
     origin_host,
+    origin_port,
     split_host,
 )
 from skulk_daemon.authority.policy import (
@@ -157,7 +158,9 @@ class AuthorityGuard:
             host=host,
             host_is_own=host is not None and self._names.is_own(host, names),
             origin=origin,
-            origin_is_own=named is not None and self._names.is_own(named, names),
+            origin_is_own=named is not None
+            and self._names.is_own(named, names)
+            and _same_port(origin, scope),
             origin_class=classify_name(named),
             origin_allowed=origin is not None
             and origin.lower().rstrip("/")
@@ -188,3 +191,13 @@ class AuthorityGuard:
         self.refusals[refusal.code] += 1
         headers = {"WWW-Authenticate": "Bearer"} if refusal.status == 401 else None
         raise ApiError(refusal.status, refusal.message, code=refusal.code, headers=headers)
+
+
+def _same_port(origin: str | None, scope: Any) -> bool:
+    """Whether ``origin`` names the port this request arrived on: a page this node
+    serves has exactly that origin, while another port on the same host (any local
+    web server) is another site."""
+    server = scope.get("server")
+    if origin is None or not server or len(server) < 2 or server[1] is None:
+        return False
+    return origin_port(origin) == int(server[1])
