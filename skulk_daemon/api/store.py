@@ -35,6 +35,7 @@ from skulk_core.store.paths import model_id_escapes
 from skulk_core.store.reconcile import ManifestEntry, manifest_digest
 from skulk_core.store.selection import DownloadSelection, bundle_conflict, selection_problem
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.disclosure import storage_for
 from skulk_daemon.api.openapi import OPENAI, errors
 from skulk_daemon.authority.peers import PeerClass, classify_name, origin_host
 from skulk_daemon.authority.policy import Requirement
@@ -156,8 +157,8 @@ class StoreController(Controller):
         return [item for item in body if isinstance(item, dict)] if isinstance(body, list) else []
 
     @get("/store/storage", summary="This node's model storage, installed artifacts and free disk")
-    async def storage(self, node: Node) -> dict[str, Any]:
-        return _storage(node)
+    async def storage(self, node: Node, request: Request[Any, Any, Any]) -> dict[str, Any]:
+        return storage_for(request, _storage(node))
 
     @get(
         "/store/models/{rest:path}",
