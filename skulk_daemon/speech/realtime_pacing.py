@@ -2,9 +2,9 @@
 
 A realtime call reserves the only transcription slot of its instance until its input
 half-closes; the call's own timeout is minutes. Live audio keeps pace with the wall
-clock, so the input is held to that: once a call's audio falls more than
-:data:`MAX_INPUT_LAG_SECONDS` behind the time since it opened, it is ended with
-``timeout``. A caller that appends once and goes quiet, or trickles a few samples
+clock, so the input is held to that: once the time spent waiting for the caller's
+audio exceeds the audio received by more than :data:`MAX_INPUT_LAG_SECONDS`, the call is
+ended with ``timeout``. A caller that appends once and goes quiet, or trickles a few samples
 every few seconds, gives the slot back within seconds instead of holding it for the
 call's timeout; audio sent faster than real time (a file) is never held back.
 """
@@ -19,6 +19,8 @@ from skulk_core.extensions.capabilities import CapabilityStreamFrame, InlineMedi
 
 MAX_INPUT_LAG_SECONDS: Final = 10.0
 """How far behind the wall clock a call's audio may fall before the call is ended."""
+MIN_WAIT_SECONDS: Final = 0.05
+"""The shortest wait for a frame, so one already queued is always taken."""
 
 
 class InputStalled(Exception):
@@ -32,21 +34,25 @@ async def paced(
     max_lag: float = MAX_INPUT_LAG_SECONDS,
 ) -> AsyncIterator[CapabilityStreamFrame]:
     """``frames`` as they come, until the input half-closes; raises :class:`InputStalled`
-    when the audio received so far (PCM at ``bytes_per_second``) trails the time since
-    the first wait by more than ``max_lag``."""
+    when the time spent waiting for the caller exceeds the audio it sent (PCM at
+    ``bytes_per_second``) by more than ``max_lag``."""
+    # NOTE: only the time spent waiting on the caller counts: while the consumer is busy
+    # (a runner pipe applying backpressure), frames queue up and the caller is not late.
     loop = asyncio.get_running_loop()
-    started = loop.time()
+    waited = 0.0
     received = 0
     while True:
-        due = started + received / bytes_per_second + max_lag
+        allowance = received / bytes_per_second + max_lag - waited
+        started = loop.time()
         try:
-            frame = await asyncio.wait_for(anext(frames), timeout=max(0.0, due - loop.time()))
+            frame = await asyncio.wait_for(anext(frames), timeout=max(allowance, MIN_WAIT_SECONDS))
         except StopAsyncIteration:
             return
         except TimeoutError:
             raise InputStalled(
                 f"no audio for {max_lag:g} s of the utterance's time: the turn is ended"
             ) from None
+        waited += loop.time() - started
         if frame.kind == "chunk" and isinstance(frame.media, InlineMediaAttachment):
             received += len(frame.media.data)
         yield frame

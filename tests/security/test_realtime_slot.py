@@ -7,10 +7,11 @@ real daemon serving the Whisper demo."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,8 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from skulk_daemon.speech.realtime_pacing import MAX_INPUT_LAG_SECONDS
+from skulk_core.extensions.capabilities import CapabilityStreamFrame, InlineMediaAttachment
+from skulk_daemon.speech.realtime_pacing import MAX_INPUT_LAG_SECONDS, InputStalled, paced
 from tests.daemon.serving import place
 from tests.daemon_process import DaemonProcess
 
@@ -99,3 +101,38 @@ def test_a_silent_turn_gives_the_slot_back(daemon: DaemonProcess) -> None:
             assert event["type"] != "error", event
             kinds.append(event["type"])
         assert "input_audio_buffer.committed" in kinds
+
+
+RATE = 1_000  # bytes of PCM a second, for the pacing units below
+
+
+def chunk(seconds: float) -> CapabilityStreamFrame:
+    media = InlineMediaAttachment(data=bytes(int(RATE * seconds)), media_type="audio/pcm")
+    return CapabilityStreamFrame(
+        call_id="c", direction="caller_to_provider", sequence=1, kind="chunk", media=media
+    )
+
+
+async def sent(pieces: list[tuple[float, float]]) -> AsyncIterator[CapabilityStreamFrame]:
+    """(pause before, seconds of audio) per chunk."""
+    for pause, seconds in pieces:
+        await asyncio.sleep(pause)
+        yield chunk(seconds)
+
+
+async def taken(frames: AsyncIterator[CapabilityStreamFrame], busy: float = 0.0) -> int:
+    count = 0
+    async for _ in paced(frames, bytes_per_second=RATE, max_lag=0.3):
+        count += 1
+        await asyncio.sleep(busy)
+    return count
+
+
+def test_pacing_ends_a_trickle_but_not_live_audio_or_a_busy_consumer() -> None:
+    # A trickle: 10 ms of audio every 200 ms falls 0.3 s behind within a few chunks.
+    with pytest.raises(InputStalled):
+        asyncio.run(taken(sent([(0.2, 0.01)] * 20)))
+    # Live audio: 100 ms every 100 ms, however long.
+    assert asyncio.run(taken(sent([(0.1, 0.1)] * 10))) == 10
+    # Queued audio while the consumer is busy (a runner applying backpressure) is not late.
+    assert asyncio.run(taken(sent([(0.0, 0.01)] * 5), busy=0.5)) == 5
