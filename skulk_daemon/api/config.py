@@ -16,6 +16,7 @@ from skulk_core.config import (
     trust_changes,
 )
 from skulk_daemon.api.authority import caller_of, declare
+from skulk_daemon.api.disclosure import HIDDEN_PATH, config_for, effective_for, is_trusted
 from skulk_daemon.api.openapi import OPENAI, documented, errors
 from skulk_daemon.authority.policy import Caller, Requirement
 from skulk_daemon.errors import ApiError
@@ -53,8 +54,16 @@ class ConfigController(Controller):
         summary="The node's configuration (secrets stripped) and effective values",
         responses=errors(OPENAI),
     )
-    async def show(self, node: Node) -> ConfigResponse:
-        return _response(node)
+    async def show(self, node: Node, request: Request[Any, Any, Any]) -> ConfigResponse:
+        response = _response(node)
+        if is_trusted(request):
+            return response
+        # A public caller learns the settings, not where this host keeps its files.
+        return ConfigResponse(
+            config=config_for(request, response.config),
+            path=HIDDEN_PATH,
+            effective=effective_for(request, response.effective),
+        )
 
     @put(
         "/config",

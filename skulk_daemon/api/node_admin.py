@@ -12,6 +12,7 @@ from litestar.params import Parameter
 
 from skulk_core.cluster.remote_access import RemoteAccess, TailscaleStatus
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.disclosure import remote_access_for
 from skulk_daemon.api.openapi import OPENAI, errors
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.errors import error_body
@@ -63,12 +64,17 @@ class NodeAdminController(Controller):
         summary="This node's LAN and tailnet URLs, the preferred one and the operator URL",
         responses=errors(OPENAI),
     )
-    async def remote_access(self, admin: NodeAdminService) -> RemoteAccess:
-        return await admin.remote_access()
+    async def remote_access(
+        self, admin: NodeAdminService, request: Request[Any, Any, Any]
+    ) -> RemoteAccess:
+        return remote_access_for(request, await admin.remote_access())
 
+    # NOTE: loopback only: the picker chooses model_store.models_dir, which only this
+    # machine (or the operator gateway) may set, and a listing of /home or /tmp tells
+    # another machine more than any LAN read needs.
     @get(
         "/filesystem/browse",
-        opt=declare(Requirement.TRUSTED_FABRIC),
+        opt=declare(Requirement.DIRECT_LOOPBACK),
         summary="Child directories of an allowed path, for configuration pickers",
         responses=errors(OPENAI, 400, 403),
     )

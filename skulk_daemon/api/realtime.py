@@ -15,6 +15,7 @@ from typing import Any
 from litestar import WebSocket, websocket
 from litestar.exceptions import WebSocketDisconnect
 
+from skulk_core.audio.realtime_events import CLOSE_TRY_AGAIN
 from skulk_daemon.api.authority import declare
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.capabilities.service import CapabilityService
@@ -22,7 +23,12 @@ from skulk_daemon.chat.service import ChatService
 from skulk_daemon.node.node import Node
 from skulk_daemon.speech.realtime_responder import ChatResponder
 from skulk_daemon.speech.realtime_session import RealtimeSession
+from skulk_daemon.speech.realtime_sources import MAX_SESSIONS_PER_SOURCE, SessionSources
 from skulk_daemon.speech.realtime_wire import Responder
+from skulk_daemon.system.http_server import source_of
+
+_sources = SessionSources()
+"""This process's realtime sessions per source address (one app per process)."""
 
 
 class _Socket:
@@ -58,15 +64,26 @@ async def _serve(
     capabilities: CapabilityService | None,
     responder: Responder,
 ) -> None:
+    client = socket.scope.get("client")
+    source = source_of((str(client[0]), int(client[1])) if client else None)
     await socket.accept()
-    session = RealtimeSession(
-        _Socket(socket),
-        model=model or "",
-        node=node,
-        capabilities=capabilities,
-        responder=responder,
-    )
-    await session.run()
+    if not _sources.acquire(source):
+        await socket.close(
+            code=CLOSE_TRY_AGAIN,
+            reason=f"at most {MAX_SESSIONS_PER_SOURCE} realtime sessions per address",
+        )
+        return
+    try:
+        session = RealtimeSession(
+            _Socket(socket),
+            model=model or "",
+            node=node,
+            capabilities=capabilities,
+            responder=responder,
+        )
+        await session.run()
+    finally:
+        _sources.release(source)
 
 
 @websocket("/v1/realtime", opt=declare(Requirement.OPEN))

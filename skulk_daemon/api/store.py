@@ -46,6 +46,7 @@ from skulk_core.store.answers import (
 from skulk_core.store.paths import model_id_escapes
 from skulk_core.store.selection import DownloadSelection, bundle_conflict, selection_problem
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.disclosure import storage_for
 from skulk_daemon.api.openapi import OPENAI, errors
 from skulk_daemon.authority.peers import PeerClass, classify_name, origin_host
 from skulk_daemon.authority.policy import Requirement
@@ -174,8 +175,8 @@ class StoreController(Controller):
         return await _relay(store, "GET", "/downloads", list[StoreDownload])
 
     @get("/store/storage", summary="This node's model storage, installed artifacts and free disk")
-    async def storage(self, node: Node) -> NodeStorage:
-        return storage_report(node)
+    async def storage(self, node: Node, request: Request[Any, Any, Any]) -> NodeStorage:
+        return storage_for(request, storage_report(node))
 
     @get(
         "/store/models/{rest:path}",

@@ -17,6 +17,7 @@ from skulk_daemon.authority.peers import (
     classify_name,
     forwarding_header,
     origin_host,
+    origin_port,
     split_host,
 )
 from skulk_daemon.authority.policy import RequestFacts
@@ -84,7 +85,9 @@ def request_facts(
         host=host,
         host_is_own=host is not None and names.is_own(host, configured),
         origin=origin,
-        origin_is_own=named is not None and names.is_own(named, configured),
+        origin_is_own=named is not None
+        and names.is_own(named, configured)
+        and _same_port(origin, scope),
         origin_class=classify_name(named),
         origin_allowed=origin is not None
         and origin.lower().rstrip("/") in {o.lower().rstrip("/") for o in config.api.cors_origins},
@@ -96,3 +99,13 @@ def request_facts(
         service_bearer=service_token is not None and matches(presented, [service_token]),
         websocket=str(scope.get("type")) == "websocket",
     )
+
+
+def _same_port(origin: str | None, scope: Mapping[str, Any]) -> bool:
+    """Whether ``origin`` names the port this request arrived on: a page this node
+    serves has exactly that origin, while another port on the same host (any local
+    web server) is another site."""
+    server = scope.get("server")
+    if origin is None or not server or len(server) < 2 or server[1] is None:
+        return False
+    return origin_port(origin) == int(server[1])

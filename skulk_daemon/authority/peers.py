@@ -101,6 +101,19 @@ def split_host(value: str) -> str | None:
     return name.rstrip(".") or None
 
 
+def origin_port(origin: str) -> int | None:
+    """The port an ``Origin`` names (its scheme's default when it names none); ``None``
+    for ``null`` or garbage."""
+    try:
+        parts = urlsplit(origin.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https"):
+        return None
+    return port if port is not None else (443 if parts.scheme == "https" else 80)
+
+
 def origin_host(origin: str) -> str | None:
     """The host an ``Origin`` (or ``Referer``) names; ``None`` for ``null`` or garbage."""
     try:

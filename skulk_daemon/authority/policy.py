@@ -10,9 +10,11 @@ how to get access. In order:
 2. ``Host`` must name this node (DNS rebinding): else 421.
 3. A body on a route that takes JSON must say ``application/json`` (a web page can send
    ``text/plain`` without a CORS preflight; this closes that door): else 415.
-4. A cross-site ``Origin`` on anything but a safe method is refused (CSRF), unless it is
-   one of this node's names, a configured CORS origin, or, from a trusted-fabric peer,
-   an origin of the same trust classes (a dashboard browsed from another LAN machine).
+4. A cross-site ``Origin`` on anything but a safe method, and on every WebSocket, is
+   refused (CSRF), unless it is one of this node's own origins (one of its names on the
+   port the request arrived on) or a configured CORS origin. No address class is
+   exempt: a page on another LAN machine, or on another port of this one, is another
+   site.
 5. The route's requirement; then the optional API keys, required from every caller that
    is not on this machine.
 
@@ -80,6 +82,7 @@ class RequestFacts:
     origin: str | None
     """The ``Origin`` header as sent (``None`` when absent)."""
     origin_is_own: bool = False
+    """The origin is one of this node's names on the port the request arrived on."""
     origin_class: PeerClass = PeerClass.UNKNOWN
     origin_allowed: bool = False
     """The origin is one of the configured CORS origins."""
@@ -123,9 +126,7 @@ def is_json(content_type: str | None) -> bool:
 
 
 def _origin_ok(facts: RequestFacts) -> bool:
-    if facts.origin is None or facts.origin_is_own or facts.origin_allowed:
-        return True
-    return facts.peer.trusted_fabric and facts.origin_class.trusted_fabric
+    return facts.origin is None or facts.origin_is_own or facts.origin_allowed
 
 
 def decide(facts: RequestFacts, route: RouteAuthority) -> Caller | Refusal:

@@ -386,9 +386,12 @@ class DiagnosticsService:
         budget = (
             fanout.CAPTURE_TIMEOUT_SECONDS if method == "POST" else fanout.PROBE_TIMEOUT_SECONDS
         )
-        answer = await fanout.ask(
-            self._node, NodeId(node_id), method, path, body=body, budget_seconds=budget
-        )
+        try:
+            answer = await fanout.ask(
+                self._node, NodeId(node_id), method, path, body=body, budget_seconds=budget
+            )
+        except fanout.UnsafePath as exc:
+            raise ApiError(400, str(exc), code="invalid_id") from None
         if answer.status is None:
             raise ApiError(502, f"node {node_id}: {answer.error}", code="node_unreachable")
         if answer.status != 200 or not isinstance(answer.body, dict):

@@ -1,14 +1,14 @@
 """Speech to text with faster-whisper (CTranslate2) on the CPU, int8.
 
-The upload's bytes are decoded in memory (faster-whisper decodes with PyAV, which
-reads WAV, MP3, FLAC, OGG/Opus, WebM and MP4/M4A), resampled to 16 kHz mono and
-transcribed greedily. Segments come from a generator: cancellation takes effect
-between segments. ``translate`` asks Whisper's own translate task (English out).
+The upload's bytes are decoded in memory by :mod:`.audio_decode` (PyAV, which reads
+WAV, MP3, FLAC, OGG/Opus, WebM and MP4/M4A; bounded in decoded duration while it
+decodes), resampled to 16 kHz mono and transcribed greedily. Segments come from a
+generator: cancellation takes effect between segments. ``translate`` asks Whisper's own
+translate task (English out).
 """
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 from collections.abc import Callable
@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 import numpy.typing as npt
 from faster_whisper import WhisperModel  # type: ignore[import-untyped]
-from faster_whisper.audio import decode_audio  # type: ignore[import-untyped]
 
 from skulk_core.audio.subtitles import TranscriptSegment
+from skulk_daemon.engines.audio_decode import AudioTooLong, AudioUndecodable, decode_bounded
 from skulk_daemon.engines.base import EngineLoadError
 
 if TYPE_CHECKING:
@@ -106,9 +106,9 @@ class WhisperTranscriber:
         """The transcript of an encoded audio file's bytes; each segment also goes to
         ``on_segment`` as soon as it is decoded."""
         try:
-            samples = decode_audio(io.BytesIO(audio), sampling_rate=SAMPLE_RATE)
-        except Exception as exc:  # PyAV raises many error types for undecodable input
-            raise TranscriptionRefused(f"the file could not be decoded as audio: {exc}") from None
+            samples = decode_bounded(audio, sample_rate=SAMPLE_RATE)
+        except (AudioTooLong, AudioUndecodable) as exc:
+            raise TranscriptionRefused(str(exc)) from None
         if samples.size == 0:
             raise TranscriptionRefused("the file holds no audio samples")
         return self.transcribe_samples(

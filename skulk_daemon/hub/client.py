@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Final, TypeVar, cast
+from urllib.parse import urlsplit
 
 import httpx2
 from huggingface_hub import HfApi, get_session, hf_hub_url, hf_raise_for_status
@@ -79,6 +80,16 @@ class HubClient:
 
     def headers(self) -> dict[str, str]:
         return build_hf_headers(token=self._auth())
+
+    def headers_for(self, url: str) -> dict[str, str]:
+        """The headers for a request to ``url``: with the token only when ``url`` is on
+        the configured endpoint's origin (scheme, host and port), as ``huggingface-hub``
+        does. A file's resolved location is usually a CDN of another origin; the token
+        stays with the Hub. (httpx also drops it on a redirect to another origin.)"""
+        headers = self.headers()
+        if _origin(url) != _origin(self.endpoint):
+            headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+        return headers
 
     def page_url(self, repo_id: str) -> str:
         return f"{self.endpoint}/{repo_id}"
@@ -200,7 +211,7 @@ class HubClient:
 
     @contextlib.contextmanager
     def _range(self, url: str, start: int, end: int) -> Iterator[httpx2.Response]:
-        headers = {**self.headers(), "Range": f"bytes={start}-{end}"}
+        headers = {**self.headers_for(url), "Range": f"bytes={start}-{end}"}
         with get_session().stream(
             "GET", url, headers=headers, timeout=TIMEOUT_SECONDS, follow_redirects=True
         ) as response:
@@ -267,3 +278,13 @@ class HubClient:
 def _status(exc: HfHubHTTPError) -> int:
     response = exc.response
     return int(response.status_code) if response is not None else 0
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    default = {"https": 443, "http": 80}.get(parts.scheme.lower())
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port or default

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, TypeVar, cast
-from urllib.parse import urlsplit
 
 from huggingface_hub import constants as hf_constants
 from huggingface_hub.file_download import http_get
@@ -345,9 +344,7 @@ class Downloads:
             partial.unlink()
             resume = 0
         job.current_bytes = resume
-        headers = client.headers()
-        if urlsplit(meta.location).netloc != urlsplit(client.endpoint).netloc:
-            headers.pop("authorization", None)  # a CDN: the token stays with the Hub
+        headers = client.headers_for(meta.location)  # a CDN: the token stays with the Hub
         progress = _progress_class(self, job, loop)
         self._check_cancel(job)
         with partial.open("ab") as handle:

@@ -167,9 +167,12 @@ class HubService:
                 f"node {node_id} is not a member of this cluster (GET /state lists them)",
                 code="node_not_found",
             )
-        answer = await fanout.ask(
-            self._node, target, method, path, body=body, budget_seconds=FORWARD_SECONDS
-        )
+        try:
+            answer = await fanout.ask(
+                self._node, target, method, path, body=body, budget_seconds=FORWARD_SECONDS
+            )
+        except fanout.UnsafePath as exc:
+            raise ApiError(400, str(exc), code="invalid_id") from None
         if answer.status is None:
             raise ApiError(
                 502, f"node {node_id} could not be reached: {answer.error}", code="node_unreachable"

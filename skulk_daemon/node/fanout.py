@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -22,6 +23,32 @@ PROBE_TIMEOUT_SECONDS: Final = 3.0
 # A proxied capture may sample processes for up to its own bound.
 CAPTURE_TIMEOUT_SECONDS: Final = 20.0
 NO_ROUTE: Final = "no reachable API route"
+_SEGMENT: Final = re.compile(r"[A-Za-z0-9._~:@+-]+")
+"""What one segment of a forwarded path may hold: ids and model names, never an
+escape, a query or fragment mark, or a separator of its own."""
+
+
+class UnsafePath(ValueError):
+    """A path a proxy must not forward; the message is safe to show a user."""
+
+
+def checked_path(path: str) -> str:
+    """``path``, when it is a plain absolute path whose every segment names something
+    (no ``.``/``..``, empty segments, ``?``, ``#``, ``%`` escapes or backslashes).
+
+    The paths forwarded here are built from ids a caller supplies (a runner id, a model
+    id), and the request carries this node's API key: one that could walk out of its
+    route would spend that key on another route of the peer.
+    """
+    segments = path.split("/")
+    if segments[0] != "" or len(segments) < 2:
+        raise UnsafePath("a forwarded path must be absolute")
+    for segment in segments[1:]:
+        if segment in (".", "..") or not _SEGMENT.fullmatch(segment):
+            raise UnsafePath(
+                f"{segment!r} is not a valid id: ids hold letters, digits and . _ ~ : @ + -"
+            )
+    return path
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +87,9 @@ async def ask(
     body: Any = None,
     budget_seconds: float = PROBE_TIMEOUT_SECONDS,
 ) -> PeerAnswer:
-    """``method path`` on ``node_id``'s API: the first advertised URL that answers."""
+    """``method path`` on ``node_id``'s API: the first advertised URL that answers.
+    Raises :class:`UnsafePath` (nothing is sent) for a path :func:`checked_path` refuses."""
+    checked_path(path)
     urls = api_urls(node, node_id)
     if not urls:
         return PeerAnswer(node_id, None, None, None, f"{NO_ROUTE} (none advertised)")

@@ -7,7 +7,12 @@ connections exhaust file descriptors. Here:
 - :data:`MAX_CONNECTIONS` concurrent connections (uvicorn answers 503 beyond);
 - :class:`BoundedH11Protocol`: a connection whose request headers are not complete
   :data:`HEADER_TIMEOUT_SECONDS` after it opened (or after its previous response) is
-  closed;
+  closed; a request body that arrives slower than :data:`MIN_BODY_BYTES_PER_WINDOW` in
+  a :data:`BODY_WINDOW_SECONDS` window (while the server is reading) is answered 408
+  and its connection closed; one source address (an IPv6 /64) holds at most
+  :data:`MAX_CONNECTIONS_PER_SOURCE` connections and all remote sources together
+  :data:`MAX_REMOTE_CONNECTIONS`, so neither one address nor a crowd of them can take
+  the slots loopback needs (a connection past either cap is answered 503 and closed);
 - :class:`LargeBodyLimiter`: at most :data:`MAX_CONCURRENT_LARGE_BODIES` requests with a
   body over :data:`LARGE_BODY_BYTES` in flight at once (each route still bounds its own
   size); one more is a 503 with ``Retry-After``, not another 40 MiB in memory.
@@ -16,6 +21,7 @@ connections exhaust file descriptors. Here:
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 from typing import Any, Final
 
 import h11
@@ -26,6 +32,14 @@ MAX_CONNECTIONS: Final = 1024
 HEADER_TIMEOUT_SECONDS: Final = 10.0
 LARGE_BODY_BYTES: Final = 1024 * 1024
 MAX_CONCURRENT_LARGE_BODIES: Final = 8
+MAX_CONNECTIONS_PER_SOURCE: Final = 64
+LOOPBACK_RESERVE: Final = 64
+MAX_REMOTE_CONNECTIONS: Final = MAX_CONNECTIONS - LOOPBACK_RESERVE
+BODY_WINDOW_SECONDS: Final = 10.0
+MIN_BODY_BYTES_PER_WINDOW: Final = 10 * 1024
+"""About 1 KiB/s: a body must keep coming at least this fast, measured per window, so
+a 25 MiB upload may take up to ~7 hours at the floor but a trickle of one byte every few
+seconds is cut after one or two windows."""
 UVICORN_LIMITS: Final[dict[str, Any]] = {
     "limit_concurrency": MAX_CONNECTIONS,
     "timeout_keep_alive": 5,
@@ -36,14 +50,87 @@ UVICORN_LIMITS: Final[dict[str, Any]] = {
 }
 
 
+def source_of(client: tuple[str, int] | None) -> str | None:
+    """The key one source's connections are counted under (its address; an IPv6 /64,
+    since one host holds a whole prefix), or None for a local peer (loopback or a Unix
+    socket), which the caps leave alone."""
+    if client is None:
+        return None
+    try:
+        address = ipaddress.ip_address(client[0].split("%", 1)[0])
+    except ValueError:
+        return client[0]
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address.is_loopback:
+        return None
+    if isinstance(address, ipaddress.IPv6Address):
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
+
+
 class BoundedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a deadline for each request's headers."""
+    """uvicorn's h11 protocol with deadlines for each request's headers and body and
+    caps on the connections one source, and all remote sources, may hold."""
 
     _header_timer: asyncio.TimerHandle | None = None
+    _body_timer: asyncio.TimerHandle | None = None
+    _received = 0
+    _window_start = 0
+    source: str | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.source = source_of(self.client)
+        if self.source is not None and self._over_cap(self.source):
+            _refuse(transport, 503, "too_many_connections", _TOO_MANY)
+            return
         self._arm()
+
+    def _over_cap(self, source: str) -> bool:
+        # NOTE: uvicorn keeps every open connection (h11 and WebSocket protocols alike)
+        # in one shared set; counting it here needs no bookkeeping of our own to drift.
+        same = remote = 0
+        for connection in self.connections:
+            if connection is self:
+                continue
+            if isinstance(connection, BoundedH11Protocol):
+                theirs = connection.source
+            else:  # an upgraded WebSocket: uvicorn's own protocol, which knows its client
+                theirs = source_of(getattr(connection, "client", None))
+            if theirs is None:
+                continue
+            remote += 1
+            same += theirs == source
+        return same >= MAX_CONNECTIONS_PER_SOURCE or remote >= MAX_REMOTE_CONNECTIONS
+
+    def data_received(self, data: bytes) -> None:
+        self._received += len(data)
+        super().data_received(data)
+        if self._body_timer is None and self.conn.their_state is h11.SEND_BODY:
+            self._watch_body()
+
+    def _watch_body(self) -> None:
+        self._window_start = self._received
+        self._body_timer = self.loop.call_later(BODY_WINDOW_SECONDS, self._body_due)
+
+    def _body_due(self) -> None:
+        self._body_timer = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.SEND_BODY:
+            return
+        if self not in self.connections:  # upgraded: the transport is another protocol's
+            return
+        # NOTE: while uvicorn has paused reading (the app is not taking the body yet),
+        # a slow body is the server's doing, not the client's: that window is not judged.
+        slow = self._received - self._window_start < MIN_BODY_BYTES_PER_WINDOW
+        if slow and not self.flow.read_paused:
+            answered = self.cycle is not None and self.cycle.response_started
+            if answered:
+                self.transport.close()
+            else:
+                _refuse(self.transport, 408, "request_timeout", _SLOW_BODY)
+            return
+        self._watch_body()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -51,6 +138,9 @@ class BoundedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
         super().connection_lost(exc)
 
     def _arm(self) -> None:
@@ -69,6 +159,25 @@ class BoundedH11Protocol(H11Protocol):
         # being answered (or its body being read) is never cut off here.
         if waiting and self.conn.their_state is h11.IDLE and not self.transport.is_closing():
             self.transport.close()
+
+
+_TOO_MANY: Final = "too many connections from this address; retry shortly"
+_SLOW_BODY: Final = "the request body arrived too slowly"
+_REASONS: Final = {408: b"Request Timeout", 503: b"Service Unavailable"}
+
+
+def _refuse(transport: asyncio.BaseTransport, status: int, code: str, message: str) -> None:
+    """Answer ``status`` in the OpenAI error envelope and close, below the ASGI app:
+    the request (if any) is not read further."""
+    kind = "timeout" if status == 408 else "service_unavailable"
+    body = msgspec.json.encode({"error": {"message": message, "type": kind, "code": code}})
+    head = (
+        b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+        b"connection: close\r\n%s\r\n"
+    ) % (status, _REASONS[status], len(body), b"retry-after: 1\r\n" if status == 503 else b"")
+    if isinstance(transport, asyncio.WriteTransport) and not transport.is_closing():
+        transport.write(head + body)
+    transport.close()
 
 
 def _length(scope: dict[str, Any]) -> int | None:

@@ -48,7 +48,7 @@ def _error(response: Any, status: int, code: str) -> dict[str, Any]:
     ("method", "path", "requirement"),
     [
         ("POST", "/admin/restart", Requirement.TRUSTED_FABRIC),
-        ("GET", "/filesystem/browse", Requirement.TRUSTED_FABRIC),
+        ("GET", "/filesystem/browse", Requirement.DIRECT_LOOPBACK),
         ("GET", "/v1/telemetry/preview", Requirement.OPEN),
         ("GET", "/v1/connectivity/tailscale", Requirement.OPEN),
         ("GET", "/v1/connectivity/remote-access", Requirement.OPEN),

