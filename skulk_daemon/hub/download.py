@@ -86,6 +86,10 @@ class _Cancelled(Exception):
     pass
 
 
+class _Overflow(ValueError):
+    """The Hub sent more bytes of a file than its listing says the file has."""
+
+
 @dataclass
 class _Job:
     card: ModelCard
@@ -345,23 +349,27 @@ class Downloads:
             resume = 0
         job.current_bytes = resume
         headers = client.headers_for(meta.location)  # a CDN: the token stays with the Hub
-        progress = _progress_class(self, job, loop)
+        progress = _progress_class(self, job, loop, item)
         self._check_cancel(job)
-        with partial.open("ab") as handle:
-            client.call(
-                repo,
-                lambda: http_get(
-                    meta.location,
-                    handle,
-                    resume_size=resume,
-                    headers=headers,
-                    expected_size=item.size,
-                    displayed_filename=item.path,
-                    tqdm_class=cast(Any, progress),
-                ),
-            )
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with partial.open("ab") as handle:
+                client.call(
+                    repo,
+                    lambda: http_get(
+                        meta.location,
+                        handle,
+                        resume_size=resume,
+                        headers=headers,
+                        expected_size=item.size,
+                        displayed_filename=item.path,
+                        tqdm_class=cast(Any, progress),
+                    ),
+                )
+                handle.flush()
+                os.fsync(handle.fileno())
+        except _Overflow:
+            partial.unlink(missing_ok=True)  # no resume can make these bytes the file
+            raise
         size = partial.stat().st_size
         if size != item.size:
             raise ValueError(f"{item.path}: received {size} bytes, expected {item.size}")
@@ -392,9 +400,18 @@ class Downloads:
             )
         )
 
-    def _tick(self, job: _Job, loop: asyncio.AbstractEventLoop, count: int) -> None:
-        """From the transfer thread: count bytes, honour a cancel, report now and then."""
+    def _tick(self, job: _Job, loop: asyncio.AbstractEventLoop, item: RepoFile, count: int) -> None:
+        """From the transfer thread: count bytes, stop a body longer than the file's
+        listed size, honour a cancel, report now and then."""
         job.current_bytes += count
+        if job.current_bytes > item.size:
+            # NOTE: ``http_get`` writes whatever the body holds and checks the size only
+            # at its end, so an endless (chunked) body would fill the disk; this bound
+            # stops it at most one transfer chunk past the listed size.
+            raise _Overflow(
+                f"{item.path}: the Hub sent more than the {item.size} bytes it lists; the "
+                "partial file was removed, start the download again"
+            )
         self._check_cancel(job)
         now = time.monotonic()
         if now - job.last_report >= REPORT_EVERY_SECONDS:
@@ -442,7 +459,7 @@ def _is_sha256(value: str | None) -> bool:
 
 
 def _progress_class(
-    downloads: Downloads, job: _Job, loop: asyncio.AbstractEventLoop
+    downloads: Downloads, job: _Job, loop: asyncio.AbstractEventLoop, item: RepoFile
 ) -> type[object]:
     """A ``tqdm_class`` for ``http_get``: it counts bytes into the job instead of drawing."""
 
@@ -462,6 +479,6 @@ def _progress_class(
             return None
 
         def update(self, count: int) -> None:
-            downloads._tick(job, loop, count)
+            downloads._tick(job, loop, item, count)
 
     return _Progress

@@ -3,11 +3,17 @@
 Each topology member advertises its API URLs in telemetry. One attempt per URL
 with a short timeout, all members at once: one unroutable address cannot stall the
 sweep, and a member no URL answers for is an explicit ``ok: false`` entry.
+
+A member's answer is bounded as a whole, not per read: it must be complete within the
+budget (a server dripping a byte a second never trips a per-read timeout) and at most
+:data:`MAX_ANSWER_BYTES`; a ``200`` that is not JSON is no answer. Redirects are never
+followed, so the API key goes only to the URLs a member advertises.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 from collections.abc import Sequence
@@ -49,6 +55,14 @@ def checked_path(path: str) -> str:
                 f"{segment!r} is not a valid id: ids hold letters, digits and . _ ~ : @ + -"
             )
     return path
+
+
+MAX_ANSWER_BYTES: Final = 16 * 1024 * 1024
+"""The most a member's answer may hold (a diagnostics bundle is far smaller)."""
+
+
+class _Unusable(Exception):
+    """An answer that came, but is not one: too large, or a 200 that is not JSON."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,19 +108,43 @@ async def ask(
     if not urls:
         return PeerAnswer(node_id, None, None, None, f"{NO_ROUTE} (none advertised)")
     errors: list[str] = []
-    async with httpx.AsyncClient(timeout=budget_seconds, headers=_headers(node)) as client:
+    async with httpx.AsyncClient(
+        timeout=budget_seconds, headers=_headers(node), follow_redirects=False
+    ) as client:
         for url in urls:
             try:
-                response = await client.request(method, f"{url}{path}", json=body)
+                # NOTE: httpx's timeout bounds each read, not the answer; this bounds it.
+                async with asyncio.timeout(budget_seconds):
+                    status, parsed = await _exchange(client, method, f"{url}{path}", body)
             except httpx.HTTPError as exc:
                 errors.append(f"{url}: {type(exc).__name__}")
                 continue
-            try:
-                parsed = response.json()
-            except ValueError:
-                parsed = {"error": {"message": response.text[:200]}}
-            return PeerAnswer(node_id, response.status_code, parsed, url)
+            except TimeoutError:
+                errors.append(f"{url}: no complete answer within {budget_seconds:g}s")
+                continue
+            except _Unusable as exc:
+                errors.append(f"{url}: {exc}")
+                continue
+            return PeerAnswer(node_id, status, parsed, url)
     return PeerAnswer(node_id, None, None, None, f"{NO_ROUTE} ({'; '.join(errors)})")
+
+
+async def _exchange(client: httpx.AsyncClient, method: str, url: str, body: Any) -> tuple[int, Any]:
+    """(status, parsed body) of one request, the body read to at most its bound."""
+    async with client.stream(method, url, json=body) as response:
+        raw = bytearray()
+        async for chunk in response.aiter_bytes():
+            raw += chunk
+            if len(raw) > MAX_ANSWER_BYTES:
+                raise _Unusable(f"an answer over {MAX_ANSWER_BYTES} bytes")
+        status = response.status_code
+        text = raw.decode(response.encoding or "utf-8", errors="replace")
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        if status == 200:
+            raise _Unusable("a 200 answer that is not JSON") from None
+        return status, {"error": {"message": text[:200]}}
 
 
 async def ask_all(
