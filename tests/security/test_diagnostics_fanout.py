@@ -40,6 +40,8 @@ class BadMember:
 
     behaviour: str
     elsewhere: str = ""
+    bundle: bytes = b"{}"
+    """What an honest member answers: a real node bundle (the app's own)."""
     authorizations: list[str | None] = field(default_factory=list)
     sent: int = 0
 
@@ -84,7 +86,7 @@ class BadMember:
             handler.end_headers()
 
         if self.behaviour == "honest":
-            body = b'{"skulkVersion": "0.0.0-test", "nodeId": "honest"}'
+            body = self.bundle
             head(200, {"Content-Type": "application/json", "Content-Length": str(len(body))})
             handler.wfile.write(body)
         elif self.behaviour == "drip":  # a byte every half second: no read ever times out
@@ -129,8 +131,11 @@ def members(app: AppNode) -> Iterator[dict[NodeId, BadMember]]:
     portal = app._test_client.blocking_portal
     own = app.node.own_telemetry()
     assert own is not None
+    bundle = app.get("/v1/diagnostics/node")
+    assert bundle.status_code == 200, bundle.text
     for node_id, member in made.items():
         member.elsewhere = elsewhere.url
+        member.bundle = bundle.content
         portal.call(app.node.submit, RegisterNode(command_id=new_command_id(), node_id=node_id))
         resources = msgspec.structs.replace(own.resources, api_urls=(member.url,))
         reading = msgspec.structs.replace(own, node_id=node_id, resources=resources)
