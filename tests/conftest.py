@@ -31,6 +31,14 @@ def pytest_configure(config: pytest.Config) -> None:
     sys.dont_write_bytecode = False
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Workers take whole modules or ``xdist_group``s (``tests/xdist_scheduling.py``)."""
+    from tests.xdist_scheduling import ModuleOrGroupScheduling  # noqa: PLC0415 - xdist only
+
+    return ModuleOrGroupScheduling(config, log)  # type: ignore[arg-type]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_secret_in_any_log() -> Iterator[None]:
     """Fails the run if a registered key, token or pairing secret reached a log."""

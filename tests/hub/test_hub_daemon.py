@@ -28,7 +28,7 @@ from tests.daemon_process import DaemonProcess
 from tests.hub.conftest import DEMO_REPO, TINY, TINY_LLM, seed_models_dir, standard_repos
 from tests.hub.fake_hub import FakeHub
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("timing")]
 
 IMPORTED = "local/imported-gemma"
 CLI = (sys.executable, "-m", "skulk_cli", "--api-url")

@@ -59,6 +59,8 @@ from tests.daemon.test_cluster import converged, node_id
 from tests.daemon_process import DaemonProcess
 from tests.speech.test_speech_api import SAMPLE_RATE, SENTENCES, STT, TTS, word_error_rate
 
+pytestmark = pytest.mark.xdist_group("timing")
+
 OWNER = NodeId("12D3KooWowner")
 SERVER = NodeId("12D3KooWserver")
 CMD = CommandId("cmd-speech")
