@@ -21,6 +21,8 @@ def pytest_configure(config: pytest.Config) -> None:
     seconds of CPU for it, and so does every xdist worker's collection. The cache goes
     under ``.pytest_cache`` (ignored by git), never beside a source, and is inherited by
     every subprocess (and xdist worker) started with this environment."""
+    # Known without xdist too (``-p no:xdist``): see tests/xdist_scheduling.py.
+    config.addinivalue_line("markers", "xdist_group(name): run on one worker with its group")
     if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
         return
     prefix = config.rootpath / ".pytest_cache" / "pycache"
@@ -32,8 +34,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """Workers take whole modules or ``xdist_group``s (``tests/xdist_scheduling.py``)."""
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """Under ``--dist loadgroup`` workers take whole modules or ``xdist_group``s
+    (``tests/xdist_scheduling.py``); another ``--dist`` keeps xdist's own."""
+    if config.getoption("dist") != "loadgroup":
+        return None
     from tests.xdist_scheduling import ModuleOrGroupScheduling  # noqa: PLC0415 - xdist only
 
     return ModuleOrGroupScheduling(config, log)  # type: ignore[arg-type]
