@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,6 +11,37 @@ import pytest
 from tests import log_secrets
 from tests.daemon.serving import place
 from tests.daemon_process import DaemonFactory, DaemonProcess
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One bytecode cache for the run, where the environment forbids one beside the sources.
+
+    With ``PYTHONDONTWRITEBYTECODE`` every process compiles every module it imports from
+    source: each daemon, runner and CLI subprocess the suite starts (hundreds) pays
+    seconds of CPU for it, and so does every xdist worker's collection. The cache goes
+    under ``.pytest_cache`` (ignored by git), never beside a source, and is inherited by
+    every subprocess (and xdist worker) started with this environment."""
+    # Known without xdist too (``-p no:xdist``): see tests/xdist_scheduling.py.
+    config.addinivalue_line("markers", "xdist_group(name): run on one worker with its group")
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    prefix = config.rootpath / ".pytest_cache" / "pycache"
+    prefix.mkdir(parents=True, exist_ok=True)
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
+    sys.pycache_prefix = str(prefix)
+    sys.dont_write_bytecode = False
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """Under ``--dist loadgroup`` workers take whole modules or ``xdist_group``s
+    (``tests/xdist_scheduling.py``); another ``--dist`` keeps xdist's own."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from tests.xdist_scheduling import ModuleOrGroupScheduling  # noqa: PLC0415 - xdist only
+
+    return ModuleOrGroupScheduling(config, log)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -11,7 +11,6 @@ import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-import anthropic
 import httpx
 import pytest
 
@@ -25,6 +24,7 @@ from skulk_daemon.chat.generation import KeepAlive
 from skulk_daemon.chat.turn import ContentDelta, ReasoningDelta, TurnEnd, TurnError, TurnEvent
 from tests.api.in_process import AppNode, Served
 from tests.daemon.serving import DEMO, PROMPT, sse_lines, wait_idle
+from tests.lazy_sdk import anthropic
 
 pytestmark = pytest.mark.slow
 

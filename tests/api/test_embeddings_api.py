@@ -13,12 +13,12 @@ from typing import Any
 import httpx
 import numpy as np
 import numpy.typing as npt
-import openai
 import pytest
 
 from tests.api.app_transport import LEAVE, ClientLeft
 from tests.api.in_process import AppNode
 from tests.daemon.serving import DEMO, place, wait_for, wait_idle
+from tests.lazy_sdk import openai
 
 pytestmark = pytest.mark.slow
 

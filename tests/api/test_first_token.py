@@ -11,7 +11,6 @@ import json
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from tests.api.in_process import AppNode, Served
@@ -24,6 +23,7 @@ from tests.daemon.serving import (
     wait_for,
     wait_idle,
 )
+from tests.lazy_sdk import openai
 from tests.runner_processes import runner_processes
 
 pytestmark = pytest.mark.slow

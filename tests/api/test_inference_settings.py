@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import logging
 
-import openai
 import pytest
 
 from skulk_daemon.engines._llama_exact import EXACT_ROWS, FLASH_ATTENTION_TILE
 from tests.api.in_process import AppFactory
 from tests.api.test_prompt_cache_usage import system_prompt
 from tests.daemon.serving import CONTEXT, DEMO, place
+from tests.lazy_sdk import openai
 
 pytestmark = pytest.mark.slow
 

@@ -16,12 +16,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import ollama
 import pytest
 
 from skulk_core.version import SKULK_VERSION
 from tests.api.in_process import AppNode, Served
 from tests.daemon.serving import CONTEXT, DEMO, PROMPT, wait_for, wait_idle
+from tests.lazy_sdk import ollama
 
 pytestmark = pytest.mark.slow
 

@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from tests.api.in_process import AppNode, Served
 from tests.daemon.serving import DEMO, PROMPT, sse_lines
+from tests.lazy_sdk import openai
 
 pytestmark = pytest.mark.slow
 

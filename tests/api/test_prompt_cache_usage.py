@@ -12,16 +12,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-import anthropic
-import ollama
-import openai
 import pytest
 
 from skulk_daemon.engines._llama_exact import EXACT_ROWS, FLASH_ATTENTION_TILE
 from tests.api.in_process import AppNode, Served
 from tests.daemon.serving import DEMO
+from tests.lazy_sdk import anthropic, ollama, openai
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("timing")]
 
 CHUNK = FLASH_ATTENTION_TILE
 OPENING = 8

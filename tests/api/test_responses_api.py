@@ -10,14 +10,14 @@ deterministic in shape.
 from __future__ import annotations
 
 import asyncio
+import functools
+import importlib
 import json
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-import openai
 import pytest
-from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import BaseModel, Field, TypeAdapter
 
 from skulk_core.chat.generation import GenerationStats
@@ -34,6 +34,10 @@ from skulk_daemon.chat.turn import (
 )
 from tests.api.in_process import AppNode, Served
 from tests.daemon.serving import DEMO, sse_lines, wait_idle
+from tests.lazy_sdk import openai
+
+if TYPE_CHECKING:
+    from openai.types.responses import Response
 
 pytestmark = pytest.mark.slow
 
@@ -85,7 +89,16 @@ def post(app: AppNode, **body: Any) -> httpx.Response:
 
 # Strict validation against the SDK's own types: its client parses leniently, so a
 # missing required field would otherwise go unnoticed.
-STREAM_EVENT = TypeAdapter(ResponseStreamEvent)
+@functools.cache
+def _stream_event() -> TypeAdapter[Any]:
+    responses = importlib.import_module("openai.types.responses")  # lazily: tests/lazy_sdk.py
+    return TypeAdapter(responses.ResponseStreamEvent)
+
+
+def _response() -> type[Response]:
+    responses = importlib.import_module("openai.types.responses")
+    response: type[Response] = responses.Response
+    return response
 
 
 def parse_sse(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
@@ -101,7 +114,7 @@ def parse_sse(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
         assert line.startswith("data: "), line
         data: dict[str, Any] = json.loads(line.removeprefix("data: "))
         assert data["type"] == name
-        STREAM_EVENT.validate_python(data)
+        _stream_event().validate_python(data)
         yield data
 
 
@@ -150,7 +163,7 @@ def test_the_command_id_header_matches_the_response_id(server: AppNode) -> None:
     reply = post(server, input=COUNT, max_output_tokens=4)
     assert reply.status_code == 200, reply.text
     assert reply.json()["id"] == f"resp_{reply.headers['x-skulk-command-id']}"
-    Response.model_validate(reply.json())
+    _response().model_validate(reply.json())
 
 
 def test_instructions_become_the_system_turn(client: openai.OpenAI) -> None:
@@ -531,7 +544,7 @@ def test_reasoning_text_and_calls_become_items_in_order() -> None:
         "response.output_item.done",
         "response.completed",
     ]
-    final = Response.model_validate(events[-1]["response"])
+    final = _response().model_validate(events[-1]["response"])
     reasoning, message, call = final.output
     assert reasoning.type == "reasoning" and reasoning.content is not None
     assert reasoning.content[0].text == "Counting on."
@@ -544,15 +557,15 @@ def test_reasoning_text_and_calls_become_items_in_order() -> None:
         1,
         2,
     ]
-    plain = Response.model_validate_json(shape(turn, stream=False))
+    plain = _response().model_validate_json(shape(turn, stream=False))
     assert [item.type for item in plain.output] == ["reasoning", "message", "function_call"]
     assert plain.output_text == final.output_text
 
 
 def test_parallel_tool_calls_false_keeps_the_first_call() -> None:
     calls = (ToolCall("call_1", "a", "{}"), ToolCall("call_2", "b", "{}"))
-    both = Response.model_validate_json(shape([end("tool_calls", *calls)], stream=False))
-    one = Response.model_validate_json(
+    both = _response().model_validate_json(shape([end("tool_calls", *calls)], stream=False))
+    one = _response().model_validate_json(
         shape([end("tool_calls", *calls)], stream=False, parallel_tool_calls=False)
     )
     assert [item.type for item in both.output] == ["function_call", "function_call"]
@@ -560,7 +573,7 @@ def test_parallel_tool_calls_false_keeps_the_first_call() -> None:
 
 
 def test_an_empty_answer_is_still_a_message() -> None:
-    final = Response.model_validate_json(shape([end()], stream=False))
+    final = _response().model_validate_json(shape([end()], stream=False))
     assert final.status == "completed"
     assert [item.type for item in final.output] == ["message"]
     assert final.output_text == ""
@@ -570,15 +583,15 @@ def test_a_failure_after_the_start_ends_with_response_failed() -> None:
     turn: list[TurnEvent] = [ContentDelta(" four"), TurnError("runner_failed", "runner died")]
     events = streamed(turn)
     assert events[-1]["type"] == "response.failed"
-    failed = Response.model_validate(events[-1]["response"])
+    failed = _response().model_validate(events[-1]["response"])
     assert failed.status == "failed"
     assert failed.error is not None and failed.error.message == "runner died"
     assert failed.output[0].type == "message" and failed.output[0].status == "incomplete"
-    plain = Response.model_validate_json(shape(turn, stream=False))
+    plain = _response().model_validate_json(shape(turn, stream=False))
     assert plain.status == "failed" and plain.error is not None
 
 
 def test_a_turn_that_stops_without_an_end_still_terminates() -> None:
     events = streamed([ContentDelta(" four")])
     assert events[-1]["type"] == "response.failed"
-    assert Response.model_validate_json(shape([], stream=False)).status == "failed"
+    assert _response().model_validate_json(shape([], stream=False)).status == "failed"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import _thread
 import json
+import signal
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -570,12 +571,13 @@ def test_interactive_chat_survives_a_failed_turn_and_leaves_it_out(node: FakeNod
 def test_ctrl_c_cancels_the_generation_not_the_session(
     node: FakeNode, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Every wait below is for an event, none is a deadline the test can lose on a
+    # loaded machine: the press comes once the first token is printed (so the client
+    # has read the command id sent before it and is mid-generation), and the node
+    # streams keep-alives until the client's cancel arrives.
     cancelled = threading.Event()
-    # Set once the client has printed the first token, so it has read the
-    # command id sent before it: the press then lands mid-generation, never
-    # before the client knows what to cancel (the server racing ahead of a
-    # loaded client made this fail about one run in fifty).
     printed = threading.Event()
+    finished = threading.Event()
     write = console.TextStream.write
 
     def write_and_mark(self: console.TextStream, text: str, style: str = "") -> None:
@@ -583,14 +585,16 @@ def test_ctrl_c_cancels_the_generation_not_the_session(
         printed.set()
 
     monkeypatch.setattr(console.TextStream, "write", write_and_mark)
+    # Ctrl-C as a terminal delivers it to a Python program: KeyboardInterrupt, whatever
+    # handler code run earlier in this process left installed.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def endless() -> Iterator[bytes]:
         yield f": command_id {CHAT_COMMAND_ID}\n\n".encode()
         yield from token_frames(CHAT_WORDS[:1])
-        # Keep-alives, as the daemon sends while a generation is slow, until cancelled.
-        for _ in range(500):
-            if cancelled.wait(0.02):
-                break
+        # Keep-alives, as the daemon sends while a generation is slow, until cancelled
+        # (each also wakes the client's read, so the press is seen at once).
+        while not (cancelled.wait(0.02) or finished.is_set()):
             yield b": keep-alive\n\n"
         yield b'data: {"error": {"message": "cancelled", "code": "cancelled"}}\n\n'
         yield b"data: [DONE]\n\n"
@@ -604,15 +608,19 @@ def test_ctrl_c_cancels_the_generation_not_the_session(
     node.routes[("POST", f"/v1/cancel/{CHAT_COMMAND_ID}")] = cancel
 
     def press_ctrl_c() -> None:
-        if printed.wait(10):
-            _thread.interrupt_main()
+        while not printed.wait(0.05):
+            if finished.is_set():
+                return  # the session ended without a token: the asserts below say so
+        _thread.interrupt_main()
 
     presser = threading.Thread(target=press_ctrl_c)
     presser.start()
     try:
         result = runner_input(node, "tell me everything\nhello\n")
     finally:
+        finished.set()
         presser.join()
+        signal.signal(signal.SIGINT, previous)
 
     assert result.exit_code == 0, result.output
     assert cancelled.is_set(), "the generation was cancelled on the node"

@@ -14,7 +14,7 @@ from skulk_daemon.system.stopping import EXIT_STOP_ABANDONED
 from tests.daemon.hanging_stop_daemon import HANGING_STOP_LAUNCHER, TEST_DEADLINE_SECONDS
 from tests.daemon_process import DaemonProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("timing")]
 
 EXIT_MARGIN_SECONDS = 10.0
 """How long after the deadline the process may take to be gone (slow CI hosts)."""

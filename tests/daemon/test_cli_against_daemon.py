@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,20 @@ from tests.daemon_process import DaemonProcess
 pytestmark = pytest.mark.slow
 
 DEMO = "local/gemma-3-270m-q4_k_m"
+
+
+@pytest.fixture(scope="module")
+def daemon(
+    tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
+) -> Iterator[DaemonProcess]:
+    """One node for the module: one test changes its log level, the other places and
+    deletes an instance, and neither reads what the other changes."""
+    node = DaemonProcess(root=tmp_path_factory.mktemp("cli-node"), models_dir=shared_models_dir)
+    node.start()
+    try:
+        yield node
+    finally:
+        node.kill()
 
 
 def skulk(

@@ -13,7 +13,7 @@ from tests.daemon.serving import wait_for
 from tests.daemon.test_cluster import converged
 from tests.daemon_process import DaemonProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("network")]
 
 
 def test_two_daemons_without_peers_find_each_other_over_mdns(

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import openai
 import pytest
 
 from tests.chrome_trace import lanes, parse_chrome_trace
@@ -17,6 +16,7 @@ from tests.daemon.serving import DEMO, PROMPT, sse_lines, wait_for, wait_idle
 from tests.daemon.test_cli_against_daemon import skulk
 from tests.daemon.test_cluster import converged, node_id
 from tests.daemon_process import DaemonProcess
+from tests.lazy_sdk import openai
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ from tests.daemon.test_cluster import converged, node_id
 from tests.daemon_process import DaemonProcess
 from tests.runner_processes import runner_processes
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("timing")]
 
 # Every phase budget (loading, warming up...) shortened so the test sees a stuck runner.
 STUCK_ENV = {"SKULK_STUCK_PHASE_SECONDS": "2"}

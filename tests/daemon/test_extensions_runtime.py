@@ -50,6 +50,8 @@ from skulk_daemon.extensions.loader import (
 from skulk_daemon.extensions.middleware import ChatMiddlewareRunner, NamedMiddleware
 from tests.extension_site import install_fixture
 
+pytestmark = pytest.mark.xdist_group("timing")
+
 CONTEXT = cast(ExtensionContext, object())
 """The guard hands the context through untouched; these hooks never use it."""
 

@@ -35,6 +35,8 @@ from skulk_daemon.fabric.discovery import (
 )
 from tests.daemon.fabric_probe import loopback_mdns_problem
 
+pytestmark = pytest.mark.xdist_group("network")
+
 ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK = "127.0.0.1"
 # How long a test waits for an announcement before failing: a give-up bound, not

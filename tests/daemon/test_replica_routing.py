@@ -9,13 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import openai
 import pytest
 
 from skulk_core.cluster.telemetry import TELEMETRY_INTERVAL_SECONDS
 from tests.daemon.serving import DEMO, wait_for
 from tests.daemon.test_cluster import converged, node_id
 from tests.daemon_process import DaemonProcess
+from tests.lazy_sdk import openai
 
 pytestmark = pytest.mark.slow
 

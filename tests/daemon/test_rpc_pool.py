@@ -26,7 +26,7 @@ from tests.daemon_process import DaemonProcess
 from tests.runner_processes import runner_processes
 from tests.security.test_rpc_isolation import loopback_listeners, netns
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("network")]
 
 PROMPT = "The capital of France is"
 

@@ -20,15 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from tests.daemon.serving import PROMPT, place
 from tests.daemon_process import DaemonProcess
 from tests.hub.conftest import DEMO_REPO, TINY, TINY_LLM, seed_models_dir, standard_repos
 from tests.hub.fake_hub import FakeHub
+from tests.lazy_sdk import openai
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("timing")]
 
 IMPORTED = "local/imported-gemma"
 CLI = (sys.executable, "-m", "skulk_cli", "--api-url")

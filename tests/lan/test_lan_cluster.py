@@ -29,7 +29,7 @@ from tests.daemon.serving import wait_for
 from tests.lan.daemons import LanDaemon, lan_cluster
 from tests.lan.netns import Lan
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("network")]
 
 REPEATS = int(os.environ.get("SKULK_LAN_REPEATS", "3"))
 SIZES = [int(size) for size in os.environ.get("SKULK_LAN_SIZES", "3").split(",")]

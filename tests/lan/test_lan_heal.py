@@ -23,7 +23,7 @@ from tests.lan.daemons import LanDaemon, lan_cluster
 from tests.lan.netns import Machine
 from tests.lan.test_lan_cluster import converge, election_log, node_id, state
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("network")]
 
 _CALL = """
 import json, sys, httpx

@@ -36,6 +36,8 @@ from tests.api.in_process import AppNode
 from tests.daemon.pairing import Device, pair_in_process, set_scopes
 from tests.daemon_process import TEST_ENV, DaemonProcess
 
+pytestmark = pytest.mark.xdist_group("timing")
+
 PATH = "/v1/plugins/host-network"
 OWNER = {"X-Skulk-Dashboard": "pairing-v1"}
 FIELDS = {

@@ -1,6 +1,6 @@
 """After a Skulk update the host refreshes the manager's runtime by itself.
 
-Real processes throughout: ``skulk-plugin-service setup`` stages the first generation;
+Real processes throughout: ``skulk-plugin-service setup`` selects the first generation;
 the test then stands in for the registered service (the setup record says ``systemd``,
 as a registered setup's does) with a keep-alive loop over setup's exact serve command
 (systemd's ``Restart=always``: started again whenever it exits); one real daemon runs
@@ -10,8 +10,9 @@ across the module and is never restarted.
 generation (hard links, so no second gigabyte) with one Skulk file changed, sealed
 again, selected, and the running manager stopped so the keep-alive starts it there.
 Three such earlier builds: one that names ``reload_runtime``, one from before it (its
-inventory does not name it) and one that refuses every generation. Only two real
-stagings: setup's and the host's first refresh (later refreshes reuse the host's copy).
+inventory does not name it) and one that refuses every generation. One real staging
+here, the host's first refresh (later refreshes reuse the host's copy): setup verifies
+and reuses a sealed copy of the session's staging (``tests/plugins/runtime_copies.py``).
 
 Proves: the daemon's plugin routes go from 503 ``manager_build_differs`` to 200 without
 a restart, through ``reload_runtime`` and through stopping a manager that does not name
@@ -44,19 +45,16 @@ from skulk_host.files import atomic_write
 from skulk_host.plugin_manager.client import call_with_peer
 from skulk_host.plugin_service.runtime import (
     COMPLETE_FILE,
-    SEAL_FILE,
     Completion,
-    Seal,
-    build_identity,
-    fence,
-    measure,
     read_seal,
     record_selection,
-    seal_digest,
     select,
     selected,
 )
 from tests.daemon_process import DaemonProcess
+from tests.plugins.runtime_copies import SessionRuntime, sealed_copy
+
+pytestmark = pytest.mark.xdist_group("plugin_runtime")
 
 SITE = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
 OWNER = {"X-Skulk-Dashboard": "pairing-v1"}
@@ -155,47 +153,16 @@ class Host:
     def earlier_build(self, source: str, edit: Callable[[str], str], target: str) -> str:
         """A sealed copy of ``source`` (hard links) whose ``target`` file is changed by
         ``edit``: a generation of another Skulk build, staged under the fence."""
-        name = os.urandom(8).hex()
-        copy = self.runtimes / name
-        edited = f"{SITE}/{target}"
-        with fence(self.root):
-            subprocess.run(["cp", "-al", str(self.runtimes / source), str(copy)], check=True)
-            for sealed in (SEAL_FILE, COMPLETE_FILE):
-                (copy / sealed).unlink()
-            path = copy / edited
-            text = path.read_text()
-            changed = edit(text)
-            assert changed != text
-            path.unlink()  # NOTE: a new inode: the source keeps its own bytes.
-            path.write_text(changed)
-            old = read_seal(self.runtimes / source)
-            known = {p: (sha, size) for p, (sha, size, _) in old.files.items() if p != edited}
-            files, dirs, links = measure(copy, known)
-            build = build_identity(copy / SITE)
-            assert build != old.build_sha256
-            seal = Seal(
-                generation=name,
-                python=old.python,
-                interpreter=old.interpreter,
-                build_sha256=build,
-                source_sha256=os.urandom(32).hex(),
-                files=files,
-                dirs=dirs,
-                links=links,
-            )
-            atomic_write(copy / SEAL_FILE, msgspec.json.encode(seal), mode=0o400)
-            completion = Completion(
-                generation=name,
-                seal_sha256=seal_digest(seal),
-                build_sha256=build,
-                source_sha256=seal.source_sha256,
-                files=len(files),
-                bytes=sum(size for _, size, _ in files.values()),
-                completed_at=int(time.time()) + len(self.made),
-            )
-            atomic_write(copy / COMPLETE_FILE, msgspec.json.encode(completion), mode=0o400)
-        self.made.append(name)
-        return name
+        copy = sealed_copy(
+            self.runtimes / source,
+            self.root,
+            edits={f"{SITE}/{target}": edit},
+            source_sha256=os.urandom(32).hex(),
+            completed_at=int(time.time()) + len(self.made),
+        )
+        assert copy.build_sha256 != read_seal(self.runtimes / source).build_sha256
+        self.made.append(copy.generation)
+        return copy.generation
 
     def run_on(self, generation: str) -> int:
         """Select ``generation`` as setup would, stop the running manager and let the
@@ -273,8 +240,14 @@ def _register(host: Host) -> subprocess.Popen[bytes]:
 
 
 @pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path) -> Iterator[Host]:
+def host(
+    tmp_path_factory: pytest.TempPathFactory,
+    shared_models_dir: Path,
+    session_runtime: SessionRuntime,
+) -> Iterator[Host]:
     base = tmp_path_factory.mktemp("refresh")
+    # The session's staging, copied as hard links: setup here verifies and reuses it.
+    session_runtime.copy_into(base / "service")
     (base / "home").mkdir()
     env = {**os.environ, "HOME": str(base / "home"), "NO_COLOR": "1"}
     env.pop("SKULK_PLUGIN_SERVICE_ROOT", None)

@@ -38,7 +38,7 @@ from tests.plugins.kit import Feed, Publisher
 from tests.plugins.manager_process import Manager
 from tests.plugins.owner_kit import change, install_owner, publish_owner, settle
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("timing")]
 
 ACME = Publisher("acme")
 TOKEN = "owner-adapter-feed-bearer-never-echoed-118"

@@ -45,7 +45,7 @@ from tests.plugins.kit import Feed, Publisher
 from tests.plugins.manager_process import Manager
 from tests.plugins.owner_kit import install_owner, publish_fixture_owner, settle
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("timing")]
 
 ACME = Publisher("acme")
 TOKEN = "owner-streaming-feed-bearer-never-echoed-416"

@@ -39,7 +39,10 @@ from tests.plugins.kit import (
     release_document,
     trust_document,
 )
+from tests.plugins.runtime_copies import SessionRuntime
 from tests.plugins.terminal import Terminal
+
+pytestmark = pytest.mark.xdist_group("plugin_runtime")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ACME = Publisher("acme")
@@ -88,8 +91,12 @@ class Host:
 
 
 @pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
+def host(
+    tmp_path_factory: pytest.TempPathFactory, session_runtime: SessionRuntime
+) -> Iterator[Host]:
     base = tmp_path_factory.mktemp("service-cli")
+    # The session's staging, copied as hard links: setup here verifies and reuses it.
+    session_runtime.copy_into(base / "service")
     feed = Feed(tls_dir=base / "tls", token=TOKEN)
     wheel = build_wheel(base / "wheel", version="1.0.1")
     feed.publish("release.json", ACME.sign(release_document(ACME, [wheel], version="1.0.1")))
@@ -105,7 +112,6 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
     (base / "home").mkdir()
     yield Host(base=base, env=env, feed=feed, wheel=wheel, outputs=[], installed=[])
     feed.close()
-    # NOTE: setup staged a full copy of this environment; keep none around.
     shutil.rmtree(base / "service" / "runtimes", ignore_errors=True)
 
 

@@ -1,6 +1,7 @@
 """``skulk-plugin-service setup`` stages a sealed manager runtime, and the manager runs
-from it: one real staging (a full copy of this environment, ~1.2 GB) shared by the
-module, the real CLI and manager as processes, cwd outside the checkout.
+from it: the session's one real staging (a full copy of this environment, ~1.2 GB, whose
+service root this module owns), the real CLI and manager as processes, cwd outside the
+checkout.
 
 Proves: setup stages, seals and selects a generation (a virtual environment holding
 real copies of the Skulk packages, no path back into the checkout, a seal that
@@ -29,7 +30,6 @@ import contextlib
 import importlib.metadata
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -57,6 +57,9 @@ from skulk_host.plugin_service.runtime import (
     selected,
     verify,
 )
+from tests.plugins.runtime_copies import SessionRuntime, own
+
+pytestmark = pytest.mark.xdist_group("plugin_runtime")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SITE = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
@@ -125,20 +128,14 @@ def _summary(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def staged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Staged]:
-    base = tmp_path_factory.mktemp("svc-runtime")
-    (base / "home").mkdir()
-    env = {**os.environ, "HOME": str(base / "home"), "NO_COLOR": "1", "COLUMNS": "200"}
-    env.pop("SKULK_PLUGIN_SERVICE_ROOT", None)
-    started = time.monotonic()
-    first = Staged(base, env, {}, 0.0)
-    done = first.cli("setup")
-    seconds = time.monotonic() - started
-    print(f"\nstaging the manager runtime took {seconds:.1f} s")
+def staged(session_runtime: SessionRuntime) -> Staged:
+    """The session's real staging (this module owns its service root; the other modules
+    take sealed copies of its first generation)."""
+    print(f"\nstaging the manager runtime took {session_runtime.seconds:.1f} s")
+    done = session_runtime.done
     assert "Staged runtime" in done.stdout, done.stdout + done.stderr
-    yield Staged(base, env, _summary(done), seconds)
-    # NOTE: each generation is a full copy of this environment; keep no copies around.
-    shutil.rmtree(base / "service", ignore_errors=True)
+    runtime = session_runtime
+    return Staged(runtime.base, runtime.env, _summary(done), runtime.seconds)
 
 
 @pytest.fixture(scope="module")
@@ -326,6 +323,7 @@ def test_reload_runtime_refuses_then_selects_and_exits(
 
 def test_a_tampered_runtime_is_refused(staged: Staged) -> None:
     victim = staged.generation / SITE / "skulk_host" / "plugin_manager" / "cli.py"
+    own(victim)  # NOTE: other modules' copies hard-link this file: change only this one.
     original = victim.read_bytes()
     victim.write_bytes(original + b"\n# changed\n")
     try:
@@ -375,6 +373,7 @@ def _tampered_manager_code(staged: Staged) -> Iterator[str]:
     changed = original[:3] + original[3 + len(payload) :].replace(future, future + payload, 1)
     assert len(changed) == len(original) and changed != original
     compile(changed, "cli.py", "exec")
+    own(victim)  # NOTE: other modules' copies hard-link this file: change only this one.
     victim.write_bytes(changed)
     try:
         yield f"{SITE}/skulk_host/plugin_manager/cli.py"
@@ -405,6 +404,7 @@ def _planted_startup_hooks(staged: Staged) -> Iterator[str]:
 @contextlib.contextmanager
 def _changed_mode(staged: Staged) -> Iterator[str]:
     victim = staged.generation / SITE / "skulk_core" / "__init__.py"
+    own(victim)  # NOTE: a mode is the inode's: other modules' copies share it.
     mode = victim.stat().st_mode
     victim.chmod(0o755)
     try:

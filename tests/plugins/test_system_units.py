@@ -18,6 +18,7 @@ import pytest
 
 from skulk_cli.plugin_service import registration, system_helper
 from skulk_cli.plugin_service.system_helper import launchd_plist, systemd_unit
+from tests.plugins.runtime_copies import SessionRuntime
 from tests.plugins.terminal import Terminal
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +26,10 @@ OWNER = 65534  # nobody: a real nonroot account on this host
 NAME = f"foundation.foxlight.skulk.plugins.u{OWNER}"
 HELPER = Path(system_helper.__file__)
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="writes root-owned files")
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="writes root-owned files"),
+    pytest.mark.xdist_group("plugin_runtime"),
+]
 
 SYSTEMCTL = """#!/bin/sh
 state={state}
@@ -367,7 +371,9 @@ def test_setup_refuses_sudo_and_a_root_owner(system: System, tmp_path: Path) -> 
     assert not (tmp_path / "config").exists()
 
 
-def test_this_host_has_no_running_systemd_so_setup_says_so(tmp_path: Path) -> None:
+def test_this_host_has_no_running_systemd_so_setup_says_so(
+    tmp_path: Path, session_runtime: SessionRuntime
+) -> None:
     detected = registration.detect()
     assert detected.kind == "none"
     assert "not running as the system's service manager" in detected.reason
@@ -377,6 +383,8 @@ def test_this_host_has_no_running_systemd_so_setup_says_so(tmp_path: Path) -> No
     state.mkdir()
     _tool(tmp_path / "bin/sudo", SUDO.format(state=state, uid=OWNER))
     env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    # The session's staging, copied as hard links: setup verifies and reuses it.
+    session_runtime.copy_into(tmp_path / ".local/share/skulk-plugin-service")
     try:
         done = _setup(env, tmp_path)
         assert done.returncode == 0, done.stderr
@@ -385,7 +393,6 @@ def test_this_host_has_no_running_systemd_so_setup_says_so(tmp_path: Path) -> No
         assert not (state / "sudo.log").exists()
         assert (tmp_path / ".local/share/skulk-plugin-service/setup.json").is_file()
     finally:
-        # NOTE: setup staged a full copy of this environment; keep none around.
         shutil.rmtree(tmp_path / ".local/share/skulk-plugin-service/runtimes", True)
     # Another root on a host whose systemd runs is not registered either.
     durable = registration.durable_root("systemd")

@@ -21,7 +21,7 @@ from tests.daemon.serving import PROMPT, place, sse_lines, wait_idle
 from tests.daemon_process import DaemonProcess
 from tests.security.lan import CGNAT_HOST, PRIVATE_HOST, PUBLIC_HOST, Lan, lan
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("network")]
 
 API_KEY = "sk-skulk-test-0123456789abcdef0123456789"
 DEMO = "local/gemma-3-270m-q4_k_m"

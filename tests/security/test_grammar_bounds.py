@@ -16,6 +16,8 @@ from skulk_daemon.chat.grammars import (
     tool_call_grammar,
 )
 
+pytestmark = pytest.mark.xdist_group("timing")
+
 HOSTILE: list[dict[str, Any]] = [
     {"type": "string", "minLength": 50_000_000},
     {"type": "string", "maxLength": 1_000_000_000},

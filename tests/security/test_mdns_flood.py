@@ -24,7 +24,7 @@ from tests.daemon.fabric_probe import LOOPBACK, loopback_mdns_problem
 from tests.daemon.serving import wait_for
 from tests.daemon_process import DaemonProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("network")]
 
 FAKES = 6 * MAX_PENDING_DIALS
 # File descriptors a dial may hold (a socket and ZeroMQ's own pipes), with slack for

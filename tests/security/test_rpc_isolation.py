@@ -37,9 +37,12 @@ from skulk_daemon.runner.rpc_gate import GateClient, GateServer
 from skulk_daemon.runner.rpc_relay import recv_exactly
 from tests.runner.test_rpc_gate import INSTANCE, KEY, EchoServer, echo_gate
 
-pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="network namespaces are Linux-only"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not sys.platform.startswith("linux"), reason="network namespaces are Linux-only"
+    ),
+    pytest.mark.xdist_group("network"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 60.0  # only stops a broken test from hanging

@@ -12,7 +12,7 @@ from tests.daemon.serving import DEMO
 from tests.daemon_process import DaemonProcess
 from tests.runner_processes import runner_processes
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("timing")]
 
 HUGE = {"type": "string", "minLength": 50_000_000}
 ASK = [{"role": "user", "content": "Count: one, two, three,"}]

@@ -13,6 +13,8 @@ from skulk_core.models.chat_templates import GEMMA3_CHAT_TEMPLATE
 from skulk_daemon.chat.prompt import MAX_PROMPT_CHARS, PromptError, render_prompt
 from skulk_daemon.chat.task import TaskMessage
 
+pytestmark = pytest.mark.xdist_group("timing")
+
 ASK = [TaskMessage(role="user", content="Count: one, two, three,")]
 
 

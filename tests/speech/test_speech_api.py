@@ -19,7 +19,6 @@ from typing import Any
 import av
 import httpx
 import msgspec
-import openai
 import pytest
 
 from skulk_core.audio.formats import MAX_AUDIO_UPLOAD_BYTES
@@ -27,6 +26,7 @@ from skulk_core.ids import ModelId
 from skulk_core.models.catalog import Catalog
 from tests.api.in_process import AppNode
 from tests.daemon.serving import place, wait_for, wait_idle
+from tests.lazy_sdk import openai
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from skulk_core.audio.formats import HEADER_SAMPLE_RATE, MAX_AUDIO_UPLOAD_BYTES
@@ -57,7 +56,10 @@ from tests.core.fabric_samples import header
 from tests.daemon.serving import wait_for
 from tests.daemon.test_cluster import converged, node_id
 from tests.daemon_process import DaemonProcess
+from tests.lazy_sdk import openai
 from tests.speech.test_speech_api import SAMPLE_RATE, SENTENCES, STT, TTS, word_error_rate
+
+pytestmark = pytest.mark.xdist_group("timing")
 
 OWNER = NodeId("12D3KooWowner")
 SERVER = NodeId("12D3KooWserver")

@@ -27,7 +27,6 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-import openai
 import pytest
 
 from tests.daemon.serving import PROMPT
@@ -35,6 +34,7 @@ from tests.daemon.test_cluster import converged, node_id
 from tests.daemon_process import DaemonProcess, free_port
 from tests.hub.conftest import DEMO_REPO, TINY, seed_models_dir, standard_repos
 from tests.hub.fake_hub import FakeHub
+from tests.lazy_sdk import openai
 
 pytestmark = pytest.mark.slow
 

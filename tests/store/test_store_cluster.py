@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from tests.daemon.serving import PROMPT, wait_for
@@ -25,6 +24,7 @@ from tests.daemon.test_cluster import converged, node_id
 from tests.daemon_process import DaemonProcess, free_port
 from tests.hub.conftest import DEMO_REPO, seed_models_dir, standard_repos
 from tests.hub.fake_hub import FakeHub
+from tests.lazy_sdk import openai
 
 pytestmark = pytest.mark.slow
 
