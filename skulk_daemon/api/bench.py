@@ -13,11 +13,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
-from litestar import Controller, MediaType, Request, post
+from litestar import Controller, MediaType, post
 from litestar.response import Stream
 
 from skulk_core.chat.generation import GenerationStats
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.images import IMAGE_DOC, IMAGE_NEVER_SUCCEEDS, refuse_image_request
 from skulk_daemon.api.openai_chat import LATE_ERROR, MAX_CHAT_BODY_BYTES
 from skulk_daemon.api.openapi import (
@@ -86,7 +87,7 @@ class BenchController(Controller):
     )
     async def bench_chat(
         self,
-        request: Request[Any, Any, Any],
+        request: HttpRequest,
         node: Node,
         chat: ChatService,
     ) -> Stream:
@@ -123,5 +124,5 @@ class BenchController(Controller):
         responses=errors(OPENAI, 400, 404, 413),
         operation_class=IMAGE_DOC,
     )
-    async def bench_images(self, request: Request[Any, Any, Any]) -> None:
+    async def bench_images(self, request: HttpRequest) -> None:
         await refuse_image_request(request)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Final
 
 import msgspec
-from litestar import Controller, Request, get, post
+from litestar import Controller, get, post
 from litestar.params import Parameter
 
 from skulk_core.extensions.capabilities import (
@@ -28,6 +28,7 @@ from skulk_core.extensions.capabilities import (
     descriptor_revision,
 )
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.openapi import OPENAI, documented, errors
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.capabilities.service import CapabilityService
@@ -106,7 +107,7 @@ class CapabilitiesController(Controller):
         operation_class=documented(body=CapabilityCall),
     )
     async def call(
-        self, request: Request[Any, Any, Any], capabilities: CapabilityService | None
+        self, request: HttpRequest, capabilities: CapabilityService | None
     ) -> CapabilityResult:
         call: CapabilityCall = _unprocessable(await request.body(), _call_decoder)
         return await _fabric(capabilities).serve_call(call)
@@ -122,7 +123,7 @@ class CapabilitiesController(Controller):
     )
     async def stream(
         self,
-        request: Request[Any, Any, Any],
+        request: HttpRequest,
         capabilities: CapabilityService | None,
         node: Node,
     ) -> CapabilityResult:
@@ -148,7 +149,7 @@ class CapabilitiesController(Controller):
         operation_class=documented(body=StreamCancel),
     )
     async def cancel(
-        self, request: Request[Any, Any, Any], capabilities: CapabilityService | None
+        self, request: HttpRequest, capabilities: CapabilityService | None
     ) -> StreamCancelled:
         body: StreamCancel = _unprocessable(await request.body(), _cancel_decoder)
         fabric = _fabric(capabilities)

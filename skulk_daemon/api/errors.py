@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from litestar import MediaType, Request, Response
+from litestar import MediaType, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.errors import NO_STORE_HEADERS, ApiError, error_body, nested_too_deeply
 from skulk_daemon.node.node import CommandRefused
 from skulk_daemon.operator.errors import AuthorityError, authority_api_error
@@ -38,23 +39,19 @@ def _respond(exc: ApiError) -> Response[dict[str, Any]]:
     )
 
 
-def handle_api_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[dict[str, Any]]:
+def handle_api_error(_: HttpRequest, exc: ApiError) -> Response[dict[str, Any]]:
     return _respond(exc)
 
 
-def handle_refused(_: Request[Any, Any, Any], exc: CommandRefused) -> Response[dict[str, Any]]:
+def handle_refused(_: HttpRequest, exc: CommandRefused) -> Response[dict[str, Any]]:
     return _respond(ApiError(_STATUS_BY_REFUSAL.get(exc.code, 400), exc.message, code=exc.code))
 
 
-def handle_authority_error(
-    _: Request[Any, Any, Any], exc: AuthorityError
-) -> Response[dict[str, Any]]:
+def handle_authority_error(_: HttpRequest, exc: AuthorityError) -> Response[dict[str, Any]]:
     return _respond(authority_api_error(exc))
 
 
-def handle_http_exception(
-    _: Request[Any, Any, Any], exc: HTTPException
-) -> Response[dict[str, Any]]:
+def handle_http_exception(_: HttpRequest, exc: HTTPException) -> Response[dict[str, Any]]:
     message = exc.detail
     if isinstance(exc, ValidationException) and isinstance(exc.extra, list) and exc.extra:
         details = "; ".join(
@@ -69,7 +66,7 @@ def handle_http_exception(
     return _respond(ApiError(status, message, code=code, headers=dict(exc.headers or {})))
 
 
-def handle_recursion(request: Request[Any, Any, Any], _: RecursionError) -> Response[Any]:
+def handle_recursion(request: HttpRequest, _: RecursionError) -> Response[Any]:
     # NOTE: a body nested past the recursion limit raises while it is decoded, in
     # msgspec, Litestar or a handler's own decoding alike; mapping the error here (and
     # in the Claude and Ollama maps) covers every route at once.
@@ -77,7 +74,7 @@ def handle_recursion(request: Request[Any, Any, Any], _: RecursionError) -> Resp
     return _respond(nested_too_deeply())
 
 
-def handle_unexpected(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+def handle_unexpected(_: HttpRequest, exc: Exception) -> Response[dict[str, Any]]:
     # The traceback goes to the node's log; the client gets no internals.
     log.exception("unhandled error while serving a request", exc_info=exc)
     return _respond(
@@ -101,7 +98,7 @@ EXCEPTION_HANDLERS = {
 
 
 def _no_store(handler: Any) -> Any:
-    def handle(request: Request[Any, Any, Any], exc: Any) -> Response[Any]:
+    def handle(request: HttpRequest, exc: Any) -> Response[Any]:
         response: Response[Any] = handler(request, exc)
         for name, value in NO_STORE_HEADERS.items():
             response.headers[name] = value

@@ -35,9 +35,10 @@ from litestar.datastructures import ResponseHeader
 from skulk_core.cluster.fabric import PROTOCOL_VERSION
 from skulk_core.plugins.host_attachment import HostNetwork, UnsupportedListener, host_network
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.errors import NO_STORE_EXCEPTION_HANDLERS
 from skulk_daemon.api.openapi import OPENAI, errors
-from skulk_daemon.api.plugin_authority import HttpRequest, authorize, fail
+from skulk_daemon.api.plugin_authority import authorize, fail
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.errors import NO_STORE_HEADERS
 from skulk_daemon.fabric.cluster import DATA_TRANSPORT, ClusterAgent

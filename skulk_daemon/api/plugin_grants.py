@@ -19,13 +19,13 @@ from litestar import Controller, get, put
 from litestar.datastructures import ResponseHeader
 
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.errors import NO_STORE_EXCEPTION_HANDLERS
 from skulk_daemon.api.openapi import documented
 from skulk_daemon.api.plugin_authority import (
     CHANGE_ERRORS,
     HOW_PLUGINS_ARE_MANAGED,
     READ_ERRORS,
-    HttpRequest,
     decode_body,
     fail,
 )
