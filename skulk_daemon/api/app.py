@@ -165,7 +165,7 @@ def create_app(
             "plugins": provider(plugins),
             "configurations": provider(configurations),
         },
-        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        exception_handlers=EXCEPTION_HANDLERS,
         on_startup=[*on_startup, start_registry, store.start, owners.start],
         on_shutdown=[owners.stop, stop_registry, store.stop, *on_shutdown],
         # The daemon configures logging once (serve.py); Litestar must not add its own.

@@ -9,10 +9,10 @@ disconnects while its audio is worked on cancels the work on the runner.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 from litestar import Controller, Response, get, post
-from litestar.datastructures import UploadFile
+from litestar.datastructures import FormMultiDict, UploadFile
 from litestar.response import Stream
 
 from skulk_core.audio.formats import (
@@ -101,7 +101,7 @@ def _respond(body: SpeechBody) -> Response[bytes]:
     return Response(body.content, media_type=body.media_type, headers=body.headers)
 
 
-def _text(form: Any, name: str) -> str | None:
+def _text(form: FormMultiDict, name: str) -> str | None:
     value = form.get(name)
     if value is None:
         return None
@@ -110,7 +110,7 @@ def _text(form: Any, name: str) -> str | None:
     return value
 
 
-def _number(form: Any, name: str) -> float | None:
+def _number(form: FormMultiDict, name: str) -> float | None:
     value = _text(form, name)
     if value is None or value == "":
         return None
@@ -120,7 +120,7 @@ def _number(form: Any, name: str) -> float | None:
         raise _bad(f"{name} must be a number, got {value!r}") from None
 
 
-def _flag(form: Any, name: str) -> bool:
+def _flag(form: FormMultiDict, name: str) -> bool:
     value = (_text(form, name) or "").strip().lower()
     if value in _TRUE:
         return True

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar, TypeVarTuple
 
 import msgspec
 from litestar import Controller, delete, get, post
@@ -43,6 +43,7 @@ from skulk_daemon.operator.results import (
 from skulk_daemon.operator.service import OperatorPairingService
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 # Pairing bodies are a few hundred bytes; anything past this is not a pairing request.
 MAX_AUTH_BODY_BYTES: Final = 8 * 1024
@@ -119,7 +120,7 @@ def _not_gateway(status: int) -> ApiError:
     return authority_api_error(NotGateway(NOT_A_GATEWAY), status=status)
 
 
-async def _call(fn: Callable[..., T], *args: Any, not_gateway_status: int | None = None) -> T:
+async def _call(fn: Callable[[*Ts], T], *args: *Ts, not_gateway_status: int | None = None) -> T:
     """Run one service call in a worker thread (it locks and fsyncs the store)."""
     try:
         return await asyncio.to_thread(fn, *args)

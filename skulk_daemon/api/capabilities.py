@@ -14,7 +14,7 @@ Stream output is never an HTTP response: an admitted stream's frames go to
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final
+from typing import Annotated, Final, TypeVar
 
 import msgspec
 from litestar import Controller, get, post
@@ -54,6 +54,9 @@ class CapabilityListing(msgspec.Struct, frozen=True, kw_only=True):
     """``id@version`` → the revision digest a call pins."""
 
 
+T = TypeVar("T")
+
+
 class StreamCancelled(msgspec.Struct, frozen=True, kw_only=True):
     cancelled: bool
 
@@ -62,7 +65,7 @@ _call_decoder: Final = msgspec.json.Decoder(CapabilityCall)
 _cancel_decoder: Final = msgspec.json.Decoder(StreamCancel)
 
 
-def _unprocessable(raw: bytes, decoder: msgspec.json.Decoder[Any]) -> Any:
+def _unprocessable(raw: bytes, decoder: msgspec.json.Decoder[T]) -> T:
     try:
         return decoder.decode(raw)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:

@@ -176,7 +176,7 @@ class HostNetworkController(Controller):
     # headers, or the operator listener; the handler applies the owner / scope rule.
     opt = declare(Requirement.DIRECT_LOOPBACK)
     response_headers = tuple(ResponseHeader(name=k, value=v) for k, v in NO_STORE_HEADERS.items())
-    exception_handlers = NO_STORE_EXCEPTION_HANDLERS  # type: ignore[assignment]
+    exception_handlers = NO_STORE_EXCEPTION_HANDLERS
 
     @get(
         "/",

@@ -5,7 +5,7 @@ field-telemetry preview. Each handler decodes its query, calls
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final
+from typing import Annotated, Final
 
 from litestar import Controller, MediaType, Response, get, post
 from litestar.params import Parameter
@@ -24,7 +24,7 @@ from skulk_daemon.node_admin.service import NodeAdminService, RestartAccepted, T
 PENDING_CODE: Final = "restart_already_pending"
 
 
-def _pending(_: HttpRequest, exc: RestartPending) -> Response[dict[str, Any]]:
+def _pending(_: HttpRequest, exc: RestartPending) -> Response[dict[str, object]]:
     # The spec's body is {"status": "restart_already_pending"}; the error envelope rides
     # along so that clients reading either shape understand it.
     body = {"status": PENDING_CODE, **error_body(str(exc), "conflict_error", PENDING_CODE)}

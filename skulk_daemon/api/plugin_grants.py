@@ -84,7 +84,7 @@ class PluginGrantsController(Controller):
     opt = declare(Requirement.PAIRING)
     request_max_body_size = 4096
     response_headers = tuple(ResponseHeader(name=k, value=v) for k, v in NO_STORE_HEADERS.items())
-    exception_handlers = NO_STORE_EXCEPTION_HANDLERS  # type: ignore[assignment]
+    exception_handlers = NO_STORE_EXCEPTION_HANDLERS
 
     @get("/", summary="Paired devices' plugin grants (direct owner only)", responses=READ_ERRORS)
     async def grants(
