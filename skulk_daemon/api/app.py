@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from litestar import Litestar
 from litestar.config.cors import CORSConfig
@@ -93,8 +92,8 @@ CONTROLLERS = [
 def create_app(
     services: Services,
     *,
-    on_startup: Sequence[Callable[[], Any]] = (),
-    on_shutdown: Sequence[Callable[[], Any]] = (),
+    on_startup: Sequence[Callable[[], object]] = (),
+    on_shutdown: Sequence[Callable[[], object]] = (),
 ) -> Litestar:
     """The API over ``services``: each controller's dependency is one of them."""
 

@@ -10,7 +10,7 @@ an address), so a client reads one shape whoever it is.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
@@ -41,7 +41,7 @@ def storage_for(request: HttpRequest, storage: NodeStorage) -> NodeStorage:
     return msgspec.structs.replace(storage, artifacts=artifacts, models_dir=HIDDEN_PATH)
 
 
-def config_for(request: HttpRequest, config: dict[str, Any]) -> dict[str, Any]:
+def config_for(request: HttpRequest, config: dict[str, object]) -> dict[str, object]:
     """``GET /config``'s settings with host paths blanked for a public caller."""
     if is_trusted(request):
         return config

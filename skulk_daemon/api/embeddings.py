@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
-from typing import Any, Final, TypeVar
+from collections.abc import Awaitable
+from typing import Final, TypeVar
 
 from litestar import Controller, Response, post
 
@@ -40,9 +40,7 @@ async def _disconnected(request: HttpRequest) -> None:
         pass
 
 
-async def unless_disconnected(
-    request: HttpRequest, work: Coroutine[Any, Any, T]
-) -> tuple[T] | None:
+async def unless_disconnected(request: HttpRequest, work: Awaitable[T]) -> tuple[T] | None:
     """``work``'s result (in a 1-tuple), or ``None`` if the client left first, in
     which case ``work`` is cancelled."""
     task = asyncio.ensure_future(work)

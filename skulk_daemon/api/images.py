@@ -8,8 +8,6 @@ spec's 404 (``No instance found``) after its body has been checked: a missing
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 from litestar import Controller, post
 
@@ -33,7 +31,7 @@ IMAGE_DOC = documented(body=ImageRequest, body_media_types=(JSON, "multipart/for
 IMAGE_NEVER_SUCCEEDS = "Never given yet: no image engine exists, so every valid request ends in 404"
 
 
-async def _fields(request: HttpRequest) -> dict[str, Any]:
+async def _fields(request: HttpRequest) -> dict[str, object]:
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
         form = await request.form()
         return {key: form.get(key) for key in ("model", "prompt")}

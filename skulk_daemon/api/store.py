@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
 import msgspec
 from litestar import Controller, delete, get, post
@@ -296,7 +296,7 @@ class StoreController(Controller):
     )
     async def grant_export(
         self, store: StoreService, data: ExportBody, request: HttpRequest
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         if len(data.manifest_sha256) != SHA256_HEX_CHARS:
             raise ApiError(400, "manifest_sha256 must be 64 hex characters", code="invalid")
         model_id = _model_id(data.model_id)
