@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from litestar import Litestar
 from litestar.config.cors import CORSConfig
@@ -93,8 +92,8 @@ CONTROLLERS = [
 def create_app(
     services: Services,
     *,
-    on_startup: Sequence[Callable[[], Any]] = (),
-    on_shutdown: Sequence[Callable[[], Any]] = (),
+    on_startup: Sequence[Callable[[], object]] = (),
+    on_shutdown: Sequence[Callable[[], object]] = (),
 ) -> Litestar:
     """The API over ``services``: each controller's dependency is one of them."""
 
@@ -165,7 +164,7 @@ def create_app(
             "plugins": provider(plugins),
             "configurations": provider(configurations),
         },
-        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        exception_handlers=EXCEPTION_HANDLERS,
         on_startup=[*on_startup, start_registry, store.start, owners.start],
         on_shutdown=[owners.stop, stop_registry, store.stop, *on_shutdown],
         # The daemon configures logging once (serve.py); Litestar must not add its own.

@@ -9,10 +9,10 @@ disconnects while its audio is worked on cancels the work on the runner.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
-from litestar import Controller, Request, Response, get, post
-from litestar.datastructures import UploadFile
+from litestar import Controller, Response, get, post
+from litestar.datastructures import FormMultiDict, UploadFile
 from litestar.response import Stream
 
 from skulk_core.audio.formats import (
@@ -26,6 +26,7 @@ from skulk_core.audio.formats import (
 )
 from skulk_core.audio.subtitles import TranscriptSegment
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.embeddings import unless_disconnected
 from skulk_daemon.api.openapi import (
     COMMAND_ID_HEADER,
@@ -100,7 +101,7 @@ def _respond(body: SpeechBody) -> Response[bytes]:
     return Response(body.content, media_type=body.media_type, headers=body.headers)
 
 
-def _text(form: Any, name: str) -> str | None:
+def _text(form: FormMultiDict, name: str) -> str | None:
     value = form.get(name)
     if value is None:
         return None
@@ -109,7 +110,7 @@ def _text(form: Any, name: str) -> str | None:
     return value
 
 
-def _number(form: Any, name: str) -> float | None:
+def _number(form: FormMultiDict, name: str) -> float | None:
     value = _text(form, name)
     if value is None or value == "":
         return None
@@ -119,7 +120,7 @@ def _number(form: Any, name: str) -> float | None:
         raise _bad(f"{name} must be a number, got {value!r}") from None
 
 
-def _flag(form: Any, name: str) -> bool:
+def _flag(form: FormMultiDict, name: str) -> bool:
     value = (_text(form, name) or "").strip().lower()
     if value in _TRUE:
         return True
@@ -128,7 +129,7 @@ def _flag(form: Any, name: str) -> bool:
     raise _bad(f"{name} must be true or false, got {value!r}")
 
 
-async def read_upload(request: Request[Any, Any, Any]) -> TranscriptionForm:
+async def read_upload(request: HttpRequest) -> TranscriptionForm:
     """The multipart transcription form; 400 for anything but an uploaded ``file``."""
     if not request.headers.get("content-type", "").startswith(MULTIPART):
         raise _bad("this route takes multipart/form-data with an uploaded audio file")
@@ -170,7 +171,7 @@ class AudioController(Controller):
         ),
     )
     async def create_speech(
-        self, request: Request[Any, Any, Any], speech: SpeechService
+        self, request: HttpRequest, speech: SpeechService
     ) -> Response[bytes] | Stream:
         content_type = request.headers.get("content-type", "")
         if content_type.startswith(MULTIPART):
@@ -224,7 +225,7 @@ class AudioController(Controller):
         operation_class=TRANSCRIPT_DOC,
     )
     async def create_transcription(
-        self, request: Request[Any, Any, Any], speech: SpeechService
+        self, request: HttpRequest, speech: SpeechService
     ) -> Response[bytes] | Stream:
         return await self._transcribe(request, speech, translate=False)
 
@@ -238,13 +239,13 @@ class AudioController(Controller):
         operation_class=TRANSCRIPT_DOC,
     )
     async def create_translation(
-        self, request: Request[Any, Any, Any], speech: SpeechService
+        self, request: HttpRequest, speech: SpeechService
     ) -> Response[bytes] | Stream:
         return await self._transcribe(request, speech, translate=True)
 
     @staticmethod
     async def _transcribe(
-        request: Request[Any, Any, Any], speech: SpeechService, *, translate: bool
+        request: HttpRequest, speech: SpeechService, *, translate: bool
     ) -> Response[bytes] | Stream:
         admitted = speech.admit_transcription(await read_upload(request), translate=translate)
         if admitted.task.stream:

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar, TypeVarTuple
 
 import msgspec
-from litestar import Controller, Request, delete, get, post
+from litestar import Controller, delete, get, post
 from litestar.datastructures import ResponseHeader
 
 from skulk_core.operator.scopes import DEVICES_MANAGE
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.openapi import OPENAI, documented, errors
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.errors import NO_STORE_HEADERS, ApiError, decode_json
@@ -42,6 +43,7 @@ from skulk_daemon.operator.results import (
 from skulk_daemon.operator.service import OperatorPairingService
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 # Pairing bodies are a few hundred bytes; anything past this is not a pairing request.
 MAX_AUTH_BODY_BYTES: Final = 8 * 1024
@@ -118,7 +120,7 @@ def _not_gateway(status: int) -> ApiError:
     return authority_api_error(NotGateway(NOT_A_GATEWAY), status=status)
 
 
-async def _call(fn: Callable[..., T], *args: Any, not_gateway_status: int | None = None) -> T:
+async def _call(fn: Callable[[*Ts], T], *args: *Ts, not_gateway_status: int | None = None) -> T:
     """Run one service call in a worker thread (it locks and fsyncs the store)."""
     try:
         return await asyncio.to_thread(fn, *args)
@@ -137,7 +139,7 @@ def _service(
 
 
 async def _devices_caller(
-    request: Request[Any, Any, Any], authority: OperatorPairingService | None
+    request: HttpRequest, authority: OperatorPairingService | None
 ) -> str | None:
     """The calling device's id (bearer) or ``None`` (the direct owner's dashboard).
 
@@ -156,7 +158,7 @@ async def _devices_caller(
 
 
 async def _direct_owner_gateway(
-    request: Request[Any, Any, Any], authority: OperatorPairingService | None
+    request: HttpRequest, authority: OperatorPairingService | None
 ) -> OperatorPairingService:
     """The dashboard invitation routes: the direct owner, on a relay-configured gateway."""
     check_direct_owner(request.scope)
@@ -183,7 +185,7 @@ class AuthController(Controller):
         operation_class=documented(body=ChallengeRequest),
     )
     async def challenge(
-        self, request: Request[Any, Any, Any], authority: OperatorPairingService | None
+        self, request: HttpRequest, authority: OperatorPairingService | None
     ) -> ChallengeResult:
         body = decode_json(await request.body(), _CHALLENGE)
         service = _service(authority, not_gateway_status=503)
@@ -204,7 +206,7 @@ class AuthController(Controller):
         operation_class=documented(body=ExchangeRequest),
     )
     async def exchange(
-        self, request: Request[Any, Any, Any], authority: OperatorPairingService | None
+        self, request: HttpRequest, authority: OperatorPairingService | None
     ) -> ExchangeResult:
         body = decode_json(await request.body(), _EXCHANGE)
         service = _service(authority, not_gateway_status=503)
@@ -221,7 +223,7 @@ class AuthController(Controller):
         operation_class=documented(body=TokenRequest),
     )
     async def token(
-        self, request: Request[Any, Any, Any], authority: OperatorPairingService | None
+        self, request: HttpRequest, authority: OperatorPairingService | None
     ) -> TokenGrant:
         body = decode_json(await request.body(), _TOKEN)
         if authority is None:
@@ -240,7 +242,7 @@ class AuthController(Controller):
         responses=errors(OPENAI, 401, 403, 409, 503),
     )
     async def devices(
-        self, request: Request[Any, Any, Any], authority: OperatorPairingService | None
+        self, request: HttpRequest, authority: OperatorPairingService | None
     ) -> DeviceList:
         caller = await _devices_caller(request, authority)
         service = _service(authority, not_gateway_status=409)
@@ -255,7 +257,7 @@ class AuthController(Controller):
     )
     async def revoke_device(
         self,
-        request: Request[Any, Any, Any],
+        request: HttpRequest,
         authority: OperatorPairingService | None,
         device_id: str,
     ) -> None:
@@ -271,7 +273,7 @@ class AuthController(Controller):
         operation_class=documented(body=InvitationRequest),
     )
     async def create_invitation(
-        self, request: Request[Any, Any, Any], authority: OperatorPairingService | None
+        self, request: HttpRequest, authority: OperatorPairingService | None
     ) -> InvitationCreated:
         service = await _direct_owner_gateway(request, authority)
         body = decode_json(await request.body(), _INVITATION)
@@ -292,7 +294,7 @@ class AuthController(Controller):
         responses=errors(OPENAI, 403, 409, 503),
     )
     async def list_invitations(
-        self, request: Request[Any, Any, Any], authority: OperatorPairingService | None
+        self, request: HttpRequest, authority: OperatorPairingService | None
     ) -> InvitationList:
         service = await _direct_owner_gateway(request, authority)
         rows: list[InvitationStatus] = await _call(service.list_invitations, not_gateway_status=409)
@@ -306,7 +308,7 @@ class AuthController(Controller):
     )
     async def revoke_invitation(
         self,
-        request: Request[Any, Any, Any],
+        request: HttpRequest,
         authority: OperatorPairingService | None,
         invitation_id: str,
     ) -> None:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Final, TypeVar
 
 from litestar.connection import ASGIConnection
+from litestar.datastructures import State
 from litestar.handlers.base import BaseRouteHandler
 
 from skulk_core.config import SkulkConfig
@@ -52,6 +53,10 @@ def declare(
     }
 
 
+HandlerT = TypeVar("HandlerT", bound=BaseRouteHandler)
+"""The route handler a connection is for (an HTTP or a WebSocket one): the guard and
+:func:`caller_of` read any connection on this app, which has no auth middleware."""
+
 TRUSTED_CALLERS: Final = frozenset({Caller.LOOPBACK, Caller.TRUSTED_FABRIC, Caller.OPERATOR})
 """Callers a trusted-fabric route admits; reads show them what they show no one else."""
 
@@ -66,7 +71,7 @@ def route_authority(handler: BaseRouteHandler) -> RouteAuthority | None:
     return None
 
 
-def caller_of(connection: ASGIConnection[Any, Any, Any, Any]) -> Caller:
+def caller_of(connection: ASGIConnection[HandlerT, None, None, State]) -> Caller:
     """What the guard admitted this request as (``OTHER`` if it never ran)."""
     caller = connection.scope.get("state", {}).get(CALLER_STATE_KEY)
     return caller if isinstance(caller, Caller) else Caller.OTHER
@@ -95,7 +100,7 @@ class AuthorityGuard:
     def api_keys(self) -> tuple[str, ...]:
         return tuple(k for k in self._config().api.keys if k) + self._env_keys
 
-    def facts(self, connection: ASGIConnection[Any, Any, Any, Any]) -> RequestFacts:
+    def facts(self, connection: ASGIConnection[HandlerT, None, None, State]) -> RequestFacts:
         return request_facts(
             connection.scope,
             config=self._config(),
@@ -106,7 +111,7 @@ class AuthorityGuard:
         )
 
     def __call__(
-        self, connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
+        self, connection: ASGIConnection[HandlerT, None, None, State], handler: BaseRouteHandler
     ) -> None:
         route = route_authority(handler)
         if route is None:

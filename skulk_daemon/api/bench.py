@@ -10,14 +10,14 @@ total; ``null`` where the node cannot measure power).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import msgspec
-from litestar import Controller, MediaType, Request, post
+from litestar import Controller, MediaType, post
 from litestar.response import Stream
 
 from skulk_core.chat.generation import GenerationStats
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.images import IMAGE_DOC, IMAGE_NEVER_SUCCEEDS, refuse_image_request
 from skulk_daemon.api.openai_chat import LATE_ERROR, MAX_CHAT_BODY_BYTES
 from skulk_daemon.api.openapi import (
@@ -34,7 +34,7 @@ from skulk_daemon.chat.openai_protocol import ChatCompletion, ChatCompletionRequ
 from skulk_daemon.chat.openai_request import decode_chat_request, to_task
 from skulk_daemon.chat.openai_wire import json_body, stats_fields
 from skulk_daemon.chat.service import ChatService
-from skulk_daemon.chat.turn import TurnEnd
+from skulk_daemon.chat.turn import TurnEnd, TurnEvent
 from skulk_daemon.node.node import Node
 from skulk_daemon.telemetry.power import PowerMeter, PowerReading
 
@@ -59,13 +59,13 @@ class BenchCompletion(ChatCompletion, frozen=True, kw_only=True):
     power_usage: PowerUsage | None
 
 
-def power_usage(node: Node, reading: PowerReading | None) -> dict[str, Any] | None:
+def power_usage(node: Node, reading: PowerReading | None) -> PowerUsage | None:
     if reading is None:
         return None
-    return {
-        "nodes": {str(node.node_id): {"watts": reading.watts, "sources": list(reading.sources)}},
-        "total_watts": reading.watts,
-    }
+    return PowerUsage(
+        nodes={str(node.node_id): NodePower(watts=reading.watts, sources=list(reading.sources))},
+        total_watts=reading.watts,
+    )
 
 
 class BenchController(Controller):
@@ -86,7 +86,7 @@ class BenchController(Controller):
     )
     async def bench_chat(
         self,
-        request: Request[Any, Any, Any],
+        request: HttpRequest,
         node: Node,
         chat: ChatService,
     ) -> Stream:
@@ -95,13 +95,13 @@ class BenchController(Controller):
         begin = await _meter.start()
         reading: list[PowerReading | None] = []
 
-        async def measured() -> AsyncIterator[Any]:
+        async def measured() -> AsyncIterator[TurnEvent]:
             async for event in events:
                 if isinstance(event, TurnEnd):
                     reading.append(await _meter.stop(begin))
                 yield event
 
-        def extend(end: TurnEnd) -> dict[str, Any]:
+        def extend(end: TurnEnd) -> dict[str, object]:
             return {
                 "generation_stats": stats_fields(end.stats),
                 "power_usage": power_usage(node, reading[0] if reading else None),
@@ -123,5 +123,5 @@ class BenchController(Controller):
         responses=errors(OPENAI, 400, 404, 413),
         operation_class=IMAGE_DOC,
     )
-    async def bench_images(self, request: Request[Any, Any, Any]) -> None:
+    async def bench_images(self, request: HttpRequest) -> None:
         await refuse_image_request(request)

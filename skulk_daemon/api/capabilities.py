@@ -14,10 +14,10 @@ Stream output is never an HTTP response: an admitted stream's frames go to
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final
+from typing import Annotated, Final, TypeVar
 
 import msgspec
-from litestar import Controller, Request, get, post
+from litestar import Controller, get, post
 from litestar.params import Parameter
 
 from skulk_core.extensions.capabilities import (
@@ -28,6 +28,7 @@ from skulk_core.extensions.capabilities import (
     descriptor_revision,
 )
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.openapi import OPENAI, documented, errors
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.capabilities.service import CapabilityService
@@ -53,6 +54,9 @@ class CapabilityListing(msgspec.Struct, frozen=True, kw_only=True):
     """``id@version`` → the revision digest a call pins."""
 
 
+T = TypeVar("T")
+
+
 class StreamCancelled(msgspec.Struct, frozen=True, kw_only=True):
     cancelled: bool
 
@@ -61,7 +65,7 @@ _call_decoder: Final = msgspec.json.Decoder(CapabilityCall)
 _cancel_decoder: Final = msgspec.json.Decoder(StreamCancel)
 
 
-def _unprocessable(raw: bytes, decoder: msgspec.json.Decoder[Any]) -> Any:
+def _unprocessable(raw: bytes, decoder: msgspec.json.Decoder[T]) -> T:
     try:
         return decoder.decode(raw)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
@@ -106,7 +110,7 @@ class CapabilitiesController(Controller):
         operation_class=documented(body=CapabilityCall),
     )
     async def call(
-        self, request: Request[Any, Any, Any], capabilities: CapabilityService | None
+        self, request: HttpRequest, capabilities: CapabilityService | None
     ) -> CapabilityResult:
         call: CapabilityCall = _unprocessable(await request.body(), _call_decoder)
         return await _fabric(capabilities).serve_call(call)
@@ -122,7 +126,7 @@ class CapabilitiesController(Controller):
     )
     async def stream(
         self,
-        request: Request[Any, Any, Any],
+        request: HttpRequest,
         capabilities: CapabilityService | None,
         node: Node,
     ) -> CapabilityResult:
@@ -148,7 +152,7 @@ class CapabilitiesController(Controller):
         operation_class=documented(body=StreamCancel),
     )
     async def cancel(
-        self, request: Request[Any, Any, Any], capabilities: CapabilityService | None
+        self, request: HttpRequest, capabilities: CapabilityService | None
     ) -> StreamCancelled:
         body: StreamCancel = _unprocessable(await request.body(), _cancel_decoder)
         fabric = _fabric(capabilities)

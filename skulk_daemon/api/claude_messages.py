@@ -8,15 +8,15 @@ admission chose, so Anthropic's SDKs raise their usual exception classes.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
-from litestar import Controller, MediaType, Request, Response, post
+from litestar import Controller, MediaType, Response, post
 from litestar.exceptions import HTTPException
 from litestar.response import Stream
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.types import ExceptionHandlersMap
 
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.openai_chat import LATE_ERROR, MAX_CHAT_BODY_BYTES, SSE_HEADERS
 from skulk_daemon.api.openapi import (
     CLAUDE,
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 def _respond(
     status: int, message: str, headers: dict[str, str] | None = None
-) -> Response[dict[str, Any]]:
+) -> Response[dict[str, object]]:
     return Response(
         content=error_document(error_type(status), message),
         status_code=status,
@@ -55,19 +55,19 @@ def _respond(
     )
 
 
-def _api_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[dict[str, Any]]:
+def _api_error(_: HttpRequest, exc: ApiError) -> Response[dict[str, object]]:
     return _respond(exc.status_code, exc.message, exc.headers)
 
 
-def _http_exception(_: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
+def _http_exception(_: HttpRequest, exc: HTTPException) -> Response[dict[str, object]]:
     return _respond(exc.status_code, exc.detail, dict(exc.headers or {}))
 
 
-def _too_deep(request: Request[Any, Any, Any], _: RecursionError) -> Response[dict[str, Any]]:
+def _too_deep(request: HttpRequest, _: RecursionError) -> Response[dict[str, object]]:
     return _api_error(request, nested_too_deeply())
 
 
-def _unexpected(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+def _unexpected(_: HttpRequest, exc: Exception) -> Response[dict[str, object]]:
     # The traceback goes to the node's log; the client gets no internals.
     log.exception("unhandled error while serving a Claude Messages request", exc_info=exc)
     return _respond(HTTP_500_INTERNAL_SERVER_ERROR, "internal error; see the node's log")
@@ -112,7 +112,7 @@ class ClaudeMessagesController(Controller):
     )
     async def messages(
         self,
-        request: Request[Any, Any, Any],
+        request: HttpRequest,
         chat: ChatService,
     ) -> Stream:
         body = decode_messages_request(await request.body())

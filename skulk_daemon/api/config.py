@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from litestar import Controller, Request, get, put
+from litestar import Controller, get, put
 
 from skulk_core.config import (
     ConfigError,
@@ -16,6 +16,7 @@ from skulk_core.config import (
     trust_changes,
 )
 from skulk_daemon.api.authority import caller_of, declare
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.disclosure import HIDDEN_PATH, config_for, effective_for, is_trusted
 from skulk_daemon.api.openapi import OPENAI, documented, errors
 from skulk_daemon.authority.policy import Caller, Requirement
@@ -54,7 +55,7 @@ class ConfigController(Controller):
         summary="The node's configuration (secrets stripped) and effective values",
         responses=errors(OPENAI),
     )
-    async def show(self, node: Node, request: Request[Any, Any, Any]) -> ConfigResponse:
+    async def show(self, node: Node, request: HttpRequest) -> ConfigResponse:
         response = _response(node)
         if is_trusted(request):
             return response
@@ -72,7 +73,7 @@ class ConfigController(Controller):
         responses=errors(OPENAI, 400, 409, 413, 422),
         operation_class=documented(body=(SkulkConfig, WrappedConfig)),
     )
-    async def update(self, node: Node, request: Request[Any, Any, Any]) -> ConfigResponse:
+    async def update(self, node: Node, request: HttpRequest) -> ConfigResponse:
         try:
             document = msgspec.json.decode(await request.body())
         except msgspec.DecodeError as exc:

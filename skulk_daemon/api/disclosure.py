@@ -10,14 +10,14 @@ an address), so a client reads one shape whoever it is.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 import msgspec
-from litestar import Request
 
 from skulk_core.cluster.remote_access import LocalAccess, RemoteAccess, TailscaleAccess
 from skulk_core.store.answers import NodeStorage
 from skulk_daemon.api.authority import TRUSTED_CALLERS, caller_of
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.node.config_store import EffectiveConfig
 
 HIDDEN_PATH: Final = ""
@@ -29,11 +29,11 @@ CONFIG_PATH_KEYS: Final = (
 """Settings whose values are paths on this host."""
 
 
-def is_trusted(request: Request[Any, Any, Any]) -> bool:
+def is_trusted(request: HttpRequest) -> bool:
     return caller_of(request) in TRUSTED_CALLERS
 
 
-def storage_for(request: Request[Any, Any, Any], storage: NodeStorage) -> NodeStorage:
+def storage_for(request: HttpRequest, storage: NodeStorage) -> NodeStorage:
     """``GET /store/storage``: artifact and models-dir paths blanked for a public caller."""
     if is_trusted(request):
         return storage
@@ -41,7 +41,7 @@ def storage_for(request: Request[Any, Any, Any], storage: NodeStorage) -> NodeSt
     return msgspec.structs.replace(storage, artifacts=artifacts, models_dir=HIDDEN_PATH)
 
 
-def config_for(request: Request[Any, Any, Any], config: dict[str, Any]) -> dict[str, Any]:
+def config_for(request: HttpRequest, config: dict[str, object]) -> dict[str, object]:
     """``GET /config``'s settings with host paths blanked for a public caller."""
     if is_trusted(request):
         return config
@@ -53,7 +53,7 @@ def config_for(request: Request[Any, Any, Any], config: dict[str, Any]) -> dict[
     return shown
 
 
-def effective_for(request: Request[Any, Any, Any], effective: EffectiveConfig) -> EffectiveConfig:
+def effective_for(request: HttpRequest, effective: EffectiveConfig) -> EffectiveConfig:
     """``GET /config``'s effective values with the models and data dirs blanked for a
     public caller."""
     if is_trusted(request):
@@ -61,7 +61,7 @@ def effective_for(request: Request[Any, Any, Any], effective: EffectiveConfig) -
     return msgspec.structs.replace(effective, models_dir=HIDDEN_PATH, data_dir=HIDDEN_PATH)
 
 
-def remote_access_for(request: Request[Any, Any, Any], access: RemoteAccess) -> RemoteAccess:
+def remote_access_for(request: HttpRequest, access: RemoteAccess) -> RemoteAccess:
     """``GET /v1/connectivity/remote-access`` without addresses for a public caller
     (whether tailscale runs, and the port, stay)."""
     if is_trusted(request):

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
-from typing import Any, Final, TypeVar
+from collections.abc import Awaitable
+from typing import Final, TypeVar
 
-from litestar import Controller, Request, Response, post
+from litestar import Controller, Response, post
 
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.openapi import COMMAND_ID_HEADER, OPENAI, documented, errors
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.embeddings.protocol import (
@@ -32,16 +33,14 @@ for JSON escaping and stays far below the runner's frame bound."""
 T = TypeVar("T")
 
 
-async def _disconnected(request: Request[Any, Any, Any]) -> None:
+async def _disconnected(request: HttpRequest) -> None:
     """Returns once the client has gone (the body is already read, so the next
     ASGI message is ``http.disconnect``)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
 
 
-async def unless_disconnected(
-    request: Request[Any, Any, Any], work: Coroutine[Any, Any, T]
-) -> tuple[T] | None:
+async def unless_disconnected(request: HttpRequest, work: Awaitable[T]) -> tuple[T] | None:
     """``work``'s result (in a 1-tuple), or ``None`` if the client left first, in
     which case ``work`` is cancelled."""
     task = asyncio.ensure_future(work)
@@ -73,7 +72,7 @@ class EmbeddingsController(Controller):
     )
     async def create_embeddings(
         self,
-        request: Request[Any, Any, Any],
+        request: HttpRequest,
         embeddings: EmbeddingService,
     ) -> Response[EmbeddingList]:
         admitted = embeddings.admit(decode_embedding_request(await request.body()))

@@ -9,17 +9,24 @@ re-render the same errors in their own envelopes.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Final, TypeVar
 
-from litestar import MediaType, Request, Response
+from litestar import MediaType, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+from litestar.types import ExceptionHandlersMap
 
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.errors import NO_STORE_HEADERS, ApiError, error_body, nested_too_deeply
 from skulk_daemon.node.node import CommandRefused
 from skulk_daemon.operator.errors import AuthorityError, authority_api_error
 
 log = logging.getLogger(__name__)
+
+ErrorResponse = Response[dict[str, object]]
+"""An error in the ``{"error": {...}}`` envelope."""
+E = TypeVar("E", bound=Exception)
 
 _STATUS_BY_REFUSAL = {
     "not_found": 404,
@@ -29,7 +36,7 @@ _STATUS_BY_REFUSAL = {
 }
 
 
-def _respond(exc: ApiError) -> Response[dict[str, Any]]:
+def _respond(exc: ApiError) -> ErrorResponse:
     return Response(
         content=error_body(exc.message, exc.type, exc.code),
         status_code=exc.status_code,
@@ -38,23 +45,19 @@ def _respond(exc: ApiError) -> Response[dict[str, Any]]:
     )
 
 
-def handle_api_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[dict[str, Any]]:
+def handle_api_error(_: HttpRequest, exc: ApiError) -> ErrorResponse:
     return _respond(exc)
 
 
-def handle_refused(_: Request[Any, Any, Any], exc: CommandRefused) -> Response[dict[str, Any]]:
+def handle_refused(_: HttpRequest, exc: CommandRefused) -> ErrorResponse:
     return _respond(ApiError(_STATUS_BY_REFUSAL.get(exc.code, 400), exc.message, code=exc.code))
 
 
-def handle_authority_error(
-    _: Request[Any, Any, Any], exc: AuthorityError
-) -> Response[dict[str, Any]]:
+def handle_authority_error(_: HttpRequest, exc: AuthorityError) -> ErrorResponse:
     return _respond(authority_api_error(exc))
 
 
-def handle_http_exception(
-    _: Request[Any, Any, Any], exc: HTTPException
-) -> Response[dict[str, Any]]:
+def handle_http_exception(_: HttpRequest, exc: HTTPException) -> ErrorResponse:
     message = exc.detail
     if isinstance(exc, ValidationException) and isinstance(exc.extra, list) and exc.extra:
         details = "; ".join(
@@ -69,7 +72,7 @@ def handle_http_exception(
     return _respond(ApiError(status, message, code=code, headers=dict(exc.headers or {})))
 
 
-def handle_recursion(request: Request[Any, Any, Any], _: RecursionError) -> Response[Any]:
+def handle_recursion(request: HttpRequest, _: RecursionError) -> ErrorResponse:
     # NOTE: a body nested past the recursion limit raises while it is decoded, in
     # msgspec, Litestar or a handler's own decoding alike; mapping the error here (and
     # in the Claude and Ollama maps) covers every route at once.
@@ -77,7 +80,7 @@ def handle_recursion(request: Request[Any, Any, Any], _: RecursionError) -> Resp
     return _respond(nested_too_deeply())
 
 
-def handle_unexpected(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+def handle_unexpected(_: HttpRequest, exc: Exception) -> ErrorResponse:
     # The traceback goes to the node's log; the client gets no internals.
     log.exception("unhandled error while serving a request", exc_info=exc)
     return _respond(
@@ -90,7 +93,7 @@ def handle_unexpected(_: Request[Any, Any, Any], exc: Exception) -> Response[dic
     )
 
 
-EXCEPTION_HANDLERS = {
+EXCEPTION_HANDLERS: Final[ExceptionHandlersMap] = {
     ApiError: handle_api_error,
     CommandRefused: handle_refused,
     AuthorityError: handle_authority_error,
@@ -100,9 +103,11 @@ EXCEPTION_HANDLERS = {
 }
 
 
-def _no_store(handler: Any) -> Any:
-    def handle(request: Request[Any, Any, Any], exc: Any) -> Response[Any]:
-        response: Response[Any] = handler(request, exc)
+def _no_store(
+    handler: Callable[[HttpRequest, E], ErrorResponse],
+) -> Callable[[HttpRequest, E], ErrorResponse]:
+    def handle(request: HttpRequest, exc: E) -> ErrorResponse:
+        response = handler(request, exc)
         for name, value in NO_STORE_HEADERS.items():
             response.headers[name] = value
         return response
@@ -110,7 +115,7 @@ def _no_store(handler: Any) -> Any:
     return handle
 
 
-NO_STORE_EXCEPTION_HANDLERS = {
+NO_STORE_EXCEPTION_HANDLERS: Final[ExceptionHandlersMap] = {
     kind: _no_store(handler) for kind, handler in EXCEPTION_HANDLERS.items()
 }
 """The same handlers, every answer marked ``Cache-Control: no-store``: for controllers

@@ -35,9 +35,10 @@ from litestar.datastructures import ResponseHeader
 from skulk_core.cluster.fabric import PROTOCOL_VERSION
 from skulk_core.plugins.host_attachment import HostNetwork, UnsupportedListener, host_network
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.errors import NO_STORE_EXCEPTION_HANDLERS
 from skulk_daemon.api.openapi import OPENAI, errors
-from skulk_daemon.api.plugin_authority import HttpRequest, authorize, fail
+from skulk_daemon.api.plugin_authority import authorize, fail
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.errors import NO_STORE_HEADERS
 from skulk_daemon.fabric.cluster import DATA_TRANSPORT, ClusterAgent
@@ -175,7 +176,7 @@ class HostNetworkController(Controller):
     # headers, or the operator listener; the handler applies the owner / scope rule.
     opt = declare(Requirement.DIRECT_LOOPBACK)
     response_headers = tuple(ResponseHeader(name=k, value=v) for k, v in NO_STORE_HEADERS.items())
-    exception_handlers = NO_STORE_EXCEPTION_HANDLERS  # type: ignore[assignment]
+    exception_handlers = NO_STORE_EXCEPTION_HANDLERS
 
     @get(
         "/",

@@ -8,12 +8,11 @@ spec's 404 (``No instance found``) after its body has been checked: a missing
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
-from litestar import Controller, Request, post
+from litestar import Controller, post
 
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.openapi import JSON, OPENAI, documented, errors
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.errors import ApiError
@@ -32,7 +31,7 @@ IMAGE_DOC = documented(body=ImageRequest, body_media_types=(JSON, "multipart/for
 IMAGE_NEVER_SUCCEEDS = "Never given yet: no image engine exists, so every valid request ends in 404"
 
 
-async def _fields(request: Request[Any, Any, Any]) -> dict[str, Any]:
+async def _fields(request: HttpRequest) -> dict[str, object]:
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
         form = await request.form()
         return {key: form.get(key) for key in ("model", "prompt")}
@@ -45,7 +44,7 @@ async def _fields(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return payload
 
 
-async def refuse_image_request(request: Request[Any, Any, Any]) -> None:
+async def refuse_image_request(request: HttpRequest) -> None:
     """Validate an image request's body, then answer as an unplaced model does."""
     fields = await _fields(request)
     model, prompt = fields.get("model"), fields.get("prompt")
@@ -71,5 +70,5 @@ class ImagesController(Controller):
         responses=errors(OPENAI, 400, 404, 413),
         operation_class=IMAGE_DOC,
     )
-    async def images(self, request: Request[Any, Any, Any]) -> None:
+    async def images(self, request: HttpRequest) -> None:
         await refuse_image_request(request)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
-from litestar import Controller, Request, delete, get, post
+from litestar import Controller, delete, get, post
 from litestar.params import Parameter
 
 from skulk_core.ids import ModelId, new_command_id
@@ -22,6 +22,7 @@ from skulk_core.models.requirements import (
 )
 from skulk_core.state.commands import AddCustomCard, RemoveCustomCard
 from skulk_daemon.api.authority import caller_of, declare
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.openapi import OPENAI, errors
 from skulk_daemon.authority.policy import Caller, Requirement
 from skulk_daemon.errors import ApiError
@@ -92,7 +93,7 @@ class ModelsController(Controller):
         responses=errors(OPENAI, 400, 409, 413, 503, 504),
     )
     async def add_card(
-        self, node: Node, data: AddCardRequest, request: Request[Any, Any, Any]
+        self, node: Node, data: AddCardRequest, request: HttpRequest
     ) -> ModelListItem:
         # The qualification service bearer installs qualification-only cards, and never
         # replaces a card it did not install.
@@ -124,7 +125,7 @@ class ModelsController(Controller):
         responses=errors(OPENAI, 404, 503),
     )
     async def remove_custom_card(
-        self, node: Node, model_id: str, request: Request[Any, Any, Any]
+        self, node: Node, model_id: str, request: HttpRequest
     ) -> CustomCardDeleted:
         # A ``:path`` parameter keeps its leading slash; model ids contain slashes.
         alias = ModelId(model_id.removeprefix("/"))

@@ -5,13 +5,14 @@ field-telemetry preview. Each handler decodes its query, calls
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final
+from typing import Annotated, Final
 
-from litestar import Controller, MediaType, Request, Response, get, post
+from litestar import Controller, MediaType, Response, get, post
 from litestar.params import Parameter
 
 from skulk_core.cluster.remote_access import RemoteAccess, TailscaleStatus
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.disclosure import remote_access_for
 from skulk_daemon.api.openapi import OPENAI, errors
 from skulk_daemon.authority.policy import Requirement
@@ -23,7 +24,7 @@ from skulk_daemon.node_admin.service import NodeAdminService, RestartAccepted, T
 PENDING_CODE: Final = "restart_already_pending"
 
 
-def _pending(_: Request[Any, Any, Any], exc: RestartPending) -> Response[dict[str, Any]]:
+def _pending(_: HttpRequest, exc: RestartPending) -> Response[dict[str, object]]:
     # The spec's body is {"status": "restart_already_pending"}; the error envelope rides
     # along so that clients reading either shape understand it.
     body = {"status": PENDING_CODE, **error_body(str(exc), "conflict_error", PENDING_CODE)}
@@ -64,9 +65,7 @@ class NodeAdminController(Controller):
         summary="This node's LAN and tailnet URLs, the preferred one and the operator URL",
         responses=errors(OPENAI),
     )
-    async def remote_access(
-        self, admin: NodeAdminService, request: Request[Any, Any, Any]
-    ) -> RemoteAccess:
+    async def remote_access(self, admin: NodeAdminService, request: HttpRequest) -> RemoteAccess:
         return remote_access_for(request, await admin.remote_access())
 
     # NOTE: loopback only: the picker chooses model_store.models_dir, which only this

@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Any, Final
+from typing import Final
 
 import msgspec
-from litestar import Controller, MediaType, Request, Response, get, head, post
+from litestar import Controller, MediaType, Response, get, head, post
 from litestar.exceptions import HTTPException
 from litestar.handlers import HTTPRouteHandler
 from litestar.openapi.spec import Operation
@@ -25,6 +25,7 @@ from litestar.types.internal_types import PathParameterDefinition
 from skulk_core.chat.reasoning import prompt_opens_thinking
 from skulk_core.version import SKULK_VERSION
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.ollama_models import (
     OllamaPs,
     OllamaShow,
@@ -125,23 +126,23 @@ def _error(
     )
 
 
-def _on_api_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[dict[str, str]]:
+def _on_api_error(_: HttpRequest, exc: ApiError) -> Response[dict[str, str]]:
     return _error(exc.status_code, exc.message, exc.headers)
 
 
-def _on_refused(_: Request[Any, Any, Any], exc: CommandRefused) -> Response[dict[str, str]]:
+def _on_refused(_: HttpRequest, exc: CommandRefused) -> Response[dict[str, str]]:
     return _error(_STATUS_BY_REFUSAL.get(exc.code, 400), exc.message)
 
 
-def _on_http(_: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, str]]:
+def _on_http(_: HttpRequest, exc: HTTPException) -> Response[dict[str, str]]:
     return _error(exc.status_code, exc.detail, dict(exc.headers or {}))
 
 
-def _on_too_deep(request: Request[Any, Any, Any], _: RecursionError) -> Response[dict[str, str]]:
+def _on_too_deep(request: HttpRequest, _: RecursionError) -> Response[dict[str, str]]:
     return _on_api_error(request, nested_too_deeply())
 
 
-def _on_unexpected(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, str]]:
+def _on_unexpected(_: HttpRequest, exc: Exception) -> Response[dict[str, str]]:
     log.exception("unhandled error while serving an Ollama request", exc_info=exc)
     return _error(500, "internal error; see the node's log")
 
@@ -204,7 +205,7 @@ class OllamaController(Controller):
     )
     async def chat(
         self,
-        request: Request[Any, Any, Any],
+        request: HttpRequest,
         chat: ChatService,
     ) -> Stream:
         started_ns = time.monotonic_ns()
@@ -226,7 +227,7 @@ class OllamaController(Controller):
     )
     async def generate(
         self,
-        request: Request[Any, Any, Any],
+        request: HttpRequest,
         chat: ChatService,
     ) -> Response[bytes] | Stream:
         started_ns = time.monotonic_ns()
@@ -263,7 +264,7 @@ class OllamaController(Controller):
         responses=errors(OLLAMA, 400, 404, 413),
         operation_class=documented(body=OllamaShowRequest, body_required=False),
     )
-    async def show_model(self, request: Request[Any, Any, Any], node: Node) -> OllamaShow:
+    async def show_model(self, request: HttpRequest, node: Node) -> OllamaShow:
         body = decode_show(await request.body())
         name = body.name or body.model
         if not name:

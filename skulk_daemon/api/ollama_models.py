@@ -206,9 +206,9 @@ def capabilities(card: ModelCard) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _model_info(card: ModelCard) -> dict[str, Any]:
+def _model_info(card: ModelCard) -> dict[str, str | int]:
     arch = card.architecture or "unknown"
-    info: dict[str, Any] = {"general.architecture": arch, "general.name": card.model_id}
+    info: dict[str, str | int] = {"general.architecture": arch, "general.name": card.model_id}
     geometry: dict[str, int | None] = {
         "context_length": card.context_length,
         "block_count": card.n_layers,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
-from litestar import Controller, MediaType, Request, post
+from litestar import Controller, MediaType, post
 from litestar.response import Stream
 
 from skulk_core.ids import CommandId
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.openapi import (
     COMMAND_ID_HEADER,
     JSON,
@@ -74,7 +75,7 @@ class OpenAIChatController(Controller):
     )
     async def chat_completions(
         self,
-        request: Request[Any, Any, Any],
+        request: HttpRequest,
         chat: ChatService,
     ) -> Stream:
         body = decode_chat_request(await request.body())

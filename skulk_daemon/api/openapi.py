@@ -288,10 +288,11 @@ def complete(openapi: OpenAPI) -> None:
         _fill(operation, ref_of)
 
 
-def _same(native: Schema | Reference, generated: dict[str, Any]) -> bool:
+def _same(native: Schema | Reference, generated: Mapping[str, object]) -> bool:
     """Whether Litestar's component and msgspec's describe one Struct (the same fields)."""
     fields = set(native.properties or {}) if isinstance(native, Schema) else None
-    return fields is not None and fields == set(generated.get("properties") or {})
+    properties = generated.get("properties") or {}
+    return fields is not None and isinstance(properties, dict) and fields == set(properties)
 
 
 def _types(operations: list[DocumentedOperation], *, wire: bool) -> set[TypeForm]:
@@ -305,7 +306,7 @@ def _types(operations: list[DocumentedOperation], *, wire: bool) -> set[TypeForm
     return found
 
 
-def _schema_hook(annotation: type) -> dict[str, Any]:
+def _schema_hook(annotation: type) -> dict[str, object]:
     # A field typed ``object`` takes any JSON value (msgspec decodes it as is); the
     # schema must not be empty for msgspec to take it.
     if annotation is object:
@@ -316,10 +317,11 @@ def _schema_hook(annotation: type) -> dict[str, Any]:
 Refs = Mapping[tuple[TypeForm, bool], Schema | Reference]
 
 
-def _schema(generated: dict[str, Any]) -> Schema | Reference:
+def _schema(generated: Mapping[str, object]) -> Schema | Reference:
     """A top-level schema from msgspec: a reference for a Struct, inline otherwise."""
-    if set(generated) == {"$ref"}:
-        return Reference(ref=generated["$ref"])
+    ref = generated.get("$ref")
+    if set(generated) == {"$ref"} and isinstance(ref, str):
+        return Reference(ref=ref)
     return cast(Schema, generated)
 
 

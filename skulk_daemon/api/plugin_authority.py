@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from typing import Final, NoReturn, TypeVar
 
 import msgspec
-from litestar import Request, get, post
-from litestar.datastructures import State
+from litestar import get, post
 from litestar.di import Provide
 from litestar.openapi import ResponseSpec
 from litestar.openapi.spec import Operation
 
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.openapi import OPENAI, documented, errors
 from skulk_daemon.errors import NO_STORE_HEADERS, ApiError
 from skulk_daemon.operator.guards import (
@@ -38,7 +38,6 @@ from skulk_daemon.operator.service import OperatorPairingService
 
 T = TypeVar("T")
 
-HttpRequest = Request[object, object, State]
 
 MAX_PLUGIN_BODY_BYTES: Final = 16 * 1024
 READ_ERRORS: Final = errors(OPENAI, 404, 422, 429, 503, 504)

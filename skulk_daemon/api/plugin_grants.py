@@ -19,13 +19,13 @@ from litestar import Controller, get, put
 from litestar.datastructures import ResponseHeader
 
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.errors import NO_STORE_EXCEPTION_HANDLERS
 from skulk_daemon.api.openapi import documented
 from skulk_daemon.api.plugin_authority import (
     CHANGE_ERRORS,
     HOW_PLUGINS_ARE_MANAGED,
     READ_ERRORS,
-    HttpRequest,
     decode_body,
     fail,
 )
@@ -84,7 +84,7 @@ class PluginGrantsController(Controller):
     opt = declare(Requirement.PAIRING)
     request_max_body_size = 4096
     response_headers = tuple(ResponseHeader(name=k, value=v) for k, v in NO_STORE_HEADERS.items())
-    exception_handlers = NO_STORE_EXCEPTION_HANDLERS  # type: ignore[assignment]
+    exception_handlers = NO_STORE_EXCEPTION_HANDLERS
 
     @get("/", summary="Paired devices' plugin grants (direct owner only)", responses=READ_ERRORS)
     async def grants(

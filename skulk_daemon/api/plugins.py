@@ -75,7 +75,7 @@ class PluginControllerBase(Controller):
     opt = declare(Requirement.DIRECT_LOOPBACK)
     request_max_body_size = MAX_PLUGIN_BODY_BYTES
     response_headers = tuple(ResponseHeader(name=k, value=v) for k, v in NO_STORE_HEADERS.items())
-    exception_handlers = NO_STORE_EXCEPTION_HANDLERS  # type: ignore[assignment]
+    exception_handlers = NO_STORE_EXCEPTION_HANDLERS
     dependencies = {"caller": CALLER, "manager": MANAGER}  # noqa: RUF012 (Litestar's layer)
 
 

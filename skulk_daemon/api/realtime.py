@@ -10,13 +10,12 @@ cross-site ``Origin`` (SDK clients send none). OpenAPI does not describe WebSock
 
 from __future__ import annotations
 
-from typing import Any
-
-from litestar import WebSocket, websocket
+from litestar import websocket
 from litestar.exceptions import WebSocketDisconnect
 
 from skulk_core.audio.realtime_events import CLOSE_TRY_AGAIN
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.connection import HttpSocket
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.capabilities.service import CapabilityService
 from skulk_daemon.chat.service import ChatService
@@ -34,7 +33,7 @@ _sources = SessionSources()
 class _Socket:
     """Litestar's WebSocket as a :class:`~skulk_daemon.speech.realtime_session.Connection`."""
 
-    def __init__(self, socket: WebSocket[Any, Any, Any]) -> None:
+    def __init__(self, socket: HttpSocket) -> None:
         self._socket = socket
 
     async def receive(self) -> str | bytes | None:
@@ -58,7 +57,7 @@ class _Socket:
 
 
 async def _serve(
-    socket: WebSocket[Any, Any, Any],
+    socket: HttpSocket,
     model: str | None,
     node: Node,
     capabilities: CapabilityService | None,
@@ -88,7 +87,7 @@ async def _serve(
 
 @websocket("/v1/realtime", opt=declare(Requirement.OPEN))
 async def realtime_socket(
-    socket: WebSocket[Any, Any, Any],
+    socket: HttpSocket,
     *,
     node: Node,
     capabilities: CapabilityService | None,
@@ -101,7 +100,7 @@ async def realtime_socket(
 
 @websocket("/v1/fabric/chains/speech", opt=declare(Requirement.OPEN))
 async def speech_chain_socket(
-    socket: WebSocket[Any, Any, Any],
+    socket: HttpSocket,
     *,
     node: Node,
     capabilities: CapabilityService | None,

@@ -8,12 +8,13 @@ the ``X-Skulk-Command-Id`` header and works with ``POST /v1/cancel/{command_id}`
 
 from __future__ import annotations
 
-from typing import Any, get_args
+from typing import get_args
 
-from litestar import Controller, MediaType, Request, post
+from litestar import Controller, MediaType, post
 from litestar.response import Stream
 
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.openai_chat import MAX_CHAT_BODY_BYTES, SSE_HEADERS
 from skulk_daemon.api.openapi import (
     COMMAND_ID_HEADER,
@@ -67,7 +68,7 @@ class ResponsesController(Controller):
     )
     async def create_response(
         self,
-        request: Request[Any, Any, Any],
+        request: HttpRequest,
         chat: ChatService,
     ) -> Stream:
         body = decode_responses_request(await request.body())

@@ -6,10 +6,9 @@ import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from itertools import islice
-from typing import Any
 
 import msgspec
-from litestar import Controller, MediaType, Request, get
+from litestar import Controller, MediaType, get
 from litestar.response import Stream
 
 from skulk_core.cluster.state_document import render_state
@@ -27,6 +26,7 @@ from skulk_core.state.events import IndexedEvent
 from skulk_core.state.state import State, TaskStatus
 from skulk_core.wire import JsonValue, to_wire
 from skulk_daemon.api.authority import TRUSTED_CALLERS, caller_of, declare
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.openapi import JSON, OPENAI, documented, errors, wire_of
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.node.eventlog import read_events
@@ -97,7 +97,7 @@ class StateController(Controller):
         responses=errors(OPENAI),
         operation_class=documented(ok={JSON: wire_of(StateDocument)}),
     )
-    async def state(self, node: Node, request: Request[Any, Any, Any]) -> dict[str, JsonValue]:
+    async def state(self, node: Node, request: HttpRequest) -> dict[str, JsonValue]:
         view = node.view()
         document = render_state(view.state, view.telemetry, view.health, datetime.now(UTC))
         if caller_of(request) not in TRUSTED_CALLERS:

@@ -22,10 +22,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
 import msgspec
-from litestar import Controller, Request, delete, get, post
+from litestar import Controller, delete, get, post
 from litestar.response import Stream
 
 from skulk_core.ids import ModelId
@@ -46,6 +46,7 @@ from skulk_core.store.answers import (
 from skulk_core.store.paths import model_id_escapes
 from skulk_core.store.selection import DownloadSelection, bundle_conflict, selection_problem
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.disclosure import storage_for
 from skulk_daemon.api.openapi import OPENAI, errors
 from skulk_daemon.authority.peers import PeerClass, classify_name, origin_host
@@ -175,7 +176,7 @@ class StoreController(Controller):
         return await _relay(store, "GET", "/downloads", list[StoreDownload])
 
     @get("/store/storage", summary="This node's model storage, installed artifacts and free disk")
-    async def storage(self, node: Node, request: Request[Any, Any, Any]) -> NodeStorage:
+    async def storage(self, node: Node, request: HttpRequest) -> NodeStorage:
         return storage_for(request, storage_report(node))
 
     @get(
@@ -275,9 +276,7 @@ class StoreController(Controller):
         summary="Run one store reconciliation pass now (from this machine only)",
         responses=errors(OPENAI, 403, 502, 503),
     )
-    async def rescan(
-        self, store: StoreService, request: Request[Any, Any, Any]
-    ) -> ReconciliationStatus:
+    async def rescan(self, store: StoreService, request: HttpRequest) -> ReconciliationStatus:
         origin = request.headers.get("origin")
         if origin is not None and classify_name(origin_host(origin)) != PeerClass.LOOPBACK:
             raise ApiError(
@@ -296,8 +295,8 @@ class StoreController(Controller):
         include_in_schema=False,
     )
     async def grant_export(
-        self, store: StoreService, data: ExportBody, request: Request[Any, Any, Any]
-    ) -> dict[str, Any]:
+        self, store: StoreService, data: ExportBody, request: HttpRequest
+    ) -> dict[str, object]:
         if len(data.manifest_sha256) != SHA256_HEX_CHARS:
             raise ApiError(400, "manifest_sha256 must be 64 hex characters", code="invalid")
         model_id = _model_id(data.model_id)
@@ -312,7 +311,7 @@ class StoreController(Controller):
         include_in_schema=False,
     )
     async def read_export(
-        self, store: StoreService, token: str, relative: str, request: Request[Any, Any, Any]
+        self, store: StoreService, token: str, relative: str, request: HttpRequest
     ) -> Stream:
         lent = store.exports.read(
             token,

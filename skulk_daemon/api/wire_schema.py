@@ -9,18 +9,17 @@ and the discriminators that pointed at the inner tag field are dropped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
 import msgspec.inspect as mi
 
-SchemaHook = Callable[[type], dict[str, Any]]
+SchemaHook = Callable[[type], dict[str, object]]
 
 
 def wire_schema_components(
-    types: Iterable[Any], *, schema_hook: SchemaHook, ref_template: str
-) -> tuple[tuple[dict[str, Any], ...], dict[str, Any]]:
+    types: Iterable[object], *, schema_hook: SchemaHook, ref_template: str
+) -> tuple[tuple[dict[str, object], ...], dict[str, dict[str, object]]]:
     """Like :func:`msgspec.json.schema_components`, for ``to_wire``'s rendering."""
     types = tuple(types)
     refs, components = msgspec.json.schema_components(
@@ -35,7 +34,7 @@ def wire_schema_components(
     return refs, {name: _without_discriminators(schema) for name, schema in components.items()}
 
 
-def _tagged_structs(types: tuple[Any, ...]) -> list[mi.StructType]:
+def _tagged_structs(types: tuple[object, ...]) -> list[mi.StructType]:
     found: list[mi.StructType] = []
     seen: set[type] = set()
     pending: list[object] = list(mi.multi_type_info(types))
@@ -55,20 +54,27 @@ def _tagged_structs(types: tuple[Any, ...]) -> list[mi.StructType]:
     return found
 
 
-def _describes(schema: dict[str, Any], struct: mi.StructType) -> bool:
+def _describes(schema: Mapping[str, object], struct: mi.StructType) -> bool:
     tag_field = struct.tag_field or ""
-    return schema.get("title") == struct.cls.__name__ and schema.get("properties", {}).get(
-        tag_field
-    ) == {"enum": [struct.tag]}
+    properties = schema.get("properties", {})
+    return (
+        schema.get("title") == struct.cls.__name__
+        and isinstance(properties, dict)
+        and properties.get(tag_field) == {"enum": [struct.tag]}
+    )
 
 
-def _externally_tagged(schema: dict[str, Any], struct: mi.StructType) -> dict[str, Any]:
+def _externally_tagged(schema: Mapping[str, object], struct: mi.StructType) -> dict[str, object]:
+    # NOTE: only called on a schema _describes matched, so ``properties`` is an object;
+    # msgspec writes ``required`` as a list of names.
     tag_field = struct.tag_field
+    properties, required = schema["properties"], schema.get("required", [])
+    assert isinstance(properties, dict) and isinstance(required, list)
     inner = {key: value for key, value in schema.items() if key not in ("title", "description")}
-    inner["properties"] = {k: v for k, v in schema["properties"].items() if k != tag_field}
-    inner["required"] = [name for name in schema.get("required", []) if name != tag_field]
+    inner["properties"] = {k: v for k, v in properties.items() if k != tag_field}
+    inner["required"] = [name for name in required if name != tag_field]
     tag = str(struct.tag)
-    wrapped: dict[str, Any] = {"title": schema["title"]}
+    wrapped: dict[str, object] = {"title": schema["title"]}
     if "description" in schema:
         wrapped["description"] = schema["description"]
     wrapped |= {
@@ -80,14 +86,19 @@ def _externally_tagged(schema: dict[str, Any], struct: mi.StructType) -> dict[st
     return wrapped
 
 
-def _without_discriminators(value: Any) -> Any:
+def _without_discriminators(schema: Mapping[str, object]) -> dict[str, object]:
+    union = "anyOf" in schema or "oneOf" in schema
+    return {
+        key: _stripped(item)
+        for key, item in schema.items()
+        if not (union and key == "discriminator")
+    }
+
+
+def _stripped(value: object) -> object:
+    """``value`` with the discriminators of every schema inside it dropped."""
     if isinstance(value, dict):
-        union = "anyOf" in value or "oneOf" in value
-        return {
-            key: _without_discriminators(item)
-            for key, item in value.items()
-            if not (union and key == "discriminator")
-        }
+        return _without_discriminators(value)
     if isinstance(value, list):
-        return [_without_discriminators(item) for item in value]
+        return [_stripped(item) for item in value]
     return value
