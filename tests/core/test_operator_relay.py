@@ -100,6 +100,7 @@ def test_version_two_with_its_connector_authority() -> None:
         .rstrip(b"=")
         .decode(),
     ],
+    ids=["pem", "base64url-der"],  # the key is made per run: ids every worker agrees on
 )
 def test_connector_key_as_pem_or_base64url(key_text: str) -> None:
     assert isinstance(
