@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import msgspec
 import psutil
@@ -67,6 +67,9 @@ from skulk_daemon.node import fanout
 from skulk_daemon.node.node import Node
 from skulk_daemon.system.buildinfo import source_commit
 from skulk_daemon.worker.supervisor import ManagedRunner, Supervisor
+
+if TYPE_CHECKING:
+    from skulk_daemon.fabric.cluster_view import FabricView
 
 MAX_SAMPLE_SECONDS: Final = 10.0
 T = TypeVar("T")
@@ -371,7 +374,7 @@ class DiagnosticsService:
         return merge_timeline(self._node.node_id, sources, unreachable)
 
     async def peer(
-        self, node_id: str, method: str, path: str, body: Any = None, *, into: type[T]
+        self, node_id: str, method: str, path: str, body: object = None, *, into: type[T]
     ) -> T:
         """Proxy one diagnostics request to ``node_id``: its answer decoded ``into``
         the wire type, or its refusal as ours (404 if not a member, 502 if no advertised
@@ -411,7 +414,7 @@ class DiagnosticsService:
             ) from None
 
 
-def _fabric(diagnostics: Mapping[str, Any]) -> FabricDiagnostics:
+def _fabric(diagnostics: FabricView) -> FabricDiagnostics:
     return msgspec.convert(diagnostics, FabricDiagnostics)
 
 

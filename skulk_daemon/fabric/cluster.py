@@ -28,7 +28,7 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
 from skulk_core.cluster.election import (
     DEFAULT_PEER_TIMEOUT_SECONDS,
@@ -66,7 +66,7 @@ from skulk_core.cluster.fabric import (
 from skulk_core.ids import NodeId, new_command_id
 from skulk_core.state.commands import RegisterNode
 from skulk_core.version import SKULK_VERSION
-from skulk_daemon.fabric.cluster_view import FabricFacts, fabric_view
+from skulk_daemon.fabric.cluster_view import FabricFacts, FabricView, fabric_view
 from skulk_daemon.fabric.data_plane import DataPlane
 from skulk_daemon.fabric.dialing import Dialer
 from skulk_daemon.fabric.forwarding import CommandForwarding
@@ -416,7 +416,7 @@ class ClusterAgent:
 
     # -- diagnostics -----------------------------------------------------------------
 
-    def diagnostics(self) -> dict[str, Any]:
+    def diagnostics(self) -> FabricView:
         session = self.election.session
         return fabric_view(
             FabricFacts(

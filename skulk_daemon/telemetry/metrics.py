@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Final
+from typing import Final
 
 import psutil
+from litestar.enums import ScopeType
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from skulk_core.chat.generation import EngineChunk, ErrorChunk, FinishChunk
 from skulk_core.ids import ModelId
 from skulk_daemon.fabric.cluster import ClusterAgent
+from skulk_daemon.fabric.cluster_view import FabricView
 from skulk_daemon.node.node import Node
 from skulk_daemon.worker.supervisor import Supervisor
 
@@ -109,7 +112,7 @@ class _LiveCollector(Collector):
     ) -> None:
         self._node, self._worker, self._cluster, self._refusals = node, worker, cluster, refusals
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Metric]:
         node, state = self._node, self._node.state
         yield _gauge("skulk_is_master", "1 on the cluster's master", 1 if node.is_master else 0)
         yield _gauge("skulk_cluster_nodes", "Topology members", len(state.topology.nodes))
@@ -154,7 +157,7 @@ class _LiveCollector(Collector):
         if self._cluster is not None:
             yield from self._fabric(self._cluster.diagnostics())
 
-    def _fabric(self, fabric: Mapping[str, Any]) -> Iterator[Any]:
+    def _fabric(self, fabric: FabricView) -> Iterator[Metric]:
         frames = fabric.get("frames", {})
         total = CounterMetricFamily(
             "skulk_fabric_frames", "Fabric frames by direction", labels=["direction"]
@@ -188,20 +191,20 @@ def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
 class MetricsMiddleware:
     """Counts every routed request and times it to its last byte (streams included)."""
 
-    def __init__(self, app: Any, metrics: NodeMetrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: NodeMetrics) -> None:
         self.app = app
         self.metrics = metrics
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope.get("type") != "http":
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != ScopeType.HTTP:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
         status = {"code": 500}
 
-        async def sending(message: Any) -> None:
-            if message.get("type") == "http.response.start":
-                status["code"] = int(message.get("status", 500))
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = int(message["status"])
             await send(message)
 
         try:
