@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import Final, TypeVar
 
 import msgspec
 import psutil
@@ -53,6 +53,7 @@ from skulk_core.diagnostics.cluster import (
     node_version_status,
 )
 from skulk_core.diagnostics.doctor import run_doctor
+from skulk_core.diagnostics.fabric_document import FabricView
 from skulk_core.ids import NodeId, RunnerId, TaskId
 from skulk_core.version import SKULK_VERSION
 from skulk_daemon.diagnostics import facts
@@ -67,9 +68,6 @@ from skulk_daemon.node import fanout
 from skulk_daemon.node.node import Node
 from skulk_daemon.system.buildinfo import source_commit
 from skulk_daemon.worker.supervisor import ManagedRunner, Supervisor
-
-if TYPE_CHECKING:
-    from skulk_daemon.fabric.cluster_view import FabricView
 
 MAX_SAMPLE_SECONDS: Final = 10.0
 T = TypeVar("T")

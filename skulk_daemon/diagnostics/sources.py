@@ -8,10 +8,9 @@ so they name the few readings they take as Protocols here, and the composition r
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from skulk_daemon.fabric.cluster_view import FabricView
+from skulk_core.diagnostics.fabric_document import FabricView
 
 
 class PortSource(Protocol):

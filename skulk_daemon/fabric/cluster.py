@@ -63,10 +63,11 @@ from skulk_core.cluster.fabric import (
     SubmitCommand,
     SyncRequest,
 )
+from skulk_core.diagnostics.fabric_document import FabricView
 from skulk_core.ids import NodeId, new_command_id
 from skulk_core.state.commands import RegisterNode
 from skulk_core.version import SKULK_VERSION
-from skulk_daemon.fabric.cluster_view import FabricFacts, FabricView, fabric_view
+from skulk_daemon.fabric.cluster_view import FabricFacts, fabric_view
 from skulk_daemon.fabric.data_plane import DataPlane
 from skulk_daemon.fabric.dialing import Dialer
 from skulk_daemon.fabric.forwarding import CommandForwarding

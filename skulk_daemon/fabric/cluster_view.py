@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypedDict
 
+from skulk_core.diagnostics.fabric_document import FabricView
 from skulk_core.ids import NodeId
 from skulk_daemon.fabric.data_plane import DataStats
 from skulk_daemon.fabric.link import LinkCounters
@@ -26,49 +26,6 @@ class FabricFacts:
     stats: TransportStats
     counters: LinkCounters
     data: DataStats
-
-
-class PeerView(TypedDict):
-    nodeId: NodeId
-    address: str
-    skulkVersion: str
-    transport: str
-    lastIdx: int
-    heardSecondsAgo: float
-
-
-# NOTE: the functional form, because "in" is a keyword.
-FramesView = TypedDict(
-    "FramesView",
-    {
-        "in": int,
-        "out": int,
-        "droppedOut": int,
-        "received": dict[str, int],
-        "dropped": dict[str, int],
-    },
-)
-
-
-class RefusedView(TypedDict):
-    address: str
-    reason: str
-    at: str
-
-
-class FabricView(TypedDict):
-    """The fabric's diagnostics document, as :func:`fabric_view` builds it."""
-
-    nodeId: NodeId
-    role: str
-    master: NodeId | None
-    term: int
-    fabricPort: int
-    dataTransport: str
-    peers: list[PeerView]
-    frames: FramesView
-    refusedPeers: list[RefusedView]
-    dataPlane: dict[str, int]
 
 
 def fabric_view(facts: FabricFacts) -> FabricView:

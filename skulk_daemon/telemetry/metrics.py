@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Final
+from typing import Any, Final
 
 import psutil
-from litestar.enums import ScopeType
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from skulk_core.chat.generation import EngineChunk, ErrorChunk, FinishChunk
+from skulk_core.diagnostics.fabric_document import FabricView
 from skulk_core.ids import ModelId
 from skulk_daemon.fabric.cluster import ClusterAgent
-from skulk_daemon.fabric.cluster_view import FabricView
 from skulk_daemon.node.node import Node
 from skulk_daemon.worker.supervisor import Supervisor
 
@@ -191,20 +189,20 @@ def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
 class MetricsMiddleware:
     """Counts every routed request and times it to its last byte (streams included)."""
 
-    def __init__(self, app: ASGIApp, metrics: NodeMetrics) -> None:
+    def __init__(self, app: Any, metrics: NodeMetrics) -> None:
         self.app = app
         self.metrics = metrics
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != ScopeType.HTTP:
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
         status = {"code": 500}
 
-        async def sending(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                status["code"] = int(message["status"])
+        async def sending(message: Any) -> None:
+            if message.get("type") == "http.response.start":
+                status["code"] = int(message.get("status", 500))
             await send(message)
 
         try:
