@@ -7,7 +7,7 @@ envelope of the surface that answers (OpenAI's, Anthropic's, Ollama's).
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import msgspec
 
@@ -78,5 +78,5 @@ def decode_json(raw: bytes, decoder: msgspec.json.Decoder[T]) -> T:
 NO_STORE_HEADERS = {"Cache-Control": "no-store, max-age=0", "Pragma": "no-cache"}
 
 
-def error_body(message: str, type_: str, code: str | None) -> dict[str, Any]:
+def error_body(message: str, type_: str, code: str | None) -> dict[str, object]:
     return {"error": {"message": message, "type": type_, "code": code}}

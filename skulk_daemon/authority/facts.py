@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from skulk_core.config import SkulkConfig
 from skulk_daemon.authority.hosts import OwnNames
@@ -23,9 +22,10 @@ from skulk_daemon.authority.peers import (
 from skulk_daemon.authority.policy import RequestFacts
 
 
-def _headers(scope: Mapping[str, Any]) -> list[tuple[str, str]]:
-    raw: Iterable[tuple[bytes, bytes]] = scope.get("headers", [])
-    return [(bytes(k).decode("latin-1").lower(), bytes(v).decode("latin-1")) for k, v in raw]
+def _headers(scope: Mapping[str, object]) -> list[tuple[str, str]]:
+    raw = scope.get("headers", [])
+    pairs = raw if isinstance(raw, list | tuple) else []
+    return [(bytes(k).decode("latin-1").lower(), bytes(v).decode("latin-1")) for k, v in pairs]
 
 
 def _values(headers: list[tuple[str, str]], name: str) -> list[str]:
@@ -53,7 +53,7 @@ def matches(presented: list[str], secrets: Iterable[str]) -> bool:
 
 
 def request_facts(
-    scope: Mapping[str, Any],
+    scope: Mapping[str, object],
     *,
     config: SkulkConfig,
     names: OwnNames,
@@ -71,6 +71,7 @@ def request_facts(
     origin = origins[0].strip() if origins else None
     named = origin_host(origin) if origin is not None else None
     client = scope.get("client")
+    address = client[0] if isinstance(client, list | tuple) and client else None
     content_types = _values(headers, "content-type")
     content_type = content_types[0] if content_types else None
     lengths = _values(headers, "content-length")
@@ -80,7 +81,7 @@ def request_facts(
     presented = _presented_secrets(headers)
     return RequestFacts(
         method=str(scope.get("method", "GET")).upper(),
-        peer=classify(client[0] if client else None),
+        peer=classify(address),
         forwarded=forwarding_header([name for name, _ in headers]),
         host=host,
         host_is_own=host is not None and names.is_own(host, configured),
@@ -101,11 +102,13 @@ def request_facts(
     )
 
 
-def _same_port(origin: str | None, scope: Mapping[str, Any]) -> bool:
+def _same_port(origin: str | None, scope: Mapping[str, object]) -> bool:
     """Whether ``origin`` names the port this request arrived on: a page this node
     serves has exactly that origin, while another port on the same host (any local
     web server) is another site."""
     server = scope.get("server")
-    if origin is None or not server or len(server) < 2 or server[1] is None:
+    if origin is None or not isinstance(server, list | tuple) or len(server) < 2:
+        return False
+    if server[1] is None:
         return False
     return origin_port(origin) == int(server[1])

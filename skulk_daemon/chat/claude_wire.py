@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 
@@ -96,7 +96,7 @@ class ThinkingOut(msgspec.Struct, frozen=True, kw_only=True, tag="thinking"):
 class ToolUseOut(msgspec.Struct, frozen=True, kw_only=True, tag="tool_use"):
     id: str
     name: str
-    input: dict[str, Any]
+    input: dict[str, object]
 
 
 ContentOut = TextOut | ThinkingOut | ToolUseOut
@@ -121,11 +121,11 @@ def error_type(status: int) -> str:
     return _ERROR_TYPE_BY_STATUS.get(status, "api_error")
 
 
-def error_document(type_: str, message: str) -> dict[str, Any]:
+def error_document(type_: str, message: str) -> dict[str, object]:
     return {"type": "error", "error": {"type": type_, "message": message}}
 
 
-def _turn_error(error: TurnError) -> dict[str, Any]:
+def _turn_error(error: TurnError) -> dict[str, object]:
     type_ = "invalid_request_error" if error.code in _REQUEST_ERROR_CODES else "api_error"
     return error_document(type_, error.message)
 
@@ -138,7 +138,7 @@ def tool_use_id(call: ToolCall) -> str:
     return f"toolu_{call.id.removeprefix('call_')}"
 
 
-def _input(call: ToolCall) -> dict[str, Any]:
+def _input(call: ToolCall) -> dict[str, object]:
     # The turn parser only reports calls whose arguments are a JSON object.
     parsed = json.loads(call.arguments) if call.arguments.strip() else {}
     return parsed if isinstance(parsed, dict) else {}
@@ -189,7 +189,7 @@ async def json_body(admitted: Admitted, events: AsyncIterator[TurnEvent]) -> Asy
     yield _json.encode(error_document("api_error", "generation ended without a finish"))
 
 
-def _event(name: str, data: dict[str, Any]) -> bytes:
+def _event(name: str, data: dict[str, object]) -> bytes:
     return b"event: " + name.encode() + b"\ndata: " + _json.encode(data) + b"\n\n"
 
 
@@ -200,7 +200,7 @@ class _Blocks:
         self.count = 0
         self._open: Literal["text", "thinking"] | None = None
 
-    def _start(self, block: dict[str, Any]) -> bytes:
+    def _start(self, block: dict[str, object]) -> bytes:
         frame = _event(
             "content_block_start",
             {"type": "content_block_start", "index": self.count, "content_block": block},
@@ -208,7 +208,7 @@ class _Blocks:
         self.count += 1
         return frame
 
-    def _delta(self, delta: dict[str, Any]) -> bytes:
+    def _delta(self, delta: dict[str, object]) -> bytes:
         return _event(
             "content_block_delta",
             {"type": "content_block_delta", "index": self.count - 1, "delta": delta},
@@ -245,7 +245,12 @@ class _Blocks:
 
     def tool_use(self, call: ToolCall) -> list[bytes]:
         """A whole tool_use block: calls are known complete when the turn ends."""
-        block = {"type": "tool_use", "id": tool_use_id(call), "name": call.name, "input": {}}
+        block: dict[str, object] = {
+            "type": "tool_use",
+            "id": tool_use_id(call),
+            "name": call.name,
+            "input": {},
+        }
         return [
             self._start(block),
             self._delta({"type": "input_json_delta", "partial_json": call.arguments}),
@@ -256,7 +261,7 @@ class _Blocks:
 async def sse_stream(admitted: Admitted, events: AsyncIterator[TurnEvent]) -> AsyncIterator[bytes]:
     """``message_start``, the content blocks, ``message_delta``, and ``message_stop``;
     or an ``error`` event. The stream always ends with one of those two."""
-    start: dict[str, Any] = {
+    start: dict[str, object] = {
         "id": message_id(admitted),
         "type": "message",
         "role": "assistant",

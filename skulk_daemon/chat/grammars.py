@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Protocol
 
 from skulk_core.chat.tools import ToolSpec
 
@@ -99,8 +99,22 @@ def _too_large(size: int) -> str:
     )
 
 
+class _Converter(Protocol):
+    """The part of llama-cpp-python's ``SchemaConverter`` this module drives."""
+
+    def resolve_refs(self, schema: object, url: str) -> object: ...
+    def visit(self, schema: object, name: str) -> str: ...
+    def format_grammar(self) -> str: ...
+
+
+class _ConverterClass(Protocol):
+    def __call__(
+        self, *, prop_order: dict[str, int], allow_fetch: bool, dotall: bool, raw_pattern: bool
+    ) -> _Converter: ...
+
+
 @functools.cache
-def _bounded_converter() -> type[Any]:
+def _bounded_converter() -> _ConverterClass:
     """The converter's ``SchemaConverter``, refusing once its rules pass the bound."""
 
     class BoundedConverter(_converter().SchemaConverter):  # type: ignore[misc]
@@ -124,8 +138,7 @@ def _json_schema_to_gbnf(text: str) -> str:
         prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False
     )
     converter.visit(converter.resolve_refs(json.loads(text), "stdin"), "")
-    grammar: str = converter.format_grammar()
-    return grammar
+    return converter.format_grammar()
 
 
 def json_object_grammar() -> str:
@@ -134,7 +147,7 @@ def json_object_grammar() -> str:
     return grammar
 
 
-def json_schema_grammar(schema: dict[str, Any]) -> str:
+def json_schema_grammar(schema: dict[str, object]) -> str:
     """A grammar whose every sentence is a JSON document valid under ``schema``.
 
     Remote ``$ref``\\ s are never fetched: the converter resolves local ones only
@@ -200,7 +213,7 @@ def tool_call_grammar(tools: Sequence[ToolSpec]) -> str:
     tool's own schema (any object, where that schema cannot be enforced)."""
     options = []
     for tool in tools:
-        parameters: dict[str, Any] = tool.parameters or {"type": "object"}
+        parameters: dict[str, object] = tool.parameters or {"type": "object"}
         try:
             json_schema_grammar(parameters)
         except GrammarTooLarge:
@@ -215,5 +228,5 @@ def tool_call_grammar(tools: Sequence[ToolSpec]) -> str:
                 "additionalProperties": False,
             }
         )
-    schema = options[0] if len(options) == 1 else {"oneOf": options}
+    schema: dict[str, object] = options[0] if len(options) == 1 else {"oneOf": options}
     return json_schema_grammar(schema)

@@ -9,7 +9,7 @@ here too. What cannot be honoured and would silently change the output (a
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 import msgspec
 
@@ -53,7 +53,7 @@ class OllamaOptions(msgspec.Struct, frozen=True, kw_only=True):
 
 class OllamaFunctionCall(msgspec.Struct, frozen=True, kw_only=True):
     name: str
-    arguments: str | dict[str, Any] = {}
+    arguments: str | dict[str, object] = {}
     """An object (Ollama's form) or JSON text (OpenAI's)."""
 
 
@@ -75,7 +75,7 @@ class OllamaMessage(msgspec.Struct, frozen=True, kw_only=True):
 
 class _Common(msgspec.Struct, frozen=True, kw_only=True):
     model: str
-    format: str | dict[str, Any] | None = None
+    format: str | dict[str, object] | None = None
     options: OllamaOptions | None = None
     think: bool | str | None = None
     stream: bool = True
@@ -145,7 +145,7 @@ def _message(message: OllamaMessage) -> TaskMessage:
     )
 
 
-def response_format(raw: str | dict[str, Any] | None) -> ResponseFormat | None:
+def response_format(raw: str | dict[str, object] | None) -> ResponseFormat | None:
     """``"json"`` is any JSON object; an object is a JSON Schema; ``""`` is plain text."""
     match raw:
         case None | "":

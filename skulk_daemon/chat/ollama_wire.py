@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 import msgspec
 
@@ -64,15 +64,15 @@ def created_at() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
-def line(body: dict[str, Any]) -> bytes:
+def line(body: dict[str, object]) -> bytes:
     return _json.encode(body) + b"\n"
 
 
-def error_object(message: str) -> dict[str, Any]:
+def error_object(message: str) -> dict[str, object]:
     return {"error": message}
 
 
-def load_probe(kind: ReplyKind, model: str) -> dict[str, Any]:
+def load_probe(kind: ReplyKind, model: str) -> dict[str, object]:
     """The answer to an empty request that only asks for the model to be loaded."""
     body = _head(model)
     body.update(_text(kind, "", "", ()))
@@ -80,11 +80,11 @@ def load_probe(kind: ReplyKind, model: str) -> dict[str, Any]:
     return body
 
 
-def _head(model: str) -> dict[str, Any]:
+def _head(model: str) -> dict[str, object]:
     return {"model": model, "created_at": created_at()}
 
 
-def _logprobs(items: tuple[TokenLogprob, ...] | list[TokenLogprob]) -> list[dict[str, Any]]:
+def _logprobs(items: tuple[TokenLogprob, ...] | list[TokenLogprob]) -> list[dict[str, object]]:
     return [
         {
             "token": lp.token,
@@ -99,7 +99,7 @@ def _logprobs(items: tuple[TokenLogprob, ...] | list[TokenLogprob]) -> list[dict
     ]
 
 
-def _arguments(call: ToolCall) -> dict[str, Any]:
+def _arguments(call: ToolCall) -> dict[str, object]:
     # The tool parser hands over a JSON object as text; Ollama sends the object.
     try:
         parsed = json.loads(call.arguments) if call.arguments.strip() else {}
@@ -111,7 +111,7 @@ def _arguments(call: ToolCall) -> dict[str, Any]:
     return parsed
 
 
-def tool_calls(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
+def tool_calls(calls: tuple[ToolCall, ...]) -> list[dict[str, object]]:
     return [
         {
             **({"id": call.id} if call.id else {}),
@@ -123,15 +123,15 @@ def tool_calls(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
 
 def _text(
     kind: ReplyKind, content: str, thinking: str, calls: tuple[ToolCall, ...]
-) -> dict[str, Any]:
+) -> dict[str, object]:
     if kind == "chat":
-        message: dict[str, Any] = {"role": "assistant", "content": content}
+        message: dict[str, object] = {"role": "assistant", "content": content}
         if thinking:
             message["thinking"] = thinking
         if calls:
             message["tool_calls"] = tool_calls(calls)
         return {"message": message}
-    body: dict[str, Any] = {"response": content}
+    body: dict[str, object] = {"response": content}
     if thinking:
         body["thinking"] = thinking
     return body
@@ -167,7 +167,7 @@ def final(
     content: str = "",
     thinking: str = "",
     logprobs: list[TokenLogprob] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The ``done: true`` object (the whole answer when ``content`` is given)."""
     body = _head(reply.model)
     body.update(_text(reply.kind, content, thinking, end.tool_calls))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from skulk_core.chat.tools import ToolCall, ToolChoice, ToolSpec
@@ -106,7 +104,7 @@ def tool_spec_from_openai(tool: FunctionTool, index: int) -> ToolSpec:
     )
 
 
-def tool_choice_from_openai(raw: str | dict[str, Any] | None) -> ToolChoice | None:
+def tool_choice_from_openai(raw: str | dict[str, object] | None) -> ToolChoice | None:
     return tool_choice(raw, refusal=TOOL_CHOICE_REFUSAL)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import msgspec
 
@@ -98,12 +97,12 @@ async def sse_stream(admitted: Admitted, events: AsyncIterator[TurnEvent]) -> As
 
     role_sent = False
 
-    def delta(**fields: Any) -> Delta:
+    def delta(fields: Delta) -> Delta:
         nonlocal role_sent
         if role_sent:
-            return Delta(**fields)
+            return fields
         role_sent = True
-        return Delta(role="assistant", **fields)
+        return msgspec.structs.replace(fields, role="assistant")
 
     try:
         async for event in events:
@@ -115,10 +114,16 @@ async def sse_stream(admitted: Admitted, events: AsyncIterator[TurnEvent]) -> As
                         continue
                     logprobs = ChoiceLogprobs(content=_logprobs(event)) if want_logprobs else None
                     yield frame(
-                        [ChunkChoice(index=0, delta=delta(content=event.text), logprobs=logprobs)]
+                        [
+                            ChunkChoice(
+                                index=0, delta=delta(Delta(content=event.text)), logprobs=logprobs
+                            )
+                        ]
                     )
                 case ReasoningDelta():
-                    yield frame([ChunkChoice(index=0, delta=delta(reasoning_content=event.text))])
+                    yield frame(
+                        [ChunkChoice(index=0, delta=delta(Delta(reasoning_content=event.text)))]
+                    )
                 case TurnEnd():
                     if event.tool_calls:
                         calls = [
@@ -129,9 +134,9 @@ async def sse_stream(admitted: Admitted, events: AsyncIterator[TurnEvent]) -> As
                             )
                             for i, call in enumerate(event.tool_calls)
                         ]
-                        final = delta(tool_calls=calls)
+                        final = delta(Delta(tool_calls=calls))
                     else:
-                        final = delta(content="") if not role_sent else Delta()
+                        final = delta(Delta(content="")) if not role_sent else Delta()
                     yield frame(
                         [ChunkChoice(index=0, delta=final, finish_reason=event.finish_reason)]
                     )
@@ -188,7 +193,7 @@ def completion(
 async def json_body(
     admitted: Admitted,
     events: AsyncIterator[TurnEvent],
-    extend: Callable[[TurnEnd], dict[str, Any]] | None = None,
+    extend: Callable[[TurnEnd], dict[str, object]] | None = None,
 ) -> AsyncIterator[bytes]:
     """The whole completion (or an error object) as one JSON document.
 

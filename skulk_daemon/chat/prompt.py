@@ -25,7 +25,6 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 import jinja2
 
@@ -55,16 +54,16 @@ def template_supports_tools(card: ModelCard) -> bool:
     return card.chat_template is not None and bool(_USES_TOOLS.search(card.chat_template))
 
 
-def _tool_json(tool: ToolSpec) -> dict[str, Any]:
-    function: dict[str, Any] = {"name": tool.name, "parameters": tool.parameters or {}}
+def _tool_json(tool: ToolSpec) -> dict[str, object]:
+    function: dict[str, object] = {"name": tool.name, "parameters": tool.parameters or {}}
     if tool.description:
         function["description"] = tool.description
     return {"type": "function", "function": function}
 
 
-def _call_json(call: ToolCall) -> dict[str, Any]:
+def _call_json(call: ToolCall) -> dict[str, object]:
     try:
-        arguments: Any = json.loads(call.arguments) if call.arguments.strip() else {}
+        arguments: object = json.loads(call.arguments) if call.arguments.strip() else {}
     except ValueError:
         arguments = call.arguments
     return {"name": call.name, "arguments": arguments}
@@ -88,8 +87,8 @@ def tool_prompt(offer: ToolOffer) -> str:
     return "\n".join(lines)
 
 
-def _native_dict(message: TaskMessage) -> dict[str, Any]:
-    item: dict[str, Any] = {"role": message.role, "content": message.content}
+def _native_dict(message: TaskMessage) -> dict[str, object]:
+    item: dict[str, object] = {"role": message.role, "content": message.content}
     if message.images:
         item["content"] = [{"type": "image"} for _ in message.images] + [
             {"type": "text", "text": message.content}
@@ -142,7 +141,7 @@ def render_prompt(
     *,
     offer: ToolOffer = NO_TOOLS,
     thinking: ThinkingControls | None = None,
-    extra: dict[str, Any] | None = None,
+    extra: dict[str, object] | None = None,
 ) -> str:
     """The prompt text for ``messages``, ending with the assistant's generation prompt."""
     native = template_supports_tools(card)
@@ -151,7 +150,7 @@ def render_prompt(
         # A card with no template is a plain completion model: concatenate the text.
         return "\n".join(message.content for message in conversation)
     template = _compile(card.chat_template)
-    variables: dict[str, Any] = dict(extra or {})
+    variables: dict[str, object] = dict(extra or {})
     if native and offer.tools:
         variables["tools"] = [_tool_json(tool) for tool in offer.tools]
     if thinking is not None and thinking.enable_thinking is not None:
@@ -176,7 +175,7 @@ def render_prompt(
         raise PromptError(f"the chat template could not render this conversation: {exc}") from None
 
 
-def _bounded_render(template: jinja2.Template, **variables: Any) -> str:
+def _bounded_render(template: jinja2.Template, **variables: object) -> str:
     """The template's output, streamed so that its size and time are checked as it grows."""
     parts: list[str] = []
     size = 0

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 import msgspec
 
@@ -73,7 +73,7 @@ def field_errors(
 def tool_spec(name: str, description: object, parameters: object, *, at: str) -> ToolSpec:
     """A function tool; ``parameters`` (at ``at``) absent, null or empty means no schema."""
     with field_errors(at):
-        schema: dict[str, Any] = msgspec.convert(parameters or {}, dict[str, Any])
+        schema: dict[str, object] = msgspec.convert(parameters or {}, dict[str, object])
     return ToolSpec(name=name, description=optional_text(description), parameters=schema)
 
 
@@ -100,7 +100,7 @@ class FlatFunctionChoice(msgspec.Struct, frozen=True, kw_only=True):
     name: str
 
 
-def tool_choice(raw: str | dict[str, Any] | None, *, refusal: str) -> ToolChoice | None:
+def tool_choice(raw: str | dict[str, object] | None, *, refusal: str) -> ToolChoice | None:
     """``tool_choice`` as a mode or a named function, in either form; anything else is
     a 400 ``invalid_tool_choice`` saying ``refusal``.
 

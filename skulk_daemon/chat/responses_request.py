@@ -12,7 +12,7 @@ refers to an earlier response can work; clients resend the whole input instead
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
 
@@ -68,26 +68,26 @@ class ResponsesRequest(msgspec.Struct, frozen=True, kw_only=True):
     adapter converts each into its Struct (``responses_protocol``) where it reads it."""
 
     model: str
-    input: str | list[dict[str, Any]]
+    input: str | list[dict[str, object]]
     """A string (one user message) or a list of :data:`InputItem` objects."""
     instructions: str | None = None
     max_output_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
     temperature: float | None = None
     top_p: float | None = None
     top_logprobs: int | None = None
-    tools: list[dict[str, Any]] | None = None
+    tools: list[dict[str, object]] | None = None
     """:class:`FunctionTool` objects; any other tool type is refused (``unsupported_tool``)."""
-    tool_choice: str | dict[str, Any] | None = None
+    tool_choice: str | dict[str, object] | None = None
     parallel_tool_calls: bool | None = None
-    text: dict[str, Any] | None = None
+    text: dict[str, object] | None = None
     """``format`` is a :data:`TextFormat`; the rest is echoed back."""
-    reasoning: dict[str, Any] | None = None
+    reasoning: dict[str, object] | None = None
     include: list[str] | None = None
     stream: bool = False
     store: bool | None = None
     background: bool | None = None
     previous_response_id: str | None = None
-    conversation: str | dict[str, Any] | None = None
+    conversation: str | dict[str, object] | None = None
     metadata: dict[str, str] | None = None
     truncation: str | None = None
     user: str | None = None
@@ -135,12 +135,12 @@ def _parts(
     return "".join(texts), tuple(images)
 
 
-def _user_item(text: str) -> dict[str, Any]:
+def _user_item(text: str) -> dict[str, object]:
     """A string ``input``: one user message."""
     return {"type": "message", "role": "user", "content": text}
 
 
-def _item(raw: dict[str, Any], where: str) -> InputItem:
+def _item(raw: dict[str, object], where: str) -> InputItem:
     if raw.get("type") is None:  # a message item may omit its type (the SDKs' "easy" form)
         raw = {**raw, "type": "message"}
     with field_errors(where):
@@ -218,7 +218,7 @@ def _messages(body: ResponsesRequest) -> tuple[TaskMessage, ...]:
     return tuple(conversation.messages)
 
 
-def _tool(raw: dict[str, Any], index: int) -> ToolSpec:
+def _tool(raw: dict[str, object], index: int) -> ToolSpec:
     kind = raw.get("type")
     if kind != "function":
         raise _bad(
@@ -231,11 +231,11 @@ def _tool(raw: dict[str, Any], index: int) -> ToolSpec:
     return tool_spec(tool.name, tool.description, tool.parameters, at=f"tools[{index}].parameters")
 
 
-def _tool_choice(raw: str | dict[str, Any] | None) -> ToolChoice | None:
+def _tool_choice(raw: str | dict[str, object] | None) -> ToolChoice | None:
     return tool_choice(raw, refusal=TOOL_CHOICE_REFUSAL)
 
 
-def _format(text: dict[str, Any] | None) -> ResponseFormat | None:
+def _format(text: dict[str, object] | None) -> ResponseFormat | None:
     raw = (text or {}).get("format")
     if raw is None:
         return None

@@ -28,10 +28,10 @@ import operator
 import re
 import string
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final, TypeVar
 
 import jinja2
 from jinja2 import nodes
@@ -58,6 +58,7 @@ _DEADLINE_EVERY: Final = 256
 
 _PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
 _WIDTHS = re.compile(r"\d+")
+_T = TypeVar("_T")
 
 
 class PromptError(ValueError):
@@ -103,10 +104,17 @@ def _step() -> None:
         check_deadline()
 
 
-def _bounded_iter(iterable: Iterable[Any]) -> Iterator[Any]:
+def _bounded_iter(iterable: Iterable[_T]) -> Iterator[_T]:
     for item in iterable:
         _step()
         yield item
+
+
+def _iterable(value: object) -> Iterable[object]:
+    """A template value to iterate; what ``iter`` would refuse raises as it would."""
+    if isinstance(value, Iterable):
+        return value
+    raise TypeError(f"{type(value).__name__!r} object is not iterable")
 
 
 def _too_big(what: str) -> PromptError:
@@ -137,7 +145,7 @@ def weight(value: object, limit: int = MAX_VALUE_CHARS) -> int:
     return total
 
 
-def _checked(value: Any, what: str) -> Any:
+def _checked(value: _T, what: str) -> _T:
     if isinstance(value, str | bytes | list | tuple | dict) and weight(value) > MAX_VALUE_CHARS:
         raise _too_big(what)
     return value
@@ -172,18 +180,20 @@ def _replaced_size(text: str, old: str, new: str, count: int | None) -> int:
     return len(text) + found * max(0, len(new) - len(old))
 
 
-def _joined_size(separator: str, items: list[Any]) -> int:
+def _joined_size(separator: str, items: list[object]) -> int:
     return sum(weight(item) for item in items) + len(separator) * max(0, len(items) - 1)
 
 
-def _check_str_method(text: str, name: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+def _check_str_method(text: str, name: str, args: tuple[object, ...]) -> tuple[object, ...]:
     """Size an amplifying ``str`` method before it runs; the args it should run with."""
     match name:
         case "replace" if len(args) >= 2:
             count = args[2] if len(args) > 2 else None
-            _need(_replaced_size(text, str(args[0]), str(args[1]), count), "replaced a string")
+            # A count that is no int makes ``str.replace`` itself raise TypeError.
+            limit = count if isinstance(count, int) else None
+            _need(_replaced_size(text, str(args[0]), str(args[1]), limit), "replaced a string")
         case "join" if args:
-            items = list(_bounded_iter(args[0]))
+            items = list(_bounded_iter(_iterable(args[0])))
             _need(_joined_size(text, items), "joined a string")
             return (items, *args[1:])
         case "center" | "ljust" | "rjust" | "zfill" if args and isinstance(args[0], int):
@@ -197,7 +207,9 @@ def _check_str_method(text: str, name: str, args: tuple[Any, ...]) -> tuple[Any,
     return args
 
 
-def _filter_checks(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+def _filter_checks(
+    name: str, args: tuple[object, ...], kwargs: Mapping[str, object]
+) -> tuple[object, ...]:
     """Size what an amplifying filter would build; the args it should run with.
 
     ``args`` start with the filtered value (any context the filter takes is removed).
@@ -207,9 +219,11 @@ def _filter_checks(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     match name:
         case "replace" if text is not None and len(rest) >= 2:
             count = rest[2] if len(rest) > 2 else kwargs.get("count")
-            _need(_replaced_size(text, str(rest[0]), str(rest[1]), count), "replaced a string")
+            # A count that is no int makes the ``replace`` filter itself raise TypeError.
+            limit = count if isinstance(count, int) else None
+            _need(_replaced_size(text, str(rest[0]), str(rest[1]), limit), "replaced a string")
         case "join":
-            items = list(_bounded_iter(value))
+            items = list(_bounded_iter(_iterable(value)))
             separator = rest[0] if rest else kwargs.get("d", "")
             _need(_joined_size(str(separator), items), "joined a string")
             return (items, *rest)
@@ -238,11 +252,11 @@ def _filter_checks(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     return args
 
 
-def _bounded_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+def _bounded_filter(name: str, function: Callable[..., object]) -> Callable[..., object]:
     passes_context = getattr(function, "jinja_pass_arg", None) is not None
 
     @functools.wraps(function)
-    def bounded(*args: Any, **kwargs: Any) -> Any:
+    def bounded(*args: object, **kwargs: object) -> object:
         check_deadline()
         head, body = (args[:1], args[1:]) if passes_context else ((), args)
         if body:
@@ -259,7 +273,7 @@ def _bounded_range(*args: int) -> Iterator[int]:
     return _bounded_iter(numbers)
 
 
-def _bounded_repeat(left: Any, right: Any) -> Any:
+def _bounded_repeat(left: object, right: object) -> object:
     # NOTE: "x" * 10**9 would allocate before anything else could stop it.
     for sequence, count in ((left, right), (right, left)):
         if isinstance(sequence, str | list | tuple) and isinstance(count, int):
@@ -267,13 +281,13 @@ def _bounded_repeat(left: Any, right: Any) -> Any:
     return operator.mul(left, right)
 
 
-def _bounded_add(left: Any, right: Any) -> Any:
+def _bounded_add(left: object, right: object) -> object:
     if isinstance(left, str | list | tuple) and isinstance(right, str | list | tuple):
         _need(weight(left) + weight(right), "added values")
     return operator.add(left, right)
 
 
-def _bounded_join(parts: Iterable[Any]) -> str:
+def _bounded_join(parts: Iterable[object]) -> str:
     """What Jinja joins a block's, macro's or ``~``'s parts with, sized as it goes."""
     texts: list[str] = []
     size = 0
@@ -291,7 +305,7 @@ def _raise_exception(message: str) -> None:
     raise PromptError(message)
 
 
-def _tojson(value: Any, indent: int | None = None) -> str:
+def _tojson(value: object, indent: int | None = None) -> str:
     if indent is not None and not 0 <= indent <= MAX_JSON_INDENT:
         raise PromptError(f"the chat template asked tojson for an indent of {indent}")
     text = json.dumps(value, ensure_ascii=False, indent=indent)
@@ -303,8 +317,8 @@ class _BoundedTemplate(jinja2.Template):
     def _from_namespace(
         cls,
         environment: jinja2.Environment,
-        namespace: Any,
-        globals: Any,
+        namespace: MutableMapping[str, object],
+        globals: MutableMapping[str, object],
     ) -> jinja2.Template:
         # NOTE: ``~`` compiles to a call of the module-level ``str_join``/``markup_join``
         # the generated code imports; rebinding them in the template's own namespace is
@@ -332,7 +346,7 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
     concat = staticmethod(_bounded_join)
     bounded_iter = staticmethod(_bounded_iter)
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, **options: object) -> None:
         super().__init__(**options)
         self.globals["range"] = _bounded_range
         self.globals["raise_exception"] = _raise_exception
@@ -344,8 +358,8 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         return _bound_loops(super()._parse(source, name, filename))
 
     def call_binop(
-        self, context: jinja2.runtime.Context, operator_: str, left: Any, right: Any
-    ) -> Any:
+        self, context: jinja2.runtime.Context, operator_: str, left: object, right: object
+    ) -> object:
         check_deadline()
         match operator_:
             case "*":
@@ -361,21 +375,26 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
                     raise PromptError("the chat template raised a number to too large a power")
                 return super().call_binop(context, operator_, left, right)
 
-    def call(self, context: jinja2.runtime.Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+    def call(
+        self, context: jinja2.runtime.Context, obj: object, /, *args: object, **kwargs: object
+    ) -> object:
         check_deadline()
         if isinstance(obj, LoopContext) and args:
             # A recursive loop's ``loop(children)`` iterates outside the ``for`` node.
-            args = (_bounded_iter(args[0]), *args[1:])
+            args = (_bounded_iter(_iterable(args[0])), *args[1:])
         owner = getattr(obj, "__self__", None)
         if isinstance(owner, str):
             args = _check_str_method(owner, getattr(obj, "__name__", ""), args)
         return _checked(super().call(context, obj, *args, **kwargs), "call built a value")
 
-    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+    def wrap_str_format(self, value: object) -> Callable[..., str] | None:
         wrapped = super().wrap_str_format(value)
         if wrapped is None:
             return None
-        _check_brace_format(value.__self__)
+        # The base wraps only ``str.format``/``format_map`` bound to a string.
+        owner = getattr(value, "__self__", None)
+        if isinstance(owner, str):
+            _check_brace_format(owner)
         return wrapped
 
 

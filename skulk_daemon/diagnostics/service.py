@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
 import msgspec
 import psutil
@@ -53,6 +53,7 @@ from skulk_core.diagnostics.cluster import (
     node_version_status,
 )
 from skulk_core.diagnostics.doctor import run_doctor
+from skulk_core.diagnostics.fabric_document import FabricView
 from skulk_core.ids import NodeId, RunnerId, TaskId
 from skulk_core.version import SKULK_VERSION
 from skulk_daemon.diagnostics import facts
@@ -371,7 +372,7 @@ class DiagnosticsService:
         return merge_timeline(self._node.node_id, sources, unreachable)
 
     async def peer(
-        self, node_id: str, method: str, path: str, body: Any = None, *, into: type[T]
+        self, node_id: str, method: str, path: str, body: object = None, *, into: type[T]
     ) -> T:
         """Proxy one diagnostics request to ``node_id``: its answer decoded ``into``
         the wire type, or its refusal as ours (404 if not a member, 502 if no advertised
@@ -411,7 +412,7 @@ class DiagnosticsService:
             ) from None
 
 
-def _fabric(diagnostics: Mapping[str, Any]) -> FabricDiagnostics:
+def _fabric(diagnostics: FabricView) -> FabricDiagnostics:
     return msgspec.convert(diagnostics, FabricDiagnostics)
 
 

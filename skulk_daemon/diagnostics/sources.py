@@ -8,7 +8,9 @@ so they name the few readings they take as Protocols here, and the composition r
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
+
+from skulk_core.diagnostics.fabric_document import FabricView
 
 
 class PortSource(Protocol):
@@ -21,7 +23,7 @@ class PortSource(Protocol):
 class ReportSource(Protocol):
     """The fabric's telemetry aggregates."""
 
-    def report(self) -> dict[str, Any]: ...
+    def report(self) -> dict[str, object]: ...
 
 
 class FabricSource(Protocol):
@@ -33,7 +35,7 @@ class FabricSource(Protocol):
     @property
     def telemetry_stats(self) -> ReportSource: ...
 
-    def diagnostics(self) -> dict[str, Any]: ...
+    def diagnostics(self) -> FabricView: ...
 
 
 class ProviderSource(Protocol):

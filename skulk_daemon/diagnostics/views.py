@@ -3,7 +3,7 @@ a member's answer to a sweep decoded into its wire type (or why it cannot be).""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import msgspec
 
@@ -86,7 +86,7 @@ def status_kind(status: object) -> str | None:
     return None if status is None else type(status).__name__
 
 
-def error_text(status: int | None, body: Any) -> str:
+def error_text(status: int | None, body: object) -> str:
     message = None
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         message = body["error"].get("message")

@@ -28,7 +28,7 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
 from skulk_core.cluster.election import (
     DEFAULT_PEER_TIMEOUT_SECONDS,
@@ -63,6 +63,7 @@ from skulk_core.cluster.fabric import (
     SubmitCommand,
     SyncRequest,
 )
+from skulk_core.diagnostics.fabric_document import FabricView
 from skulk_core.ids import NodeId, new_command_id
 from skulk_core.state.commands import RegisterNode
 from skulk_core.version import SKULK_VERSION
@@ -416,7 +417,7 @@ class ClusterAgent:
 
     # -- diagnostics -----------------------------------------------------------------
 
-    def diagnostics(self) -> dict[str, Any]:
+    def diagnostics(self) -> FabricView:
         session = self.election.session
         return fabric_view(
             FabricFacts(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from skulk_core.diagnostics.fabric_document import FabricView
 from skulk_core.ids import NodeId
 from skulk_daemon.fabric.data_plane import DataStats
 from skulk_daemon.fabric.link import LinkCounters
@@ -28,7 +28,7 @@ class FabricFacts:
     data: DataStats
 
 
-def fabric_view(facts: FabricFacts) -> dict[str, Any]:
+def fabric_view(facts: FabricFacts) -> FabricView:
     """The fabric's diagnostics document (camelCase keys; peers by node id)."""
     return {
         "nodeId": facts.node_id,

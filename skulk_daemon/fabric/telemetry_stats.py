@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 NETWORK_QUEUE_CAPACITY: Final = 1
 """Readings waiting for the next beat: one (the newest replaces an unsent one)."""
@@ -46,7 +46,7 @@ class TelemetryStats:
             if has_reading:
                 self.pending_since = None
 
-    def report(self, now: float | None = None) -> dict[str, Any]:
+    def report(self, now: float | None = None) -> dict[str, object]:
         now = time.monotonic() if now is None else now
         return {
             "beatSeconds": self.beat_seconds,

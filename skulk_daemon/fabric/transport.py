@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Final
 
 import zmq
 import zmq.asyncio
@@ -128,7 +128,7 @@ def _bracketed(host: str) -> str:
     return f"[{host}]" if _is_ipv6(host) and not host.startswith("[") else host
 
 
-def _set_heartbeats(socket: zmq.Socket[Any]) -> None:
+def _set_heartbeats(socket: zmq.Socket[bytes] | zmq.asyncio.Socket) -> None:
     socket.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
     socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
 
@@ -354,7 +354,7 @@ class FabricTransport:
             raise RuntimeError("the transport is not started, or already closed")
         return self._ctx
 
-    def _spawn(self, loop: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+    def _spawn(self, loop: Coroutine[object, object, None], name: str) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(loop, name=f"fabric-{name}")
         task.add_done_callback(self._report_death)
         return task

@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import gguf
 import numpy as np
@@ -128,7 +128,7 @@ def convert_bert_to_gguf(
 # -- config ------------------------------------------------------------------------
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_json(path: Path) -> dict[str, object]:
     try:
         with path.open("rb") as handle:
             data = handle.read(MAX_JSON_FILE_BYTES + 1)
@@ -145,14 +145,14 @@ def _read_json(path: Path) -> dict[str, Any]:
     return value
 
 
-def _positive_int(config: Mapping[str, Any], key: str) -> int:
+def _positive_int(config: Mapping[str, object], key: str) -> int:
     value = config.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise BertConversionError(f"{CONFIG_FILE}: {key} must be a positive integer")
     return value
 
 
-def read_hparams(config: Mapping[str, Any]) -> BertHparams:
+def read_hparams(config: Mapping[str, object]) -> BertHparams:
     if config.get("model_type") != "bert":
         raise BertConversionError(f"{CONFIG_FILE}: model_type is not 'bert'")
     if config.get("hidden_act", "gelu") != "gelu":
@@ -251,9 +251,10 @@ def read_vocab(model_dir: Path, vocab_size: int) -> WordPieceVocab:
 
     tokenizer = _read_json(model_dir / TOKENIZER_FILE)
     tokenizer_config = _read_json(model_dir / TOKENIZER_CONFIG_FILE)
+    added = tokenizer.get("added_tokens", [])
     control = {
         entry["id"]
-        for entry in tokenizer.get("added_tokens", [])
+        for entry in (added if isinstance(added, list) else [])
         if isinstance(entry, dict)
         and entry.get("special") is True
         and isinstance(entry.get("id"), int)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import yaml
@@ -77,7 +76,7 @@ class ConfigStore:
         )
 
 
-def _prune_none(value: Any) -> Any:
+def _prune_none(value: object) -> object:
     if isinstance(value, dict):
         return {k: _prune_none(v) for k, v in value.items() if v is not None}
     return value

@@ -98,7 +98,7 @@ async def ask(
     method: str,
     path: str,
     *,
-    body: Any = None,
+    body: object = None,
     budget_seconds: float = PROBE_TIMEOUT_SECONDS,
 ) -> PeerAnswer:
     """``method path`` on ``node_id``'s API: the first advertised URL that answers.

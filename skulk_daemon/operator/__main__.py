@@ -25,7 +25,7 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import msgspec
 
@@ -76,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _pair(service: OperatorPairingService, args: argparse.Namespace) -> dict[str, Any]:
+def _pair(service: OperatorPairingService, args: argparse.Namespace) -> dict[str, object]:
     if args.valid_for is not None or args.max_pairings is not None:
         valid_for = parse_valid_for(args.valid_for or DEFAULT_VALID_FOR)
         max_pairings = (
@@ -116,7 +116,7 @@ def _read_provisioning(path: Path) -> bytes:
         return handle.read(MAX_PROVISIONING_BYTES + 1)
 
 
-def _run(args: argparse.Namespace) -> dict[str, Any]:
+def _run(args: argparse.Namespace) -> dict[str, object]:
     data_dir = resolve_settings(data_dir=args.data_dir).data_dir
     service = OperatorPairingService.open(data_dir)
     if args.command == "pair":
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _emit(document: dict[str, Any]) -> None:
+def _emit(document: dict[str, object]) -> None:
     sys.stdout.write(msgspec.json.encode(document).decode() + "\n")
     sys.stdout.flush()
 

@@ -347,7 +347,7 @@ class NodeConfigurations:
             return msgspec.to_builtins(await self._run(lambda: _awaitable(handler(node_id))))
         owners = self.owners
         assert owners is not None
-        message = {"op": facet, "node_id": node_id}
+        message: dict[str, object] = {"op": facet, "node_id": node_id}
         return await self._run(
             lambda: owners.ask(target.plugin_id, message, wire.MANAGEMENT_TIMEOUT_SECONDS)
         )
@@ -392,8 +392,12 @@ class NodeConfigurations:
         else:
             owners = self.owners
             assert owners is not None
-            message = {"op": "proposal-list", "plugin_id": plugin_id, "node_id": node_id}
-            message["offset"] = offset  # type: ignore[assignment]
+            message: dict[str, object] = {
+                "op": "proposal-list",
+                "plugin_id": plugin_id,
+                "node_id": node_id,
+                "offset": offset,
+            }
             raw = await self._run(
                 lambda: owners.ask(target.plugin_id, message, wire.MANAGEMENT_TIMEOUT_SECONDS)
             )

@@ -23,7 +23,8 @@ operator id is the actor the API authenticated; no caller supplies it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -73,10 +74,12 @@ class ProposalActions:
             raise ConfigurationFailure("not_found", f"node {node_id} offers no proposal actions")
         return target, reviews and node.proposals_available
 
-    async def _ask(self, target: InProcess | ManagedOwner, op: str, args: dict[str, Any]) -> Any:
+    async def _ask(
+        self, target: InProcess | ManagedOwner, op: str, args: Mapping[str, object]
+    ) -> object:
         if isinstance(target, InProcess):
             handler = getattr(target.provider, _METHODS[op])
-            call: tuple[Any, ...]
+            call: tuple[object, ...]
             match op:
                 case "proposal-approve":
                     call = (args["approval"], args["operator_id"])
@@ -87,7 +90,7 @@ class ProposalActions:
             return msgspec.to_builtins(await self.door.dispatch(lambda: handler(*call)))
         owners = self.door.owners
         assert owners is not None
-        message: dict[str, Any] = {"op": op, "plugin_id": target.plugin_id, **args}
+        message: dict[str, object] = {"op": op, "plugin_id": target.plugin_id, **args}
         if "approval" in message:
             message["approval"] = msgspec.to_builtins(message["approval"])
         return await self.door.dispatch(
@@ -168,7 +171,7 @@ class ProposalActions:
         return found
 
 
-def _operation(raw: Any, plugin_id: str, node_id: str, operation_id: str) -> ProposalOperation:
+def _operation(raw: object, plugin_id: str, node_id: str, operation_id: str) -> ProposalOperation:
     try:
         found = msgspec.convert(msgspec.to_builtins(raw), ProposalOperation)
     except (msgspec.ValidationError, TypeError):

@@ -16,7 +16,7 @@ Nothing here enables a node, approves spending or replays an uncertain submissio
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 
@@ -63,14 +63,16 @@ class SetupActions:
             raise ConfigurationFailure("not_found", f"node {node_id} offers no setup actions")
         return target
 
-    async def _ask(self, target: InProcess | ManagedOwner, op: str, node_id: str, arg: Any) -> Any:
+    async def _ask(
+        self, target: InProcess | ManagedOwner, op: str, node_id: str, arg: SetupStart | str | None
+    ) -> object:
         if isinstance(target, InProcess):
             handler = getattr(target.provider, _METHODS[op])
             args = (node_id,) if arg is None else (node_id, arg)
             return msgspec.to_builtins(await self.door.dispatch(lambda: handler(*args)))
         owners = self.door.owners
         assert owners is not None
-        message: dict[str, Any] = {"op": op, "node_id": node_id}
+        message: dict[str, object] = {"op": op, "node_id": node_id}
         if isinstance(arg, SetupStart):
             message["start"] = msgspec.to_builtins(arg)
         elif arg is not None:
@@ -153,14 +155,14 @@ def _action(listing: NodeSetupActions, action_id: str | None) -> SetupAction | N
     return next((a for a in listing.actions if a.action_id == action_id), None)
 
 
-def _valid(raw: Any, kind: type[NodeSetupActions]) -> NodeSetupActions:
+def _valid(raw: object, kind: type[NodeSetupActions]) -> NodeSetupActions:
     try:
         return msgspec.convert(msgspec.to_builtins(raw), kind)
     except (msgspec.ValidationError, TypeError):
         raise ConfigurationFailure("refused", "the provider's answer is invalid") from None
 
 
-def _operation(raw: Any, node_id: str) -> SetupOperation:
+def _operation(raw: object, node_id: str) -> SetupOperation:
     try:
         found = msgspec.convert(msgspec.to_builtins(raw), SetupOperation)
     except (msgspec.ValidationError, TypeError):

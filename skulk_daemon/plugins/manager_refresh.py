@@ -33,9 +33,10 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from skulk_core.plugins.errors import PluginRefusal, refuse
 from skulk_host.plugin_manager.client import call, call_with_peer
@@ -145,7 +146,7 @@ def stop_manager(pid: int, seconds: float = STOP_SECONDS) -> None:
     raise refuse("timeout", "The stopped plugin manager did not exit in time.")
 
 
-def _listing(root: Path) -> tuple[dict[str, Any] | None, int | None]:
+def _listing(root: Path) -> tuple[dict[str, object] | None, int | None]:
     """The answering manager's ``list`` result and process id (``None``: none answers)."""
     try:
         answer, pid = call_with_peer(root, {"action": "list"}, timeout=5.0)
@@ -187,7 +188,7 @@ class RuntimeRefresh:
     def _busy(self) -> bool:
         return self._worker is not None and self._worker.is_alive()
 
-    def differs(self, root: Path, listed: dict[str, Any], host_build: str) -> str:
+    def differs(self, root: Path, listed: Mapping[str, object], host_build: str) -> str:
         """A manager on another build answered ``listed``: start refreshing it unless a
         refresh runs or this manager's outcome is settled; what happens, in a sentence."""
         key: Key = (listed.get("runtime_generation"), listed.get("build_sha256"))
@@ -203,7 +204,7 @@ class RuntimeRefresh:
             self._start(self._refresh, root, dict(listed), host_build, key)
             return REFRESHING
 
-    def attached(self, root: Path, listed: dict[str, Any]) -> None:
+    def attached(self, root: Path, listed: Mapping[str, object]) -> None:
         """A staged manager of this build answered: remove the generations nothing uses,
         once per process (after a refresh too), unless the fence deferred it."""
         with self._lock:
@@ -211,7 +212,7 @@ class RuntimeRefresh:
                 return
             self._start(self._collect_only, root, str(listed.get("runtime_generation") or ""))
 
-    def _start(self, target: Any, *args: Any) -> None:
+    def _start(self, target: Callable[..., None], *args: object) -> None:
         self._worker = threading.Thread(
             target=target, args=args, name="manager-refresh", daemon=True
         )
@@ -225,7 +226,7 @@ class RuntimeRefresh:
 
     # -- the worker ------------------------------------------------------------------
 
-    def _refresh(self, root: Path, listed: dict[str, Any], host_build: str, key: Key) -> None:
+    def _refresh(self, root: Path, listed: dict[str, object], host_build: str, key: Key) -> None:
         try:
             phase, next_step = self._run(root, listed, host_build)
         except PluginRefusal as refusal:
@@ -240,7 +241,7 @@ class RuntimeRefresh:
             phase, next_step = "failed", f"refreshing the manager's runtime failed: {RERUN_SETUP}"
         self._finish(RefreshState(phase, next_step, key))
 
-    def _run(self, root: Path, listed: dict[str, Any], host_build: str) -> tuple[Phase, str]:
+    def _run(self, root: Path, listed: dict[str, object], host_build: str) -> tuple[Phase, str]:
         service_root = root.parent
         blocker = registration_blocker(service_root)
         if blocker is not None:

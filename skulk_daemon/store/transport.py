@@ -35,6 +35,7 @@ from urllib.parse import quote, unquote
 import msgspec
 from litestar import Controller, Litestar, Request, Response, delete, post, route
 from litestar.connection import ASGIConnection
+from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
 from litestar.enums import MediaType
 from litestar.exceptions import HTTPException
@@ -67,6 +68,9 @@ MAX_IMPORT_BODY_BYTES: Final = 8 * 1024 * 1024
 Store: TypeAlias = NamedDependency[StoreHostService]
 Evict: TypeAlias = NamedDependency[Callable[[str], Awaitable[None]]]
 MaybeReconciler: TypeAlias = NamedDependency[Reconciler | None]
+# NOTE: the store port has no auth middleware and no custom user, so a request's user
+# and auth are None and its state is the app's plain State.
+StoreRequest: TypeAlias = Request[None, None, State]
 STORE_AUTHORITY: Final = "store_authority"
 """The ``opt`` key a store route declares its :class:`RouteAuthority` under."""
 
@@ -141,7 +145,9 @@ class StoreGuard:
         self._names = names or OwnNames()
 
     def __call__(
-        self, connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
+        self,
+        connection: ASGIConnection[BaseRouteHandler, None, None, State],
+        handler: BaseRouteHandler,
     ) -> None:
         declared = handler.opt.get(STORE_AUTHORITY)
         route = declared if isinstance(declared, RouteAuthority) else None
@@ -163,7 +169,7 @@ def _model(segment: str) -> str:
     return model_id
 
 
-async def _json_body(request: Request[Any, Any, Any]) -> DownloadSelection:
+async def _json_body(request: StoreRequest) -> DownloadSelection:
     body = await request.body()
     if not body.strip():
         return DownloadSelection()
@@ -203,7 +209,7 @@ class StoreController(Controller):
         opt=_declare(Requirement.STORE_LOOPBACK),
         request_max_body_size=MAX_IMPORT_BODY_BYTES,
     )
-    async def imports(self, store: Store, request: Request[Any, Any, Any]) -> StoreEntry:
+    async def imports(self, store: Store, request: StoreRequest) -> StoreEntry:
         try:
             return await run_import(store, decode_request(await request.body()))
         except ImportFailed as exc:
@@ -241,7 +247,7 @@ class StoreController(Controller):
 
     @post("/models/{model:str}/download", status_code=200, request_max_body_size=MAX_BODY_BYTES)
     async def download(
-        self, store: Store, model: FromPath[str], request: Request[Any, Any, Any]
+        self, store: Store, model: FromPath[str], request: StoreRequest
     ) -> StoreDownload:
         model_id = _model(model)
         selection = await _json_body(request)
@@ -288,7 +294,7 @@ class StoreController(Controller):
         store: Store,
         model: FromPath[str],
         relative: FromPath[Path],
-        request: Request[Any, Any, Any],
+        request: StoreRequest,
     ) -> Stream:
         model_id = _model(model)
         parts = relative.as_posix().strip("/").split("/")
@@ -296,9 +302,7 @@ class StoreController(Controller):
         return _file(store, model_id, wanted_path, request)
 
 
-def _file(
-    store: StoreHostService, model_id: str, relative: str, request: Request[Any, Any, Any]
-) -> Stream:
+def _file(store: StoreHostService, model_id: str, relative: str, request: StoreRequest) -> Stream:
     found = store.file_path(model_id, relative)
     if found == "unsafe":
         raise StoreRefused(400, f"the path {relative!r} escapes the model directory")
@@ -343,15 +347,15 @@ async def _read(path: Path, span: ByteRange) -> AsyncIterator[bytes]:
 # -- errors --------------------------------------------------------------------------
 
 
-def _on_refused(_: Request[Any, Any, Any], exc: StoreRefused) -> Response[StoreError]:
+def _on_refused(_: StoreRequest, exc: StoreRefused) -> Response[StoreError]:
     return _answer(exc.status, exc.message, exc.code)
 
 
-def _on_download(_: Request[Any, Any, Any], exc: DownloadRefused) -> Response[StoreError]:
+def _on_download(_: StoreRequest, exc: DownloadRefused) -> Response[StoreError]:
     return _answer(exc.status, exc.message, exc.code)
 
 
-def _on_http(request: Request[Any, Any, Any], exc: HTTPException) -> Response[StoreError]:
+def _on_http(request: StoreRequest, exc: HTTPException) -> Response[StoreError]:
     if exc.status_code == 404:
         return _answer(404, f"no such store path {request.url.path!r}")
     if exc.status_code == 405:
@@ -359,7 +363,7 @@ def _on_http(request: Request[Any, Any, Any], exc: HTTPException) -> Response[St
     return _answer(exc.status_code, exc.detail)
 
 
-def _on_unexpected(_: Request[Any, Any, Any], exc: Exception) -> Response[StoreError]:
+def _on_unexpected(_: StoreRequest, exc: Exception) -> Response[StoreError]:
     log.exception("unhandled error on the store transport", exc_info=exc)
     return _answer(500, "internal error; see the store host's log")
 

@@ -16,10 +16,11 @@ from typing import Any, Final
 
 import psutil
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from skulk_core.chat.generation import EngineChunk, ErrorChunk, FinishChunk
+from skulk_core.diagnostics.fabric_document import FabricView
 from skulk_core.ids import ModelId
 from skulk_daemon.fabric.cluster import ClusterAgent
 from skulk_daemon.node.node import Node
@@ -109,7 +110,7 @@ class _LiveCollector(Collector):
     ) -> None:
         self._node, self._worker, self._cluster, self._refusals = node, worker, cluster, refusals
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Metric]:
         node, state = self._node, self._node.state
         yield _gauge("skulk_is_master", "1 on the cluster's master", 1 if node.is_master else 0)
         yield _gauge("skulk_cluster_nodes", "Topology members", len(state.topology.nodes))
@@ -154,7 +155,7 @@ class _LiveCollector(Collector):
         if self._cluster is not None:
             yield from self._fabric(self._cluster.diagnostics())
 
-    def _fabric(self, fabric: Mapping[str, Any]) -> Iterator[Any]:
+    def _fabric(self, fabric: FabricView) -> Iterator[Metric]:
         frames = fabric.get("frames", {})
         total = CounterMetricFamily(
             "skulk_fabric_frames", "Fabric frames by direction", labels=["direction"]

@@ -51,7 +51,7 @@ import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from skulk_core.extensions.capabilities import (
     CapabilityCall,
@@ -150,7 +150,7 @@ class ManagedOwners:
     def owner(self, plugin_id: str) -> ManagedOwner | None:
         return self._owners.get(plugin_id)
 
-    async def ask(self, plugin_id: str, message: dict[str, Any], timeout: float) -> Any:  # noqa: ASYNC109 (the socket's own)
+    async def ask(self, plugin_id: str, message: dict[str, object], timeout: float) -> object:  # noqa: ASYNC109 (the socket's own)
         """One request to ``plugin_id``'s owner (raises the wire's errors)."""
         owner = self._owners.get(plugin_id)
         if owner is None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 import msgspec
 
@@ -18,7 +17,7 @@ log = logging.getLogger("skulk_daemon.plugins.owners.adapter")
 
 
 def learn(
-    owner: ManagedOwner, described: Any, provider: Callable[[ManagedOwner], ManagedOwnerProvider]
+    owner: ManagedOwner, described: object, provider: Callable[[ManagedOwner], ManagedOwnerProvider]
 ) -> None:
     """Take ``described`` (an owner's ``describe`` answer) as what ``owner`` is now:
     its nodes, protocol (refused outside this host's), facets and the capabilities it

@@ -18,7 +18,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, get_args
 
@@ -109,7 +109,7 @@ class OwnerHostCallbacks:
         except msgspec.ValidationError:
             raise HostCallbackError("malformed", "the host's result is unreadable") from None
 
-    async def _ask(self, fields: dict[str, Any]) -> object:
+    async def _ask(self, fields: Mapping[str, object]) -> object:
         bound = self._bound
         if bound is None:
             raise HostCallbackError("unavailable", "no Skulk host is bound to host.sock")

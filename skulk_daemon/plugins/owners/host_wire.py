@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Annotated, Any, Final
+from collections.abc import Mapping
+from typing import Annotated, Final
 
 import msgspec
 
@@ -98,7 +99,7 @@ class FrameTooLarge(Exception):
     """A frame ran past 64 KiB without its newline."""
 
 
-def encode(message: dict[str, Any]) -> bytes:
+def encode(message: Mapping[str, object]) -> bytes:
     return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
 
 

@@ -41,7 +41,7 @@ class OwnerCalls(Protocol):
 
     def capability_ready(self, owner: ManagedOwner, qualified_id: str) -> bool: ...
 
-    async def ask(self, plugin_id: str, message: dict[str, Any], timeout: float) -> Any: ...  # noqa: ASYNC109 (the socket's own)
+    async def ask(self, plugin_id: str, message: dict[str, object], timeout: float) -> object: ...  # noqa: ASYNC109 (the socket's own)
 
     async def admit_stream(
         self, owner: ManagedOwner, call: CapabilityCall

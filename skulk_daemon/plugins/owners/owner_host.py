@@ -55,6 +55,7 @@ from skulk_core.extensions.capabilities import (
     CapabilityError,
     descriptor_revision,
 )
+from skulk_core.extensions.capability_nodes import CapabilityNodeSummary
 from skulk_core.plugins.node_configuration import NodeConfigurationRefused, UnknownNode
 from skulk_daemon.plugins.owners.host_callbacks import OwnerHostCallbacks
 from skulk_daemon.plugins.owners.owner_requests import (
@@ -120,7 +121,7 @@ class OwnerContext:
         self.capability_nodes: dict[tuple[str, str], object] = {}
         self.host = host
 
-    def publish_capability_node(self, summary: Any) -> bool:
+    def publish_capability_node(self, summary: CapabilityNodeSummary) -> bool:
         self.capability_nodes[(summary.plugin_id, summary.node_id)] = summary
         return True
 
@@ -174,7 +175,7 @@ class OwnerHost:
         except Exception:
             return False
 
-    async def describe(self) -> dict[str, Any]:
+    async def describe(self) -> dict[str, object]:
         nodes: list[Any] = []
         listing = getattr(self.provider, "configuration_nodes", None)
         if callable(listing):
