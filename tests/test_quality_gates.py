@@ -34,7 +34,7 @@ def test_mypy_strict() -> None:
 
 # The idiom in numbers (issue #35): a ceiling that only comes down. Lower it when a
 # change removes more; never raise it to let one in.
-MAX_DAEMON_FUNCTIONS_WITH_ANY = 120
+MAX_DAEMON_FUNCTIONS_WITH_ANY = 21
 """Functions in skulk_daemon whose parameter or return annotations name ``Any``."""
 
 
