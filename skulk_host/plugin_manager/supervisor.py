@@ -67,7 +67,7 @@ def owner_command(store: Store, plugin_id: str, digest: str) -> list[str]:
         "-I",
         "-B",
         "-m",
-        "skulk_daemon.plugins.owners.owner_host",
+        "skulk_host.plugin_owners.owner_host",
         "--entry",
         launcher.entry,
         "--site",

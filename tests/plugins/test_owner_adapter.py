@@ -196,7 +196,7 @@ def _owner_pid(cluster: Cluster) -> int:
         except OSError:
             continue
         text = [a.decode(errors="replace") for a in argv]
-        if "skulk_daemon.plugins.owners.owner_host" in text and any(
+        if "skulk_host.plugin_owners.owner_host" in text and any(
             a.startswith(installation) for a in text
         ):
             return int(proc.name)

@@ -39,9 +39,9 @@ import pytest
 
 from skulk_core.extensions.capabilities import CapabilityResult, JsonObject
 from skulk_core.extensions.host_callbacks import StewardPolicy
-from skulk_daemon.plugins.owners import host_link, host_wire
+from skulk_daemon.plugins.owners import host_link
 from skulk_host.plugin_manager.connection import ManagerConnection, write_connection
-from skulk_host.plugin_owners import wire
+from skulk_host.plugin_owners import host_wire, wire
 from tests.daemon.test_cluster import node_id
 from tests.daemon_process import DaemonProcess
 from tests.plugins.kit import Feed, Publisher
@@ -233,7 +233,7 @@ def _owner_pid(node: Node) -> int:
         except OSError:
             continue
         text = [a.decode(errors="replace") for a in argv]
-        if "skulk_daemon.plugins.owners.owner_host" in text and any(
+        if "skulk_host.plugin_owners.owner_host" in text and any(
             a.startswith(installation) for a in text
         ):
             return int(proc.name)

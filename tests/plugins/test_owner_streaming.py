@@ -34,9 +34,9 @@ import pytest
 from skulk_core.extensions.capabilities import CapabilityCall, descriptor_revision
 from skulk_daemon.plugins.access import ManagerAccess
 from skulk_daemon.plugins.owners.adapter import ManagedOwner, ManagedOwners
-from skulk_daemon.plugins.owners.owner_host import OwnerHost
 from skulk_host.plugin_manager.connection import ManagerConnection, write_connection
 from skulk_host.plugin_owners import wire
+from skulk_host.plugin_owners.owner_host import OwnerHost
 from tests.daemon.serving import wait_for
 from tests.daemon.test_cluster import converged, node_id
 from tests.daemon_process import DaemonProcess

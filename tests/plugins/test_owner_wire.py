@@ -27,8 +27,8 @@ from skulk_daemon.capabilities.registry import ProviderRegistry, compile_descrip
 from skulk_daemon.capabilities.service import CapabilityService
 from skulk_daemon.plugins.access import ManagerAccess
 from skulk_daemon.plugins.owners.adapter import ManagedOwners
-from skulk_daemon.plugins.owners.owner_host import OwnerHost
 from skulk_host.plugin_owners import wire
+from skulk_host.plugin_owners.owner_host import OwnerHost
 
 
 def _descriptor(name: str) -> CapabilityDescriptor:

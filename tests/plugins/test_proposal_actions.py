@@ -202,7 +202,7 @@ def managed(app: AppNode) -> Iterator[subprocess.Popen[bytes]]:
     command = [
         sys.executable,
         "-m",
-        "skulk_daemon.plugins.owners.owner_host",
+        "skulk_host.plugin_owners.owner_host",
         "--entry",
         "tests.plugins.proposal_desk:ManagedDesk",
         "--control",

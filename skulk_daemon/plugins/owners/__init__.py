@@ -1,4 +1,4 @@
-"""Managed plugin owners: the adapter that discovers, observes and serves them
-(``adapter.py``), the host callbacks (``host_link.py``, ``host_wire.py``,
-``host_callbacks.py``) and the owner runtime program (``owner_host.py``), over the
-owner-only socket protocol of :mod:`skulk_host.plugin_owners.wire`."""
+"""Managed plugin owners, as the node sees them: the adapter that discovers, observes and
+serves them (``adapter.py``) and Skulk's end of the host callbacks (``host_link.py``).
+The owner runtime program and both ends' wires are host programs
+(:mod:`skulk_host.plugin_owners`)."""

@@ -61,7 +61,7 @@ from skulk_core.extensions.capabilities import (
 from skulk_core.plugins.errors import PluginRefusal
 from skulk_daemon.capabilities.registry import Registration
 from skulk_daemon.plugins.access import ManagerAccess
-from skulk_daemon.plugins.owners import host_link, host_wire
+from skulk_daemon.plugins.owners import host_link
 from skulk_daemon.plugins.owners.description import learn
 from skulk_daemon.plugins.owners.owner import (
     REFUSALS,
@@ -73,7 +73,7 @@ from skulk_daemon.plugins.owners.relay import OwnerStreams
 from skulk_host.plugin_manager.connection import read_connection
 from skulk_host.plugin_manager.protocol import ListRequest
 from skulk_host.plugin_manager.store import Store
-from skulk_host.plugin_owners import wire
+from skulk_host.plugin_owners import host_wire, wire
 
 if TYPE_CHECKING:
     from skulk_daemon.capabilities.service import CapabilityService

@@ -22,15 +22,14 @@ import msgspec
 
 from skulk_core.extensions.capabilities import CapabilityResult, JsonObject
 from skulk_core.extensions.host_callbacks import StewardPolicy
-from skulk_daemon.plugins.owners import host_wire
-from skulk_daemon.plugins.owners.host_wire import (
+from skulk_host.plugin_owners import host_wire, wire
+from skulk_host.plugin_owners.host_wire import (
     ActionsCallback,
     Callback,
     InvokeCallback,
     Refused,
     RevisionsCallback,
 )
-from skulk_host.plugin_owners import wire
 
 if TYPE_CHECKING:
     from skulk_daemon.capabilities.service import CapabilityService

@@ -30,7 +30,7 @@ from skulk_core.extensions.host_callbacks import (
     HostCallbackErrorCode,
     StewardPolicy,
 )
-from skulk_daemon.plugins.owners import host_wire
+from skulk_host.plugin_owners import host_wire
 
 log = logging.getLogger("skulk.plugins.owner")
 

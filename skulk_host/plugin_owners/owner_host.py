@@ -1,7 +1,7 @@
 """The owner runtime: serves a plugin written against ``skulk.extensions`` as a managed
 owner, on the owner-only socket of :mod:`skulk_host.plugin_owners.wire`.
 
-The supervisor starts it (``python -I -B -m skulk_daemon.plugins.owners.owner_host``)
+The supervisor starts it (``python -I -B -m skulk_host.plugin_owners.owner_host``)
 with Skulk's own interpreter, the sealed generation's ``site-packages`` appended to
 the import path (after Skulk's, so a plugin cannot shadow the public surface), the
 generation's signed owner entry (``module:attr``; with ``--bundle``, the sealed bundle's
@@ -27,7 +27,7 @@ they are never logged and never part of an answer.
 
 A provider with ``host_callbacks_available = True`` is described with
 ``host_callbacks_available: true`` and also served ``host.sock`` beside the control
-socket (:mod:`skulk_daemon.plugins.owners.host_callbacks`); its hooks' context then
+socket (:mod:`skulk_host.plugin_owners.host_callbacks`); its hooks' context then
 carries ``context.host``, the callbacks to the bound Skulk host.
 """
 
@@ -57,8 +57,9 @@ from skulk_core.extensions.capabilities import (
 )
 from skulk_core.extensions.capability_nodes import CapabilityNodeSummary
 from skulk_core.plugins.node_configuration import NodeConfigurationRefused, UnknownNode
-from skulk_daemon.plugins.owners.host_callbacks import OwnerHostCallbacks
-from skulk_daemon.plugins.owners.owner_requests import (
+from skulk_host.plugin_owners import wire
+from skulk_host.plugin_owners.host_callbacks import OwnerHostCallbacks
+from skulk_host.plugin_owners.owner_requests import (
     ApproveProposal,
     Bind,
     Call,
@@ -84,7 +85,6 @@ from skulk_daemon.plugins.owners.owner_requests import (
     decode,
     op_of,
 )
-from skulk_host.plugin_owners import wire
 from skulk_host.plugin_owners.owner_stream import OwnerStream
 from skulk_host.plugin_release.archive import load_shim
 
