@@ -16,7 +16,7 @@ import asyncio
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -99,10 +99,12 @@ async def ask(
     path: str,
     *,
     body: object = None,
+    params: Mapping[str, str] | None = None,
     budget_seconds: float = PROBE_TIMEOUT_SECONDS,
 ) -> PeerAnswer:
     """``method path`` on ``node_id``'s API: the first advertised URL that answers.
-    Raises :class:`UnsafePath` (nothing is sent) for a path :func:`checked_path` refuses."""
+    Raises :class:`UnsafePath` (nothing is sent) for a path :func:`checked_path` refuses;
+    a query goes in ``params`` (encoded by the client), never in ``path``."""
     checked_path(path)
     urls = api_urls(node, node_id)
     if not urls:
@@ -115,7 +117,7 @@ async def ask(
             try:
                 # NOTE: httpx's timeout bounds each read, not the answer; this bounds it.
                 async with asyncio.timeout(budget_seconds):
-                    status, parsed = await _exchange(client, method, f"{url}{path}", body)
+                    status, parsed = await _exchange(client, method, f"{url}{path}", body, params)
             except httpx.HTTPError as exc:
                 errors.append(f"{url}: {type(exc).__name__}")
                 continue
@@ -129,9 +131,15 @@ async def ask(
     return PeerAnswer(node_id, None, None, None, f"{NO_ROUTE} ({'; '.join(errors)})")
 
 
-async def _exchange(client: httpx.AsyncClient, method: str, url: str, body: Any) -> tuple[int, Any]:
+async def _exchange(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    body: Any,
+    params: Mapping[str, str] | None = None,
+) -> tuple[int, Any]:
     """(status, parsed body) of one request, the body read to at most its bound."""
-    async with client.stream(method, url, json=body) as response:
+    async with client.stream(method, url, json=body, params=params) as response:
         raw = bytearray()
         async for chunk in response.aiter_bytes():
             raw += chunk

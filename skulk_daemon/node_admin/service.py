@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 from typing import Final, Literal
-from urllib.parse import quote
 
 import msgspec
 
@@ -161,11 +160,14 @@ class NodeAdminService:
         )
 
     async def _restart_remote(self, target: RestartTarget) -> None:
-        path = "/admin/restart"
-        if target.install_id is not None:
-            path += f"?node_install_id={quote(target.install_id, safe='')}"
+        params = None if target.install_id is None else {"node_install_id": target.install_id}
         answer = await ask(
-            self._node, target.node_id, "POST", path, budget_seconds=REMOTE_RESTART_TIMEOUT_SECONDS
+            self._node,
+            target.node_id,
+            "POST",
+            "/admin/restart",
+            params=params,
+            budget_seconds=REMOTE_RESTART_TIMEOUT_SECONDS,
         )
         if answer.ok:
             return

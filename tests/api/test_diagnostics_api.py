@@ -50,11 +50,13 @@ def test_the_bundle_shows_runtime_runners_processes_placements_and_doctor(
     assert phases[:2] == ["starting", "loading"]
     assert "warming_up" in phases and "ready" in phases
 
-    roles = {p["role"]: p for p in bundle["processes"]}
-    assert roles["daemon"]["pid"] == os.getpid()
-    assert roles["runner"]["pid"] == runner["pid"]
-    assert roles["runner"]["runnerId"] == runner["runnerId"]
-    assert roles["runner"]["rssBytes"] > 50 * 1024**2  # the model is mapped
+    [daemon] = [p for p in bundle["processes"] if p["role"] == "daemon"]
+    assert daemon["pid"] == os.getpid()
+    # The test process may hold other in-process nodes' runners too (the suite's
+    # workers share one process across modules): this node's is among them.
+    runners = {p["pid"]: p for p in bundle["processes"] if p["role"] == "runner"}
+    assert runners[runner["pid"]]["runnerId"] == runner["runnerId"]
+    assert runners[runner["pid"]]["rssBytes"] > 50 * 1024**2  # the model is mapped
 
     [placement] = bundle["placements"]
     assert placement["instanceId"] == demo_app.instance_id

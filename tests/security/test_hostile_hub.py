@@ -241,9 +241,10 @@ def test_a_redirect_to_another_host_serving_other_bytes_is_refused(
 def test_an_endless_body_is_cut_at_the_listed_size(app: AppNode, hub: HostileHub) -> None:
     message, took = download_fails(app, hub, "endless")
     assert f"the Hub sent more than the {hub.files_size} bytes it lists" in message
-    # The transfer stopped within a chunk or two of the listed size (what the hub
-    # managed to push into socket buffers before the client hung up aside).
-    assert hub.sent < hub.files_size + 8 * TRANSFER_CHUNK_BYTES
+    # The transfer stopped soon after the listed size: what the hub pushed into the
+    # loopback socket buffers (several MiB under load) before the client hung up aside,
+    # an endless body at loopback speed would be gigabytes within the time bound.
+    assert hub.sent < hub.files_size + 32 * TRANSFER_CHUNK_BYTES
     assert took < BOUND_SECONDS
 
 
