@@ -19,19 +19,13 @@ import pytest
 
 from tests.daemon.serving import PROMPT, place, sse_lines, wait_idle
 from tests.daemon_process import DaemonProcess
-from tests.security.lan import CGNAT_HOST, PRIVATE_HOST, PUBLIC_HOST, Lan, lan
+from tests.security.lan import CGNAT_HOST, PRIVATE_HOST, PUBLIC_HOST, Lan
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("network")]
 
 API_KEY = "sk-skulk-test-0123456789abcdef0123456789"
 DEMO = "local/gemma-3-270m-q4_k_m"
 PLACE = {"model_id": DEMO, "min_nodes": 1, "context_tokens": 1024}
-
-
-@pytest.fixture(scope="module")
-def network() -> Iterator[Lan]:
-    with lan() as made:
-        yield made
 
 
 def _daemon(root: Path, models: Path, **env: str) -> Iterator[DaemonProcess]:

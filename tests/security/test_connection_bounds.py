@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +20,7 @@ from skulk_daemon.system.http_server import (
     MAX_CONNECTIONS_PER_SOURCE,
 )
 from tests.daemon_process import DaemonProcess
-from tests.security.lan import CGNAT_HOST, PRIVATE_HOST, Lan, lan
+from tests.security.lan import CGNAT_HOST, PRIVATE_HOST, Lan
 
 pytestmark = pytest.mark.slow
 
@@ -74,28 +72,6 @@ json.dump(
     sys.stdout,
 )
 """
-
-
-@pytest.fixture(scope="module")
-def network() -> Iterator[Lan]:
-    with lan() as made:
-        yield made
-
-
-@pytest.fixture(scope="module")
-def node(
-    network: Lan, tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
-) -> Iterator[DaemonProcess]:
-    daemon = DaemonProcess(
-        root=tmp_path_factory.mktemp("bounds"),
-        models_dir=shared_models_dir,
-        extra_args=["--host", "0.0.0.0"],
-    )
-    daemon.start()
-    try:
-        yield daemon
-    finally:
-        daemon.kill()
 
 
 def test_one_address_cannot_hold_every_slot_and_trickles_are_cut(

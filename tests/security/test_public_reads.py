@@ -7,39 +7,15 @@ this machine still sees them, and browsing is for this machine only."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.daemon_process import DaemonProcess
-from tests.security.lan import PRIVATE_HOST, PUBLIC_HOST, Lan, lan
+from tests.security.lan import PRIVATE_HOST, PUBLIC_HOST, Lan
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def network() -> Iterator[Lan]:
-    with lan() as made:
-        yield made
-
-
-@pytest.fixture(scope="module")
-def node(
-    network: Lan, tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
-) -> Iterator[DaemonProcess]:
-    daemon = DaemonProcess(
-        root=tmp_path_factory.mktemp("public-reads"),
-        models_dir=shared_models_dir,
-        extra_args=["--host", "0.0.0.0"],
-    )
-    daemon.start()
-    try:
-        yield daemon
-    finally:
-        daemon.kill()
 
 
 def body(result: dict[str, Any]) -> Any:

@@ -26,18 +26,12 @@ from websockets.sync.client import ClientConnection, connect
 from skulk_daemon.speech.realtime_sources import MAX_SESSIONS_PER_SOURCE
 from tests.daemon.serving import place
 from tests.daemon_process import DaemonProcess
-from tests.security.lan import CGNAT_HOST, PRIVATE_HOST, Lan, lan
+from tests.security.lan import CGNAT_HOST, PRIVATE_HOST, Lan
 
 pytestmark = pytest.mark.slow
 
 STT = "local/whisper-tiny.en"
 FRAME = bytes(24_000 // 10 * 2)  # 100 ms of 24 kHz PCM16 silence
-
-
-@pytest.fixture(scope="module")
-def network() -> Iterator[Lan]:
-    with lan() as made:
-        yield made
 
 
 @pytest.fixture(scope="module")

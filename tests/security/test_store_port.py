@@ -17,17 +17,11 @@ import httpx
 import pytest
 
 from tests.daemon_process import DaemonProcess, free_port
-from tests.security.lan import CGNAT_HOST, PRIVATE_HOST, PUBLIC_HOST, Lan, lan
+from tests.security.lan import CGNAT_HOST, PRIVATE_HOST, PUBLIC_HOST, Lan
 
 pytestmark = pytest.mark.slow
 
 MODEL = "org%2Fmodel"
-
-
-@pytest.fixture(scope="module")
-def network() -> Iterator[Lan]:
-    with lan() as made:
-        yield made
 
 
 @pytest.fixture(scope="module")
