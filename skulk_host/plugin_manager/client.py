@@ -87,11 +87,7 @@ def _exchange(
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 sock.sendall(payload.rstrip(b"\n") + b"\n")
                 sock.shutdown(socket.SHUT_WR)
-            body = bytearray()
-            while chunk := sock.recv(65536):
-                body += chunk
-                if len(body) > MAX_RESPONSE_BYTES + 1:
-                    raise refuse("too_large", "The manager's response is over its bound.")
+            body = _read_answer(sock)
         except TimeoutError:
             raise refuse("timeout", "The manager did not answer in time.") from None
         except OSError:
@@ -103,6 +99,25 @@ def _exchange(
     if not isinstance(decoded, dict):
         raise refuse("malformed", "The manager's answer is not a JSON object.")
     return decoded, pid
+
+
+def _read_answer(sock: socket.socket) -> bytearray:
+    """The manager's one-line answer. A manager that refused a request it did not read to
+    its end (an oversized one) closes with that request unread, and the kernel then
+    resets this side after the answer: a whole line already read is still the answer."""
+    body = bytearray()
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            if body.endswith(b"\n"):
+                return body
+            raise
+        if not chunk:
+            return body
+        body += chunk
+        if len(body) > MAX_RESPONSE_BYTES + 1:
+            raise refuse("too_large", "The manager's response is over its bound.")
 
 
 def call(
