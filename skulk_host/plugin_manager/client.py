@@ -24,6 +24,7 @@ from skulk_core.plugins.errors import refuse
 from skulk_host.plugin_manager.protocol import MAX_RESPONSE_BYTES, REQUEST_DEADLINE_SECONDS
 from skulk_host.plugin_manager.server import socket_path
 from skulk_host.plugin_service.runtime import ManagerBuildDiffers
+from skulk_host.unix_address import addressable
 
 CLIENT_TIMEOUT_SECONDS: Final = REQUEST_DEADLINE_SECONDS + 5.0
 NO_MANAGER: Final = "No manager answers on this root (run its serve)."
@@ -80,7 +81,8 @@ def _exchange(
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
-            sock.connect(str(path))
+            with addressable(path) as address:
+                sock.connect(address)
             pid = _peer_pid(sock)
             # NOTE: a manager that refuses at once (busy) may close before reading the
             # request; its answer is still there to read, so a failed send is not fatal.

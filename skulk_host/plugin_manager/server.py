@@ -35,6 +35,7 @@ from skulk_host.plugin_manager.runtime import (
     lifetime_fence,
     reload_runtime,
 )
+from skulk_host.unix_address import addressable
 
 log = logging.getLogger("skulk.plugins.manager")
 
@@ -105,7 +106,8 @@ class ManagerServer:
         # chmod after bind is belt and braces for platforms that ignore it.
         previous = os.umask(0o177)
         try:
-            self._server = await asyncio.start_unix_server(self._connection, path=str(path))
+            with addressable(path) as address:
+                self._server = await asyncio.start_unix_server(self._connection, path=address)
         finally:
             os.umask(previous)
         path.chmod(0o600)
@@ -206,7 +208,8 @@ def _answering(path: Path) -> bool:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(1.0)
         try:
-            probe.connect(str(path))
+            with addressable(path) as address:
+                probe.connect(address)
         except OSError:
             return False
         return True

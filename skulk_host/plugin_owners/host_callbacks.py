@@ -31,6 +31,7 @@ from skulk_core.extensions.host_callbacks import (
     StewardPolicy,
 )
 from skulk_host.plugin_owners import host_wire
+from skulk_host.unix_address import addressable
 
 log = logging.getLogger("skulk.plugins.owner")
 
@@ -153,9 +154,10 @@ class OwnerHostCallbacks:
             path.unlink()
         previous = os.umask(0o177)
         try:
-            self._server = await asyncio.start_unix_server(
-                self._connection, path=str(path), limit=host_wire.MAX_FRAME_BYTES
-            )
+            with addressable(path) as address:
+                self._server = await asyncio.start_unix_server(
+                    self._connection, path=address, limit=host_wire.MAX_FRAME_BYTES
+                )
         finally:
             os.umask(previous)
         path.chmod(0o600)

@@ -87,6 +87,7 @@ from skulk_host.plugin_owners.owner_requests import (
 )
 from skulk_host.plugin_owners.owner_stream import OwnerStream
 from skulk_host.plugin_release.archive import load_shim
+from skulk_host.unix_address import addressable
 
 log = logging.getLogger("skulk.plugins.owner")
 
@@ -417,7 +418,8 @@ class OwnerHost:
             await _maybe_await(start(self.context))
         previous = os.umask(0o177)
         try:
-            self._server = await asyncio.start_unix_server(self._connection, path=str(path))
+            with addressable(path) as address:
+                self._server = await asyncio.start_unix_server(self._connection, path=address)
         finally:
             os.umask(previous)
         path.chmod(0o600)

@@ -60,6 +60,7 @@ from skulk_core.extensions.capabilities import (
     Direction,
     InlineMediaAttachment,
 )
+from skulk_host.unix_address import addressable
 
 OWNER_PROTOCOL: Final = 4
 """The owner protocol this runtime speaks: 3 is unary only, 4 adds streaming."""
@@ -193,7 +194,8 @@ def request(path: Path, message: dict[str, Any], timeout: float) -> Any:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
-            sock.connect(str(path))
+            with addressable(path) as address:
+                sock.connect(address)
             sock.sendall(payload)
             sock.shutdown(socket.SHUT_WR)
             body = bytearray()
@@ -218,7 +220,8 @@ async def arequest(path: Path, message: dict[str, Any], timeout: float) -> Any: 
     writer: asyncio.StreamWriter | None = None
     try:
         async with asyncio.timeout(timeout):
-            reader, writer = await asyncio.open_unix_connection(str(path))
+            with addressable(path) as address:
+                reader, writer = await asyncio.open_unix_connection(address)
             writer.write(payload)
             await writer.drain()
             if writer.can_write_eof():
@@ -398,9 +401,10 @@ async def open_stream(path: Path, message: dict[str, Any], timeout: float) -> St
     admitted = False
     try:
         async with asyncio.timeout(timeout):
-            reader, writer = await asyncio.open_unix_connection(
-                str(path), limit=MAX_RESPONSE_BYTES + 1
-            )
+            with addressable(path) as address:
+                reader, writer = await asyncio.open_unix_connection(
+                    address, limit=MAX_RESPONSE_BYTES + 1
+                )
             writer.write(payload)
             await writer.drain()
             line = await reader.readline()

@@ -37,6 +37,7 @@ from skulk_host.plugin_manager.server import ManagerServer
 from skulk_host.plugin_manager.store import Store
 from skulk_host.plugin_release.host import host_facts
 from skulk_host.plugin_release.staging import Stager
+from skulk_host.unix_address import addressable
 from tests.plugins.answer_shapes import answered
 from tests.plugins.kit import NOW, Feed, Publisher, build_wheel, release_document, trust_document
 from tests.plugins.manager_process import Manager
@@ -437,7 +438,8 @@ def test_eight_clients_at_once_and_one_deadline(tmp_path: Path) -> None:
     try:
         for _ in range(8):  # eight clients connect and send nothing
             client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            client.connect(str(root / "control.sock"))
+            with addressable(root / "control.sock") as address:
+                client.connect(address)
             idle.append(client)
         deadline = time.monotonic() + 10
         while server._active < 8:  # all eight are being served before the ninth comes

@@ -42,6 +42,7 @@ from skulk_core.extensions.host_callbacks import StewardPolicy
 from skulk_daemon.plugins.owners import host_link
 from skulk_host.plugin_manager.connection import ManagerConnection, write_connection
 from skulk_host.plugin_owners import host_wire, wire
+from skulk_host.unix_address import addressable
 from tests.daemon.test_cluster import node_id
 from tests.daemon_process import DaemonProcess
 from tests.plugins.kit import Feed, Publisher
@@ -215,7 +216,8 @@ def test_the_socket_is_owner_only_and_a_foreign_bind_is_refused(node: Node) -> N
     ):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:
             raw.settimeout(5)
-            raw.connect(str(path))
+            with addressable(path) as address:
+                raw.connect(address)
             raw.sendall(bind)
             answer = json.loads(raw.makefile("rb").readline())
         assert answer["ready"] is False, answer

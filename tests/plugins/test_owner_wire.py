@@ -29,6 +29,7 @@ from skulk_daemon.plugins.access import ManagerAccess
 from skulk_daemon.plugins.owners.adapter import ManagedOwners
 from skulk_host.plugin_owners import wire
 from skulk_host.plugin_owners.owner_host import OwnerHost
+from skulk_host.unix_address import addressable
 
 
 def _descriptor(name: str) -> CapabilityDescriptor:
@@ -158,7 +159,8 @@ def test_bounds_no_replay_and_protection(served: tuple[Provider, Path]) -> None:
 def _raw_exchange(path: Path, payload: bytes) -> dict[str, Any]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(5)
-        sock.connect(str(path))
+        with addressable(path) as address:
+            sock.connect(address)
         sock.sendall(payload)
         sock.shutdown(socket.SHUT_WR)
         body = b""

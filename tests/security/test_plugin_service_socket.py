@@ -31,6 +31,7 @@ from skulk_host.plugin_manager.connection import (
     write_connection,
 )
 from skulk_host.plugin_manager.protocol import MAX_REQUEST_BYTES
+from skulk_host.unix_address import addressable
 from tests.plugins.manager_process import Manager
 
 pytestmark = pytest.mark.skipif(
@@ -74,7 +75,8 @@ def as_nobody(path: Path, payload: bytes) -> str:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.settimeout(10)
                 try:
-                    sock.connect(str(path))
+                    with addressable(path) as address:
+                        sock.connect(address)
                 except OSError as exc:
                     outcome = f"connect: {type(exc).__name__}"
                 else:

@@ -30,6 +30,7 @@ from skulk_host.plugin_owners.host_wire import (
     Refused,
     RevisionsCallback,
 )
+from skulk_host.unix_address import addressable
 
 if TYPE_CHECKING:
     from skulk_daemon.capabilities.service import CapabilityService
@@ -105,10 +106,11 @@ async def attach(path: Path, transport_node_id: str, target: CallbackTarget) -> 
     :class:`BindRefused`."""
     wire.check_protected(path, "host callback socket")
     try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_unix_connection(str(path), limit=host_wire.MAX_FRAME_BYTES),
-            host_wire.BIND_SECONDS,
-        )
+        with addressable(path) as address:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_unix_connection(address, limit=host_wire.MAX_FRAME_BYTES),
+                host_wire.BIND_SECONDS,
+            )
     except (OSError, TimeoutError):
         raise wire.OwnerUnavailable("the owner's host callback socket did not answer") from None
     try:
