@@ -62,6 +62,7 @@ from skulk_daemon.runner.protocol import (
     TranscribeRealtime,
 )
 from skulk_daemon.speech.providers import MAX_FRAME_MEDIA_BYTES
+from skulk_daemon.speech.realtime_pacing import InputStalled, paced
 from skulk_daemon.speech.realtime_relay import relay
 from skulk_daemon.speech.realtime_route import remote_candidates
 from skulk_daemon.worker.supervisor import Supervisor
@@ -146,7 +147,7 @@ REALTIME_DESCRIPTOR: Final = CapabilityDescriptor(
 
 def _error(code: str, message: str) -> CapabilityError:
     match code:
-        case "not_found" | "overloaded" | "unreachable" | "invalid_payload":
+        case "not_found" | "overloaded" | "unreachable" | "invalid_payload" | "timeout":
             return CapabilityError(code=code, message=message)
         case "payload_too_large":
             return CapabilityError(code="payload_too_large", message=message)
@@ -465,7 +466,27 @@ class RealtimeSttProvider:
         input_frames: AsyncIterator[CapabilityStreamFrame],
         results: asyncio.Queue[SpeechPartial | Answer | _End],
     ) -> None:
-        """Caller chunks → 16 kHz packets on the runner's pipe, then the final packet."""
+        """Caller chunks → 16 kHz packets on the runner's pipe, then the final packet;
+        ended (``timeout``) when the audio stops keeping pace, since this call holds the
+        instance's only realtime slot (:mod:`.realtime_pacing`)."""
+        # NOTE: closed here, not left to the collector: the caller's input ends with the
+        # pump (a stall, the session's end), so its own cleanup runs at once.
+        try:
+            async with contextlib.aclosing(
+                paced(input_frames, bytes_per_second=opened.sample_rate * 2)
+            ) as items:
+                await self._pump_items(opened, instance_id, task_id, items, results)
+        except InputStalled as stalled:
+            results.put_nowait(_End(_error("timeout", str(stalled))))
+
+    async def _pump_items(
+        self,
+        opened: RealtimeOpening,
+        instance_id: InstanceId,
+        task_id: TaskId,
+        input_frames: AsyncIterator[CapabilityStreamFrame],
+        results: asyncio.Queue[SpeechPartial | Answer | _End],
+    ) -> None:
         resampler = Resampler(opened.sample_rate, RUNNER_RATE)
         received = 0
         worker = self._worker

@@ -24,7 +24,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from skulk_core.audio.realtime_config import (
     ConfigRefusal,
@@ -33,6 +33,7 @@ from skulk_core.audio.realtime_config import (
     apply_update,
 )
 from skulk_core.audio.realtime_events import (
+    CLOSE_NORMAL,
     CLOSE_POLICY,
     CLOSE_TOO_BIG,
     CLOSE_TRY_AGAIN,
@@ -105,6 +106,11 @@ def review_update(
     return None if refusal is None else UpdateRefusal(refusal.code, refusal.message, refusal.param)
 
 
+IDLE_SESSION_SECONDS: Final = 600.0
+"""How long a session may send nothing before it is closed: an open socket costs a
+source's share (:mod:`.realtime_sources`) even between turns."""
+
+
 class RealtimeSession:
     """One socket's session; :meth:`run` returns when the socket is closed."""
 
@@ -116,8 +122,10 @@ class RealtimeSession:
         node: Node,
         capabilities: CapabilityService | None,
         responder: Responder | None = None,
+        idle_seconds: float = IDLE_SESSION_SECONDS,
     ) -> None:
         self._conn = connection
+        self._idle_seconds = idle_seconds
         self._node = node
         self._capabilities = capabilities
         self._responder = responder
@@ -146,7 +154,7 @@ class RealtimeSession:
             view = session_view(self._session_id, self._config)
             await out.emit(SessionCreated(event_id=new_id("event"), session=view))
             while not out.closed:
-                message = await self._conn.receive()
+                message = await self._next_event()
                 if message is None:
                     break
                 await self._handle(message)
@@ -160,6 +168,18 @@ class RealtimeSession:
         finally:
             await self._cancel_response()
             await self._utterances.teardown()
+
+    async def _next_event(self) -> str | bytes | None:
+        """The client's next message; a session that sends nothing for
+        ``idle_seconds`` is closed (its turn, if any, is paced on its own)."""
+        try:
+            async with asyncio.timeout(self._idle_seconds):
+                return await self._conn.receive()
+        except TimeoutError:
+            raise SessionClose(
+                CLOSE_NORMAL,
+                f"no client event for {self._idle_seconds:g} s: the idle session is closed",
+            ) from None
 
     def _admit(self) -> None:
         refusal = model_refusal(self._node.catalog(), self._config.model)

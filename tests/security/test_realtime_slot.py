@@ -9,12 +9,13 @@ serving the Whisper demo."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
+from skulk_core.extensions.capabilities import CapabilityStreamFrame, InlineMediaAttachment
+from skulk_daemon.speech.realtime_pacing import MAX_INPUT_LAG_SECONDS, InputStalled, paced
 from skulk_daemon.speech.realtime_sources import MAX_SESSIONS_PER_SOURCE
 from tests.daemon.serving import place
 from tests.daemon_process import DaemonProcess
@@ -77,6 +80,39 @@ def until_closed(socket: ClientConnection, timeout: float) -> tuple[list[dict[st
         return events, closed.rcvd.code
 
 
+def test_a_silent_turn_gives_the_slot_back(daemon: DaemonProcess) -> None:
+    with session(daemon) as holder:
+        append(holder)  # one append, never committed: the turn holds the only slot
+        time.sleep(1)
+
+        with session(daemon) as other:
+            append(other)
+            events, code = until_closed(other, timeout=30)
+        assert code == 1013  # retryable: the capacity is taken
+        failed = [e for e in events if e["type"].endswith("transcription.failed")]
+        assert failed and failed[0]["error"]["code"] == "overloaded", events
+
+        started = time.monotonic()
+        events, code = until_closed(holder, timeout=MAX_INPUT_LAG_SECONDS + 30)
+        held = time.monotonic() - started
+    failed = [e for e in events if e["type"].endswith("transcription.failed")]
+    assert failed and failed[0]["error"]["code"] == "timeout", events
+    assert code == 1013
+    assert held < MAX_INPUT_LAG_SECONDS + 5  # not the call's 300 s timeout
+
+    # The slot is free again: a live turn (audio at its own pace) completes.
+    with session(daemon) as after:
+        for _ in range(10):
+            append(after)
+        after.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        kinds: list[str] = []
+        while "conversation.item.input_audio_transcription.completed" not in kinds:
+            event = json.loads(after.recv(timeout=60))
+            assert event["type"] != "error", event
+            kinds.append(event["type"])
+        assert "input_audio_buffer.committed" in kinds
+
+
 # Run on the other "machine": open sockets from one address, then one from another;
 # report what each got first (an event type, or the close code).
 _OPENER = """
@@ -120,3 +156,35 @@ def test_one_address_holds_a_bounded_share_of_sessions(network: Lan, daemon: Dae
 
 
 RATE = 1_000  # bytes of PCM a second, for the pacing units below
+
+
+def chunk(seconds: float) -> CapabilityStreamFrame:
+    media = InlineMediaAttachment(data=bytes(int(RATE * seconds)), media_type="audio/pcm")
+    return CapabilityStreamFrame(
+        call_id="c", direction="caller_to_provider", sequence=1, kind="chunk", media=media
+    )
+
+
+async def sent(pieces: list[tuple[float, float]]) -> AsyncIterator[CapabilityStreamFrame]:
+    """(pause before, seconds of audio) per chunk."""
+    for pause, seconds in pieces:
+        await asyncio.sleep(pause)
+        yield chunk(seconds)
+
+
+async def taken(frames: AsyncIterator[CapabilityStreamFrame], busy: float = 0.0) -> int:
+    count = 0
+    async for _ in paced(frames, bytes_per_second=RATE, max_lag=0.3):
+        count += 1
+        await asyncio.sleep(busy)
+    return count
+
+
+def test_pacing_ends_a_trickle_but_not_live_audio_or_a_busy_consumer() -> None:
+    # A trickle: 10 ms of audio every 200 ms falls 0.3 s behind within a few chunks.
+    with pytest.raises(InputStalled):
+        asyncio.run(taken(sent([(0.2, 0.01)] * 20)))
+    # Live audio: 100 ms every 100 ms, however long.
+    assert asyncio.run(taken(sent([(0.1, 0.1)] * 10))) == 10
+    # Queued audio while the consumer is busy (a runner applying backpressure) is not late.
+    assert asyncio.run(taken(sent([(0.0, 0.01)] * 5), busy=0.5)) == 5

@@ -654,3 +654,28 @@ def test_no_ready_realtime_capacity_closes_with_the_retryable_code(app: AppNode)
     app._test_client.blocking_portal.call(session.run)
     assert connection.closed is not None and connection.closed[0] == 1013
     assert connection.sent[-1]["error"]["code"] == "capacity_unavailable"
+
+
+class Silent(Recorded):
+    """A connection whose client never sends anything."""
+
+    async def receive(self) -> str | bytes | None:
+        await asyncio.Event().wait()
+        return None
+
+
+def test_a_session_that_sends_nothing_is_closed_when_idle(app: AppNode) -> None:
+    from skulk_daemon.speech.realtime_session import RealtimeSession  # noqa: PLC0415
+
+    connection = Silent()
+    session = RealtimeSession(
+        connection,
+        model=STT,
+        node=app.node,
+        capabilities=capability_service(app),
+        idle_seconds=0.5,
+    )
+    app._test_client.blocking_portal.call(session.run)
+    assert connection.sent[0]["type"] == "session.created"  # admitted, then silent
+    assert connection.closed is not None and connection.closed[0] == 1000
+    assert "idle" in connection.closed[1]
