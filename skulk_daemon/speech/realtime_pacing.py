@@ -12,7 +12,7 @@ call's timeout; audio sent faster than real time (a file) is never held back.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Final
 
 from skulk_core.extensions.capabilities import CapabilityStreamFrame, InlineMediaAttachment
@@ -32,7 +32,7 @@ async def paced(
     *,
     bytes_per_second: int,
     max_lag: float = MAX_INPUT_LAG_SECONDS,
-) -> AsyncIterator[CapabilityStreamFrame]:
+) -> AsyncGenerator[CapabilityStreamFrame, None]:
     """``frames`` as they come, until the input half-closes; raises :class:`InputStalled`
     when the time spent waiting for the caller exceeds the audio it sent (PCM at
     ``bytes_per_second``) by more than ``max_lag``."""
