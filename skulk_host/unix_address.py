@@ -10,10 +10,11 @@ the same one, so its owner-only mode and the checks made on the long path still 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Final
 
@@ -37,3 +38,25 @@ def addressable(path: Path) -> Iterator[str]:
         yield f"/proc/self/fd/{directory}/{path.name}"
     finally:
         os.close(directory)
+
+
+async def owner_only_server(
+    handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+    path: Path,
+    *,
+    limit: int | None = None,
+) -> asyncio.Server:
+    """Listen on ``path``, a socket only its owner may open (0600). The umask makes it
+    owner-only from the moment it exists; the chmod after bind is belt and braces for
+    platforms that ignore the umask on sockets."""
+    previous = os.umask(0o177)
+    try:
+        with addressable(path) as address:
+            if limit is None:
+                server = await asyncio.start_unix_server(handle, path=address)
+            else:
+                server = await asyncio.start_unix_server(handle, path=address, limit=limit)
+    finally:
+        os.umask(previous)
+    os.chmod(path, 0o600)
+    return server

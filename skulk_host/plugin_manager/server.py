@@ -35,7 +35,7 @@ from skulk_host.plugin_manager.runtime import (
     lifetime_fence,
     reload_runtime,
 )
-from skulk_host.unix_address import addressable
+from skulk_host.unix_address import addressable, owner_only_server
 
 log = logging.getLogger("skulk.plugins.manager")
 
@@ -102,15 +102,7 @@ class ManagerServer:
             if _answering(path):
                 raise refuse("malformed", "Another manager already answers on this root.")
             path.unlink()
-        # NOTE: the umask makes the socket owner-only from the moment it exists; the
-        # chmod after bind is belt and braces for platforms that ignore it.
-        previous = os.umask(0o177)
-        try:
-            with addressable(path) as address:
-                self._server = await asyncio.start_unix_server(self._connection, path=address)
-        finally:
-            os.umask(previous)
-        path.chmod(0o600)
+        self._server = await owner_only_server(self._connection, path)
 
     async def serve_forever(self) -> None:
         assert self._server is not None

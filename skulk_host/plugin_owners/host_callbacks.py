@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, get_args
@@ -31,7 +30,7 @@ from skulk_core.extensions.host_callbacks import (
     StewardPolicy,
 )
 from skulk_host.plugin_owners import host_wire
-from skulk_host.unix_address import addressable
+from skulk_host.unix_address import owner_only_server
 
 log = logging.getLogger("skulk.plugins.owner")
 
@@ -152,15 +151,9 @@ class OwnerHostCallbacks:
         path = directory / host_wire.HOST_SOCKET_NAME
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
-        previous = os.umask(0o177)
-        try:
-            with addressable(path) as address:
-                self._server = await asyncio.start_unix_server(
-                    self._connection, path=address, limit=host_wire.MAX_FRAME_BYTES
-                )
-        finally:
-            os.umask(previous)
-        path.chmod(0o600)
+        self._server = await owner_only_server(
+            self._connection, path, limit=host_wire.MAX_FRAME_BYTES
+        )
 
     async def close(self, directory: Path) -> None:
         if self._server is not None:

@@ -87,7 +87,7 @@ from skulk_host.plugin_owners.owner_requests import (
 )
 from skulk_host.plugin_owners.owner_stream import OwnerStream
 from skulk_host.plugin_release.archive import load_shim
-from skulk_host.unix_address import addressable
+from skulk_host.unix_address import owner_only_server
 
 log = logging.getLogger("skulk.plugins.owner")
 
@@ -416,13 +416,7 @@ class OwnerHost:
         start = getattr(self.provider, "on_start", None)
         if callable(start):
             await _maybe_await(start(self.context))
-        previous = os.umask(0o177)
-        try:
-            with addressable(path) as address:
-                self._server = await asyncio.start_unix_server(self._connection, path=address)
-        finally:
-            os.umask(previous)
-        path.chmod(0o600)
+        self._server = await owner_only_server(self._connection, path)
         log.info("owner serving on its control socket (protocol %d)", wire.OWNER_PROTOCOL)
         try:
             await stop.wait()
