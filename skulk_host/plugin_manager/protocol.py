@@ -157,12 +157,12 @@ class PurgeRequest(
     plugin_id: PluginId
 
 
-class SourceUpdate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``configure_source``'s nested request; omitted fields keep their values."""
+class _FeedUpdate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What a source or catalog update shares: the fence, the feed's address, its trust
+    and its write-only token; omitted fields keep their values."""
 
     expected_revision: Annotated[int, msgspec.Meta(ge=0)]
     base_url: Annotated[str, msgspec.Meta(max_length=2048)] | None = None
-    metadata_filename: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
     trust: dict[str, Any] | None = None
     token: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
     clear_token: bool = False
@@ -174,8 +174,15 @@ class SourceUpdate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     def __repr__(self) -> str:
         # NOTE: the write-only token never reaches a log line or a traceback.
         return (
-            f"SourceUpdate(expected_revision={self.expected_revision}, base_url={self.base_url!r})"
+            f"{type(self).__name__}(expected_revision={self.expected_revision},"
+            f" base_url={self.base_url!r})"
         )
+
+
+class SourceUpdate(_FeedUpdate, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``configure_source``'s nested request."""
+
+    metadata_filename: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
 
 
 class InstallRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -254,24 +261,10 @@ class RecoverInstallRequest(
     expected_source_revision: Annotated[int, msgspec.Meta(ge=0)]
 
 
-class CatalogUpdate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class CatalogUpdate(_FeedUpdate, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``configure_catalog``'s nested request (the catalog fence and discovery trust)."""
 
-    expected_revision: Annotated[int, msgspec.Meta(ge=0)]
-    base_url: Annotated[str, msgspec.Meta(max_length=2048)] | None = None
     document_filename: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
-    trust: dict[str, Any] | None = None
-    token: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
-    clear_token: bool = False
-
-    def __post_init__(self) -> None:
-        if self.token is not None and self.clear_token:
-            raise ValueError("token and clear_token exclude each other")
-
-    def __repr__(self) -> str:
-        return (
-            f"CatalogUpdate(expected_revision={self.expected_revision}, base_url={self.base_url!r})"
-        )
 
 
 class ConfigureCatalogRequest(
