@@ -55,6 +55,7 @@ class PublishedSelection(msgspec.Struct, frozen=True, kw_only=True):
     uninstalled: bool = False
     operation_id: str | None = None
     highest_sequence: int = 0
+    """The highest release sequence ever selected, kept even after a rollback."""
 
 
 class OwnerProcess(msgspec.Struct, frozen=True, kw_only=True):

@@ -28,6 +28,7 @@ from skulk_host.plugin_manager.protocol import (
     InstallOperation,
     InstallReleaseRequest,
     InstallRequest,
+    InstallStatus,
     InstallStatusRequest,
     PluginId,
     ReadCatalogRequest,
@@ -47,15 +48,6 @@ class CatalogInstallBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     sequence: Annotated[int, msgspec.Meta(ge=1)]
     runtime_platform: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | None = None
     plugin_id: PluginId | None = None
-
-
-class InstallStatus(msgspec.Struct, frozen=True, kw_only=True):
-    """``install_status``'s result: the installation's latest install operation.
-
-    NOTE: the manager protocol declares no Struct for this result yet; it belongs
-    there (``manager/protocol.py``) once that module's move settles."""
-
-    operation: InstallOperation | None
 
 
 class PluginReleasesController(PluginControllerBase):

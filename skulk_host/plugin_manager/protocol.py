@@ -19,10 +19,11 @@ and one thirty-second deadline per request.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, TypeAlias
 
 import msgspec
 
+from skulk_core.plugins.answers import PublishedSelection
 from skulk_core.plugins.errors import PluginRefusal, ReleaseProtocolUnsupported
 from skulk_host.plugin_service.runtime import Generation, ManagerBuildDiffers
 
@@ -379,16 +380,14 @@ _DECODER: Final = msgspec.json.Decoder(Request)
 _ENCODER: Final = msgspec.json.Encoder()
 
 
-class Selection(msgspec.Struct, frozen=True, kw_only=True):
-    """The published desired state (``runtime-selection.json``): not process health."""
+Selection: TypeAlias = PublishedSelection
+"""The published desired state (``runtime-selection.json``), as the inventory answers it."""
 
-    revision: int = 0
-    runtime_digest: str | None = None
-    enabled: bool = False
-    uninstalled: bool = False
-    operation_id: str | None = None
-    highest_sequence: int = 0
-    """The highest release sequence ever selected, kept even after a rollback."""
+
+class InstallStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """``install_status``'s result: the installation's latest install operation."""
+
+    operation: InstallOperation | None
 
 
 class LifecycleOperation(msgspec.Struct, frozen=True, kw_only=True):
