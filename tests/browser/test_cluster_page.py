@@ -1,0 +1,81 @@
+"""The Cluster page on a real two-node cluster: both members in the topology with
+their facts, the placed demo instance with its runner's live status, and each node's
+live diagnostics one button away."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import Cluster, Tab, screenshot
+
+pytestmark = pytest.mark.xdist_group("browser")
+
+
+def test_the_topology_shows_every_member(two_nodes: Cluster, tab: Tab) -> None:
+    page = tab.page
+    page.goto(f"{two_nodes.nodes[0].url}/cluster")
+    members = page.get_by_role("list", name="Cluster members")
+    for node_id, name in zip(two_nodes.node_ids, two_nodes.names, strict=True):
+        card = members.get_by_role("article", name=name)
+        expect(card).to_be_visible()
+        expect(card.get_by_text(node_id)).to_be_visible()
+        expect(card.get_by_text(re.compile(r"used of"))).to_be_visible()
+        expect(card.get_by_text("llama_cpp", exact=False)).to_be_visible()
+    expect(page.get_by_role("button", name="Inspect live node diagnostics")).to_have_count(2)
+    # One of them is the master, with the election term.
+    expect(members.get_by_text(re.compile(r"master · term \d+"))).to_have_count(1)
+    # The placed demo model and its runner, live.
+    instances = page.get_by_role("table", name="Placed instances and their runners")
+    expect(instances.get_by_text("local/gemma-3-270m-q4_k_m")).to_be_visible()
+    expect(instances.get_by_text("ready")).to_be_visible()
+    expect(page.get_by_text("1/1")).to_be_visible()
+    page.wait_for_timeout(500)  # the links are drawn after layout
+    screenshot(page, "cluster")
+    assert tab.console.errors == []
+
+
+def test_the_same_cluster_from_the_other_member(two_nodes: Cluster, tab: Tab) -> None:
+    page = tab.page
+    page.goto(f"{two_nodes.nodes[1].url}/")
+    members = page.get_by_role("list", name="Cluster members")
+    for name in two_nodes.names:
+        expect(members.get_by_role("article", name=name)).to_be_visible()
+
+
+def test_inspect_opens_a_peers_live_diagnostics(two_nodes: Cluster, tab: Tab) -> None:
+    page = tab.page
+    page.goto(f"{two_nodes.nodes[0].url}/cluster")
+    # The second member is another process: its bundle comes through the fan-out.
+    peer_name = two_nodes.names[1]
+    card = page.get_by_role("article", name=peer_name)
+    card.get_by_role("button", name="Inspect live node diagnostics").click()
+    expect(page).to_have_url(f"{two_nodes.nodes[0].url}/node/{two_nodes.node_ids[1]}")
+    expect(page.get_by_role("heading", name=f"Node diagnostics: {peer_name}")).to_be_visible()
+    bundle = page.get_by_role("region", name="Node bundle")
+    expect(bundle.get_by_text(two_nodes.node_ids[1]).first).to_be_visible()
+    findings = page.get_by_role("list", name="Doctor findings")
+    expect(findings.get_by_role("listitem").first).to_be_visible()
+    for section in ("Runners and phases", "Data plane", "Timeline"):
+        expect(page.get_by_role("region", name=section)).to_be_visible()
+    screenshot(page, "node-diagnostics")
+    # Reload keeps the deep link.
+    page.reload()
+    expect(page.get_by_role("heading", name=f"Node diagnostics: {peer_name}")).to_be_visible()
+    assert tab.console.errors == []
+
+
+def test_the_runner_shows_on_its_nodes_diagnostics(two_nodes: Cluster, tab: Tab) -> None:
+    page = tab.page
+    page.goto(f"{two_nodes.nodes[0].url}/node/{two_nodes.node_ids[0]}")
+    runners = page.get_by_role("region", name="Runners and phases")
+    expect(runners.get_by_text("local/gemma-3-270m-q4_k_m")).to_be_visible()
+
+
+def test_an_unknown_node_says_what_is_wrong(two_nodes: Cluster, tab: Tab) -> None:
+    page = tab.page
+    page.goto(f"{two_nodes.nodes[0].url}/node/no-such-node")
+    expect(page.get_by_role("alert")).to_contain_text("no-such-node")
+    expect(page.get_by_role("button", name="Retry")).to_be_visible()
