@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from tests.browser.conftest import Cluster, Tab, screenshot
 
-pytestmark = pytest.mark.xdist_group("browser")
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 
 
 def test_the_topology_shows_every_member(two_nodes: Cluster, tab: Tab) -> None:

@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 from tests.browser.conftest import Tab, screenshot
 from tests.daemon_process import DaemonProcess
 
-pytestmark = pytest.mark.xdist_group("browser")
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 
 NAV = ["Cluster", "Models", "Chat", "Downloads", "Traces", "Performance", "Plugins"]
 
