@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Final
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, Playwright, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    ConsoleMessage,
+    Page,
+    Playwright,
+    expect,
+    sync_playwright,
+)
 
 from tests.daemon.serving import place, wait_for
 from tests.daemon_process import REPO_ROOT, DaemonProcess
@@ -26,6 +33,7 @@ SCREENSHOTS_DIR: Final = REPO_ROOT / "docs" / "screenshots"
 SCREENSHOTS_ENV: Final = "SKULK_SCREENSHOTS"
 WAIT_MS: Final = 20_000
 """How long a locator waits for what a live page shows (the state polls every 2 s)."""
+expect.set_options(timeout=WAIT_MS)
 
 
 @dataclass

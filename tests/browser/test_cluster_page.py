@@ -5,9 +5,11 @@ live diagnostics one button away."""
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
-from playwright.sync_api import expect
+from playwright.sync_api import Route, expect
 
 from tests.browser.conftest import Cluster, Tab, screenshot
 
@@ -68,8 +70,11 @@ def test_inspect_opens_a_peers_live_diagnostics(two_nodes: Cluster, tab: Tab) ->
 
 
 def test_the_runner_shows_on_its_nodes_diagnostics(two_nodes: Cluster, tab: Tab) -> None:
+    state = two_nodes.nodes[0].get("/state").json()
+    instance = next(iter(state["instances"][two_nodes.instance_id].values()))
+    (host,) = instance["shardAssignments"]["nodeToRunner"]
     page = tab.page
-    page.goto(f"{two_nodes.nodes[0].url}/node/{two_nodes.node_ids[0]}")
+    page.goto(f"{two_nodes.nodes[0].url}/node/{host}")
     runners = page.get_by_role("region", name="Runners and phases")
     expect(runners.get_by_text("local/gemma-3-270m-q4_k_m")).to_be_visible()
 
@@ -79,3 +84,62 @@ def test_an_unknown_node_says_what_is_wrong(two_nodes: Cluster, tab: Tab) -> Non
     page.goto(f"{two_nodes.nodes[0].url}/node/no-such-node")
     expect(page.get_by_role("alert")).to_contain_text("no-such-node")
     expect(page.get_by_role("button", name="Retry")).to_be_visible()
+
+
+def test_each_member_names_the_member_it_is_linked_to(two_nodes: Cluster, tab: Tab) -> None:
+    page = tab.page
+    page.goto(f"{two_nodes.nodes[0].url}/cluster")
+    first, second = two_nodes.names
+    alpha = page.get_by_role("article", name=first)
+    expect(alpha.get_by_role("definition").filter(has_text=second)).to_have_count(1)
+    beta = page.get_by_role("article", name=second)
+    expect(beta.get_by_role("definition").filter(has_text=first)).to_have_count(1)
+
+
+def satellite(node_id: str, title: str, status: str, observed_at: str) -> dict[str, Any]:
+    """One ``/state`` ``capabilityNodes`` entry, as a plugin host publishes it."""
+    return {
+        "pluginId": f"example.{title.lower()}",
+        "nodeId": f"{title.lower()}-node",
+        "bundleId": "bundle",
+        "version": "1.0.0",
+        "title": title,
+        "status": status,
+        "ownerAvailable": True,
+        "operationsActive": 0,
+        "surfaces": [{"kind": "link", "url": "http://127.0.0.1:9/ui", "ready": True}],
+        "actions": [],
+        "observedAt": observed_at,
+        "hostNodeId": node_id,
+    }
+
+
+def test_capability_satellites_hang_off_their_host(two_nodes: Cluster, tab: Tab) -> None:
+    # No plugin owner runs in this suite: the real /state is answered with two
+    # satellites added to the first member, as a host running them reports them.
+    page = tab.page
+    host = two_nodes.node_ids[0]
+    now = datetime.now(UTC)
+
+    def with_satellites(route: Route) -> None:
+        response = route.fetch()
+        state = response.json()
+        state["capabilityNodes"] = {
+            host: [
+                satellite(host, "Studio", "ready", now.isoformat()),
+                satellite(host, "Archive", "degraded", (now - timedelta(minutes=5)).isoformat()),
+            ]
+        }
+        route.fulfill(response=response, json=state)
+
+    page.route("**/state", with_satellites)
+    page.goto(f"{two_nodes.nodes[0].url}/cluster")
+    satellites = page.get_by_role("list", name=f"Capability nodes on {two_nodes.names[0]}")
+    expect(satellites.get_by_role("listitem")).to_have_count(2)
+    expect(satellites.get_by_role("link", name="Open Studio")).to_have_attribute(
+        "rel", "noopener noreferrer"
+    )
+    expect(satellites.get_by_text("degraded, not heard from recently")).to_be_visible()
+    expect(
+        page.get_by_role("list", name=f"Capability nodes on {two_nodes.names[1]}")
+    ).to_have_count(0)

@@ -58,7 +58,19 @@ function runnerItem(runner) {
   );
 }
 
-function memberCard(member, term, ctx) {
+function linksText(member, model, names) {
+  const peers = model.links
+    .filter((l) => l.a === member.id || l.b === member.id)
+    .map((l) => {
+      const other = l.a === member.id ? l.b : l.a;
+      return `${names.get(other) || other.slice(0, 12)}${l.session ? "" : " (address only)"}`;
+    });
+  if (peers.length) return peers.join(", ");
+  return model.members.length > 1 ? "no link to another member" : "no other member";
+}
+
+function memberCard(member, model, names, ctx) {
+  const term = model.term;
   const headingId = `node-${member.id}`;
   const healthTone = member.health === "ok" ? "ok" : member.health;
   return h(
@@ -81,6 +93,8 @@ function memberCard(member, term, ctx) {
         ...memoryRow(member),
         h("dt", null, "Accelerator"),
         h("dd", null, acceleratorText(member.accelerator)),
+        h("dt", null, "Linked to"),
+        h("dd", null, linksText(member, model, names)),
         h("dt", null, "Backends"),
         h("dd", null, member.backends.length ? member.backends.join(", ") : "none"),
         member.participation && member.participation !== "full" ? [h("dt", null, "Participation"), h("dd", null, member.participation)] : null,
@@ -203,7 +217,7 @@ export async function mount(root, ctx) {
       stat(model.instances.length, model.instances.length === 1 ? "instance" : "instances"),
       stat(`${ready}/${runnerCount}`, "runners ready"),
     );
-    replace(list, ...model.members.map((m) => memberCard(m, model.term, ctx)));
+    replace(list, ...model.members.map((m) => memberCard(m, model, names, ctx)));
     replace(instances, instancesTable(model.instances));
     if (focusKey) list.querySelector(`[data-focus-key="${CSS.escape(focusKey)}"]`)?.focus();
     redrawLinks();
