@@ -120,8 +120,10 @@ def test_a_stopped_node_shows_unreachable_and_recovers(one_node: DaemonProcess, 
     screenshot(page, "shell")
     one_node.stop()
     try:
-        expect(status).to_have_text(re.compile("unreachable|Reconnecting"), timeout=30_000)
+        expect(status).to_have_text(re.compile("unreachable"), timeout=30_000)
+        expect(page.get_by_role("alert")).to_contain_text("as it was last seen")
     finally:
         one_node.start()
     # The backoff is capped, so the page finds the node again by itself.
     expect(status).to_have_text(re.compile("Connected"), timeout=60_000)
+    expect(page.get_by_role("alert")).to_have_count(0)

@@ -225,8 +225,9 @@ export async function mount(root, ctx) {
 
   const offState = ctx.live.subscribe(render);
   const offStatus = ctx.live.onStatus((s, error) => {
-    if (s === "unreachable" && !ctx.live.state) replace(status, errorBox(`The node did not answer: ${error?.message || "unreachable"}. Retrying.`));
-    else replace(status);
+    if (s !== "unreachable") replace(status);
+    else if (!ctx.live.state) replace(status, errorBox(`The node did not answer: ${error?.message || "unreachable"}. Retrying.`));
+    else replace(status, errorBox("The node is not answering: this is the cluster as it was last seen. Retrying."));
   });
   const resize = new ResizeObserver(redrawLinks);
   resize.observe(list);
