@@ -41,10 +41,19 @@ class Console:
     """What a page said: console errors and uncaught exceptions, with failed loads."""
 
     errors: list[str] = field(default_factory=list)
+    """Console errors and uncaught exceptions: the page's own failures."""
+    failed_loads: list[str] = field(default_factory=list)
+    """Requests the browser logged as failed (a 4xx/5xx answer): a page may show and
+    retry these (a peer's diagnostics timing out), so tests say when they expect none."""
 
     def on_console(self, message: ConsoleMessage) -> None:
-        if message.type == "error":
-            self.errors.append(f"{message.text} at {message.location.get('url')}")
+        if message.type != "error":
+            return
+        line = f"{message.text} at {message.location.get('url')}"
+        if message.text.startswith("Failed to load resource"):
+            self.failed_loads.append(line)
+        else:
+            self.errors.append(line)
 
     def on_page_error(self, error: Exception) -> None:
         self.errors.append(f"uncaught: {error}")

@@ -34,9 +34,14 @@ def test_the_topology_shows_every_member(two_nodes: Cluster, tab: Tab) -> None:
     expect(instances.get_by_text("local/gemma-3-270m-q4_k_m")).to_be_visible()
     expect(instances.get_by_text("ready")).to_be_visible()
     expect(page.get_by_text("1/1")).to_be_visible()
+    # The runner's host is one click from its diagnostics.
+    host_link = instances.get_by_role("link")
+    expect(host_link).to_have_count(1)
+    assert host_link.inner_text() in two_nodes.names
     page.wait_for_timeout(500)  # the links are drawn after layout
     screenshot(page, "cluster")
     assert tab.console.errors == []
+    assert tab.console.failed_loads == []
 
 
 def test_the_same_cluster_from_the_other_member(two_nodes: Cluster, tab: Tab) -> None:
@@ -77,6 +82,10 @@ def test_the_runner_shows_on_its_nodes_diagnostics(two_nodes: Cluster, tab: Tab)
     page.goto(f"{two_nodes.nodes[0].url}/node/{host}")
     runners = page.get_by_role("region", name="Runners and phases")
     expect(runners.get_by_text("local/gemma-3-270m-q4_k_m")).to_be_visible()
+    # The runner's own process, beside the daemon's.
+    processes = page.get_by_role("region", name="Processes and providers")
+    expect(processes.get_by_role("cell", name=re.compile(r"^runner "))).to_have_count(1)
+    expect(processes.get_by_role("cell", name=re.compile(r"^daemon "))).to_have_count(1)
 
 
 def test_an_unknown_node_says_what_is_wrong(two_nodes: Cluster, tab: Tab) -> None:

@@ -32,6 +32,7 @@ def test_the_page_loads_clean_under_its_csp(one_node: DaemonProcess, tab: Tab) -
     expect(page.get_by_role("status")).to_have_text(re.compile("Connected"))
     expect(page.get_by_text("solo · 1 node")).to_be_visible()
     assert tab.console.errors == []
+    assert tab.console.failed_loads == []
 
 
 def test_a_deep_link_survives_reload_and_history(one_node: DaemonProcess, tab: Tab) -> None:

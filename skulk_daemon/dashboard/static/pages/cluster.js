@@ -154,7 +154,7 @@ function instancesTable(instances) {
               h(
                 "ul",
                 { class: "runners" },
-                inst.runners.map((r) => h("li", null, `${r.nodeName} · `, h("span", { class: ["badge", r.tone], title: r.error || "" }, r.status), r.error ? h("span", { class: "muted" }, ` ${r.error}`) : null)),
+                inst.runners.map((r) => h("li", null, h("a", { href: `/node/${encodeURIComponent(r.nodeId)}` }, r.nodeName), " · ", h("span", { class: ["badge", r.tone], title: r.error || "" }, r.status), r.error ? h("span", { class: "muted" }, ` ${r.error}`) : null)),
               ),
             ),
           ),

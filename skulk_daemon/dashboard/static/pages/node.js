@@ -121,6 +121,44 @@ function dataPlane(bundle) {
   );
 }
 
+function processes(bundle) {
+  const list = bundle.processes || [];
+  const providers = bundle.providers || {};
+  const load = (name, x) => (x && typeof x.active === "number" ? [name, `${x.active} active of ${x.limit}`] : null);
+  return section(
+    "node-processes",
+    "Processes and providers",
+    h(
+      "div",
+      { class: "table-wrap" },
+      h(
+        "table",
+        { class: "instances" },
+        h("thead", null, h("tr", null, ["Process", "PID", "Memory", "CPU"].map((t) => h("th", { scope: "col" }, t)))),
+        h(
+          "tbody",
+          null,
+          list.map((p) =>
+            h(
+              "tr",
+              null,
+              h("td", null, `${p.role}${p.runnerId ? ` ${p.runnerId.slice(0, 8)}` : ""} (${p.name}, ${p.status})`),
+              h("td", null, String(p.pid)),
+              h("td", null, formatBytes(p.rssBytes)),
+              h("td", null, `${Math.round(p.cpuPercent)}%`),
+            ),
+          ),
+        ),
+      ),
+    ),
+    dl(
+      ["Capability providers", (providers.providers || []).join(", ") || "none"],
+      load("Unary calls", providers.unaryCalls),
+      load("Streams", providers.streams),
+    ),
+  );
+}
+
 function timeline(entries, unreachable) {
   const shown = entries.slice(-TIMELINE_SHOWN).reverse();
   return section(
@@ -162,7 +200,7 @@ export async function mount(root, ctx) {
       heading.textContent = name ? `Node diagnostics: ${name}` : "Node diagnostics";
       const entries = (merged?.entries || []).filter((e) => e.nodeId === id);
       const missing = merged?.unreachableNodes?.some?.((u) => u.nodeId === id) ? "The timeline could not reach this node." : merged ? null : "The merged timeline is unavailable.";
-      replace(body, summary(bundle), doctor(bundle), runners(bundle), dataPlane(bundle), timeline(entries.length ? entries : bundle.flightRecorder || [], missing));
+      replace(body, summary(bundle), doctor(bundle), runners(bundle), dataPlane(bundle), processes(bundle), timeline(entries.length ? entries : bundle.flightRecorder || [], missing));
       replace(status);
       loaded = true;
     } catch (error) {
