@@ -14,7 +14,9 @@
 //     api,      // static/api.js: get/post/put/del(path[, body], {signal}) -> parsed JSON,
 //               // throwing ApiError {status, message, code}; stream(path, body,
 //               // {signal, onEvent}) for SSE POSTs; events(path, {signal, onEvent}) for
-//               // GET SSE. Same origin, public API only, same authority as any client.
+//               // GET SSE. Every call takes {signal, headers} (e.g. the pairing
+//               // routes' X-Skulk-Dashboard: pairing-v1). Same origin, public API
+//               // only, same authority as any client.
 //     live,     // static/live.js: the cluster /state, polled with backoff, paused while
 //               // the tab is hidden. live.subscribe(fn) -> unsubscribe; live.state;
 //               // live.refresh() after a mutation; live.onStatus(fn) -> unsubscribe.
