@@ -152,3 +152,23 @@ def test_capability_satellites_hang_off_their_host(two_nodes: Cluster, tab: Tab)
     expect(
         page.get_by_role("list", name=f"Capability nodes on {two_nodes.names[1]}")
     ).to_have_count(0)
+
+
+def test_a_failed_runner_shows_why(two_nodes: Cluster, tab: Tab) -> None:
+    # The real /state, with the demo runner reported failed as a supervisor reports it.
+    page = tab.page
+
+    def failed(route: Route) -> None:
+        response = route.fetch()
+        state = response.json()
+        instance = next(iter(state["instances"][two_nodes.instance_id].values()))
+        (runner_id,) = instance["shardAssignments"]["runnerToShard"]
+        state["runners"][runner_id] = {"RunnerFailed": {"errorMessage": "out of memory"}}
+        route.fulfill(response=response, json=state)
+
+    page.route("**/state", failed)
+    page.goto(f"{two_nodes.nodes[0].url}/cluster")
+    instances = page.get_by_role("table", name="Placed instances and their runners")
+    expect(instances.get_by_text("failed", exact=True)).to_be_visible()
+    expect(instances.get_by_text("out of memory")).to_be_visible()
+    expect(page.get_by_text("0/1")).to_be_visible()

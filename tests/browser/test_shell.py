@@ -128,3 +128,11 @@ def test_a_stopped_node_shows_unreachable_and_recovers(one_node: DaemonProcess, 
     # The backoff is capped, so the page finds the node again by itself.
     expect(status).to_have_text(re.compile("Connected"), timeout=60_000)
     expect(page.get_by_role("alert")).to_have_count(0)
+
+
+def test_the_page_loads_by_the_name_localhost(one_node: DaemonProcess, tab: Tab) -> None:
+    page = tab.page
+    page.goto(f"http://localhost:{one_node.port}/cluster")
+    expect(page.get_by_role("status")).to_have_text(re.compile("Connected"))
+    expect(page.get_by_role("article", name="solo")).to_be_visible()
+    assert tab.console.errors == []
