@@ -23,6 +23,7 @@ from skulk_daemon.api.browser_tools import BrowserToolsController
 from skulk_daemon.api.capabilities import CapabilitiesController
 from skulk_daemon.api.claude_messages import ClaudeMessagesController
 from skulk_daemon.api.config import ConfigController
+from skulk_daemon.api.dashboard import DashboardController
 from skulk_daemon.api.diagnostics import DiagnosticsController
 from skulk_daemon.api.embeddings import EmbeddingsController
 from skulk_daemon.api.errors import EXCEPTION_HANDLERS
@@ -86,6 +87,7 @@ CONTROLLERS = [
     PluginGrantsController,
     HostNetworkController,
     StoreController,
+    DashboardController,
 ]
 
 
