@@ -13,6 +13,7 @@ followed, so the API key goes only to the URLs a member advertises.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import os
 import re
@@ -79,8 +80,29 @@ class PeerAnswer:
 
 
 def api_urls(node: Node, node_id: NodeId) -> tuple[str, ...]:
-    reading = node.view().telemetry.get(node_id)
-    return () if reading is None else reading.resources.api_urls
+    """Where ``node_id``'s API may be asked from here. A loopback URL names the machine
+    that reads it, so another machine's (an old node's, or one bound to loopback) would
+    reach this machine's own API: it is kept only for a member on this same machine."""
+    telemetry = node.view().telemetry
+    reading = telemetry.get(node_id)
+    if reading is None:
+        return ()
+    own = telemetry.get(node.node_id)
+    same_machine = own is not None and own.system.hostname == reading.system.hostname
+    return tuple(
+        url for url in reading.resources.api_urls if same_machine or not is_loopback_url(url)
+    )
+
+
+def is_loopback_url(url: str) -> bool:
+    """Whether ``url`` names the loopback of the machine that reads it."""
+    host = httpx.URL(url).host
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _headers(node: Node) -> dict[str, str]:

@@ -30,7 +30,9 @@ def preferred_ipv4() -> str:
 
 def advertised_api_urls(host: str, port: int) -> tuple[str, ...]:
     """The URLs other nodes may reach this node's API on: every IPv4 address for a
-    wildcard bind (private ranges first, loopback last), else the bound host."""
+    wildcard bind (private ranges first), else the bound host. Loopback is never told
+    to other machines (it would name their own API): a wildcard bind advertises it only
+    when the machine has no other address, so only members on this machine can use it."""
     if host not in ("0.0.0.0", "", "::"):
         return (f"http://{_url_host(host)}:{port}",)
     found: list[ipaddress.IPv4Address] = []
@@ -44,8 +46,9 @@ def advertised_api_urls(host: str, port: int) -> tuple[str, ...]:
                 continue
             if not (ip.is_link_local or ip.is_unspecified) and ip not in found:
                 found.append(ip)
-    found.sort(key=lambda ip: (ip.is_loopback, not ip.is_private, int(ip)))
-    return tuple(f"http://{ip}:{port}" for ip in found[:8])
+    routable = [ip for ip in found if not ip.is_loopback] or found
+    routable.sort(key=lambda ip: (not ip.is_private, int(ip)))
+    return tuple(f"http://{ip}:{port}" for ip in routable[:8])
 
 
 def _url_host(host: str) -> str:

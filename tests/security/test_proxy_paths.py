@@ -19,6 +19,7 @@ import pytest
 from skulk_core.ids import NodeId
 from skulk_daemon.node import fanout
 from skulk_daemon.node.node import Node
+from skulk_daemon.system.netinfo import advertised_api_urls
 
 KEY = "sk-skulk-test-0123456789abcdef0123456789"
 PEER = NodeId("peer")
@@ -99,3 +100,38 @@ def test_a_well_formed_id_is_forwarded_with_the_key(peer: Peer) -> None:
     )
     with pytest.raises(fanout.UnsafePath):
         fanout.checked_path("relative/path")
+
+
+def _member(hostname: str, *urls: str) -> SimpleNamespace:
+    return SimpleNamespace(
+        system=SimpleNamespace(hostname=hostname), resources=SimpleNamespace(api_urls=urls)
+    )
+
+
+def test_another_machines_loopback_is_never_asked() -> None:
+    # A loopback URL names the machine that reads it: told by another machine, it would
+    # reach this machine's own API (with this node's key), not that member's.
+    telemetry = {
+        NodeId("self"): _member("here", "http://192.168.1.10:52415"),
+        NodeId("far"): _member("there", "http://127.0.0.1:52415", "http://192.168.1.20:52415"),
+        NodeId("far-loopback-only"): _member("there", "http://localhost:52415"),
+        NodeId("near"): _member("here", "http://127.0.0.1:52416"),
+    }
+    node = cast(
+        Node,
+        SimpleNamespace(node_id=NodeId("self"), view=lambda: SimpleNamespace(telemetry=telemetry)),
+    )
+    assert fanout.api_urls(node, NodeId("far")) == ("http://192.168.1.20:52415",)
+    assert fanout.api_urls(node, NodeId("far-loopback-only")) == ()
+    assert fanout.api_urls(node, NodeId("near")) == ("http://127.0.0.1:52416",)
+    assert fanout.api_urls(node, NodeId("unknown")) == ()
+
+
+def test_a_wildcard_bind_advertises_loopback_only_when_nothing_else_exists() -> None:
+    assert fanout.is_loopback_url("http://[::1]:52415")
+    assert not fanout.is_loopback_url("http://192.168.1.20:52415")
+    urls = advertised_api_urls("0.0.0.0", 52415)
+    assert urls
+    if any(not fanout.is_loopback_url(url) for url in urls):
+        assert not any(fanout.is_loopback_url(url) for url in urls), urls
+    assert advertised_api_urls("127.0.0.1", 52415) == ("http://127.0.0.1:52415",)
