@@ -14,6 +14,7 @@ from typing import Final, TypeVar
 
 from skulk_core.ids import CommandId, InstanceId, NodeId, new_command_id
 from skulk_core.models.cards import ModelCard
+from skulk_core.models.suggest import not_in_catalog
 from skulk_core.placement import (
     MODEL_CARD_IDENTITY_MISMATCH,
     NO_VALID_PLACEMENT,
@@ -99,9 +100,15 @@ class PlacementService:
         self._lock = asyncio.Lock()
 
     def card(self, model_id: str) -> ModelCard:
-        entry = self._node.catalog().get(model_id)
+        catalog = self._node.catalog()
+        entry = catalog.get(model_id)
         if entry is None:
-            raise ApiError(404, f"model {model_id!r} is not in the catalog", code="model_not_found")
+            raise ApiError(
+                404,
+                f"{not_in_catalog(model_id, catalog.by_id)}; add a Hugging Face model first "
+                "(POST /models/add)",
+                code="model_not_found",
+            )
         return entry.card
 
     async def previews(self, model_id: str, query: PreviewQuery) -> list[PlacementPreview]:
