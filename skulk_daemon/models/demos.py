@@ -14,6 +14,7 @@ from typing import Final
 
 from skulk_core.ids import ModelId
 from skulk_core.models.catalog import InstalledModel
+from skulk_core.models.demo_ids import PACKAGED_DEMO_IDS
 from skulk_daemon.models.demo import DEMO_MODEL_ID, install_demo_model
 from skulk_daemon.models.embedding_demo import EMBEDDING_DEMO_MODEL_ID, install_embedding_demo
 from skulk_daemon.models.packaged import install_lock, removed_marker
@@ -37,6 +38,10 @@ DEMO_INSTALLERS: Final[dict[ModelId, Installer]] = {
 
 class DemoUnavailable(Exception):
     """The demo's package is not installed here, so it cannot be added back."""
+
+
+# The ids are core knowledge (the CLI names them too); this keeps the two in step.
+assert frozenset(DEMO_INSTALLERS) == PACKAGED_DEMO_IDS
 
 
 def is_demo(model_id: str) -> bool:
