@@ -47,6 +47,10 @@ def test_a_misspelled_model_id_gets_the_closest_known_ids(node: AppNode) -> None
         node.post("/place_instance", json={"model_id": typo}),
         node.get("/instance/previews", params={"model_id": typo}),
         node.get("/models/requirements", params={"model_id": typo}),
+        node.post(
+            "/v1/chat/completions",
+            json={"model": typo, "messages": [{"role": "user", "content": "Hi"}]},
+        ),
     ):
         assert response.status_code == 404, response.text
         error = response.json()["error"]
