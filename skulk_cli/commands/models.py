@@ -112,14 +112,17 @@ def add(
     if cli.wants_json(json_output):
         console.emit_json(added)
         return
+    pinned = added.get("source_revision")
     console.show(
         Text.assemble(
             ("Added ", ""),
             (str(added.get("id", model_id)), "bold"),
-            (f" at {added.get('source_revision')}", "dim"),
+            (f" at {pinned}" if pinned else "", "dim"),
         )
     )
-    console.note(Text(f"Next: skulk models download {model_id}"))
+    # A demo added back is installed at once; a Hugging Face model has no bytes yet.
+    step = "place" if added.get("installed") is True else "models download"
+    console.note(Text(f"Next: skulk {step} {model_id}"))
 
 
 @app.command("import")

@@ -124,4 +124,5 @@ def test_models_rm_refuses_a_placed_model_then_removes_it_for_good(daemon: Daemo
     # The node says "add it back" in the CLI's words, and that brings it back.
     added = skulk(daemon, "models", "add", DEMO)
     assert added.returncode == 0, added.stderr
+    assert f"Added {DEMO}" in added.stdout and f"Next: skulk place {DEMO}" in added.stderr
     assert listed(daemon)[DEMO] is True
