@@ -234,9 +234,9 @@ def _refuse_if_placed(state: views.ClusterState, model: str) -> None:
     first = placed[0]
     console.error(
         f"{model} is already placed as instance {', '.join(placed)}.",
-        hint=f"Chat with it as it is (`skulk chat {model}`), remove it first with "
-        f"`skulk instances rm {short(first)}`, or start another replica (its memory again) "
-        f"with `skulk place {model} --another`.",
+        hint=f"It serves requests as it is. To place it differently, remove it first with "
+        f"`skulk instances rm {short(first)}`; to run a second copy (its memory again), use "
+        f"`skulk place {model} --another`.",
     )
     raise typer.Exit(EXIT_REFUSED)
 
