@@ -152,6 +152,7 @@ class SkulkClient(ModelCalls, PluginCalls):
         min_nodes: int,
         excluded_nodes: Sequence[str] = (),
         context_tokens: int | None = None,
+        allow_duplicate: bool = False,
     ) -> JsonObject:
         """``POST /place_instance``: ``command_id`` and ``instance_id`` once accepted.
 
@@ -167,6 +168,8 @@ class SkulkClient(ModelCalls, PluginCalls):
         }
         if context_tokens is not None:
             body["context_tokens"] = context_tokens
+        if allow_duplicate:
+            body["allow_duplicate"] = True
         return self._request(
             "POST", "/place_instance", body=body, timeout=PLACEMENT_TIMEOUT_SECONDS
         )

@@ -25,6 +25,15 @@ class ModelCalls(NodeHttp):
         results = found.get("results")
         return results if isinstance(results, list) else []
 
+    def gguf_quants(self, model_id: str) -> JsonObject:
+        """``GET /models/gguf-quants``: a Hugging Face repository's GGUF quantizations."""
+        return self._request(
+            "GET",
+            "/models/gguf-quants",
+            params=(("model_id", model_id),),
+            timeout=HUB_TIMEOUT_SECONDS,
+        )
+
     def add_model(self, body: JsonObject) -> JsonObject:
         """``POST /models/add``: the catalog item, once the pinned card is visible."""
         return self._request("POST", "/models/add", body=body, timeout=HUB_TIMEOUT_SECONDS)

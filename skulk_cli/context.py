@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import typer
 
-from skulk_cli import console
+from skulk_cli import console, hints
 from skulk_cli.client import (
     DEFAULT_API_URL,
     SkulkApiError,
@@ -94,7 +94,7 @@ def node_client(cli: CliContext) -> Iterator[SkulkClient]:
         )
         raise typer.Exit(EXIT_REFUSED) from None
     except SkulkApiError as exc:
-        console.error(exc.message)
+        console.error(*hints.explain(exc))
         raise typer.Exit(EXIT_REFUSED) from None
     except UnexpectedResponseError as exc:
         console.error(str(exc))
@@ -155,7 +155,7 @@ def operator_node_client(store: CredentialStore | None = None) -> Iterator[Skulk
                 "the gateway's owner grants anything else.",
             )
         else:
-            console.error(exc.message)
+            console.error(*hints.explain(exc))
         raise typer.Exit(EXIT_REFUSED) from None
     except UnexpectedResponseError as exc:
         console.error(str(exc))

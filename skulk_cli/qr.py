@@ -66,10 +66,12 @@ def half_block_lines(matrix: list[list[bool]]) -> list[str]:
 
 @dataclass(frozen=True)
 class TerminalQr:
-    """A rich renderable drawing ``data`` as a QR code, or saying the terminal is too narrow.
+    """A rich renderable drawing ``data`` as a QR code, or saying the terminal is too small.
 
     NOTE: a code wider than the terminal is never wrapped or cropped (either would
-    print an unscannable pattern); the user is told how wide it needs to be instead.
+    print an unscannable pattern), and one taller than a terminal window cannot be seen
+    whole to be scanned; the user is told the size it needs and the other ways instead.
+    Output that is not a terminal (a file, a pipe) has no height and always gets the code.
     """
 
     data: str
@@ -79,12 +81,10 @@ class TerminalQr:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         lines = self.lines()
-        width = len(lines[0])
-        if width > options.max_width:
-            yield Text(
-                f"(The QR code needs a terminal {width} columns wide; this one has "
-                f"{options.max_width}. Widen it, use --qr-output, or the payload below.)"
-            )
+        width, height = len(lines[0]), len(lines)
+        rows = options.size.height if options.is_terminal else None
+        if width > options.max_width or (rows is not None and height > rows):
+            yield Text(too_small_hint(width, height, options.max_width, rows))
             return
         for line in lines:
             yield Segment(line, QR_STYLE)
@@ -93,6 +93,16 @@ class TerminalQr:
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         width = len(self.lines()[0])
         return Measurement(width, width)
+
+
+def too_small_hint(width: int, height: int, columns: int, rows: int | None) -> str:
+    """What to do when a ``width`` x ``height`` code does not fit the terminal."""
+    has = f"{columns}x{rows}" if rows is not None else f"{columns} columns"
+    return (
+        f"(The QR code needs a terminal {width} columns wide and {height} rows tall; this "
+        f"one is {has}. Enlarge the window or make its font smaller and run the command "
+        "again, write the code as an image with --png FILE, or use the payload below.)"
+    )
 
 
 def png_bytes(data: str) -> bytes:

@@ -47,12 +47,19 @@ def relative(moment: datetime, now: datetime) -> str:
 
 
 def pair_header(
-    issued: PairIssued, cluster_name: str, cluster_id: str, fingerprint: str, now: datetime
+    issued: PairIssued,
+    *,
+    cluster_name: str,
+    cluster_id: str,
+    fingerprint: str,
+    exchange_url: str,
+    now: datetime,
 ) -> RenderableType:
     """What a freshly issued session or invitation is, above its QR code."""
     lines = [
         Text.assemble(("Cluster      ", "bold"), f"{cluster_name} ({cluster_id})"),
         Text.assemble(("Fingerprint  ", "bold"), fingerprint),
+        Text.assemble(("Pairs via    ", "bold"), exchange_url),
         Text.assemble(
             ("Expires      ", "bold"),
             f"{when(issued.expires_at)} ({relative(issued.expires_at, now)})",

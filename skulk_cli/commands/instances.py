@@ -1,4 +1,9 @@
-"""`skulk instances ...`: the placed model instances."""
+"""`skulk instances ...`: the placed model instances.
+
+Every command that takes an instance id takes a unique prefix of one too (what
+`skulk instances list` shows at its start is enough); an ambiguous prefix lists the
+instances it could mean.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +12,30 @@ from typing import Annotated
 import typer
 
 from skulk_cli import console, render, views
-from skulk_cli.context import CliContext, JsonFlag, node_client
+from skulk_cli.client import SkulkClient
+from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, node_client
+from skulk_cli.instance_ids import AmbiguousInstanceId, resolve_instance_id
 
 app = typer.Typer(help="List, inspect and remove placed model instances.", no_args_is_help=True)
 
 InstanceArg = Annotated[
     str,
     typer.Argument(
-        metavar="ID", help="Instance id, as `skulk instances list` shows it.", show_default=False
+        metavar="ID",
+        help="Instance id, or a unique prefix of one, as `skulk instances list` shows it.",
+        show_default=False,
     ),
 ]
+
+
+def resolve(client: SkulkClient, given: str) -> str:
+    """The full id ``given`` stands for; an ambiguous prefix ends the command (exit 1)."""
+    state = views.parse(client.state(), views.ClusterState, "/state")
+    try:
+        return resolve_instance_id(given, state)
+    except AmbiguousInstanceId as exc:
+        console.error(str(exc), hint="Type more of the id.")
+        raise typer.Exit(EXIT_REFUSED) from None
 
 
 @app.command("list")
@@ -52,6 +71,7 @@ def show(ctx: typer.Context, instance_id: InstanceArg, json_output: JsonFlag = F
     """
     cli = CliContext.of(ctx)
     with node_client(cli) as client:
+        instance_id = resolve(client, instance_id)
         raw = client.instance(instance_id)
         if cli.wants_json(json_output):
             console.emit_json(raw)
@@ -62,18 +82,23 @@ def show(ctx: typer.Context, instance_id: InstanceArg, json_output: JsonFlag = F
     console.show(render.instance(detail, state))
 
 
-@app.command("delete")
-def delete(ctx: typer.Context, instance_id: InstanceArg, json_output: JsonFlag = False) -> None:
+@app.command("rm")
+def remove(ctx: typer.Context, instance_id: InstanceArg, json_output: JsonFlag = False) -> None:
     """Remove an instance: its runners stop and free their memory.
 
-    Work in flight on the instance is interrupted. The model's files stay on disk.
+    Work in flight on the instance is interrupted. The model's files stay on disk
+    (`skulk models rm` removes those).
     """
     cli = CliContext.of(ctx)
     with node_client(cli) as client:
-        raw = client.delete_instance(instance_id)
+        raw = client.delete_instance(resolve(client, instance_id))
     if cli.wants_json(json_output):
         console.emit_json(raw)
         return
     console.show(
         render.instance_deleted(views.parse(raw, views.DeleteResponse, "DELETE /instance"))
     )
+
+
+# The command's first name, kept for scripts; `rm` matches `models rm` and `store rm`.
+app.command("delete", hidden=True, help="Same as `skulk instances rm`.")(remove)

@@ -3,8 +3,8 @@
 ``search`` and ``add`` talk to Hugging Face through the node (its token, its
 endpoint); ``download`` fetches an added model's bytes to the node with a progress
 bar (Ctrl-C cancels and keeps the partial file for a later resume); ``import`` makes
-a GGUF file already on the node's machine a model; ``rm`` removes an added card and,
-with ``--files``, the bytes this node downloaded or imported for it.
+a GGUF file already on the node's machine a model; ``quants`` lists a repository's
+GGUF files; ``rm`` (:mod:`models_remove`) removes a model from this node.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from rich.text import Text
 
 from skulk_cli import console, render, views
 from skulk_cli.client import SkulkClient
+from skulk_cli.commands import models_remove
 from skulk_cli.context import CliContext, JsonFlag, node_client
 
 app = typer.Typer(help="Browse the models the cluster knows about.", no_args_is_help=True)
@@ -111,14 +112,17 @@ def add(
     if cli.wants_json(json_output):
         console.emit_json(added)
         return
+    pinned = added.get("source_revision")
     console.show(
         Text.assemble(
             ("Added ", ""),
             (str(added.get("id", model_id)), "bold"),
-            (f" at {added.get('source_revision')}", "dim"),
+            (f" at {pinned}" if pinned else "", "dim"),
         )
     )
-    console.note(Text(f"Next: skulk models download {model_id}"))
+    # A demo added back is installed at once; a Hugging Face model has no bytes yet.
+    step = "place" if added.get("installed") is True else "models download"
+    console.note(Text(f"Next: skulk {step} {model_id}"))
 
 
 @app.command("import")
@@ -149,38 +153,38 @@ def import_model(
     )
 
 
-@app.command("rm")
-def remove(
-    ctx: typer.Context,
-    model_id: ModelArg,
-    files: Annotated[
-        bool, typer.Option("--files", help="Also delete the bytes this node holds for it.")
-    ] = False,
-    json_output: JsonFlag = False,
-) -> None:
-    """Remove an added model's card (and, with --files, this node's bytes for it)."""
+app.command("rm")(models_remove.remove)
+
+
+@app.command("quants")
+def quants(ctx: typer.Context, model_id: ModelArg, json_output: JsonFlag = False) -> None:
+    """List a Hugging Face GGUF repository's quantizations (files to pin with --gguf-file)."""
     cli = CliContext.of(ctx)
-    answer: dict[str, object] = {}
     with node_client(cli) as client:
-        if files:
-            node_id = str(client.node_identity().get("nodeId", ""))
-            answer["files"] = client.cancel_download(node_id, model_id)
-        if not files or model_id in _custom_ids(client):
-            answer["card"] = client.remove_custom_card(model_id)
+        raw = client.gguf_quants(model_id)
     if cli.wants_json(json_output):
-        console.emit_json(answer)
+        console.emit_json(raw)
         return
-    console.show(Text(f"Removed {model_id}"))
-
-
-def _custom_ids(client: SkulkClient) -> set[str]:
-    data = client.models().get("data")
-    rows = data if isinstance(data, list) else []
-    return {
-        str(row.get("id"))
-        for row in rows
-        if isinstance(row, dict) and row.get("catalog_source") == "custom"
-    }
+    options = raw.get("options")
+    rows = [row for row in options if isinstance(row, dict)] if isinstance(options, list) else []
+    if not rows:
+        console.show(Text(f"{model_id} has no GGUF weight files.", style="dim"))
+        return
+    table = Table()
+    table.add_column("GGUF file (for --gguf-file)", overflow="fold")
+    table.add_column("Quant")
+    table.add_column("Size", justify="right")
+    table.add_column("Shards", justify="right")
+    for row in rows:
+        size = row.get("total_bytes")
+        table.add_row(
+            str(row.get("gguf_file", "")),
+            str(row.get("label", "")),
+            f"{size / 1e9:.2f} GB" if isinstance(size, int) else "-",
+            str(row.get("shard_count", "")),
+        )
+    console.show(table)
+    console.note(Text(f"Add one with: skulk models add {model_id} --gguf-file FILE"))
 
 
 @app.command("download")

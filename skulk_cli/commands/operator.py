@@ -124,9 +124,11 @@ def pair(
     qr_output: Annotated[
         Path | None,
         typer.Option(
+            "--png",
             "--qr-output",
             metavar="PATH",
-            help="Also write the QR code as a PNG to this new path (owner-only; never overwrites).",
+            help="Also write the QR code as a PNG to this new path (owner-only; never "
+            "overwrites): for a terminal too small to show the code.",
         ),
     ] = None,
     data_dir: DataDirOption = None,
@@ -176,7 +178,12 @@ def pair(
     now = datetime.now(UTC)
     console.show(
         render_operator.pair_header(
-            issued, package.cluster_name, package.cluster_id, package.fingerprint, now
+            issued,
+            cluster_name=package.cluster_name,
+            cluster_id=package.cluster_id,
+            fingerprint=package.fingerprint,
+            exchange_url=package.exchange_url,
+            now=now,
         )
     )
     console.show(qr.TerminalQr(issued.uri))

@@ -9,9 +9,10 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from skulk_cli import console, render, views
+from skulk_cli import console, hints, render, views
 from skulk_cli.client import JsonObject, SkulkApiError, SkulkClient
 from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, node_client
+from skulk_cli.instance_ids import placed_instances, short
 from skulk_core.state.shards import InstanceMeta, Sharding
 
 # How often `skulk place` reads /state while the runners start.
@@ -19,6 +20,7 @@ POLL_SECONDS = 0.5
 READY_STATUSES = frozenset({"RunnerReady", "RunnerRunning"})
 _INFO_PENDING = "placement_info_pending"
 _NO_VALID_PLACEMENT = "no_valid_placement"
+MODEL_ALREADY_PLACED = "model_already_placed"
 
 
 ModelArg = Annotated[
@@ -136,6 +138,13 @@ def place(
         bool,
         typer.Option("--no-wait", help="Return once the node accepts; do not wait for ready."),
     ] = False,
+    another: Annotated[
+        bool,
+        typer.Option(
+            "--another",
+            help="Start another replica of a model that is already placed (its memory again).",
+        ),
+    ] = False,
     json_output: JsonFlag = False,
 ) -> None:
     """Place a model on the cluster and wait until it is ready to answer.
@@ -143,7 +152,9 @@ def place(
     Shows the placement the node's preview expects, asks the node to place the
     model, then follows its runners (download, load, warm-up) until every one is
     ready. A failed runner or a placement the cluster gave up on exits 1 with the
-    reason. Options not given are left to the node's planner.
+    reason. Options not given are left to the node's planner. A model that is
+    already placed is refused (exit 1, naming its instance) unless --another asks
+    for a second replica.
     """
     cli = CliContext.of(ctx)
     as_json = cli.wants_json(json_output)
@@ -165,6 +176,8 @@ def place(
         listing = views.parse(raw_previews, views.PreviewList, "/instance/previews")
         chosen = _choose(listing, shape)
         state = views.parse(client.state(), views.ClusterState, "/state")
+        if not another:
+            _refuse_if_placed(state, model)
         if chosen is not None and not as_json:
             console.show(render.chosen_preview(listing.previews[chosen], state, context_tokens))
         preview = listing.previews[chosen] if chosen is not None else None
@@ -179,9 +192,13 @@ def place(
                 min_nodes=min_nodes or 1,
                 excluded_nodes=excluded,
                 context_tokens=context_tokens,
+                allow_duplicate=another,
             )
         except SkulkApiError as exc:
-            console.error(exc.message, hint=_refusal_hint(exc, model))
+            if exc.code == MODEL_ALREADY_PLACED:  # placed since the check above
+                _refuse_if_placed(views.parse(client.state(), views.ClusterState, "/state"), model)
+            message, hint = hints.explain(exc)
+            console.error(message, hint=hint or _refusal_hint(exc, model))
             raise typer.Exit(EXIT_REFUSED) from None
         accepted = views.parse(raw_place, views.PlaceResponse, "/place_instance")
         raw_chosen = _raw_preview(raw_previews, chosen)
@@ -207,6 +224,21 @@ def place(
             raise typer.Exit(EXIT_REFUSED)
         if not as_json and outcome.body is not None:
             console.show(render.placed(accepted, outcome.body, outcome.state))
+
+
+def _refuse_if_placed(state: views.ClusterState, model: str) -> None:
+    """Exit 1 with the fix when ``model`` already has an instance."""
+    placed = placed_instances(state, model)
+    if not placed:
+        return
+    first = placed[0]
+    console.error(
+        f"{model} is already placed as instance {', '.join(placed)}.",
+        hint=f"It serves requests as it is. To place it differently, remove it first with "
+        f"`skulk instances rm {short(first)}`; to run a second copy (its memory again), use "
+        f"`skulk place {model} --another`.",
+    )
+    raise typer.Exit(EXIT_REFUSED)
 
 
 def _choose(listing: views.PreviewList, shape: Shape) -> int | None:
@@ -269,7 +301,7 @@ def _follow(client: SkulkClient, accepted: views.PlaceResponse) -> Outcome:
         console.error(
             f"Stopped waiting. Instance {instance_id} stays placed.",
             hint=f"Follow it with `skulk instances show {instance_id}`, "
-            f"or remove it with `skulk instances delete {instance_id}`.",
+            f"or remove it with `skulk instances rm {instance_id}`.",
         )
         raise typer.Exit(EXIT_REFUSED) from None
 
@@ -332,7 +364,7 @@ def _judge(
                 raw_instance,
                 raw_runners,
                 error=f"The runner on {name} failed: {error}",
-                hint=f"Remove the instance with `skulk instances delete {instance_id}`.",
+                hint=f"Remove the instance with `skulk instances rm {instance_id}`.",
             )
     statuses = [views.untag(state.runners.get(r, {})) for r in runner_ids]
     if runner_ids and all(s is not None and s[0] in READY_STATUSES for s in statuses):

@@ -20,6 +20,7 @@ from skulk_core.models.requirements import (
     ModelRequirements,
     model_requirements,
 )
+from skulk_core.models.suggest import not_in_catalog
 from skulk_core.state.commands import AddCustomCard, RemoveCustomCard
 from skulk_daemon.api.authority import caller_of, declare
 from skulk_daemon.api.connection import HttpRequest
@@ -39,9 +40,10 @@ class CustomCardDeleted(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _known(node: Node, model_id: str) -> CatalogEntry:
-    entry = node.catalog().get(model_id)
+    catalog = node.catalog()
+    entry = catalog.get(model_id)
     if entry is None:
-        raise ApiError(404, f"model {model_id!r} is not in the catalog", code="model_not_found")
+        raise ApiError(404, not_in_catalog(model_id, catalog.by_id), code="model_not_found")
     return entry
 
 

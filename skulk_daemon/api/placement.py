@@ -145,7 +145,7 @@ class PlacementController(Controller):
             excluded_node_ids=ids_of(data.excluded_nodes),
             context_tokens=data.context_tokens,
         )
-        return await placement.launch(data.model_id, request)
+        return await placement.launch(data.model_id, request, allow_duplicate=data.allow_duplicate)
 
     @post(
         "/instance",

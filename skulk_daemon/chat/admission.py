@@ -20,6 +20,7 @@ from skulk_core.cluster.routing import select_instance
 from skulk_core.ids import CommandId, InstanceId, ModelId, TaskId, new_command_id, new_task_id
 from skulk_core.models.cards import ModelCard, ModelTask
 from skulk_core.models.listing import resolved_capabilities
+from skulk_core.models.suggest import suggestion
 from skulk_core.state.shards import Instance
 from skulk_daemon.chat.grammars import (
     GrammarError,
@@ -173,7 +174,11 @@ def admit(node: Node, task: ChatTask) -> Admitted:
     model_id = ModelId(task.model)
     instance = select_instance(node.state, model_id)
     if entry is None or instance is None:
-        raise ApiError(404, f"No instance found for model {task.model}", code="model_not_found")
+        # A model the catalog does not know is most often a typo: name the close ones.
+        typo = suggestion(task.model, node.catalog().by_id) if entry is None else ""
+        raise ApiError(
+            404, f"No instance found for model {task.model}{typo}", code="model_not_found"
+        )
     # The instance serves with the card it was placed with, whatever the catalog says now.
     card = node.state.instance_cards.get(instance.instance_id, entry.card)
     _check_fits(task, instance, card)

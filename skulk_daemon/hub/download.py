@@ -48,6 +48,7 @@ from skulk_core.state.commands import ReportDownloadProgress
 from skulk_core.state.state import DownloadProgress
 from skulk_daemon.hub.client import HubClient, HubRefused
 from skulk_daemon.hub.manifest import ManifestFile, file_digests, write_manifest
+from skulk_daemon.models.demos import is_installed_demo, remove_demo
 from skulk_daemon.models.sidecar import model_dir_name, write_sidecar
 from skulk_daemon.node.node import Node
 
@@ -259,23 +260,36 @@ class Downloads:
         return job.progress()
 
     async def delete(self, model_id: str) -> DownloadProgress:
-        """Remove the bytes a finished download (or an import) left on this node."""
+        """Remove the bytes a finished download, an import or a demo left on this node.
+
+        A placed model is refused (409 ``model_in_use``, naming its instances): its
+        runners read those files. A removed demo stays removed across restarts.
+        """
         alias = ModelId(model_id)
-        for instance in self._node.state.instances.values():
-            if instance.shard_assignments.model_id == alias:
-                raise DownloadRefused(
-                    409,
-                    "model_in_use",
-                    f"{alias} is in use by instance {instance.instance_id}; delete it first",
-                )
+        placed = sorted(
+            str(instance.instance_id)
+            for instance in self._node.state.instances.values()
+            if instance.shard_assignments.model_id == alias
+        )
+        if placed:
+            raise DownloadRefused(
+                409,
+                "model_in_use",
+                f"{alias} is placed as instance {', '.join(placed)}; delete the instance "
+                "first (DELETE /instance/{instance_id})",
+            )
         model_dir = self.model_dir(alias)
         from skulk_daemon.hub.manifest import manifest_path  # noqa: PLC0415
 
-        if not manifest_path(model_dir).is_file():
+        models_dir = self._node.models_dir
+        if await asyncio.to_thread(is_installed_demo, models_dir, alias):
+            await asyncio.to_thread(remove_demo, models_dir, alias)
+        elif manifest_path(model_dir).is_file():
+            await asyncio.to_thread(shutil.rmtree, model_dir)
+        else:
             raise DownloadRefused(
                 404, "not_found", f"no download or import of {alias} on node {self._node.node_id}"
             )
-        await asyncio.to_thread(shutil.rmtree, model_dir)
         self._node.installed_models[:] = [
             model for model in self._node.installed_models if model.card.model_id != alias
         ]

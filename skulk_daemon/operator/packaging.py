@@ -33,9 +33,15 @@ def build_package(
     expires_at: float,
     exchange_url: str | None,
     invitation: tuple[str, int, int] | None = None,
+    listener_port: int | None = None,
 ) -> PairingPackage:
-    """The package for a session (v1 direct, v2 with relay) or an invitation (v3)."""
-    port = state.operator_api_port or DEFAULT_OPERATOR_API_PORT
+    """The package for a session (v1 direct, v2 with relay) or an invitation (v3).
+
+    Without an ``exchange_url`` the package names the loopback operator listener:
+    ``listener_port`` (the port the node really serves it on), else the port
+    ``configure-relay`` stored, else the default.
+    """
+    port = listener_port or state.operator_api_port or DEFAULT_OPERATOR_API_PORT
     cluster_id, cluster_name = state.cluster_id, state.cluster_name
     fingerprint, expires = state.tls.fingerprint, int(expires_at)
     url = exchange_url or f"https://127.0.0.1:{port}"

@@ -112,12 +112,15 @@ class OperatorPairingService:
         *,
         cluster_name: str | None = None,
         initialize: bool = False,
+        listener_port: int | None = None,
     ) -> PairingIssue:
         """A legacy five-minute, single-use session: v1 package, or v2 with relay access.
 
         With ``initialize``, an uninitialized store is initialized (and with
         ``cluster_name`` the cluster named) in the same transaction, so a package over
         the QR budget raises :class:`Invalid` with nothing at all persisted.
+        ``listener_port`` is the operator port the package names when there is no
+        ``exchange_url`` (see :func:`packaging.build_package`).
         """
         url = _exchange_url(exchange_url)
         name = _cluster_name(cluster_name) if cluster_name is not None else None
@@ -127,7 +130,11 @@ class OperatorPairingService:
             nonce = credentials.new_secret()
             session = pairing.add_session(state, nonce, now)
             package = packaging.build_package(
-                state, nonce=nonce, expires_at=session.expires_at, exchange_url=url
+                state,
+                nonce=nonce,
+                expires_at=session.expires_at,
+                exchange_url=url,
+                listener_port=listener_port,
             )
             uri = packaging.encode(package)
             pairing.prune(state, now)
@@ -144,6 +151,7 @@ class OperatorPairingService:
         *,
         cluster_name: str | None = None,
         initialize: bool = False,
+        listener_port: int | None = None,
     ) -> PairingIssue:
         """A reusable, revocable version-three invitation (as :meth:`create_session`)."""
         try:
@@ -164,6 +172,7 @@ class OperatorPairingService:
                 expires_at=invitation.expires_at,
                 exchange_url=url,
                 invitation=(invitation.invitation_id, int(now), max_pairings),
+                listener_port=listener_port,
             )
             uri = packaging.encode(package)
             status = pairing.invitation_status(invitation, now)

@@ -23,6 +23,10 @@ class PlaceInstanceRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unk
     min_nodes: Annotated[int, msgspec.Meta(ge=1)] = 1
     excluded_nodes: tuple[str, ...] = ()
     context_tokens: ContextTokens | None = None
+    # Skulk's addition (the spec is silent on a model that is already placed): a second
+    # copy doubles memory and CPU, so it is refused with 409 naming the instance unless
+    # the client asks for another replica.
+    allow_duplicate: bool = False
 
 
 class CreateInstanceRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

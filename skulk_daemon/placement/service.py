@@ -14,6 +14,7 @@ from typing import Final, TypeVar
 
 from skulk_core.ids import CommandId, InstanceId, NodeId, new_command_id
 from skulk_core.models.cards import ModelCard
+from skulk_core.models.suggest import not_in_catalog
 from skulk_core.placement import (
     MODEL_CARD_IDENTITY_MISMATCH,
     NO_VALID_PLACEMENT,
@@ -51,6 +52,8 @@ from skulk_daemon.placement.protocol import (
 PLACEMENT_INFO_WAIT_SECONDS: Final = 5.0
 PLACEMENT_INFO_POLL_SECONDS: Final = 0.25
 PLACEMENT_FAILURE_HEADER: Final = "X-Skulk-Placement-Failure"
+# The error code of a launch refused because the model already has an instance.
+MODEL_ALREADY_PLACED: Final = "model_already_placed"
 
 _T = TypeVar("_T")
 
@@ -97,9 +100,15 @@ class PlacementService:
         self._lock = asyncio.Lock()
 
     def card(self, model_id: str) -> ModelCard:
-        entry = self._node.catalog().get(model_id)
+        catalog = self._node.catalog()
+        entry = catalog.get(model_id)
         if entry is None:
-            raise ApiError(404, f"model {model_id!r} is not in the catalog", code="model_not_found")
+            raise ApiError(
+                404,
+                f"{not_in_catalog(model_id, catalog.by_id)}; add a Hugging Face model first "
+                "(POST /models/add)",
+                code="model_not_found",
+            )
         return entry.card
 
     async def previews(self, model_id: str, query: PreviewQuery) -> list[PlacementPreview]:
@@ -121,14 +130,23 @@ class PlacementService:
             raise placement_error(result)
         return result
 
-    async def launch(self, model_id: str, request: PlacementRequest) -> InstanceAccepted:
-        """Plan ``model_id`` on the best nodes and order the instance."""
+    async def launch(
+        self, model_id: str, request: PlacementRequest, *, allow_duplicate: bool = False
+    ) -> InstanceAccepted:
+        """Plan ``model_id`` on the best nodes and order the instance.
+
+        A model that already has an instance is refused with 409 naming it, unless
+        ``allow_duplicate`` asks for another replica.
+        """
         card = self.card(model_id)
         require_downloaded(self._node, model_id)
         command_id = new_command_id()
         # The accepted command owns exactly the placement identity it creates.
         ids = CommandOwnedIds(InstanceId(command_id))
         async with self._lock:
+            # Under the lock, so two launches through this node cannot both pass.
+            if not allow_duplicate:
+                self._refuse_duplicate(card.model_id)
             # Planned once, under the lock: waiting for node facts happens here too, so
             # the plan that is submitted is the plan made against the latest State.
             result = await plan_when_informed(
@@ -207,6 +225,22 @@ class PlacementService:
             DeleteInstance(command_id=command_id, instance_id=instance.instance_id)
         )
         return DeletionAccepted(command_id=command_id, instance_id=instance.instance_id)
+
+    def _refuse_duplicate(self, model_id: str) -> None:
+        placed = sorted(
+            str(instance_id)
+            for instance_id, instance in self._node.state.instances.items()
+            if instance.shard_assignments.model_id == model_id
+        )
+        if placed:
+            named = ", ".join(placed)
+            raise ApiError(
+                409,
+                f"model {model_id!r} is already placed as instance {named}; use it, delete "
+                "it first (DELETE /instance/{instance_id}), or set allow_duplicate to place "
+                "another replica",
+                code=MODEL_ALREADY_PLACED,
+            )
 
     def _instance(self, instance_id: str) -> Instance:
         instance = self._node.state.instances.get(InstanceId(instance_id))

@@ -192,6 +192,34 @@ def test_place_creates_an_instance_and_delete_removes_it(node: AppNode) -> None:
     assert_refused(delete(node, f"/instance/{instance_id}"), 404, "instance_not_found")
 
 
+def test_placing_a_placed_model_again_is_refused_unless_another_replica_is_asked(
+    node: AppNode,
+) -> None:
+    placed = post(node, "/place_instance", json={"model_id": DEMO, "context_tokens": 512})
+    assert placed.status_code == 200, placed.text
+    first = placed.json()["instance_id"]
+    try:
+        before = node.get("/state").json()
+        again = post(node, "/place_instance", json={"model_id": DEMO, "context_tokens": 512})
+        message = assert_refused(again, 409, "model_already_placed")
+        assert first in message and "allow_duplicate" in message
+        after = node.get("/state").json()
+        assert after["lastEventAppliedIdx"] == before["lastEventAppliedIdx"]
+        assert list(after["instances"]) == [first]
+
+        replica = post(
+            node,
+            "/place_instance",
+            json={"model_id": DEMO, "context_tokens": 512, "allow_duplicate": True},
+        )
+        assert replica.status_code == 200, replica.text
+        second = replica.json()["instance_id"]
+        assert set(node.get("/state").json()["instances"]) == {first, second}
+        assert delete(node, f"/instance/{second}").status_code == 200
+    finally:
+        assert delete(node, f"/instance/{first}").status_code == 200
+
+
 @pytest.mark.parametrize(
     ("request_kwargs", "status", "code", "needle"),
     [

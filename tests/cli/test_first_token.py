@@ -148,6 +148,14 @@ def test_previews_json_is_the_raw_response(node: FakeNode) -> None:
 # --- place --------------------------------------------------------------------------
 
 
+# The cluster before `skulk place MODEL`: MODEL is not placed yet.
+UNPLACED: dict[str, Any] = {**STATE, "instances": {}}
+
+
+def nothing_placed(node: FakeNode) -> None:
+    node.routes[("GET", "/state")] = (200, UNPLACED)
+
+
 def placing(node: FakeNode, *later: dict[str, Any]) -> None:
     """/state without the new instance until it is placed, then ``later`` in turn
     (the last one repeating)."""
@@ -156,7 +164,7 @@ def placing(node: FakeNode, *later: dict[str, Any]) -> None:
     def answer(_: Recorded) -> Answer:
         nonlocal polls
         if not node.sent("POST", "/place_instance"):
-            return 200, STATE
+            return 200, UNPLACED
         polls += 1
         return 200, later[min(polls, len(later)) - 1]
 
@@ -230,6 +238,7 @@ def test_place_sends_the_options_given(node: FakeNode) -> None:
 
 
 def test_place_refusal_shows_the_nodes_reason_and_exits_1(node: FakeNode) -> None:
+    nothing_placed(node)
     message = "no node fits gemma-3-270m-q4: alpha needs 3.1 GB and has 2.0 GB free"
     node.routes[("POST", "/place_instance")] = Reply(
         400,
@@ -248,6 +257,7 @@ def test_place_refusal_shows_the_nodes_reason_and_exits_1(node: FakeNode) -> Non
 
 
 def test_place_while_cluster_info_is_pending_says_to_retry(node: FakeNode) -> None:
+    nothing_placed(node)
     node.routes[("POST", "/place_instance")] = Reply(
         503,
         {"error": {"message": "cluster info is still arriving", "code": "placement_info_pending"}},
@@ -282,7 +292,7 @@ def test_place_reports_a_failed_runner_and_exits_1(node: FakeNode) -> None:
     assert result.exit_code == 1
     err = flat(result.stderr)
     assert "The runner on alpha failed: weights do not match the card" in err
-    assert f"skulk instances delete {PLACED_ID}" in err
+    assert f"skulk instances rm {PLACED_ID}" in err
 
 
 def test_place_reports_an_instance_the_cluster_gave_up_on(node: FakeNode) -> None:
@@ -330,6 +340,55 @@ def test_place_json_on_failure_still_prints_the_state_then_exits_1(node: FakeNod
     assert out["place"] == PLACE_RESPONSE
     assert out["runners"][f"{PLACED_ID}-runner-0"] == failed
     assert "out of memory" in flat(result.stderr)
+
+
+def test_placing_a_placed_model_says_so_with_the_fix_and_places_nothing(node: FakeNode) -> None:
+    result = run("--api-url", node.url, "place", MODEL)
+
+    assert result.exit_code == 1
+    err = flat(result.stderr)
+    assert f"{MODEL} is already placed as instance inst-1." in err
+    assert "skulk instances rm inst-1" in err and f"skulk place {MODEL} --another" in err
+    assert not node.sent("POST", "/place_instance")
+
+
+def test_place_another_asks_the_node_for_a_second_replica(node: FakeNode) -> None:
+    ready = state_with(PLACED_ID, READY)
+    node.routes[("GET", "/state")] = lambda _: (200, ready)
+
+    result = run("--api-url", node.url, "place", MODEL, "--another")
+
+    assert result.exit_code == 0, result.output
+    assert node.sent("POST", "/place_instance")[0].body["allow_duplicate"] is True
+
+
+def test_a_replica_placed_meanwhile_is_named_with_the_fix(node: FakeNode) -> None:
+    polls = 0
+
+    def state(_: Recorded) -> Answer:
+        nonlocal polls
+        polls += 1
+        return 200, UNPLACED if polls == 1 else STATE
+
+    node.routes[("GET", "/state")] = state
+    node.routes[("POST", "/place_instance")] = Reply(
+        409,
+        {
+            "error": {
+                "message": f"model '{MODEL}' is already placed as instance inst-1; use it, "
+                "delete it first (DELETE /instance/{instance_id}), or set allow_duplicate",
+                "type": "conflict_error",
+                "code": "model_already_placed",
+            }
+        },
+    )
+
+    result = run("--api-url", node.url, "place", MODEL)
+
+    assert result.exit_code == 1
+    err = flat(result.stderr)
+    assert "already placed as instance inst-1" in err and "--another" in err
+    assert "DELETE /instance" not in err
 
 
 def test_place_no_wait_returns_once_accepted(node: FakeNode) -> None:
@@ -408,6 +467,29 @@ def test_instances_show_of_an_unknown_id_exits_1(node: FakeNode) -> None:
 
     assert result.exit_code == 1
     assert "instance 'nope' not found" in flat(result.stderr)
+    assert "`skulk instances list` shows the placed instances" in flat(result.stderr)
+
+
+def test_a_unique_prefix_stands_for_the_instance_everywhere(node: FakeNode) -> None:
+    shown = run("--api-url", node.url, "instances", "show", "inst")
+    removed = run("--api-url", node.url, "instances", "rm", "INST-")
+
+    assert shown.exit_code == 0, shown.output
+    assert "Instance inst-1" in plain(shown.stdout)
+    assert removed.exit_code == 0, removed.output
+    assert [r.path for r in node.sent("DELETE", "/instance/inst-1")] == ["/instance/inst-1"]
+
+
+def test_an_ambiguous_prefix_lists_the_candidates_and_removes_nothing(node: FakeNode) -> None:
+    node.routes[("GET", "/state")] = (200, state_with(PLACED_ID, READY))
+
+    result = run("--api-url", node.url, "instances", "rm", "inst")
+
+    assert result.exit_code == 1
+    err = flat(result.stderr)
+    assert f"'inst' starts 2 instance ids: inst-1 ({MODEL}); {PLACED_ID} ({MODEL})" in err
+    assert "Type more of the id." in err
+    assert not [r for r in node.requests if r.method == "DELETE"]
 
 
 def test_instances_show_json_is_the_raw_instance(node: FakeNode) -> None:

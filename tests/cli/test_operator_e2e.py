@@ -279,6 +279,33 @@ def test_pair_connect_use_rotate_revoke(gateway: Gateway) -> None:
 # --- invitations --------------------------------------------------------------------
 
 
+def test_pair_names_the_operator_port_the_node_really_uses(gateway: Gateway) -> None:
+    # The daemon runs with --operator-api-port on a free (non-default) port; `pair`
+    # without --exchange-url must name that port, so `connect` reaches the listener.
+    data_dir = str(gateway.daemon.data_dir)
+    issued = subprocess.run(
+        [sys.executable, "-m", "skulk_cli", "operator", "pair", "--data-dir", data_dir],
+        # A narrow pipe: the payload still comes out as one whole line.
+        env={**os.environ, "COLUMNS": "40", "SKULK_CONFIG_HOME": str(gateway.root / "x")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    payload = payload_of(issued)
+    package = decode_pairing_uri(payload)
+    assert package.exchange_url == gateway.operator_url
+    assert f"Pairs via    {gateway.operator_url}" in issued.stdout
+
+    gateway.wait_for_listener()  # a node that just became a gateway binds within a second
+    home = gateway.new_home()
+    connected = gateway.skulk("operator", "connect", "-", home=home, stdin=payload)
+    assert connected.returncode == 0, connected.stderr + gateway.log()
+    assert stored(home).load().operator_url == gateway.operator_url
+    listed = gateway.skulk("--operator", "--json", "models", "list", home=home)
+    assert listed.returncode == 0, listed.stderr
+
+
 def test_invitation_pairs_up_to_its_limit_and_writes_an_owner_only_png(
     gateway: Gateway, tmp_path: Path
 ) -> None:

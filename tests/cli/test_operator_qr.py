@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from skulk_cli import qr
-from skulk_core.operator.package import QR_PAYLOAD_BUDGET
+from skulk_core.operator.package import QR_PAYLOAD_BUDGET, DirectPackage, encode_pairing_uri
 
 PAYLOAD = "skulk://pair?z=" + "eJyrVkrOz0tLTS7JzM9TslIqzsgvyklRqgUAZ-0I5A" * 4
 _GLYPH_MODULES = {" ": (False, False), "▀": (True, False), "▄": (False, True), "█": (True, True)}
@@ -44,7 +44,7 @@ def test_terminal_drawing_is_exactly_the_payloads_code() -> None:
 
 
 def test_terminal_drawing_paints_light_background_for_dark_themes() -> None:
-    console = Console(width=120, force_terminal=True, color_system="truecolor")
+    console = Console(width=120, height=60, force_terminal=True, color_system="truecolor")
     with console.capture() as captured:
         console.print(qr.TerminalQr(PAYLOAD))
 
@@ -62,7 +62,7 @@ def test_a_terminal_too_narrow_gets_a_hint_not_a_broken_code() -> None:
     out = captured.get()
     assert "▀" not in out and "█" not in out
     assert f"needs a terminal {width} columns wide" in out
-    assert "--qr-output" in out
+    assert "--png FILE" in out
 
 
 def test_the_largest_package_in_budget_fits_a_terminal() -> None:
@@ -140,3 +140,45 @@ def test_png_bytes_are_a_valid_image() -> None:
     reader = png.Reader(file=io.BytesIO(content))
     width, height, _, info = reader.read()
     assert width == height and info["greyscale"]
+
+
+# What `skulk operator pair` shows by default: a direct (version one) package.
+DIRECT = encode_pairing_uri(
+    DirectPackage(
+        cluster_id="655a6309-e51f-4bc2-a5ac-ec579c3eba96",
+        cluster_name="Skulk",
+        fingerprint="sha256:" + "U" * 43,
+        nonce="n" * 43,
+        expires_at=1796518139,
+        exchange_url="https://127.0.0.1:52417",
+    )
+)
+
+
+def _shown_on(console: Console, data: str = DIRECT) -> str:
+    with console.capture() as captured:
+        console.print(qr.TerminalQr(data))
+    return captured.get()
+
+
+def test_an_80x24_terminal_gets_the_size_it_needs_and_the_png_way() -> None:
+    lines = qr.TerminalQr(DIRECT).lines()
+    # A direct package (~260 characters) needs a version-10 symbol even at error
+    # correction L: it fits 80 columns, but two module rows per line are 31 rows.
+    assert len(lines) > 24 and len(lines[0]) <= 80
+
+    out = _shown_on(Console(width=80, height=24, force_terminal=True, color_system=None))
+
+    assert "▀" not in out and "█" not in out
+    said = " ".join(out.split())
+    assert f"needs a terminal {len(lines[0])} columns wide and {len(lines)} rows tall" in said
+    assert "this one is 80x24" in said and "--png FILE" in said
+
+
+def test_a_terminal_tall_enough_gets_the_code_and_a_pipe_always_does() -> None:
+    lines = qr.TerminalQr(DIRECT).lines()
+    tall = _shown_on(Console(width=80, height=len(lines), force_terminal=True, color_system=None))
+    piped = _shown_on(Console(width=80, height=24, force_terminal=False))
+
+    for out in (tall, piped):
+        assert out.splitlines() == lines

@@ -32,8 +32,8 @@ from tests.daemon.authority_support import (
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def tool(data_dir: Path, *args: str) -> tuple[int, dict[str, Any], str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SKULK_")}
+def tool(data_dir: Path, *args: str, **extra_env: str) -> tuple[int, dict[str, Any], str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKULK_")} | extra_env
     done = subprocess.run(
         [sys.executable, "-m", "skulk_daemon.operator", "--data-dir", str(data_dir), *args],
         cwd=ROOT,
@@ -68,6 +68,42 @@ def test_pair_initializes_and_prints_one_session(tmp_path: Path) -> None:
     # A second pair reuses the same identity.
     code, again, _ = tool(tmp_path, "pair")
     assert code == 0 and again["clusterId"] == out["clusterId"] and again["uri"] != out["uri"]
+
+
+def _exchange_port(out: dict[str, Any]) -> str:
+    return decode_pairing_uri(out["uri"]).exchange_url.rsplit(":", 1)[1]
+
+
+def test_pair_names_the_port_the_running_node_publishes(tmp_path: Path) -> None:
+    record = tmp_path / "operator" / "listener.json"
+    record.parent.mkdir(mode=0o700)
+    # A running node (this test process stands in for it) on port 41234.
+    record.write_text(json.dumps({"pid": os.getpid(), "port": 41234}))
+    code, out, _ = tool(tmp_path, "pair")
+    assert code == 0 and _exchange_port(out) == "41234"
+    code, out, _ = tool(tmp_path, "pair", "--max-pairings", "2")
+    assert code == 0 and _exchange_port(out) == "41234"
+
+    # A record left by a node that is gone: the port this environment would start with.
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    record.write_text(json.dumps({"pid": int(gone.stdout), "port": 41234}))
+    code, out, _ = tool(tmp_path, "pair", SKULK_OPERATOR_API_PORT="41999")
+    assert code == 0 and _exchange_port(out) == "41999"
+    code, out, _ = tool(tmp_path, "pair")
+    assert code == 0 and _exchange_port(out) == "52417"
+
+
+def test_pair_waits_for_a_port_zero_node_and_says_so_if_it_never_binds(tmp_path: Path) -> None:
+    record = tmp_path / "operator" / "listener.json"
+    record.parent.mkdir(mode=0o700)
+    record.write_text(json.dumps({"pid": os.getpid(), "port": None}))
+    code, out, _ = tool(tmp_path, "pair")
+    assert code == 1 and "has not bound yet" in out["error"]
 
 
 def test_invitations_create_list_and_revoke(tmp_path: Path) -> None:

@@ -71,7 +71,14 @@ def test_two_racing_placements_cannot_oversubscribe_a_node(
     a, b, host, one = trio
     target = node_id(host)
     others = [node_id(a), node_id(b)]
-    body = {"model_id": DEMO, "context_tokens": WINDOW, "excluded_nodes": others}
+    # Two replicas on purpose (a model already placed is otherwise refused with 409):
+    # what is raced here is the host's memory.
+    body = {
+        "model_id": DEMO,
+        "context_tokens": WINDOW,
+        "excluded_nodes": others,
+        "allow_duplicate": True,
+    }
 
     def place(daemon: DaemonProcess) -> httpx.Response:
         return httpx.post(f"{daemon.url}/place_instance", json=body, timeout=60)

@@ -32,7 +32,13 @@ TRIES = 8
 def _place(daemon: DaemonProcess, excluded: list[str]) -> str:
     placed = httpx.post(
         f"{daemon.url}/place_instance",
-        json={"model_id": DEMO, "context_tokens": 2048, "excluded_nodes": excluded},
+        # Replicas on purpose: a model already placed is otherwise refused (409).
+        json={
+            "model_id": DEMO,
+            "context_tokens": 2048,
+            "excluded_nodes": excluded,
+            "allow_duplicate": True,
+        },
         timeout=60,
     )
     assert placed.status_code == 200, placed.text
