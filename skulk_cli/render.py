@@ -9,10 +9,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from skulk_cli.config_edit import SECRET_KEYS
 from skulk_cli.views import (
     ClusterState,
-    ConfigResponse,
     DeleteResponse,
     InstanceBody,
     InstanceDetail,
@@ -223,41 +221,6 @@ def models(listing: ModelList) -> RenderableType:
             humanize_bytes(model.storage_size_bytes) if model.storage_size_bytes else "-",
         )
     return table
-
-
-def config(response: ConfigResponse) -> RenderableType:
-    """The config file as the dotted keys `skulk config set` takes, then effective values."""
-    settings = Table(
-        "Key", "Value", title=f"Config: {response.path or 'skulk.yaml'}", title_justify="left"
-    )
-    for key, value in flatten(response.config):
-        settings.add_row(key, format_value(value))
-    if not response.effective:
-        return settings
-    effective = Table("Key", "Value", title="In effect on this node", title_justify="left")
-    for key, value in flatten(response.effective):
-        effective.add_row(key, format_value(value))
-    return Group(settings, effective)
-
-
-def flatten(document: Mapping[str, object], prefix: str = "") -> Iterator[tuple[str, object]]:
-    """Nested sections as ``(dotted.key, value)`` pairs, in document order."""
-    for key, value in document.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            yield from flatten(value, f"{path}.")
-        else:
-            yield path, value
-
-
-def config_change(key: str, old: object, new: object, *, existed: bool) -> Text:
-    """What `skulk config set` changed; secrets are named, never shown."""
-    if key in SECRET_KEYS:
-        return Text.assemble("Set ", (key, "bold"), " (value hidden).")
-    text = Text.assemble("Set ", (key, "bold"), " to ", (format_value(new), "bold green"))
-    if existed:
-        text.append(f" (was {format_value(old)})")
-    return text
 
 
 # --- placement ----------------------------------------------------------------------
