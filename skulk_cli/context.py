@@ -33,6 +33,11 @@ JsonFlag = Annotated[
     typer.Option("--json", help="Print the node's raw JSON response instead of tables."),
 ]
 
+WideFlag = Annotated[
+    bool,
+    typer.Option("--wide", "-w", help="Show ids whole instead of as unique prefixes."),
+]
+
 # The model a generating command (`skulk chat`, `skulk bench`) sends to.
 PlacedModelArg = Annotated[
     str,

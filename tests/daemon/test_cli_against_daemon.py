@@ -65,6 +65,14 @@ def test_status_models_and_config(daemon: DaemonProcess) -> None:
     assert daemon.get("/config").json()["config"]["logging"]["level"] == "debug"
 
 
+def test_voices_with_no_speech_model_placed_says_what_to_place(daemon: DaemonProcess) -> None:
+    shown = skulk(daemon, "voices")
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stdout.split())
+    assert "No text-to-speech model is placed" in text
+    assert "skulk place local/piper-en-us-joe-medium" in text
+
+
 def test_place_chat_and_delete(daemon: DaemonProcess) -> None:
     placed = skulk(daemon, "--json", "place", DEMO, "--context-tokens", "512")
     assert placed.returncode == 0, placed.stderr
