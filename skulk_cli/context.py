@@ -18,6 +18,7 @@ from skulk_cli.client import (
     SkulkUnreachable,
     UnexpectedResponseError,
 )
+from skulk_cli.completion import complete_model_id
 from skulk_cli.operator_credentials import (
     PAIR_AGAIN_HINT,
     CredentialStore,
@@ -45,6 +46,7 @@ PlacedModelArg = Annotated[
         metavar="MODEL",
         help="A placed model's id (`skulk instances list` shows them).",
         show_default=False,
+        autocompletion=complete_model_id,
     ),
 ]
 

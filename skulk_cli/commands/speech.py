@@ -34,6 +34,7 @@ from rich.text import Text
 
 from skulk_cli import console
 from skulk_cli.client import SkulkApiError, SkulkClient
+from skulk_cli.completion import complete_model_id
 from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, node_client
 from skulk_host.files import atomic_write
 
@@ -43,7 +44,12 @@ TRANSCRIPT_FORMATS: Final = ("text", "json", "verbose_json", "srt", "vtt")
 LONG_FILE_BYTES: Final = 1024 * 1024
 """Files at least this large show an upload progress bar (on a terminal)."""
 
-ModelArg = Annotated[str, typer.Argument(metavar="MODEL", help="A placed speech model's id.")]
+ModelArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="MODEL", help="A placed speech model's id.", autocompletion=complete_model_id
+    ),
+]
 
 
 DEFAULT_SPEECH_FORMAT: Final = "wav"
