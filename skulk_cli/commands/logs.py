@@ -120,8 +120,8 @@ def logs(
     if not path.exists():
         console.error(
             f"No node log at {path}.",
-            hint="The node writes it from its first start; start one with `skulk serve`, "
-            "or name its data dir with --data-dir.",
+            hint="`skulk logs` reads the log of a node on this machine, which writes it from "
+            "its first start (`skulk serve`); name its data dir with --data-dir.",
         )
         raise typer.Exit(EXIT_REFUSED)
     try:

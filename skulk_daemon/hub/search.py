@@ -117,19 +117,29 @@ def _list(
         params.append(("author", MLX_AUTHOR))
     if task:
         params.append(("pipeline_tag", task))
-    response = get_session().get(
+    session = get_session()
+    headers = client.headers()
+    response = session.get(
         f"{client.endpoint}/api/models",
         params=params,
-        headers=client.headers(),
+        headers=headers,
         timeout=SEARCH_TIMEOUT_SECONDS,
     )
-    hf_raise_for_status(response)
-    listed = response.json()
-    items = listed if isinstance(listed, list) else []
+    items: list[dict[str, Any]] = []
+    while True:
+        hf_raise_for_status(response)
+        listed = response.json()
+        items += [
+            item for item in (listed if isinstance(listed, list) else []) if isinstance(item, dict)
+        ]
+        # The Hub pages a long listing (an offset past its page size) with Link headers.
+        following = response.links.get("next", {}).get("url")
+        if len(items) >= limit or not following:
+            break
+        response = session.get(following, headers=headers, timeout=SEARCH_TIMEOUT_SECONDS)
     return [
         ModelInfo(**{**item, "siblings": item.get("siblings")})  # type: ignore[no-untyped-call]
         for item in items[:limit]
-        if isinstance(item, dict)
     ]
 
 
