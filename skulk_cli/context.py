@@ -18,6 +18,7 @@ from skulk_cli.client import (
     SkulkUnreachable,
     UnexpectedResponseError,
 )
+from skulk_cli.completion import complete_model_id
 from skulk_cli.operator_credentials import (
     PAIR_AGAIN_HINT,
     CredentialStore,
@@ -33,6 +34,11 @@ JsonFlag = Annotated[
     typer.Option("--json", help="Print the node's raw JSON response instead of tables."),
 ]
 
+WideFlag = Annotated[
+    bool,
+    typer.Option("--wide", "-w", help="Show ids whole instead of as unique prefixes."),
+]
+
 # The model a generating command (`skulk chat`, `skulk bench`) sends to.
 PlacedModelArg = Annotated[
     str,
@@ -40,6 +46,7 @@ PlacedModelArg = Annotated[
         metavar="MODEL",
         help="A placed model's id (`skulk instances list` shows them).",
         show_default=False,
+        autocompletion=complete_model_id,
     ),
 ]
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from typer._click.core import Context as ClickContext
 from typer._completion_classes import completion_init
+from typer.core import TyperOption
 
 from skulk_cli.client import DEFAULT_API_URL
 from skulk_cli.commands import (
@@ -14,6 +16,7 @@ from skulk_cli.commands import (
     config,
     diagnostics,
     instances,
+    logs,
     models,
     operator,
     placement,
@@ -28,6 +31,7 @@ from skulk_cli.commands import (
     trace,
 )
 from skulk_cli.context import CliContext
+from skulk_core.version import SKULK_VERSION
 
 PROG_NAME = "skulk"
 
@@ -36,6 +40,21 @@ PROG_NAME = "skulk"
 # from the committed completion scripts (completions/, which Typer's classes
 # generate) would reach click's stock classes, which speak another protocol.
 completion_init()
+
+
+# NOTE: Typer 0.29's rich help prints a flag's type as `<bool>` (`--json <bool>`),
+# which reads as if the flag took a value. A flag takes none: show no type for it.
+# Wrapped here, once, for every command (others' modules too) and the man pages.
+_display_type_rich = TyperOption.display_type_rich
+
+
+def _flag_without_type(self: TyperOption, ctx: ClickContext) -> str | None:
+    if self.is_flag and self.metavar is None:
+        return None
+    return _display_type_rich(self, ctx)
+
+
+TyperOption.display_type_rich = _flag_without_type  # type: ignore[method-assign]
 
 app = typer.Typer(
     name=PROG_NAME,
@@ -62,11 +81,18 @@ app.add_typer(operator.app, name="operator")
 app.command("doctor")(diagnostics.doctor)
 app.add_typer(diagnostics.app, name="diagnostics")
 app.command("restart")(restart.restart)
+app.command("logs")(logs.logs)
 app.add_typer(trace.app, name="trace")
 app.command("top")(top.top)
 app.command("say")(speech.say)
 app.command("transcribe")(speech.transcribe)
 app.command("voices")(speech.voices)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"{PROG_NAME} {SKULK_VERSION}")
+        raise typer.Exit()
 
 
 @app.callback(invoke_without_command=True)
@@ -90,6 +116,15 @@ def root(
             "--operator",
             help="Send the command to the gateway this CLI is paired with (`skulk operator "
             "connect`), over its pinned TLS operator listener, instead of --api-url.",
+        ),
+    ] = False,
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the Skulk version and exit.",
         ),
     ] = False,
 ) -> None:

@@ -9,10 +9,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from skulk_cli.config_edit import SECRET_KEYS
+from skulk_cli.short_ids import IdShortener
 from skulk_cli.views import (
     ClusterState,
-    ConfigResponse,
     DeleteResponse,
     InstanceBody,
     InstanceDetail,
@@ -56,8 +55,12 @@ def format_value(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def status(identity: NodeIdentity, state: ClusterState) -> RenderableType:
-    """This node, every node's memory and health, the placed instances and their runners."""
+def status(identity: NodeIdentity, state: ClusterState, *, wide: bool = False) -> RenderableType:
+    """This node, every node's memory and health, the placed instances and their runners.
+
+    Ids are shortened to fit 80 columns (unique prefixes, see :mod:`short_ids`);
+    ``wide`` shows them whole."""
+    ids = IdShortener([*state.instances, *state.runners], wide=wide)
     this = state.node_identities.get(identity.node_id)
     name = (this.friendly_name if this else None) or identity.hostname or identity.node_id
     header = Text.assemble(("Node ", "bold"), (name, "bold cyan"), f"  {identity.node_id}")
@@ -66,12 +69,12 @@ def status(identity: NodeIdentity, state: ClusterState) -> RenderableType:
     parts: list[RenderableType] = [
         header,
         _cluster_line(state),
-        _nodes_table(identity.node_id, state),
+        _nodes_table(identity.node_id, state, wide=wide),
     ]
     parts.extend(_health_reasons(state))
-    parts.append(_instances_table(state))
+    parts.append(_instances_table(state, ids))
     if state.runners:
-        parts.append(_runners_table(state))
+        parts.append(_runners_table(state, ids))
     return Group(*parts)
 
 
@@ -91,7 +94,7 @@ def _cluster_line(state: ClusterState) -> Text:
     )
 
 
-def _nodes_table(this_node: str, state: ClusterState) -> Table:
+def _nodes_table(this_node: str, state: ClusterState, *, wide: bool = False) -> Table:
     nodes = (
         set(state.node_memory)
         | set(state.node_identities)
@@ -100,7 +103,7 @@ def _nodes_table(this_node: str, state: ClusterState) -> Table:
     )
     table = Table(title="Nodes", title_justify="left", caption="* this node")
     table.add_column("Node", no_wrap=True)
-    table.add_column("ID", overflow="fold")
+    table.add_column("ID", no_wrap=not wide, overflow="fold")
     table.add_column("Role", no_wrap=True)
     table.add_column("Memory free / total", no_wrap=True)
     table.add_column("Version")
@@ -116,7 +119,7 @@ def _nodes_table(this_node: str, state: ClusterState) -> Table:
             role = "not a member"
         table.add_row(
             f"{name} *" if node_id == this_node else name,
-            short_id(node_id),
+            node_id if wide else short_id(node_id),
             role,
             (
                 f"{humanize_bytes(memory.ram_available.in_bytes)}"
@@ -144,17 +147,18 @@ def _health_reasons(state: ClusterState) -> Iterator[Text]:
             yield line
 
 
-def _instances_table(state: ClusterState) -> RenderableType:
+def _instances_table(state: ClusterState, ids: IdShortener) -> RenderableType:
     if not state.instances:
         return Text("No instances placed.", style="dim")
     table = Table(title="Instances", title_justify="left")
-    for column in ("Instance", "Model", "Kind", "Nodes", "Context"):
+    table.add_column("Instance", no_wrap=True)
+    for column in ("Model", "Kind", "Nodes", "Context"):
         table.add_column(column, overflow="fold")
     for instance_id, tagged in sorted(state.instances.items()):
         for kind, body in tagged.items():
             assignments = body.shard_assignments
             table.add_row(
-                instance_id,
+                ids(instance_id),
                 assignments.model_id,
                 kind.removesuffix("Instance"),
                 ", ".join(_node_name(state, n) for n in sorted(assignments.node_to_runner)),
@@ -163,20 +167,21 @@ def _instances_table(state: ClusterState) -> RenderableType:
     return table
 
 
-def _runners_table(state: ClusterState) -> Table:
+def _runners_table(state: ClusterState, ids: IdShortener) -> Table:
     placed: dict[str, tuple[str, str]] = {}
     for tagged in state.instances.values():
         for body in tagged.values():
             for node_id, runner_id in body.shard_assignments.node_to_runner.items():
                 placed[runner_id] = (node_id, body.shard_assignments.model_id)
     table = Table(title="Runners", title_justify="left")
-    for column in ("Runner", "Node", "Model", "Status"):
+    table.add_column("Runner", no_wrap=True)
+    for column in ("Node", "Model", "Status"):
         table.add_column(column, overflow="fold")
     for runner_id, status_union in sorted(state.runners.items()):
         node_id, model_id = placed.get(runner_id, ("-", "-"))
         for tag, fields in status_union.items():
             table.add_row(
-                runner_id,
+                ids(runner_id),
                 _node_name(state, node_id) if node_id != "-" else "-",
                 model_id,
                 _runner_status(tag, fields),
@@ -223,41 +228,6 @@ def models(listing: ModelList) -> RenderableType:
             humanize_bytes(model.storage_size_bytes) if model.storage_size_bytes else "-",
         )
     return table
-
-
-def config(response: ConfigResponse) -> RenderableType:
-    """The config file as the dotted keys `skulk config set` takes, then effective values."""
-    settings = Table(
-        "Key", "Value", title=f"Config: {response.path or 'skulk.yaml'}", title_justify="left"
-    )
-    for key, value in flatten(response.config):
-        settings.add_row(key, format_value(value))
-    if not response.effective:
-        return settings
-    effective = Table("Key", "Value", title="In effect on this node", title_justify="left")
-    for key, value in flatten(response.effective):
-        effective.add_row(key, format_value(value))
-    return Group(settings, effective)
-
-
-def flatten(document: Mapping[str, object], prefix: str = "") -> Iterator[tuple[str, object]]:
-    """Nested sections as ``(dotted.key, value)`` pairs, in document order."""
-    for key, value in document.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            yield from flatten(value, f"{path}.")
-        else:
-            yield path, value
-
-
-def config_change(key: str, old: object, new: object, *, existed: bool) -> Text:
-    """What `skulk config set` changed; secrets are named, never shown."""
-    if key in SECRET_KEYS:
-        return Text.assemble("Set ", (key, "bold"), " (value hidden).")
-    text = Text.assemble("Set ", (key, "bold"), " to ", (format_value(new), "bold green"))
-    if existed:
-        text.append(f" (was {format_value(old)})")
-    return text
 
 
 # --- placement ----------------------------------------------------------------------

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from skulk_cli.render import humanize_bytes, short_id
+from skulk_cli.short_ids import NODE_PREFIX, IdShortener
 from skulk_core.diagnostics.answers import ClusterBundles, Timeline
 from skulk_core.diagnostics.bundle import NodeBundle
 from skulk_core.diagnostics.doctor import DoctorFinding, Verdict
@@ -105,27 +106,44 @@ def cluster(report: ClusterBundles) -> RenderableType:
     return table
 
 
-def timeline(merged: Timeline) -> RenderableType:
+def _time_of_day(at: str) -> str:
+    """``12:00:01.234`` of an ISO timestamp (``2026-01-01T12:00:01.234567+00:00``)."""
+    _, sep, clock = at.partition("T")
+    return clock[:12] if sep else at
+
+
+def timeline(merged: Timeline, *, wide: bool = False) -> RenderableType:
+    """The runners by rank, then every recorder entry by time. Ids are unique prefixes
+    and times are of day (the date is in `--json`), so it fits 80 columns; ``wide``
+    shows ids and timestamps whole."""
+    runner_ids = IdShortener(
+        [r.runner_id for r in merged.runners] + [e.runner_id for e in merged.entries], wide=wide
+    )
+    node_ids = IdShortener(
+        [r.node_id for r in merged.runners] + [e.node_id for e in merged.entries],
+        wide=wide,
+        minimum=NODE_PREFIX,
+    )
     runners = Table(title="Runners by model and rank")
     for column in ("model", "rank", "node", "runner", "phase", "for s"):
-        runners.add_column(column)
+        runners.add_column(column, no_wrap=column in ("node", "runner"))
     for runner in merged.runners:
         runners.add_row(
             runner.model_id,
             str(runner.device_rank),
-            short_id(runner.node_id),
-            short_id(runner.runner_id),
+            node_ids(runner.node_id),
+            runner_ids(runner.runner_id),
             runner.phase,
             f"{runner.seconds_in_phase:.0f}",
         )
     entries = Table(title="Timeline")
     for column in ("at", "node", "runner", "event", "phase"):
-        entries.add_column(column)
+        entries.add_column(column, no_wrap=column in ("at", "node", "runner"))
     for entry in merged.entries:
         entries.add_row(
-            entry.at,
-            short_id(entry.node_id),
-            short_id(entry.runner_id),
+            entry.at if wide else _time_of_day(entry.at),
+            node_ids(entry.node_id),
+            runner_ids(entry.runner_id),
             entry.event,
             entry.phase,
         )

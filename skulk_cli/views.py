@@ -238,10 +238,26 @@ class ModelList(msgspec.Struct, frozen=True, kw_only=True):
     data: tuple[Model, ...] = ()
 
 
+class EffectiveSetting(msgspec.Struct, frozen=True, kw_only=True):
+    """One setting the node runs with and where it came from (flag, env, file, default)."""
+
+    key: str
+    value: object = None
+    source: str = "default"
+
+
 class ConfigResponse(msgspec.Struct, frozen=True, kw_only=True):
     config: dict[str, object] = {}
     path: str | None = None
     effective: dict[str, object] = {}
+
+    @property
+    def in_effect(self) -> list[EffectiveSetting]:
+        """``effective.in_effect``: the node's start-up settings with their sources."""
+        try:
+            return msgspec.convert(self.effective.get("in_effect", []), list[EffectiveSetting])
+        except msgspec.ValidationError:
+            return []  # an older node: the effective values alone are shown
 
 
 class InstanceDetail(msgspec.Struct, frozen=True, kw_only=True):

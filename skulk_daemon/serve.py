@@ -21,7 +21,8 @@ import uvicorn
 from zeroconf import InterfaceChoice
 
 from skulk_core.cluster.telemetry import TELEMETRY_INTERVAL_SECONDS, NodeIdentityInfo
-from skulk_core.config import ConfigError
+from skulk_core.config import ConfigError, LogLevel, SkulkConfig
+from skulk_core.effective import EffectiveSetting
 from skulk_core.version import SKULK_VERSION
 from skulk_daemon.api.app import create_app
 from skulk_daemon.capabilities.service import CapabilityService
@@ -31,10 +32,11 @@ from skulk_daemon.fabric.discovery import DiscoveredPeer, MdnsDiscovery
 from skulk_daemon.fabric.peers import fabric_address
 from skulk_daemon.fabric.setup import resolve_fabric
 from skulk_daemon.fabric.transport import FabricBindError, FabricTransport, FrameHandler
+from skulk_daemon.in_effect import LOG_LEVEL_ENV, StartFlags, in_effect
 from skulk_daemon.models.embedding_demo import with_embedding_demo
 from skulk_daemon.models.installed import load_installed_models
 from skulk_daemon.models.speech_demo import with_speech_demos
-from skulk_daemon.node.config_store import ConfigStore
+from skulk_daemon.node.config_store import ConfigStore, load_config_file
 from skulk_daemon.node.eventlog import EventLog, EventLogCorrupt
 from skulk_daemon.node.identity import IdentityError, load_identity
 from skulk_daemon.node.keys import derive_curve_keys, derive_rpc_gate_key, load_cluster_key
@@ -52,6 +54,7 @@ from skulk_daemon.speech.providers import SpeechTags, SttProvider, TtsProvider
 from skulk_daemon.system.buildinfo import source_commit
 from skulk_daemon.system.http_server import UVICORN_LIMITS, BoundedH11Protocol, LargeBodyLimiter
 from skulk_daemon.system.listeners import BindError, bind_listener
+from skulk_daemon.system.logs import configure_logging, node_secrets
 from skulk_daemon.system.netinfo import advertised_api_urls
 from skulk_daemon.system.settings import Settings, resolve_settings
 from skulk_daemon.system.stopping import StopGuard
@@ -102,6 +105,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--no-mdns", action="store_true", help="do not use mDNS discovery (env SKULK_MDNS=0)"
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=[level.value for level in LogLevel],
+        help="log level (default info, env SKULK_LOG_LEVEL, logging.level)",
     )
     return parser.parse_args(list(argv))
 
@@ -269,6 +277,7 @@ async def _serve(
     args: argparse.Namespace,
     guard: StopGuard,
     restart: RestartLatch | None = None,
+    in_effect: tuple[EffectiveSetting, ...] = (),
 ) -> None:
     sock = bind_api_socket(settings.host, settings.api_port)
     try:
@@ -279,6 +288,7 @@ async def _serve(
         sock.close()
         raise StartupError(str(exc)) from None
     node = await asyncio.to_thread(build_node, settings)
+    node.config_store.in_effect = in_effect
     stop = asyncio.Event()
     source = telemetry_source(node)
     node.record_telemetry(await asyncio.to_thread(source.read))
@@ -396,11 +406,50 @@ async def _serve(
         os._exit(0)
 
 
+def start_logging(args: argparse.Namespace, settings: Settings) -> tuple[EffectiveSetting, ...]:
+    """Log at the level in effect, to stderr and the data dir's log file; the settings
+    this node starts with, each with its source (``GET /config`` shows them)."""
+    try:
+        config = load_config_file(settings.config_path)
+    except ConfigError:
+        config = SkulkConfig()  # build_node refuses the file with its message
+    level = args.log_level or _env_log_level() or config.logging.level.value
+    log_file = configure_logging(level, settings.data_dir, node_secrets(config))
+    rows = in_effect(
+        flags=StartFlags(
+            host=args.host,
+            api_port=args.api_port,
+            operator_api_port=args.operator_api_port,
+            data_dir=args.data_dir,
+            models_dir=args.models_dir,
+            config_home=args.config_home,
+            fabric_port=args.fabric_port,
+            peers=tuple(args.peer),
+            no_mdns=args.no_mdns,
+            log_level=args.log_level,
+        ),
+        settings=settings,
+        config=config,
+        log_level=level,
+        log_file=None if log_file is None else str(log_file),
+    )
+    for row in rows:
+        log.debug("in effect: %s = %s (%s)", row.key, row.value, row.source)
+    return rows
+
+
+def _env_log_level() -> str | None:
+    raw = os.environ.get(LOG_LEVEL_ENV, "").strip().lower()
+    if not raw:
+        return None
+    if raw not in {level.value for level in LogLevel}:
+        choices = ", ".join(level.value for level in LogLevel)
+        raise ValueError(f"{LOG_LEVEL_ENV} must be one of {choices}, got {raw!r}")
+    return raw
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     try:
         settings = resolve_settings(
             host=args.host,
@@ -410,9 +459,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             models_dir=args.models_dir,
             operator_api_port=args.operator_api_port,
         )
+        rows = start_logging(args, settings)
         guard = StopGuard()
         restart = RestartLatch()
-        asyncio.run(_serve(settings, args, guard, restart))
+        asyncio.run(_serve(settings, args, guard, restart, rows))
     except (StartupError, ValueError) as exc:
         print(f"skulk: {exc}", file=sys.stderr)
         return 1

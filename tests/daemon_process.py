@@ -98,6 +98,10 @@ class DaemonProcess(NodePaths):
         env.pop("SKULK_API_URL", None)
         log_secrets.register_environment(env)
         log_secrets.watch_log(self.log_path)
+        # The node's own rotating log file, and the older files rotation keeps.
+        node_log = self.data_dir / "logs" / "skulk.log"
+        for path in (node_log, *(node_log.with_name(f"skulk.log.{n}") for n in (1, 2, 3))):
+            log_secrets.watch_log(path)
         self.root.mkdir(parents=True, exist_ok=True)
         # NOTE: the log goes to a file, not a pipe nobody reads: a chatty daemon would
         # otherwise block once the pipe buffer filled.

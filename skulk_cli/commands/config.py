@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
-from skulk_cli import console, render, views
+from skulk_cli import console, render_config, views
 from skulk_cli.config_edit import ConfigKeyError, parse_value, set_path
 from skulk_cli.context import CliContext, JsonFlag, node_client
 
@@ -15,14 +16,19 @@ app = typer.Typer(help="Show or change the cluster configuration.", no_args_is_h
 
 @app.command("show")
 def show(ctx: typer.Context, json_output: JsonFlag = False) -> None:
-    """Show the configuration as dotted keys, and the values in effect on this node."""
+    """Show the configuration as dotted keys, then what is in effect on this node.
+
+    The second table lists the ports, mDNS, peers, log level and file, and the
+    directories the node runs with, each with where it came from: a command-line
+    flag, an environment variable, skulk.yaml, or the default.
+    """
     cli = CliContext.of(ctx)
     with node_client(cli) as client:
         response = client.config()
         if cli.wants_json(json_output):
             console.emit_json(response)
             return
-        console.show(render.config(views.parse(response, views.ConfigResponse, "/config")))
+        console.show(render_config.config(views.parse(response, views.ConfigResponse, "/config")))
 
 
 @app.command("set")
@@ -58,4 +64,6 @@ def set_value(
         if cli.wants_json(json_output):
             console.emit_json(saved)
             return
-        console.show(render.config_change(key, edit.old, new, existed=edit.existed))
+        console.show(render_config.config_change(key, edit.old, new, existed=edit.existed))
+        if key in {row.key for row in current.in_effect}:
+            console.note(Text("The node reads it when it starts: `skulk restart` applies it."))

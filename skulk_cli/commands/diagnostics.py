@@ -9,7 +9,7 @@ import typer
 
 from skulk_cli import console, render_diagnostics
 from skulk_cli.client import JsonObject
-from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, node_client
+from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, WideFlag, node_client
 from skulk_cli.views import parse
 from skulk_core.diagnostics.answers import ClusterBundles, Timeline
 from skulk_core.diagnostics.bundle import NodeBundle
@@ -71,15 +71,18 @@ def cluster(ctx: typer.Context, json_output: JsonFlag = False) -> None:
 
 
 @app.command("timeline")
-def timeline(ctx: typer.Context, json_output: JsonFlag = False) -> None:
-    """Every rank's runner phases, merged by time: where a distributed load hangs."""
+def timeline(ctx: typer.Context, json_output: JsonFlag = False, wide: WideFlag = False) -> None:
+    """Every rank's runner phases, merged by time: where a distributed load hangs.
+
+    Ids show as unique prefixes and times as times of day; `--wide` shows both whole.
+    """
     cli = CliContext.of(ctx)
     with node_client(cli) as client:
         raw = client.cluster_timeline()
     if cli.wants_json(json_output):
         console.emit_json(raw)
         return
-    console.show(render_diagnostics.timeline(parse(raw, Timeline, "timeline")))
+    console.show(render_diagnostics.timeline(parse(raw, Timeline, "timeline"), wide=wide))
 
 
 @app.command("capture")

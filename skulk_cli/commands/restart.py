@@ -15,10 +15,11 @@ from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, node_client
 RESTART_TIMEOUT_SECONDS = 30.0
 
 NodeArg = Annotated[
-    str,
+    str | None,
     typer.Argument(
-        metavar="NODE",
-        help="The node's id, stable install id, or friendly name (`skulk status` shows them).",
+        metavar="[NODE]",
+        help="The node's id, stable install id, or friendly name (`skulk status` shows "
+        "them); may be left out when the cluster is this one node.",
         show_default=False,
     ),
 ]
@@ -58,18 +59,31 @@ def restarted(answer: JsonObject, name: str | None) -> Text:
     )
 
 
-def restart(ctx: typer.Context, node: NodeArg, json_output: JsonFlag = False) -> None:
+def only_node(state: views.ClusterState) -> str:
+    """The one node of a single-node cluster, for `skulk restart` without NODE."""
+    nodes = sorted(state.node_identities)
+    if len(nodes) == 1:
+        return nodes[0]
+    names = ", ".join(state.node_name(n) or n for n in nodes) or "none yet"
+    raise typer.BadParameter(
+        f"the cluster has {len(nodes)} nodes ({names}); name the one to restart",
+        param_hint="NODE",
+    )
+
+
+def restart(ctx: typer.Context, node: NodeArg = None, json_output: JsonFlag = False) -> None:
     """Restart a node in place: a graceful stop, then the same process starts again.
 
     The node keeps its id and its placed instances (their runners load again); work in
     flight on it is interrupted. It is named by its stable install id, so the request
-    reaches the node that is live now.
+    reaches the node that is live now. Without NODE, on a cluster of one node, that
+    node restarts.
     """
     cli = CliContext.of(ctx)
     with node_client(cli) as client:
         state = views.parse(client.state(), views.ClusterState, "/state")
         try:
-            install_id, node_id = resolve(state, node)
+            install_id, node_id = resolve(state, node or only_node(state))
         except UnknownNode as exc:
             console.error(str(exc))
             raise typer.Exit(EXIT_REFUSED) from None

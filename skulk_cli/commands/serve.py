@@ -10,6 +10,8 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from skulk_core.config import LogLevel
+
 DAEMON_MODULE = "skulk_daemon"
 
 # Read by the daemon itself, so `skulk serve` passes only the flags a user typed.
@@ -43,6 +45,11 @@ NODE_ENVIRONMENT: tuple[tuple[str, str], ...] = (
         "into the data directory on first start). Every node of a cluster needs the same one.",
     ),
     ("SKULK_MDNS", "0 turns off mDNS discovery on the LAN."),
+    (
+        "SKULK_LOG_LEVEL",
+        "Log level (debug, info, warning, error), when --log-level is not given (else "
+        "logging.level in skulk.yaml, else info).",
+    ),
     ("SKULK_FORCE_MASTER", "1 makes this node win every master election."),
 )
 
@@ -61,6 +68,7 @@ class NodeOptions:
     force_master: bool = False
     no_mdns: bool = False
     operator_api_port: int | None = None
+    log_level: LogLevel | None = None
 
 
 def daemon_argv(python: str, options: NodeOptions) -> list[str]:
@@ -86,6 +94,8 @@ def daemon_argv(python: str, options: NodeOptions) -> list[str]:
         argv.append("--force-master")
     if options.no_mdns:
         argv.append("--no-mdns")
+    if options.log_level is not None:
+        argv += ["--log-level", options.log_level.value]
     return argv
 
 
@@ -159,6 +169,14 @@ def serve(
     no_mdns: Annotated[
         bool, typer.Option("--no-mdns", help="Do not announce or discover peers with mDNS.")
     ] = False,
+    log_level: Annotated[
+        LogLevel | None,
+        typer.Option(
+            "--log-level",
+            help="Log level, over logging.level in skulk.yaml. The node logs to stderr and "
+            "to logs/skulk.log in its data dir (`skulk logs`).",
+        ),
+    ] = None,
 ) -> None:
     """Run this machine's Skulk node in the foreground.
 
@@ -178,5 +196,6 @@ def serve(
             force_master=force_master,
             no_mdns=no_mdns,
             operator_api_port=operator_api_port,
+            log_level=log_level,
         )
     )

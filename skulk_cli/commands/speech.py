@@ -15,6 +15,7 @@ import io
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Annotated, Final
 
@@ -33,6 +34,7 @@ from rich.text import Text
 
 from skulk_cli import console
 from skulk_cli.client import SkulkApiError, SkulkClient
+from skulk_cli.completion import complete_model_id
 from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, node_client
 from skulk_host.files import atomic_write
 
@@ -42,7 +44,26 @@ TRANSCRIPT_FORMATS: Final = ("text", "json", "verbose_json", "srt", "vtt")
 LONG_FILE_BYTES: Final = 1024 * 1024
 """Files at least this large show an upload progress bar (on a terminal)."""
 
-ModelArg = Annotated[str, typer.Argument(metavar="MODEL", help="A placed speech model's id.")]
+ModelArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="MODEL", help="A placed speech model's id.", autocompletion=complete_model_id
+    ),
+]
+
+
+DEFAULT_SPEECH_FORMAT: Final = "wav"
+
+
+def default_output(directory: Path, fmt: str, now: datetime | None = None) -> Path:
+    """``say-20260101-120000.wav`` in ``directory``; ``-2``, ``-3``... when taken."""
+    stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
+    candidate = directory / f"say-{stamp}.{fmt}"
+    number = 2
+    while candidate.exists():
+        candidate = directory / f"say-{stamp}-{number}.{fmt}"
+        number += 1
+    return candidate
 
 
 def _format_for(output: Path, chosen: str | None) -> str:
@@ -70,8 +91,14 @@ def say(
     text: Annotated[str, typer.Argument(metavar="TEXT", help="What to say.")],
     *,
     output: Annotated[
-        Path, typer.Option("--output", "-o", help="Where to write the audio.", dir_okay=False)
-    ],
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Where to write the audio (default: a new say-DATE-TIME file here).",
+            dir_okay=False,
+        ),
+    ] = None,
     voice: Annotated[
         str | None, typer.Option("--voice", help="A voice `skulk voices` lists.")
     ] = None,
@@ -84,8 +111,15 @@ def say(
         int | None, typer.Option("--seed", min=0, help="Make the audio reproducible.")
     ] = None,
 ) -> None:
-    """Synthesize TEXT with a placed text-to-speech model and write it to a file."""
+    """Synthesize TEXT with a placed text-to-speech model and write it to a file.
+
+    Without `-o` the audio goes to a new `say-DATE-TIME.wav` (or `--format`'s
+    extension) in the current directory, never over an existing file; the command
+    prints where.
+    """
     cli = CliContext.of(ctx)
+    if output is None:
+        output = default_output(Path.cwd(), fmt or DEFAULT_SPEECH_FORMAT)
     response_format = _format_for(output, fmt)
     body: dict[str, object] = {"model": model, "input": text, "response_format": response_format}
     if voice is not None:
@@ -212,6 +246,21 @@ def _tts_models(client: SkulkClient) -> list[str]:
     ]
 
 
+def no_voices(known: list[str], answered: int) -> Text:
+    """Why `skulk voices` lists nothing, and what to do about it."""
+    if answered:
+        return Text("The placed text-to-speech models declare no voices.")
+    if not known:
+        return Text.assemble(
+            "This node knows no text-to-speech model. ",
+            "`skulk models list` shows the catalog; add one with `skulk models add`.",
+        )
+    return Text.assemble(
+        "No text-to-speech model is placed. Place one, then ask again: ",
+        (f"skulk place {known[0]}", "bold"),
+    )
+
+
 def voices(
     ctx: typer.Context,
     model: Annotated[
@@ -223,14 +272,18 @@ def voices(
     """List the voices placed text-to-speech models declare."""
     cli = CliContext.of(ctx)
     found: list[dict[str, object]] = []
+    known: list[str] = []
+    answered = 0
     with node_client(cli) as client:
-        for name in [model] if model else _tts_models(client):
+        known = [model] if model else _tts_models(client)
+        for name in known:
             try:
                 listed = client.voices(name).get("data")
             except SkulkApiError:
                 if model:
                     raise
                 continue  # not placed, or it declares no voice listing
+            answered += 1
             found.extend(
                 v for v in (listed if isinstance(listed, list) else []) if isinstance(v, dict)
             )
@@ -238,7 +291,7 @@ def voices(
         console.emit_json({"object": "list", "data": found})
         return
     if not found:
-        console.show(Text("No placed text-to-speech model lists voices."))
+        console.show(no_voices(known, answered))
         return
     table = Table("Voice", "Name", "Model", "Kind", "Languages")
     for voice in found:

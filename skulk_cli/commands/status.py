@@ -5,11 +5,15 @@ from __future__ import annotations
 import typer
 
 from skulk_cli import console, render, views
-from skulk_cli.context import CliContext, JsonFlag, node_client
+from skulk_cli.context import CliContext, JsonFlag, WideFlag, node_client
 
 
-def status(ctx: typer.Context, json_output: JsonFlag = False) -> None:
-    """Show this node and the cluster it sees: memory, health, instances, runners."""
+def status(ctx: typer.Context, json_output: JsonFlag = False, wide: WideFlag = False) -> None:
+    """Show this node and the cluster it sees: memory, health, instances, runners.
+
+    Instance and runner ids show as their shortest unique prefix (at least 8
+    characters, as git shortens hashes); `--wide` shows them whole.
+    """
     cli = CliContext.of(ctx)
     with node_client(cli) as client:
         identity = client.node_identity()
@@ -21,5 +25,6 @@ def status(ctx: typer.Context, json_output: JsonFlag = False) -> None:
             render.status(
                 views.parse(identity, views.NodeIdentity, "/node/identity"),
                 views.parse(state, views.ClusterState, "/state"),
+                wide=wide,
             )
         )

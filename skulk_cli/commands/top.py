@@ -15,7 +15,7 @@ from rich.table import Table
 
 from skulk_cli import console, render, views
 from skulk_cli.client import SkulkClient
-from skulk_cli.context import CliContext, node_client
+from skulk_cli.context import CliContext, WideFlag, node_client
 
 Counters = dict[str, float]
 
@@ -28,23 +28,26 @@ def top(
     once: Annotated[
         bool, typer.Option("--once", help="Print one refresh (two readings apart) and exit.")
     ] = False,
+    wide: WideFlag = False,
 ) -> None:
     """Watch the cluster live: members, memory, instances, runners, and this node's
-    tokens per second and in-flight generations. Ctrl-C ends it."""
+    tokens per second and in-flight generations. Ctrl-C ends it.
+
+    Ids show as unique prefixes to fit the terminal; `--wide` shows them whole."""
     cli = CliContext.of(ctx)
     with node_client(cli) as client:
         previous = _completion_tokens(_samples(client.metrics_text()))
         started = time.monotonic()
         if once:
             time.sleep(interval)
-            console.show(_frame(client, previous, time.monotonic() - started)[0])
+            console.show(_frame(client, previous, time.monotonic() - started, wide)[0])
             return
         try:
             with Live(console=None, refresh_per_second=4, screen=False) as live:
                 while True:
                     time.sleep(interval)
                     now = time.monotonic()
-                    renderable, previous = _frame(client, previous, now - started)
+                    renderable, previous = _frame(client, previous, now - started, wide)
                     started = now
                     live.update(renderable)
         except KeyboardInterrupt:
@@ -52,14 +55,14 @@ def top(
 
 
 def _frame(
-    client: SkulkClient, previous: Counters, seconds: float
+    client: SkulkClient, previous: Counters, seconds: float, wide: bool
 ) -> tuple[RenderableType, Counters]:
     identity = views.parse(client.node_identity(), views.NodeIdentity, "/node/identity")
     state = views.parse(client.state(), views.ClusterState, "/state")
     samples = _samples(client.metrics_text())
     current = _completion_tokens(samples)
     return Group(
-        render.status(identity, state), _throughput(previous, current, seconds, samples)
+        render.status(identity, state, wide=wide), _throughput(previous, current, seconds, samples)
     ), current
 
 

@@ -10,8 +10,10 @@ import typer
 from rich.table import Table
 
 from skulk_cli import console
-from skulk_cli.context import CliContext, JsonFlag, node_client
+from skulk_cli.client import SkulkClient
+from skulk_cli.context import CliContext, JsonFlag, WideFlag, node_client
 from skulk_cli.render import short_id
+from skulk_cli.short_ids import IdShortener
 from skulk_cli.views import parse
 from skulk_core.diagnostics.trace_answers import ClusterTraces, TraceStats
 
@@ -23,7 +25,9 @@ app = typer.Typer(
 TaskArg = Annotated[
     str,
     typer.Argument(
-        metavar="TASK", help="A traced task's id (`skulk trace list`).", show_default=False
+        metavar="TASK",
+        help="A traced task's id, or a prefix of it (`skulk trace list`).",
+        show_default=False,
     ),
 ]
 
@@ -44,21 +48,44 @@ def off(ctx: typer.Context) -> None:
     console.note("Tracing is off.")
 
 
+def _resolve(client: SkulkClient, task_id: str) -> str:
+    """The full id of the one traced task ``task_id`` is a prefix of, as `trace list`
+    shows it; an id no task starts with is sent as given (the node says it is unknown)."""
+    traces = parse(client.traces(), ClusterTraces, "trace list").traces
+    ids = {trace.task_id for trace in traces}
+    if task_id in ids:
+        return task_id
+    matches = sorted(i for i in ids if i.startswith(task_id))
+    if len(matches) > 1:
+        raise typer.BadParameter(
+            f"{task_id!r} begins {len(matches)} traced tasks' ids ({', '.join(matches)}); "
+            "give more of it",
+            param_hint="TASK",
+        )
+    return matches[0] if matches else task_id
+
+
 @app.command("list")
-def list_traces(ctx: typer.Context, json_output: JsonFlag = False) -> None:
-    """List traced tasks across the cluster, newest first."""
+def list_traces(ctx: typer.Context, json_output: JsonFlag = False, wide: WideFlag = False) -> None:
+    """List traced tasks across the cluster, newest first.
+
+    Task ids show as unique prefixes (which `trace show` and `trace export` take);
+    `--wide` shows them whole.
+    """
     cli = CliContext.of(ctx)
     with node_client(cli) as client:
         listing = client.traces()
     if cli.wants_json(json_output):
         console.emit_json(listing)
         return
+    traces = parse(listing, ClusterTraces, "trace list").traces
+    ids = IdShortener([trace.task_id for trace in traces], wide=wide)
     table = Table(title="Traces")
     for column in ("task", "model", "nodes", "spans"):
-        table.add_column(column)
-    for trace in parse(listing, ClusterTraces, "trace list").traces:
+        table.add_column(column, no_wrap=column == "task")
+    for trace in traces:
         table.add_row(
-            trace.task_id,
+            ids(trace.task_id),
             trace.model_id,
             ", ".join(short_id(n) for n in trace.source_nodes),
             str(trace.span_count),
@@ -71,6 +98,7 @@ def show(ctx: typer.Context, task_id: TaskArg, json_output: JsonFlag = False) ->
     """Show one task's timing summary, per span name, across the cluster."""
     cli = CliContext.of(ctx)
     with node_client(cli) as client:
+        task_id = _resolve(client, task_id)
         raw = client.trace(task_id, "stats")
     if cli.wants_json(json_output):
         console.emit_json(raw)
@@ -95,6 +123,7 @@ def export(
 ) -> None:
     """Write one task's merged trace as Chrome trace JSON (open it in ui.perfetto.dev)."""
     with node_client(CliContext.of(ctx)) as client:
+        task_id = _resolve(client, task_id)
         document = client.trace(task_id, "raw")
     target = output or Path(f"trace-{task_id}.json")
     target.write_text(json.dumps(document))

@@ -1,9 +1,12 @@
 """The guided ``install-plugin``: an owner's interactive installation of a signed release.
 
 Order, each step its own manager request under its fence: print the resume command;
-register the installation; configure its source when it has none (HTTPS directory,
-metadata filename, publisher id and Ed25519 key, a timezone-aware trust expiry, the
-trust confirmed separately, then the optional feed bearer through hidden input);
+for a new installation, ask its source first (HTTPS directory and metadata filename,
+then that file read once to check the feed answers, then publisher id and Ed25519
+key, a timezone-aware trust expiry, the trust confirmed separately, then the optional
+feed bearer through hidden input) and only then register it and configure the
+source, so a refusal or Ctrl-C before leaves nothing behind; a resumed installation
+is registered first and asked the same when it has no source;
 inspect the release (metadata only) and show its digest, size, expiry and
 permissions; with a first consent, download and stage it; with a second, separate
 consent (accepting the permissions), activate it. ``--from-catalog`` first reads the
@@ -29,6 +32,8 @@ from rich.console import Console
 from rich.prompt import Confirm, Prompt
 from rich.table import Table
 
+from skulk_cli.plugin_service.feed_probe import FeedUnreachable, Probe
+
 POLL_SECONDS: Final = 0.2
 POLL_LIMIT_SECONDS: Final = 300.0
 """Bounded polling: after this the command exits and the manager keeps working."""
@@ -51,9 +56,10 @@ class Refused(Exception):
 
 
 class Installer:
-    def __init__(self, console: Console, call: Call) -> None:
+    def __init__(self, console: Console, call: Call, probe: Probe | None = None) -> None:
         self.console = console
         self.call = call
+        self.probe = probe
 
     # -- prompts -------------------------------------------------------------------
 
@@ -79,19 +85,30 @@ class Installer:
         sequence: int | None = None,
         platform: str | None = None,
     ) -> str:
+        fresh = plugin_id is None and from_catalog is None
         if plugin_id is None:
             plugin_id = f"managed.plugin-{secrets.token_hex(4)}"
         self.console.print(
             f"If this is interrupted, resume with: skulk-plugin-service install-plugin {plugin_id}",
             markup=False,
         )
-        self.call({"action": "register", "plugin_id": plugin_id})
+        if fresh:
+            # NOTE: a new installation is registered only once its source is known (the
+            # feed answered, the publisher trusted): a refusal or Ctrl-C before that
+            # leaves nothing behind.
+            self.console.print(f"[bold]{plugin_id}[/bold] needs a release source.")
+            update = self.ask_source()
+            self.call({"action": "register", "plugin_id": plugin_id})
+            self.save_source(plugin_id, update)
+        else:
+            self.call({"action": "register", "plugin_id": plugin_id})
         review: dict[str, Any] | None = None
         if from_catalog is not None:
             review = self.bind_catalog(plugin_id, from_catalog, sequence, platform)
         source = self.call({"action": "source_status", "plugin_id": plugin_id})
         if not source["configured"]:
-            self.configure_source(plugin_id)
+            self.console.print(f"[bold]{plugin_id}[/bold] has no release source yet.")
+            self.save_source(plugin_id, self.ask_source())
         if review is None:
             review = self.call({"action": "inspect_release", "plugin_id": plugin_id})
         self.show_review(review)
@@ -140,10 +157,17 @@ class Installer:
             raise Refused("The feed's release record is not the one the catalog lists.")
         return dict(bound["review"])
 
-    def configure_source(self, plugin_id: str) -> None:
-        self.console.print(f"[bold]{plugin_id}[/bold] has no release source yet.")
+    def ask_source(self) -> dict[str, Any]:
+        """The source update from the owner's answers; the feed is read (``probe``)
+        right after its address, before any question about trust."""
         base_url = self.ask("HTTPS release directory (ending in /)")
         filename = self.ask("Metadata filename", default="release.json")
+        if self.probe is not None:
+            try:
+                self.probe(base_url, filename)
+            except FeedUnreachable as unreachable:
+                raise Refused(f"{unreachable} Nothing was installed.") from None
+            self.console.print(f"The release directory answers ({filename}).", markup=False)
         publisher = self.ask("Publisher id")
         key = self.ask("Publisher Ed25519 public key (64 hex characters)").lower()
         expiry = self.ask("Trust expiry (ISO 8601 with a timezone, e.g. 2027-01-01T00:00Z)")
@@ -175,6 +199,9 @@ class Installer:
         }
         if token:
             update["token"] = token
+        return update
+
+    def save_source(self, plugin_id: str, update: dict[str, Any]) -> None:
         self.call({"action": "configure_source", "plugin_id": plugin_id, "request": update})
         self.console.print("Release source configured.")
 

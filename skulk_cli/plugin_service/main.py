@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import sys
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from typer._completion_classes import completion_init
 
 from skulk_cli.operator_credentials import config_home as default_config_home
 from skulk_cli.plugin_service import registration
+from skulk_cli.plugin_service.feed_probe import Probe, feed_tls, probe_feed
 from skulk_cli.plugin_service.guided import Installer, Refused
 from skulk_cli.plugin_service.setup import (
     manager_root,
@@ -349,13 +351,30 @@ def install_plugin(
 ) -> None:
     """Guided installation: trust, review, download consent, activation consent."""
     console = _console()
-    installer = Installer(console, _caller(config_home))
+    installer = Installer(console, _caller(config_home), _feed_probe(config_home))
     try:
         installer.run(managed_id, from_catalog=from_catalog, sequence=sequence, platform=platform)
     except Refused as refused:
         _fail(str(refused))
     except (KeyboardInterrupt, EOFError):
         _fail("Interrupted: rerun the resume command printed above to continue.")
+
+
+def _feed_probe(config_home: Path | None) -> Probe | None:
+    """The check that a typed release directory answers, with the manager's own TLS
+    trust (the CA `setup --tls-ca` recorded); none when that cannot be known here
+    (the manager then reports an unreachable feed itself)."""
+    try:
+        connection = read_connection(_config_home(config_home), missing=NO_CONNECTION)
+        record = read_record(connection.root.parent)
+    except PluginRefusal:
+        return None
+    if record is None:
+        return None
+    try:
+        return probe_feed(feed_tls(record.tls_ca))
+    except (OSError, ssl.SSLError):
+        return None
 
 
 @app.command()

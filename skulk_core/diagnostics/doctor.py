@@ -109,6 +109,18 @@ class NodeFacts:
     ports: Sequence[PortFact] = ()
     unanswered_peers: Sequence[str] = field(default_factory=tuple)
     """Configured or discovered peer addresses that never became members."""
+    programs: Sequence[ProgramFact] = ()
+    """The outside programs a feature runs, looked up on this node's PATH."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramFact:
+    """An outside program (``espeak-ng``): where it was found on PATH, if anywhere."""
+
+    name: str
+    path: str | None
+    needed_for: str
+    install_hint: str
 
 
 def run_doctor(facts: NodeFacts) -> list[DoctorFinding]:
@@ -332,9 +344,11 @@ def _peers(facts: NodeFacts) -> list[DoctorFinding]:
         found.append(
             DoctorFinding(
                 check_id="peer.unreachable",
-                title="unreachable peer",
+                title="peers reachable",
                 verdict=Verdict.PASS,
-                detail=f"{len(facts.peers)} peer(s), all heard within {PEER_SILENT_SECONDS:g} s",
+                detail=f"{len(facts.peers)} peer(s), all heard within {PEER_SILENT_SECONDS:g} s"
+                if facts.peers
+                else "no peers: this node is a cluster of one",
             )
         )
     return found
@@ -371,7 +385,7 @@ def _key_mismatch(facts: NodeFacts) -> list[DoctorFinding]:
     return [
         DoctorFinding(
             check_id="fabric.key",
-            title="cluster key mismatch",
+            title="cluster key matches",
             verdict=Verdict.PASS,
             detail="no connection refused",
         )
@@ -400,7 +414,7 @@ def _versions(facts: NodeFacts) -> list[DoctorFinding]:
     return [
         DoctorFinding(
             check_id="cluster.version",
-            title="version mismatch",
+            title="versions match",
             verdict=Verdict.PASS,
             detail=f"every node runs {facts.skulk_version}",
         )
@@ -430,7 +444,7 @@ def _clocks(facts: NodeFacts) -> list[DoctorFinding]:
     return [
         DoctorFinding(
             check_id="cluster.clock",
-            title="clock skew between nodes",
+            title="clocks agree between nodes",
             verdict=Verdict.PASS,
             detail=f"peer clocks within {CLOCK_SKEW_SECONDS:g} s",
         )
@@ -457,7 +471,7 @@ def _ports(facts: NodeFacts) -> list[DoctorFinding]:
     return [
         DoctorFinding(
             check_id="ports",
-            title="port not served",
+            title="ports served",
             verdict=Verdict.PASS,
             detail=", ".join(f"{p.name} {p.port}" for p in facts.ports) or "no port to check",
         )
@@ -491,10 +505,32 @@ def _runners(facts: NodeFacts) -> list[DoctorFinding]:
     return [
         DoctorFinding(
             check_id="runner.stuck",
-            title="runner stuck in one phase",
+            title="no runner stuck",
             verdict=Verdict.PASS,
             detail=f"{len(facts.runners)} runner(s), none past its phase budget",
         )
+    ]
+
+
+def _programs(facts: NodeFacts) -> list[DoctorFinding]:
+    return [
+        DoctorFinding(
+            check_id=f"program:{program.name}",
+            title=f"{program.name} installed",
+            verdict=Verdict.PASS,
+            detail=f"found at {program.path}",
+        )
+        if program.path
+        else DoctorFinding(
+            check_id=f"program:{program.name}",
+            title=f"{program.name} not installed",
+            verdict=Verdict.WARN,
+            detail=f"no {program.name} program on this node's PATH",
+            consequence=f"{program.needed_for} cannot work on this node",
+            remediation=program.install_hint,
+            fix_available=True,
+        )
+        for program in facts.programs
     ]
 
 
@@ -508,4 +544,5 @@ _CHECKS: Final[tuple[Callable[[NodeFacts], list[DoctorFinding]], ...]] = (
     _clocks,
     _ports,
     _runners,
+    _programs,
 )

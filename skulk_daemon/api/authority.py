@@ -43,12 +43,19 @@ MIN_SERVICE_TOKEN_CHARS: Final = 32
 
 
 def declare(
-    requirement: Requirement, *, service_bearer: bool = False, json_body: bool = True
+    requirement: Requirement,
+    *,
+    service_bearer: bool = False,
+    json_body: bool = True,
+    untyped_json: bool = False,
 ) -> dict[str, RouteAuthority]:
     """The ``opt`` a controller or route handler declares its authority with."""
     return {
         AUTHORITY_OPT: RouteAuthority(
-            requirement, json_body=json_body, service_bearer=service_bearer
+            requirement,
+            json_body=json_body,
+            service_bearer=service_bearer,
+            untyped_json=untyped_json,
         )
     }
 

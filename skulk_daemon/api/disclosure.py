@@ -15,6 +15,7 @@ from typing import Final
 import msgspec
 
 from skulk_core.cluster.remote_access import LocalAccess, RemoteAccess, TailscaleAccess
+from skulk_core.effective import hide_paths
 from skulk_core.store.answers import NodeStorage
 from skulk_daemon.api.authority import TRUSTED_CALLERS, caller_of
 from skulk_daemon.api.connection import HttpRequest
@@ -58,7 +59,12 @@ def effective_for(request: HttpRequest, effective: EffectiveConfig) -> Effective
     public caller."""
     if is_trusted(request):
         return effective
-    return msgspec.structs.replace(effective, models_dir=HIDDEN_PATH, data_dir=HIDDEN_PATH)
+    return msgspec.structs.replace(
+        effective,
+        models_dir=HIDDEN_PATH,
+        data_dir=HIDDEN_PATH,
+        in_effect=hide_paths(effective.in_effect, HIDDEN_PATH),
+    )
 
 
 def remote_access_for(request: HttpRequest, access: RemoteAccess) -> RemoteAccess:

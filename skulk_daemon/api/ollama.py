@@ -191,7 +191,9 @@ def _raw_prompt(admitted: Admitted, prompt: str) -> Admitted:
 
 class OllamaController(Controller):
     tags = ("Ollama",)
-    opt = declare(Requirement.OPEN)
+    # Ollama's own server reads the body as JSON whatever its Content-Type, and the
+    # clients written for it (and `curl -d`) rely on that; see untyped_json.
+    opt = declare(Requirement.OPEN, untyped_json=True)
     exception_handlers = OLLAMA_EXCEPTION_HANDLERS
 
     @post(

@@ -115,6 +115,13 @@ class RouteAuthority:
     """The route's body, when it has one, is JSON."""
     service_bearer: bool = False
     """The exact-card qualification token is accepted here (add-card and its cleanup)."""
+    untyped_json: bool = False
+    """A JSON body sent without a JSON Content-Type is taken too, from a caller with no
+    ``Origin`` (Ollama's routes: its server ignores Content-Type, so ``curl -d`` works)."""
+
+
+UNTYPED_JSON_TYPES: Final = frozenset({None, "application/x-www-form-urlencoded", "text/plain"})
+"""What ``curl -d`` (a form type) or a bare client sends a JSON body as."""
 
 
 def is_json(content_type: str | None) -> bool:
@@ -147,6 +154,12 @@ def decide(facts: RequestFacts, route: RouteAuthority) -> Caller | Refusal:
     # are nodes and scripts): a page can send one without a preflight, but never
     # without an Origin on a POST or DELETE, and the store port refuses every Origin.
     untyped_ok = store and facts.content_type is None
+    # NOTE: the JSON Content-Type check is a CSRF defence: a page may send a text/plain,
+    # form or untyped body cross-site without a preflight. Every browser puts an Origin
+    # on such a POST, so a route that takes untyped JSON takes it only without one:
+    # curl and scripts, never a page.
+    if route.untyped_json and facts.origin is None:
+        untyped_ok = untyped_ok or facts.content_type in UNTYPED_JSON_TYPES
     if json_expected and not is_json(facts.content_type) and not untyped_ok:
         return Refusal(
             415,

@@ -21,6 +21,7 @@ from skulk_core.diagnostics.doctor import (
     NodeFacts,
     PeerFact,
     PortFact,
+    ProgramFact,
     RefusedPeer,
     RunnerFact,
 )
@@ -106,7 +107,24 @@ def gather(
         runners=runner_facts(worker.runners()) if worker is not None else [],
         ports=port_facts(ports),
         unanswered_peers=_unanswered(node, cluster),
+        programs=program_facts(),
     )
+
+
+ESPEAK_NG: Final = "espeak-ng"
+
+
+def program_facts() -> list[ProgramFact]:
+    """The outside programs Skulk's features run (Piper voices phonemize with espeak-ng)."""
+    return [
+        ProgramFact(
+            name=ESPEAK_NG,
+            path=shutil.which(ESPEAK_NG),
+            needed_for="text-to-speech with Piper voices (`skulk say`, /v1/audio/speech)",
+            install_hint="install it with the system's package manager: "
+            "`sudo apt install espeak-ng` (Debian, Ubuntu) or `brew install espeak-ng` (macOS)",
+        )
+    ]
 
 
 def peer_facts(node: Node, cluster: FabricDiagnostics | None) -> list[PeerFact]:

@@ -11,10 +11,10 @@ with the ``matched_file`` to pin.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from typing import Any, Final
 
 import msgspec
+from huggingface_hub import get_session, hf_raise_for_status
 from huggingface_hub.hf_api import ModelInfo
 
 from skulk_core.models.hub_cards import (
@@ -31,6 +31,8 @@ MLX_AUTHOR: Final = "mlx-community"
 MAX_FALLBACK_SEARCHES: Final = 4
 MAX_FALLBACK_CANDIDATES: Final = 20
 MIN_PREFIX_CHARS: Final = 3
+SEARCH_TIMEOUT_SECONDS: Final = 5.0
+"""Connect and read bound of one search request to the Hub."""
 _QUANT_SUFFIX: Final = re.compile(r"[-_.](?:I?Q\d\w*|BF16|F16|F32|MXFP4\w*)$", re.IGNORECASE)
 EXPAND: Final = [
     "author",
@@ -95,16 +97,50 @@ def search_models(
 
 def _list(
     client: HubClient, search: str | None, limit: int, *, mlx_only: bool, task: str | None
-) -> Iterable[ModelInfo]:
-    return client.api().list_models(
-        search=search,
-        author=MLX_AUTHOR if mlx_only else None,
-        pipeline_tag=task,
+) -> list[ModelInfo]:
+    """One page of ``GET /api/models``, as ``HfApi.list_models`` asks for it.
+
+    NOTE: one request with a short timeout, not ``list_models``: that retries a
+    connection failure five times with backoff (about 24 s), so with no reachable
+    Hub a search hung instead of saying so. A search is interactive: it answers 502
+    ("cannot reach the Hugging Face Hub") within :data:`SEARCH_TIMEOUT_SECONDS`.
+    """
+    params: list[tuple[str, str | int | float | bool | None]] = [
         # An empty query lists what is trending; text queries sort by downloads.
-        sort="downloads" if search else "trending_score",
-        limit=limit,
-        expand=EXPAND,  # type: ignore[arg-type]
+        ("sort", "downloads" if search else "trendingScore"),
+        ("limit", limit),
+        *(("expand", field) for field in EXPAND),
+    ]
+    if search:
+        params.append(("search", search))
+    if mlx_only:
+        params.append(("author", MLX_AUTHOR))
+    if task:
+        params.append(("pipeline_tag", task))
+    session = get_session()
+    headers = client.headers()
+    response = session.get(
+        f"{client.endpoint}/api/models",
+        params=params,
+        headers=headers,
+        timeout=SEARCH_TIMEOUT_SECONDS,
     )
+    items: list[dict[str, Any]] = []
+    while True:
+        hf_raise_for_status(response)
+        listed = response.json()
+        items += [
+            item for item in (listed if isinstance(listed, list) else []) if isinstance(item, dict)
+        ]
+        # The Hub pages a long listing (an offset past its page size) with Link headers.
+        following = response.links.get("next", {}).get("url")
+        if len(items) >= limit or not following:
+            break
+        response = session.get(following, headers=headers, timeout=SEARCH_TIMEOUT_SECONDS)
+    return [
+        ModelInfo(**{**item, "siblings": item.get("siblings")})  # type: ignore[no-untyped-call]
+        for item in items[:limit]
+    ]
 
 
 def model_name(file_name: str) -> str:

@@ -9,6 +9,7 @@ import msgspec
 import yaml
 
 from skulk_core.config import ConfigError, KvCacheBackend, SkulkConfig, parse_config, to_document
+from skulk_core.effective import EffectiveSetting
 from skulk_host.fsutil import atomic_write
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -24,6 +25,9 @@ class EffectiveConfig(msgspec.Struct, frozen=True, kw_only=True):
     models_dir: str
     data_dir: str
     event_log_enabled: bool
+    in_effect: tuple[EffectiveSetting, ...] = ()
+    """The settings this node started with and where each came from (flag, env,
+    file, default); a change to ``skulk.yaml`` shows here after a restart."""
 
 
 def load_config_file(path: Path) -> SkulkConfig:
@@ -44,6 +48,8 @@ class ConfigStore:
     def __init__(self, path: Path, config: SkulkConfig) -> None:
         self.path = path
         self._config = config
+        # Set once at start by the daemon (serve.py), which resolved them.
+        self.in_effect: tuple[EffectiveSetting, ...] = ()
 
     @classmethod
     def load(cls, path: Path) -> ConfigStore:
@@ -73,6 +79,7 @@ class ConfigStore:
             models_dir=str(models_dir),
             data_dir=str(data_dir),
             event_log_enabled=self._config.logging.event_log,
+            in_effect=self.in_effect,
         )
 
 

@@ -35,6 +35,7 @@ from skulk_daemon.runner.protocol import (
     serve_frames,
 )
 from skulk_daemon.runner.rpc_roles import DriverGates, donor_lost, serve_donor
+from skulk_daemon.system.logs import runner_log_level
 
 log = logging.getLogger("skulk.runner")
 
@@ -76,7 +77,7 @@ def main() -> int:
     protocol_out = _claim_stdout()
     logging.basicConfig(
         stream=sys.stderr,
-        level=logging.INFO,
+        level=runner_log_level(),
         format="%(asctime)s runner[%(process)d] %(levelname)s %(message)s",
     )
     outbox = _Outbox(protocol_out)

@@ -292,6 +292,25 @@ def test_show_takes_name_over_model_and_refuses_the_rest(demo_app: Served) -> No
     assert "nobody/unknown" in unknown.json()["error"]
 
 
+def test_a_json_body_without_a_json_content_type_works_as_with_ollama(demo_app: Served) -> None:
+    http = demo_app.app.http
+    body = json.dumps({"name": DEMO}).encode()
+    # `curl -d '{...}'` as the Ollama docs write it sends a form type; some send none.
+    for headers in ({"Content-Type": "application/x-www-form-urlencoded"}, {}):
+        shown = http.post("/ollama/api/show", content=body, headers=headers)
+        assert shown.status_code == 200, shown.text
+        assert shown.json()["details"]["format"] == "gguf"
+    # A page's cross-site form post carries an Origin: still refused (CSRF).
+    page = http.post(
+        "/ollama/api/show",
+        content=body,
+        headers={"Content-Type": "text/plain", "Origin": "http://evil.example"},
+    )
+    assert page.status_code == 415
+    # Routes other than Ollama's keep asking for application/json.
+    assert http.post("/v1/chat/completions", content=body, headers={}).status_code == 415
+
+
 # --- aliases and probes -----------------------------------------------------------
 
 

@@ -373,8 +373,9 @@ def execs(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
             ["--host", "::1", "--api-port", "52500"],
         ),
         (("serve", "--models-dir", "/srv/models"), ["--models-dir", "/srv/models"]),
+        (("serve", "--log-level", "debug"), ["--log-level", "debug"]),
     ],
-    ids=["serve", "bare-skulk", "port-and-host", "models-dir"],
+    ids=["serve", "bare-skulk", "port-and-host", "models-dir", "log-level"],
 )
 def test_serve_execs_the_daemon_with_the_given_flags(
     execs: list[list[str]], args: tuple[str, ...], flags: list[str]

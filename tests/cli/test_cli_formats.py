@@ -259,7 +259,7 @@ def test_bench_shows_the_generation_stats_and_power(node: FakeNode) -> None:
     (sent,) = node.sent("POST", "/bench/chat/completions")
     assert isinstance(sent.body, dict)
     assert sent.body["model"] == MODEL and sent.body["temperature"] == 0
-    assert sent.body["max_tokens"] == 128
+    assert sent.body["max_tokens"] == 32  # a default run ends in seconds on a small CPU
     assert [m["role"] for m in sent.body["messages"]] == ["user"]
 
 

@@ -74,6 +74,7 @@ def test_check_reports_changed_missing_and_obsolete_files(tmp_path: Path) -> Non
                 "diagnostics",
                 "trace",
                 "restart",
+                "logs",
                 "top",
                 "plugins",
                 "registry",

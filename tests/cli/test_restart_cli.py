@@ -65,3 +65,12 @@ def test_restart_already_pending_is_refused(node: FakeNode) -> None:
 
     assert result.exit_code == 1
     assert message in flat(result.output)
+
+
+def test_restart_without_node_on_a_cluster_of_several_asks_which(node: FakeNode) -> None:
+    result = run("--api-url", node.url, "restart")
+
+    assert result.exit_code == 2, result.output
+    assert "name the one to restart" in flat(result.output)
+    assert "alpha" in flat(result.output) and "bravo" in flat(result.output)
+    assert node.sent("POST", "/admin/restart") == []

@@ -12,6 +12,7 @@ from skulk_core.diagnostics.doctor import (
     NodeFacts,
     PeerFact,
     PortFact,
+    ProgramFact,
     RefusedPeer,
     RunnerFact,
     Verdict,
@@ -168,3 +169,28 @@ def test_the_findings_are_capped() -> None:
     findings = run_doctor(replace(HEALTHY, peers=peers))
     assert len(findings) == MAX_FINDINGS
     assert all(f.verdict is Verdict.FAIL for f in findings)
+
+
+def test_pass_lines_read_as_passes() -> None:
+    passed = {f.check_id: f.title for f in run_doctor(HEALTHY) if f.verdict is Verdict.PASS}
+    assert passed["peer.unreachable"] == "peers reachable"
+    assert passed["cluster.version"] == "versions match"
+    assert passed["runner.stuck"] == "no runner stuck"
+    alone = {f.check_id: f for f in run_doctor(replace(HEALTHY, peers=()))}
+    assert alone["peer.unreachable"].detail == "no peers: this node is a cluster of one"
+
+
+def test_a_missing_espeak_ng_is_a_warning_with_the_install_command() -> None:
+    espeak = ProgramFact(
+        name="espeak-ng",
+        path=None,
+        needed_for="text-to-speech with Piper voices",
+        install_hint="sudo apt install espeak-ng",
+    )
+    [missing] = [f for f in run_doctor(replace(HEALTHY, programs=(espeak,))) if "espeak" in f.title]
+    assert (missing.verdict, missing.title) == (Verdict.WARN, "espeak-ng not installed")
+    assert "Piper voices" in missing.consequence and "apt install espeak-ng" in missing.remediation
+
+    found = replace(espeak, path="/usr/bin/espeak-ng")
+    [present] = [f for f in run_doctor(replace(HEALTHY, programs=(found,))) if "espeak" in f.title]
+    assert present.verdict is Verdict.PASS and "/usr/bin/espeak-ng" in present.detail

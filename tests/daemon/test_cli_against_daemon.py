@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -65,6 +66,14 @@ def test_status_models_and_config(daemon: DaemonProcess) -> None:
     assert daemon.get("/config").json()["config"]["logging"]["level"] == "debug"
 
 
+def test_voices_with_no_speech_model_placed_says_what_to_place(daemon: DaemonProcess) -> None:
+    shown = skulk(daemon, "voices")
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stdout.split())
+    assert "No text-to-speech model is placed" in text
+    assert "skulk place local/piper-en-us-joe-medium" in text
+
+
 def test_place_chat_and_delete(daemon: DaemonProcess) -> None:
     placed = skulk(daemon, "--json", "place", DEMO, "--context-tokens", "512")
     assert placed.returncode == 0, placed.stderr
@@ -82,6 +91,36 @@ def test_place_chat_and_delete(daemon: DaemonProcess) -> None:
     assert instance_id not in daemon.get("/state").json()["instances"]
     missing = skulk(daemon, "instances", "show", instance_id)
     assert missing.returncode == 1
+
+
+def complete(tmp_path: Path, words: str) -> subprocess.CompletedProcess[str]:
+    """What bash completes for ``words`` through the committed completion script."""
+    shim = tmp_path / "skulk"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m skulk_cli "$@"\n')
+    shim.chmod(0o755)
+    script = f"""
+        source "{Path(__file__).resolve().parents[2] / "completions" / "skulk.bash"}"
+        COMP_WORDS=({words})
+        COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1))
+        _skulk_completion skulk
+        printf '%s\\n' "${{COMPREPLY[@]}}"
+    """
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run(
+        ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_model_ids_tab_complete_from_the_node(daemon: DaemonProcess, tmp_path: Path) -> None:
+    done = complete(tmp_path, f"skulk --api-url {daemon.url} chat local/gem")
+    assert done.returncode == 0, done.stderr
+    assert DEMO in done.stdout.split()
+    assert all(word.startswith("local/gem") for word in done.stdout.split())
+
+    # With the node down there is nothing to suggest, and nothing is printed.
+    dead = complete(tmp_path, "skulk --api-url http://127.0.0.1:9 say local/")
+    assert dead.returncode == 0
+    assert dead.stdout.strip() == "" and dead.stderr == ""
 
 
 def test_unreachable_node_is_a_clear_error() -> None:

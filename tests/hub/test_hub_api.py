@@ -10,6 +10,7 @@ escaping the model directory in a listing or a model id, model ids with a raw ``
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -99,6 +100,22 @@ def test_search_carries_discovery_metadata_and_pages(app: AppNode) -> None:
     none = app.get("/models/search", params={"pipeline_tag": "automatic-speech-recognition"})
     assert none.json() == []
     assert app.get("/models/search", params={"limit": 0}).status_code == 400
+
+
+def test_search_with_no_reachable_hub_says_so_at_once(
+    app: AppNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as probe:  # a port nothing listens on: connection refused
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    monkeypatch.setenv("HF_ENDPOINT", dead)
+
+    # huggingface-hub's own listing retried for ~24 s; the client gives up well before.
+    answer = app.get("/models/search", params={"query": "tiny"}, timeout=10)
+
+    assert answer.status_code == 502
+    assert answer.json()["error"]["code"] == "hub_unreachable"
+    assert f"cannot reach the Hugging Face Hub at {dead}" in error(answer)
 
 
 def test_search_for_a_gguf_file_name_returns_exact_matches(app: AppNode) -> None:

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -243,6 +244,34 @@ def test_guided_install_on_a_terminal_with_separate_consents_and_resume(
     third.expect("already runs this release")
     assert third.finish() == 0
     assert host.manage(action="get", plugin_id=plugin_id)["result"]["selection_revision"] == 1
+
+
+def test_an_unreachable_feed_is_said_before_the_trust_questions_and_leaves_nothing(
+    host: Host, manager: subprocess.Popen[bytes]
+) -> None:
+    def installed() -> list[str]:
+        listed = host.manage(action="list")["result"]["installations"]
+        return sorted(i["plugin_id"] for i in listed)
+
+    before = installed()
+    with socket.socket() as probe:  # nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        dead = f"https://127.0.0.1:{probe.getsockname()[1]}/releases/"
+    terminal = host.terminal("install-plugin")
+    terminal.expect("resume with: skulk-plugin-service install-plugin ")
+    plugin_id = terminal.expect("\n").strip()
+    terminal.expect("HTTPS release directory")
+    terminal.send(dead)
+    terminal.expect("Metadata filename")
+    terminal.send("")
+    terminal.expect("Nothing was installed.")
+    assert terminal.finish() == 1
+    assert f"The release directory {dead} cannot be reached" in " ".join(
+        terminal.transcript.split()
+    )
+    assert "Publisher id" not in terminal.transcript  # no trust question was asked
+    assert installed() == before  # nothing was registered
+    assert plugin_id not in before
 
 
 def test_install_from_the_signed_catalog(host: Host, manager: subprocess.Popen[bytes]) -> None:

@@ -131,6 +131,22 @@ def test_a_body_that_is_not_json_is_refused_before_any_authority() -> None:
     assert decide(facts(content_type=None, has_body=False), OPEN) is Caller.LOOPBACK
 
 
+def test_an_untyped_json_route_takes_curl_bodies_but_never_a_pages() -> None:
+    ollama = RouteAuthority(Requirement.OPEN, untyped_json=True)
+    # `curl -d` sends a form type; other clients send none at all.
+    for content_type in (None, "application/x-www-form-urlencoded", "text/plain"):
+        assert decide(facts(content_type=content_type), ollama) is Caller.LOOPBACK
+        # A browser puts an Origin on every cross-site POST: that one stays a CSRF.
+        page = facts(content_type=content_type, origin="http://evil.example")
+        assert refused(decide(page, ollama)) == (415, "unsupported_media_type")
+        own = facts(content_type=content_type, origin="http://127.0.0.1:52415", origin_is_own=True)
+        assert refused(decide(own, ollama)) == (415, "unsupported_media_type")
+    assert refused(decide(facts(content_type="multipart/form-data"), ollama)) == (
+        415,
+        "unsupported_media_type",
+    )
+
+
 def test_a_cross_site_origin_cannot_change_anything() -> None:
     hostile = facts(origin="https://evil.example", origin_class=PeerClass.UNKNOWN)
     for route in (OPEN, FABRIC, LOOPBACK):

@@ -97,6 +97,21 @@ def test_say_follows_the_extension_and_refusals_exit_1(
     assert wrong.exit_code == 1 and "does not support transcription" in wrong.output
 
 
+def test_say_without_output_writes_a_new_file_here_and_says_where(
+    daemon: DaemonProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    first = skulk(daemon, "say", TTS, SENTENCE)
+    second = skulk(daemon, "say", TTS, SENTENCE, "--format", "mp3")
+    assert first.exit_code == 0 and second.exit_code == 0, first.output + second.output
+    [wav] = tmp_path.glob("say-*.wav")
+    [mp3] = tmp_path.glob("say-*.mp3")
+    assert wav.name in "".join(first.output.split())
+    assert mp3.name in "".join(second.output.split())
+    with wave.open(str(wav)) as audio:
+        assert audio.getnframes() > 0
+
+
 def test_voices_lists_every_placed_tts_model(daemon: DaemonProcess) -> None:
     listed = skulk(daemon, "voices")
     assert listed.exit_code == 0, listed.output
