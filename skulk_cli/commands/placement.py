@@ -163,7 +163,7 @@ def place(
             context_tokens=context_tokens,
         )
         listing = views.parse(raw_previews, views.PreviewList, "/instance/previews")
-        chosen = _choose(listing, shape)
+        chosen = choose_preview(listing, shape)
         state = views.parse(client.state(), views.ClusterState, "/state")
         if chosen is not None and not as_json:
             console.show(render.chosen_preview(listing.previews[chosen], state, context_tokens))
@@ -191,7 +191,7 @@ def place(
             else:
                 console.show(render.place_accepted(accepted))
             return
-        outcome = _follow(client, accepted)
+        outcome = follow_placement(client, accepted)
         if as_json:
             console.emit_json(
                 {
@@ -209,7 +209,7 @@ def place(
             console.show(render.placed(accepted, outcome.body, outcome.state))
 
 
-def _choose(listing: views.PreviewList, shape: Shape) -> int | None:
+def choose_preview(listing: views.PreviewList, shape: Shape) -> int | None:
     """The index of the preview the node's planner ranks first for this shape."""
     for index, preview in enumerate(listing.previews):
         if preview.valid and not preview.alternative and shape.matches(preview):
@@ -247,7 +247,7 @@ class Outcome:
     hint: str | None = None
 
 
-def _follow(client: SkulkClient, accepted: views.PlaceResponse) -> Outcome:
+def follow_placement(client: SkulkClient, accepted: views.PlaceResponse) -> Outcome:
     """Poll /state until the new instance's runners are all ready, or it fails."""
     instance_id = accepted.instance_id
     seen = False

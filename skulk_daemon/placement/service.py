@@ -121,8 +121,19 @@ class PlacementService:
             raise placement_error(result)
         return result
 
-    async def launch(self, model_id: str, request: PlacementRequest) -> InstanceAccepted:
-        """Plan ``model_id`` on the best nodes and order the instance."""
+    async def launch(
+        self,
+        model_id: str,
+        request: PlacementRequest,
+        *,
+        on_demand: bool = False,
+        keep_alive_seconds: float | None = None,
+    ) -> InstanceAccepted:
+        """Plan ``model_id`` on the best nodes and order the instance.
+
+        ``on_demand``: a request for the unplaced model asked for it (see
+        :mod:`skulk_daemon.placement.on_demand`); it is unloaded after
+        ``keep_alive_seconds`` idle (``None``: kept until removed)."""
         card = self.card(model_id)
         require_downloaded(self._node, model_id)
         command_id = new_command_id()
@@ -140,7 +151,9 @@ class PlacementService:
                 CreateInstance(
                     command_id=command_id,
                     instance=result.instance,
-                    intent=intent_of(request),
+                    intent=intent_of(
+                        request, on_demand=on_demand, keep_alive_seconds=keep_alive_seconds
+                    ),
                     card=card,
                 )
             )
