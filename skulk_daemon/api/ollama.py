@@ -201,7 +201,7 @@ class OllamaController(Controller):
         status_code=200,
         summary="Ollama chat (NDJSON stream by default)",
         request_max_body_size=MAX_OLLAMA_BODY_BYTES,
-        responses=errors(OLLAMA, 400, 404, 413),
+        responses=errors(OLLAMA, 400, 404, 413, 503),
         operation_class=_reply_doc(OllamaChatRequest, OllamaChatReply),
     )
     async def chat(
@@ -229,7 +229,7 @@ class OllamaController(Controller):
         status_code=200,
         summary="Ollama generate (NDJSON stream by default)",
         request_max_body_size=MAX_OLLAMA_BODY_BYTES,
-        responses=errors(OLLAMA, 400, 404, 413),
+        responses=errors(OLLAMA, 400, 404, 413, 503),
         operation_class=_reply_doc(OllamaGenerateRequest, OllamaGenerateReply),
     )
     async def generate(
