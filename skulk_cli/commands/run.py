@@ -123,7 +123,7 @@ def _known(client: SkulkClient, model: str) -> None:
     if model in catalog:
         return
     if model.startswith(_LOCAL_PREFIX) or not _HUB_ID.match(model):
-        close = difflib.get_close_matches(model, list(catalog), n=1)
+        close = _suggestions(model, list(catalog))
         hint = f"Did you mean `skulk run {close[0]}`? " if close else ""
         raise _fail(
             f"Unknown model {model!r}: it is not in the catalog and is not a Hugging Face "
@@ -143,6 +143,15 @@ def _known(client: SkulkClient, model: str) -> None:
     _done(
         f"Added {added.get('id', model)} at {added.get('source_revision') or 'its latest commit'}"
     )
+
+
+def _suggestions(model: str, ids: list[str]) -> list[str]:
+    """Catalog ids ``model`` may have meant: near spellings, else ids containing it."""
+    close = difflib.get_close_matches(model, ids, n=3)
+    if close:
+        return close
+    needle = model.lower()
+    return sorted(i for i in ids if needle in i.lower())[:3]
 
 
 def _downloaded(client: SkulkClient, model: str) -> None:
@@ -182,7 +191,7 @@ def _placed(client: SkulkClient, model: str) -> None:
         _step(f"{model} is placed; waiting for instance {existing} to be ready…")
         _wait(client, views.PlaceResponse(instance_id=existing, model_id=model), model)
         return
-    _step(f"Placing {model}…")
+    _step(f"No instance serves {model}; placing it where the planner ranks first…")
     raw = client.instance_previews(model, excluded_nodes=())
     listing = views.parse(raw, views.PreviewList, "/instance/previews")
     chosen = choose_preview(listing, Shape())

@@ -1,4 +1,5 @@
-"""Keep-alive, the pure half: durations, idle clocks and which instances unload."""
+"""Load on demand and keep-alive, the pure halves: durations, idle clocks, which
+instances unload, which preview a request places and how far its load has come."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import msgspec
 import pytest
 
 from skulk_core.config import ConfigError, parse_config
-from skulk_core.ids import CommandId, InstanceId, TaskId
+from skulk_core.ids import CommandId, InstanceId, ModelId, RunnerId, TaskId
 from skulk_core.placement.keep_alive import (
     MAX_KEEP_ALIVE_SECONDS,
     KeepAliveError,
@@ -15,6 +16,16 @@ from skulk_core.placement.keep_alive import (
     parse_keep_alive,
     refresh,
 )
+from skulk_core.placement.on_demand import (
+    LoadFailed,
+    Loading,
+    Ready,
+    first_valid,
+    load_progress,
+    no_placement_reason,
+    request_of,
+)
+from skulk_core.placement.previews import PlacementPreview
 from skulk_core.state.commands import CreateInstance, SetKeepAlive
 from skulk_core.state.decide import Refused, decide
 from skulk_core.state.events import (
@@ -24,7 +35,13 @@ from skulk_core.state.events import (
     TaskCreated,
     TaskDeleted,
 )
-from skulk_core.state.shards import RunnerLoading, RunnerReady
+from skulk_core.state.shards import (
+    InstanceMeta,
+    RunnerFailed,
+    RunnerLoading,
+    RunnerReady,
+    Sharding,
+)
 from skulk_core.state.state import PlacementIntent, State, Task, TaskStatus
 from tests.core.test_apply import _instance, _run
 
@@ -150,3 +167,37 @@ def test_a_created_instance_keeps_its_on_demand_intent() -> None:
     events = decide(State(), command)
     assert not isinstance(events, Refused)
     assert _run(State(), *events).placement_intents[I1] == ON_DEMAND
+
+
+def _preview(*, error: str | None = None, alternative: bool = False) -> PlacementPreview:
+    return PlacementPreview(
+        model_id=ModelId("local/m"),
+        sharding=Sharding.PIPELINE,
+        instance_meta=InstanceMeta.MLX_RING,
+        node_count=1,
+        instance=None if error else _instance(),
+        error=error,
+        alternative=alternative,
+    )
+
+
+def test_a_request_places_the_first_valid_preview_that_is_not_an_alternative() -> None:
+    full = _preview(error="node vm has 0.1 GB free, needs 0.4 GB")
+    alternative = _preview(alternative=True)
+    best = _preview()
+    assert first_valid([full, alternative, best]) is best
+    assert first_valid([full, alternative]) is None
+    assert no_placement_reason([full, full]) == "node vm has 0.1 GB free, needs 0.4 GB"
+    assert request_of(best).instance_meta is InstanceMeta.MLX_RING
+
+
+def test_load_progress_follows_the_runners_and_names_a_failure() -> None:
+    assert load_progress(State(), I1, seen=False) == Loading()
+    assert isinstance(load_progress(State(), I1, seen=True), LoadFailed)
+    assert load_progress(_placed(ON_DEMAND, ready=False), I1, seen=True) == Loading()
+    assert load_progress(_placed(ON_DEMAND), I1, seen=True) == Ready()
+    failed = _run(
+        _placed(ON_DEMAND, ready=False),
+        RunnerStatusUpdated(runner_id=RunnerId("r1"), status=RunnerFailed(error_message="oom")),
+    )
+    assert load_progress(failed, I1, seen=True) == LoadFailed(message="a runner failed: oom")

@@ -77,6 +77,11 @@ def skulk(daemon_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def flat(text: str) -> str:
+    """Terminal text with its wrapping undone."""
+    return " ".join(text.split())
+
+
 def test_a_chat_places_the_model_and_it_unloads_once_idle(daemon: DaemonProcess, sdk: Any) -> None:
     assert instances_of(daemon, DEMO) == {}
     client = sdk
@@ -166,15 +171,15 @@ def test_run_places_then_chats_and_a_placed_model_goes_straight_to_chat(
 ) -> None:
     first = skulk(daemon.url, "run", DEMO, "Count: one, two, three,", "--max-tokens", "4")
     assert first.returncode == 0, first.stderr
-    assert "Placing" in first.stderr
-    assert "is ready" in first.stderr
+    assert f"No instance serves {DEMO}; placing it" in flat(first.stderr)
+    assert "is ready" in flat(first.stderr)
     assert first.stdout.strip()
     (intent,) = instances_of(daemon, DEMO).values()
     assert not intent.get("onDemand", False)  # `skulk run` places like `skulk place`
 
     again = skulk(daemon.url, "run", DEMO, "Count: one, two,", "--max-tokens", "2")
     assert again.returncode == 0, again.stderr
-    assert "Placing" not in again.stderr
+    assert "placing it" not in again.stderr
     assert len(instances_of(daemon, DEMO)) == 1
 
     (instance_id,) = instances_of(daemon, DEMO)
@@ -186,9 +191,12 @@ def test_run_places_then_chats_and_a_placed_model_goes_straight_to_chat(
 def test_run_explains_an_unknown_model_and_a_node_that_is_down(daemon: DaemonProcess) -> None:
     typo = skulk(daemon.url, "run", "local/gemma-3-270m-q4_k")
     assert typo.returncode == 1
-    assert "Unknown model" in typo.stderr
-    assert f"skulk run {DEMO}" in typo.stderr  # did you mean
+    assert "Unknown model" in flat(typo.stderr)
+    assert f"Did you mean `skulk run {DEMO}`?" in flat(typo.stderr)
+    short = skulk(daemon.url, "run", "gemma")
+    assert short.returncode == 1
+    assert f"Did you mean `skulk run {DEMO}`?" in flat(short.stderr)
 
     down = skulk(f"http://127.0.0.1:{free_port()}", "run", DEMO, "hi")
     assert down.returncode == 1
-    assert "No Skulk node answering" in down.stderr
+    assert "No Skulk node answering" in flat(down.stderr)

@@ -184,7 +184,7 @@ def test_run_adds_downloads_places_and_chats_in_one_step(
     steps = [line for line in ran.stderr.splitlines() if line.startswith(("→", "✓"))]
     assert [s.split()[1] for s in steps[:2]] == ["Adding", "Added"], ran.stderr
     assert any(s.startswith("→ Downloading") for s in steps), ran.stderr
-    assert any(s.startswith("→ Placing") for s in steps), ran.stderr
+    assert any(s.startswith("→ No instance serves") for s in steps), ran.stderr
     assert any("is ready" in s for s in steps), ran.stderr
     assert ran.stdout.strip()
     listed = {m["id"]: m for m in daemon.get("/v1/models").json()["data"]}
