@@ -31,6 +31,8 @@ from skulk_core.state.shards import InstanceMeta, Sharding
 # An id Hugging Face could hold: owner/name. ``local/...`` ids are this node's own.
 _HUB_ID: Final = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _LOCAL_PREFIX: Final = "local/"
+_TEXT: Final = "text"
+"""The capability ``/v1/models`` lists for a model that generates text."""
 
 
 def run(
@@ -86,6 +88,7 @@ def run(
     cli = CliContext.of(ctx)
     with node_client(cli) as client:
         _known(client, model)
+        _generates_text(client, model)
         _downloaded(client, model)
         _placed(client, model)
     options: dict[str, object] = {}
@@ -142,6 +145,18 @@ def _known(client: SkulkClient, model: str) -> None:
         ) from None
     _done(
         f"Added {added.get('id', model)} at {added.get('source_revision') or 'its latest commit'}"
+    )
+
+
+def _generates_text(client: SkulkClient, model: str) -> None:
+    """Refuse before any download or placement a model there is no chatting with."""
+    row = _catalog(client).get(model)
+    if row is None or not row.capabilities or _TEXT in row.capabilities:
+        return
+    raise _fail(
+        f"{model} does not generate text (it does: {', '.join(row.capabilities)}); "
+        "`skulk run` chats with text models.",
+        hint="`skulk models list` shows each model's capabilities.",
     )
 
 

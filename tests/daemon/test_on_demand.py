@@ -197,6 +197,11 @@ def test_run_explains_an_unknown_model_and_a_node_that_is_down(daemon: DaemonPro
     assert short.returncode == 1
     assert f"Did you mean `skulk run {DEMO}`?" in flat(short.stderr)
 
+    embedder = skulk(daemon.url, "run", EMBEDDER, "hi")
+    assert embedder.returncode == 1
+    assert f"{EMBEDDER} does not generate text" in flat(embedder.stderr)
+    assert instances_of(daemon, EMBEDDER) == {}
+
     down = skulk(f"http://127.0.0.1:{free_port()}", "run", DEMO, "hi")
     assert down.returncode == 1
     assert "No Skulk node answering" in flat(down.stderr)
