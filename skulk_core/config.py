@@ -95,7 +95,8 @@ class InferenceConfig(_Section, frozen=True, kw_only=True):
     keep_alive: str | float = DEFAULT_KEEP_ALIVE
     """How long an instance placed on demand stays once idle: a duration (``30s``,
     ``5m``, ``1h``) or seconds; negative keeps it until removed. An Ollama request's
-    ``keep_alive`` overrides it for its model. Explicit placements always stay."""
+    ``keep_alive`` overrides it for its model. Explicit placements always stay. Each
+    placement records the value in effect when it was made."""
     load_timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=MAX_LOAD_TIMEOUT_SECONDS)] = (
         DEFAULT_LOAD_TIMEOUT_SECONDS
     )
