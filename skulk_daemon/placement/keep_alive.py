@@ -10,6 +10,11 @@ operator's ``skulk instances delete`` sends. Explicit placements are never named
 
 A master that just took over starts every clock at the moment it first sees the
 instance: after a failover an idle instance lives at most one keep-alive longer.
+
+NOTE: a request is admitted at its API node a moment before its task is ordered
+here, so one that arrives exactly as an instance's keep-alive runs out can lose the
+race and fail as it would after ``skulk instances delete``; the window is the time a
+task report takes to reach the master, against a keep-alive of minutes by default.
 """
 
 from __future__ import annotations
