@@ -67,9 +67,10 @@ def sdk(daemon: DaemonProcess) -> Iterator[Any]:
         yield client
 
 
-def skulk(daemon_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+def skulk(daemon_url: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "skulk_cli", "--api-url", daemon_url, *args],
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=300,
@@ -181,6 +182,11 @@ def test_run_places_then_chats_and_a_placed_model_goes_straight_to_chat(
     assert again.returncode == 0, again.stderr
     assert "placing it" not in again.stderr
     assert len(instances_of(daemon, DEMO)) == 1
+
+    # Without a prompt: the chat session, left with /exit.
+    session = skulk(daemon.url, "run", DEMO, "--max-tokens", "2", stdin="one, two,\n/exit\n")
+    assert session.returncode == 0, session.stderr
+    assert f"Chatting with {DEMO}" in flat(session.stderr)
 
     (instance_id,) = instances_of(daemon, DEMO)
     removed = skulk(daemon.url, "instances", "delete", instance_id)
