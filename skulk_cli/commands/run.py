@@ -99,7 +99,7 @@ def run(
         options["temperature"] = temperature
     if system is not None:
         options["system"] = system
-    chat_command.chat(ctx, model, prompt, **options)  # type: ignore[arg-type]
+    ctx.invoke(chat_command.chat, ctx, model, prompt, **options)
 
 
 def _step(text: str) -> None:
