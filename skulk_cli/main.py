@@ -23,6 +23,7 @@ from skulk_cli.commands import (
     plugins,
     registry,
     restart,
+    run,
     serve,
     speech,
     status,
@@ -74,6 +75,7 @@ app.add_typer(plugins.app, name="plugins")
 app.command("previews")(placement.previews)
 app.command("place")(placement.place)
 app.add_typer(instances.app, name="instances")
+app.command("run")(run.run)
 app.command("chat")(chat.chat)
 app.command("bench")(bench.bench)
 app.add_typer(config.app, name="config")

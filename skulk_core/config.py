@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import msgspec
 
 from skulk_core.cluster.telemetry import Participation
+from skulk_core.placement.keep_alive import DEFAULT_KEEP_ALIVE, parse_keep_alive
 
 SECRET_PLACEHOLDER_KEYS = ("hf_token",)
 
@@ -55,6 +56,11 @@ class ModelTrustConfig(_Section, frozen=True, kw_only=True):
     approved_remote_code_identities: tuple[str, ...] = ()
 
 
+DEFAULT_LOAD_TIMEOUT_SECONDS = 300.0
+"""An on-demand load's bound (Ollama's own ``OLLAMA_LOAD_TIMEOUT`` default)."""
+MAX_LOAD_TIMEOUT_SECONDS = 3600.0
+
+
 class InferenceConfig(_Section, frozen=True, kw_only=True):
     kv_cache_backend: KvCacheBackend = KvCacheBackend.DEFAULT
     max_output_tokens: int | None = None
@@ -81,6 +87,25 @@ class InferenceConfig(_Section, frozen=True, kw_only=True):
     meanwhile stops that at once. The default waits past the turnaround of a client
     that answers at once (a tool loop's next call), so only a pause such as a
     person's reading and typing is used. 0 turns it off. Read when a runner starts."""
+    load_on_demand: bool = False
+    """A request (chat, completions, embeddings, Claude, Ollama, Responses) for an
+    installed model that no instance serves places it, as ``skulk place`` would, and
+    waits up to ``load_timeout_seconds`` for it to be ready. Off by default: the spec
+    answers 404 for an unplaced model. Read at every request."""
+    keep_alive: str | float = DEFAULT_KEEP_ALIVE
+    """How long an instance placed on demand stays once idle: a duration (``30s``,
+    ``5m``, ``1h``) or seconds; negative keeps it until removed. An Ollama request's
+    ``keep_alive`` overrides it for its model. Explicit placements always stay. Each
+    placement records the value in effect when it was made."""
+    load_timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=MAX_LOAD_TIMEOUT_SECONDS)] = (
+        DEFAULT_LOAD_TIMEOUT_SECONDS
+    )
+    """How long a request waits for an on-demand placement to become ready before it
+    is answered 503."""
+
+    def __post_init__(self) -> None:
+        # msgspec reports a ValueError raised here as a validation error of the file.
+        parse_keep_alive(self.keep_alive)
 
 
 class StagingConfig(_Section, frozen=True, kw_only=True):

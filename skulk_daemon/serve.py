@@ -46,6 +46,7 @@ from skulk_daemon.node_admin.restart import RestartLatch, reexec
 from skulk_daemon.operator.errors import AuthorityError
 from skulk_daemon.operator.listener import ListenerBindError, OperatorListener
 from skulk_daemon.operator.service import OperatorPairingService
+from skulk_daemon.placement.keep_alive import KeepAliveAgent
 from skulk_daemon.placement.repair import RepairAgent
 from skulk_daemon.providers.vad import VadProvider
 from skulk_daemon.runner.client import spawned_runner_pids
@@ -296,9 +297,11 @@ async def _serve(
     worker = Supervisor(node)
     node.on_applied(worker.wake)
     repair = RepairAgent(node)
+    keep_alive = KeepAliveAgent(node)
     try:
         agent, discovery = await _start_fabric(node, worker, settings, args)
     except BaseException:
+        await keep_alive.close()
         node.close()
         sock.close()
         await listener.close()
@@ -343,6 +346,9 @@ async def _serve(
             await task
         guard.step("the repair agent to close")
         await repair.close()
+        await keep_alive.close()
+        if services.on_demand is not None:
+            await services.on_demand.close()
         guard.step("the runners to stop")
         await worker.shutdown()
         guard.step("the node's reports to reach the master")

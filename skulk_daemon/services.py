@@ -24,6 +24,7 @@ from skulk_daemon.node.node import Node
 from skulk_daemon.node_admin.restart import RestartLatch
 from skulk_daemon.node_admin.service import NodeAdminService
 from skulk_daemon.operator.service import OperatorPairingService
+from skulk_daemon.placement.on_demand import OnDemandLoader
 from skulk_daemon.placement.service import PlacementService
 from skulk_daemon.plugins.access import ManagerAccess
 from skulk_daemon.registry.client import RegistryClient
@@ -43,6 +44,7 @@ class Services:
     diagnostics: DiagnosticsService
     metrics: NodeMetrics
     traces: TraceService
+    on_demand: OnDemandLoader | None = None
     cluster: ClusterAgent | None = None
     operator: OperatorPairingService | None = None
     capabilities: CapabilityService | None = None
@@ -76,12 +78,16 @@ class Services:
         # The signed catalog: the node merges whatever verified catalog is usable.
         registry = RegistryClient(lambda: node.config.registry, node.settings.data_dir)
         node.registry_catalog = registry.current
-        embeddings = EmbeddingService(node, worker, commands)
+        placement = PlacementService(node)
+        # Inference requests place an unplaced model first when the config says so.
+        on_demand = OnDemandLoader(node, placement)
+        embeddings = EmbeddingService(node, worker, commands, on_demand)
         chat = ChatService(
             node,
             worker,
             commands=commands,
             hooks=hooks,
+            on_demand=on_demand,
         )
         hub = HubService(node)
         if capabilities is not None:
@@ -90,7 +96,8 @@ class Services:
             node=node,
             chat=chat,
             embeddings=embeddings,
-            placement=PlacementService(node),
+            placement=placement,
+            on_demand=on_demand,
             diagnostics=DiagnosticsService(
                 node, worker, cluster=cluster, capabilities=capabilities
             ),

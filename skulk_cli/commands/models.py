@@ -202,7 +202,9 @@ def download(
         node_id = node or str(client.node_identity().get("nodeId", ""))
         started = client.start_download(node_id, model_id)
         try:
-            final = _follow(client, node_id, model_id, started, quiet=cli.wants_json(json_output))
+            final = follow_download(
+                client, node_id, model_id, started, quiet=cli.wants_json(json_output)
+            )
         except KeyboardInterrupt:
             final = client.cancel_download(node_id, model_id)
             console.note(Text("Cancelled; the partial file is kept for a later resume."))
@@ -218,7 +220,7 @@ def download(
         console.show(Text(f"Downloaded {model_id}; place it with: skulk place {model_id}"))
 
 
-def _follow(
+def follow_download(
     client: SkulkClient, node_id: str, model_id: str, first: dict[str, object], *, quiet: bool
 ) -> dict[str, object]:
     """Poll ``/state`` ``downloads`` until the node's download of the model ends."""

@@ -174,7 +174,7 @@ def place(
             context_tokens=context_tokens,
         )
         listing = views.parse(raw_previews, views.PreviewList, "/instance/previews")
-        chosen = _choose(listing, shape)
+        chosen = choose_preview(listing, shape)
         state = views.parse(client.state(), views.ClusterState, "/state")
         if not another:
             _refuse_if_placed(state, model)
@@ -208,7 +208,7 @@ def place(
             else:
                 console.show(render.place_accepted(accepted))
             return
-        outcome = _follow(client, accepted)
+        outcome = follow_placement(client, accepted)
         if as_json:
             console.emit_json(
                 {
@@ -241,7 +241,7 @@ def _refuse_if_placed(state: views.ClusterState, model: str) -> None:
     raise typer.Exit(EXIT_REFUSED)
 
 
-def _choose(listing: views.PreviewList, shape: Shape) -> int | None:
+def choose_preview(listing: views.PreviewList, shape: Shape) -> int | None:
     """The index of the preview the node's planner ranks first for this shape."""
     for index, preview in enumerate(listing.previews):
         if preview.valid and not preview.alternative and shape.matches(preview):
@@ -279,7 +279,7 @@ class Outcome:
     hint: str | None = None
 
 
-def _follow(client: SkulkClient, accepted: views.PlaceResponse) -> Outcome:
+def follow_placement(client: SkulkClient, accepted: views.PlaceResponse) -> Outcome:
     """Poll /state until the new instance's runners are all ready, or it fails."""
     instance_id = accepted.instance_id
     seen = False

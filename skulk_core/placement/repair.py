@@ -33,8 +33,16 @@ _BLAMES_THE_NODE: Final = (PLACEMENT_REFUSED, MODEL_NOT_INSTALLED, DOWNLOAD_FAIL
 _REPLACE_AS_BEFORE: Final = (RPC_DONOR_LOST, RPC_PORT_IN_USE, "rpc_donor_timeout", "node_lost")
 
 
-def intent_of(request: PlacementRequest, attempt: int = 0) -> PlacementIntent:
-    """The intent recorded for ``request`` (``node_ids`` steer one launch only)."""
+def intent_of(
+    request: PlacementRequest,
+    attempt: int = 0,
+    *,
+    on_demand: bool = False,
+    keep_alive_seconds: float | None = None,
+) -> PlacementIntent:
+    """The intent recorded for ``request`` (``node_ids`` steer one launch only);
+    ``on_demand`` and ``keep_alive_seconds`` mark a placement a request made (see
+    :mod:`skulk_core.placement.keep_alive`)."""
     return PlacementIntent(
         sharding=request.sharding,
         instance_meta=request.instance_meta,
@@ -42,6 +50,8 @@ def intent_of(request: PlacementRequest, attempt: int = 0) -> PlacementIntent:
         excluded_node_ids=tuple(sorted(request.excluded_node_ids)),
         context_tokens=request.context_tokens,
         repair_attempt=attempt,
+        on_demand=on_demand,
+        keep_alive_seconds=keep_alive_seconds if on_demand else None,
     )
 
 

@@ -17,6 +17,7 @@ from skulk_core.state.events import (
     InstanceCreated,
     InstanceDeleted,
     InstanceFailed,
+    KeepAliveSet,
     MasterElected,
     NodeJoined,
     NodeLeft,
@@ -129,6 +130,14 @@ def _apply_event(state: State, event: Event) -> State:
             )
         case InstanceDeleted(instance_id=instance_id):
             return _without_instance(state, instance_id)
+        case KeepAliveSet(instance_id=instance_id, keep_alive_seconds=seconds):
+            intent = state.placement_intents.get(instance_id)
+            if intent is None:
+                return state
+            with_keep_alive = replace(intent, keep_alive_seconds=seconds)
+            return replace(
+                state, placement_intents={**state.placement_intents, instance_id: with_keep_alive}
+            )
         case InstanceFailed(failure=failure):
             failures = (failure, *state.instance_failures)[:MAX_INSTANCE_FAILURES]
             return _without_instance(

@@ -63,6 +63,14 @@ class DeleteInstance(_Command, frozen=True, kw_only=True):
     instance_id: InstanceId
 
 
+class SetKeepAlive(_Command, frozen=True, kw_only=True):
+    """How long an instance placed on demand stays once idle (an Ollama request's
+    ``keep_alive``); ``None`` keeps it until removed."""
+
+    instance_id: InstanceId
+    keep_alive_seconds: float | None
+
+
 class ReportRunnerStatus(_Command, frozen=True, kw_only=True):
     runner_id: RunnerId
     status: RunnerStatus
@@ -137,6 +145,7 @@ Command = (
     | ReportConnections
     | CreateInstance
     | DeleteInstance
+    | SetKeepAlive
     | ReportRunnerStatus
     | ReportDownloadProgress
     | ReportInstanceFailure

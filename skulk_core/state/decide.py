@@ -30,6 +30,7 @@ from skulk_core.state.commands import (
     ReportDownloadProgress,
     ReportInstanceFailure,
     ReportRunnerStatus,
+    SetKeepAlive,
     SetTracing,
     StartTask,
 )
@@ -42,6 +43,7 @@ from skulk_core.state.events import (
     InstanceCreated,
     InstanceDeleted,
     InstanceFailed,
+    KeepAliveSet,
     MasterElected,
     NodeJoined,
     NodeLeft,
@@ -103,6 +105,15 @@ def decide(state: State, command: Command) -> list[Event] | Refused:
             if instance_id not in state.instances:
                 return Refused(code="not_found", message=f"instance {instance_id} not found")
             return [InstanceDeleted(instance_id=instance_id)]
+        case SetKeepAlive(instance_id=instance_id, keep_alive_seconds=seconds):
+            if instance_id not in state.instances:
+                return Refused(code="not_found", message=f"instance {instance_id} not found")
+            intent = state.placement_intents.get(instance_id)
+            # An explicit placement stays whatever a request asks; an unchanged
+            # keep-alive orders nothing (every Ollama request may carry one).
+            if intent is None or not intent.on_demand or intent.keep_alive_seconds == seconds:
+                return []
+            return [KeepAliveSet(instance_id=instance_id, keep_alive_seconds=seconds)]
         case ReportRunnerStatus(runner_id=runner_id, status=status):
             owned = any(
                 runner_id in i.shard_assignments.runner_to_shard for i in state.instances.values()

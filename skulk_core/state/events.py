@@ -58,6 +58,13 @@ class InstanceDeleted(_Event, frozen=True, kw_only=True):
     instance_id: InstanceId
 
 
+class KeepAliveSet(_Event, frozen=True, kw_only=True):
+    """An on-demand instance's keep-alive changed (``None``: kept until removed)."""
+
+    instance_id: InstanceId
+    keep_alive_seconds: float | None
+
+
 class InstanceFailed(_Event, frozen=True, kw_only=True):
     """Recorded before the instance is removed, so operators see why it vanished."""
 
@@ -124,6 +131,7 @@ Event = (
     | ConnectionsReported
     | InstanceCreated
     | InstanceDeleted
+    | KeepAliveSet
     | InstanceFailed
     | RunnerStatusUpdated
     | TaskCreated

@@ -68,7 +68,8 @@ class PlacementIntent(msgspec.Struct, frozen=True, kw_only=True, rename="camel")
     """What a placement was asked for, kept beside its instance so a failed instance
     can be placed again the same way (its repair intent): the same shape, the same
     exclusions and the same context window. ``repair_attempt`` counts the
-    re-placements that led to this instance."""
+    re-placements that led to this instance; a re-placement keeps ``on_demand`` and
+    the keep-alive."""
 
     sharding: Sharding = Sharding.PIPELINE
     instance_meta: InstanceMeta = InstanceMeta.MLX_RING
@@ -76,6 +77,12 @@ class PlacementIntent(msgspec.Struct, frozen=True, kw_only=True, rename="camel")
     excluded_node_ids: tuple[NodeId, ...] = ()
     context_tokens: int | None = None
     repair_attempt: int = 0
+    on_demand: bool = False
+    """Placed by a request for an unplaced model (``inference.load_on_demand``), not
+    by an operator: the master unloads it once idle for ``keep_alive_seconds``."""
+    keep_alive_seconds: float | None = None
+    """How long an on-demand instance stays once idle; ``None`` keeps it until removed.
+    Ignored for explicit placements, which stay."""
 
 
 class StoreHost(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

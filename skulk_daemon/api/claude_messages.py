@@ -107,7 +107,7 @@ class ClaudeMessagesController(Controller):
         status_code=200,
         summary="Anthropic Claude Messages (streaming and not)",
         request_max_body_size=MAX_CHAT_BODY_BYTES,
-        responses=errors(CLAUDE, 400, 404, 413),
+        responses=errors(CLAUDE, 400, 404, 413, 503),
         operation_class=MESSAGES_DOC,
     )
     async def messages(

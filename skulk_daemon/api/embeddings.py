@@ -75,7 +75,7 @@ class EmbeddingsController(Controller):
         request: HttpRequest,
         embeddings: EmbeddingService,
     ) -> Response[EmbeddingList]:
-        admitted = embeddings.admit(decode_embedding_request(await request.body()))
+        admitted = await embeddings.admit_served(decode_embedding_request(await request.body()))
         outcome = await unless_disconnected(request, embeddings.run(admitted))
         if outcome is None:
             raise ApiError(STATUS_CANCELLED, "the client disconnected", code="client_disconnected")

@@ -59,6 +59,7 @@ from skulk_daemon.chat.ollama_request import (
     decode_show,
     generate_to_task,
     is_load_probe,
+    keep_alive,
 )
 from skulk_daemon.chat.ollama_wire import (
     NDJSON,
@@ -202,18 +203,24 @@ class OllamaController(Controller):
         status_code=200,
         summary="Ollama chat (NDJSON stream by default)",
         request_max_body_size=MAX_OLLAMA_BODY_BYTES,
-        responses=errors(OLLAMA, 400, 404, 413),
+        responses=errors(OLLAMA, 400, 404, 413, 503),
         operation_class=_reply_doc(OllamaChatRequest, OllamaChatReply),
     )
     async def chat(
         self,
         request: HttpRequest,
         chat: ChatService,
-    ) -> Stream:
+    ) -> Response[bytes] | Stream:
         started_ns = time.monotonic_ns()
         body = decode_chat(await request.body())
-        task = chat_to_task(body, _resolved(chat, body.model))
-        turn = await chat.open_turn(task)
+        model = _resolved(chat, body.model)
+        if not body.messages and keep_alive(body) == 0:
+            # Ollama's unload: an empty chat with keep_alive 0 generates nothing.
+            chat.keep_alive(model, 0)
+            probe = line(load_probe("chat", body.model, unload=True))
+            return Response(probe, media_type=NDJSON if body.stream else MediaType.JSON)
+        task = chat_to_task(body, model)
+        turn = await chat.open_turn(task, keep_alive=keep_alive(body))
         return _respond(
             kind="chat", name=body.model, turn=turn, stream=body.stream, started_ns=started_ns
         )
@@ -224,7 +231,7 @@ class OllamaController(Controller):
         status_code=200,
         summary="Ollama generate (NDJSON stream by default)",
         request_max_body_size=MAX_OLLAMA_BODY_BYTES,
-        responses=errors(OLLAMA, 400, 404, 413),
+        responses=errors(OLLAMA, 400, 404, 413, 503),
         operation_class=_reply_doc(OllamaGenerateRequest, OllamaGenerateReply),
     )
     async def generate(
@@ -235,15 +242,27 @@ class OllamaController(Controller):
         started_ns = time.monotonic_ns()
         body = decode_generate(await request.body())
         model = _resolved(chat, body.model)
+        keep = keep_alive(body)
         if is_load_probe(body):
-            # Admission decides whether the model is served (404 if not placed); the
-            # request is never dispatched, so nothing is generated.
-            await chat.admit(ChatTask(model=model, messages=(TaskMessage(role="user"),)))
-            probe = line(load_probe("generate", body.model))
-            return Response(probe, media_type=NDJSON if body.stream else MediaType.JSON)
+            media_type = NDJSON if body.stream else MediaType.JSON
+            if keep == 0:
+                # Ollama's unload: the model's on-demand instances go once idle.
+                chat.keep_alive(model, 0)
+                return Response(
+                    line(load_probe("generate", body.model, unload=True)), media_type=media_type
+                )
+            # Admission decides whether the model is served (404 if not placed, unless
+            # it is loaded on demand); nothing is dispatched, so nothing is generated.
+            await chat.admit(
+                ChatTask(model=model, messages=(TaskMessage(role="user"),)), keep_alive=keep
+            )
+            if not isinstance(keep, msgspec.UnsetType):
+                chat.keep_alive(model, keep)
+            return Response(line(load_probe("generate", body.model)), media_type=media_type)
         turn = await chat.open_turn(
             generate_to_task(body, model),
             adjust=(lambda admitted: _raw_prompt(admitted, body.prompt)) if body.raw else None,
+            keep_alive=keep,
         )
         return _respond(
             kind="generate", name=body.model, turn=turn, stream=body.stream, started_ns=started_ns

@@ -70,7 +70,7 @@ class OpenAIChatController(Controller):
         status_code=200,
         summary="OpenAI Chat Completions (streaming and not)",
         request_max_body_size=MAX_CHAT_BODY_BYTES,
-        responses=errors(OPENAI, 400, 404, 413),
+        responses=errors(OPENAI, 400, 404, 413, 503),
         operation_class=CHAT_COMPLETION_DOC,
     )
     async def chat_completions(

@@ -63,7 +63,7 @@ class ResponsesController(Controller):
         status_code=200,
         summary="OpenAI Responses (streaming and not; stateless)",
         request_max_body_size=MAX_CHAT_BODY_BYTES,
-        responses=errors(OPENAI, 400, 404, 413),
+        responses=errors(OPENAI, 400, 404, 413, 503),
         operation_class=RESPONSES_DOC,
     )
     async def create_response(

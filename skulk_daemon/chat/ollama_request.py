@@ -14,6 +14,7 @@ from typing import Final, Literal
 import msgspec
 
 from skulk_core.chat.tools import ToolCall, ToolSpec
+from skulk_core.placement.keep_alive import KeepAliveError, parse_keep_alive
 from skulk_daemon.chat.images import image_from_base64
 from skulk_daemon.chat.openai_protocol import FunctionTool
 from skulk_daemon.chat.openai_request import tool_spec_from_openai
@@ -220,6 +221,20 @@ def chat_to_task(body: OllamaChatRequest, model: str) -> ChatTask:
     messages = tuple(_message(m) for m in body.messages)
     tools = tuple(tool_spec_from_openai(t, i) for i, t in enumerate(body.tools or ()))
     return _task(body, messages, model=model, tools=tools)
+
+
+def keep_alive(body: _Common) -> float | msgspec.UnsetType | None:
+    """The request's ``keep_alive`` in seconds (``None``: forever); unset when absent.
+
+    It applies to instances placed on demand (``inference.load_on_demand``): they stay
+    that long once idle, and ``0`` unloads them once the request is answered.
+    """
+    if body.keep_alive is None:
+        return msgspec.UNSET
+    try:
+        return parse_keep_alive(body.keep_alive)
+    except KeepAliveError as exc:
+        raise _bad(str(exc), code="invalid_keep_alive") from None
 
 
 def is_load_probe(body: OllamaGenerateRequest) -> bool:

@@ -72,11 +72,12 @@ def error_object(message: str) -> dict[str, object]:
     return {"error": message}
 
 
-def load_probe(kind: ReplyKind, model: str) -> dict[str, object]:
-    """The answer to an empty request that only asks for the model to be loaded."""
+def load_probe(kind: ReplyKind, model: str, *, unload: bool = False) -> dict[str, object]:
+    """The answer to an empty request that only asks for the model to be loaded (or,
+    with ``keep_alive: 0``, unloaded)."""
     body = _head(model)
     body.update(_text(kind, "", "", ()))
-    body.update({"done": True, "done_reason": "load"})
+    body.update({"done": True, "done_reason": "unload" if unload else "load"})
     return body
 
 

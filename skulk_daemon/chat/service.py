@@ -16,7 +16,10 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+import msgspec
+
 from skulk_core.ids import CommandId
+from skulk_core.models.cards import ModelTask
 from skulk_core.models.catalog import Catalog
 from skulk_daemon.chat.admission import Admitted, admit
 from skulk_daemon.chat.cancellation import ActiveCommands
@@ -26,9 +29,13 @@ from skulk_daemon.chat.task import ChatTask
 from skulk_daemon.chat.turn import TurnEvent, turn_events
 from skulk_daemon.errors import ApiError
 from skulk_daemon.node.node import Node
+from skulk_daemon.placement.on_demand import OnDemandLoader
 from skulk_daemon.worker.supervisor import Supervisor
 
 log = logging.getLogger("skulk.extensions")
+
+KeepAlive = float | None | msgspec.UnsetType
+"""A request's keep-alive in seconds (``None``: forever); unset: the configured one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +60,13 @@ class ChatService:
         *,
         commands: ActiveCommands | None = None,
         hooks: ChatHooks = NO_HOOKS,
+        on_demand: OnDemandLoader | None = None,
     ) -> None:
         self._node = node
         self._worker = worker
         self._commands = commands if commands is not None else ActiveCommands()
         self._hooks = hooks
+        self._on_demand = on_demand
 
     @property
     def commands(self) -> ActiveCommands:
@@ -72,18 +81,29 @@ class ChatService:
         """The node's catalog, for formats that resolve a model name themselves."""
         return self._node.catalog()
 
-    async def admit(self, task: ChatTask) -> Admitted:
-        """Admission alone (``ApiError`` when refused); nothing is dispatched."""
+    async def admit(self, task: ChatTask, *, keep_alive: KeepAlive = msgspec.UNSET) -> Admitted:
+        """Admission alone (``ApiError`` when refused); nothing is dispatched. With
+        ``inference.load_on_demand`` an unplaced model is placed first (Ollama's load
+        probe), kept ``keep_alive`` idle seconds when that is given."""
+        await self._serve(task.model, keep_alive)
         return await asyncio.to_thread(admit, self._node, task)
 
     async def open_turn(
-        self, task: ChatTask, *, adjust: Callable[[Admitted], Admitted] | None = None
+        self,
+        task: ChatTask,
+        *,
+        adjust: Callable[[Admitted], Admitted] | None = None,
+        keep_alive: KeepAlive = msgspec.UNSET,
     ) -> OpenedTurn:
         """Transform ``task`` (the hooks), admit it, and start its generation lazily.
 
         Raises :class:`ApiError` for a request admission refuses. ``adjust`` rewrites the
-        admitted request before dispatch (Ollama's ``raw`` prompt).
+        admitted request before dispatch (Ollama's ``raw`` prompt). With
+        ``inference.load_on_demand`` an installed, unplaced model is placed first and
+        waited for; ``keep_alive`` (Ollama's, seconds, ``None`` forever) is how long
+        the model's on-demand instances stay idle once this turn has ended.
         """
+        await self._serve(task.model, keep_alive)
         transformed = await self._hooks.transform(task)
         # NOTE: admission runs off the event loop (here and in admit()): it renders the
         # card's chat template and compiles grammars, bounded but not free.
@@ -91,6 +111,8 @@ class ChatService:
         if adjust is not None:
             admitted = adjust(admitted)
         events = self._events(admitted)
+        if not isinstance(keep_alive, msgspec.UnsetType):
+            events = self._then_keep_alive(events, admitted.model, keep_alive)
         observed = self._hooks.observe_turn(dispatched, admitted.command_id, events)
         return OpenedTurn(admitted=admitted, events=observed.events, _observed=observed)
 
@@ -98,6 +120,28 @@ class ChatService:
         """A turn without the hooks (the bench route measures the engine alone)."""
         admitted = await self.admit(task)
         return admitted, self._events(admitted)
+
+    def keep_alive(self, model: str, seconds: float | None) -> None:
+        """``model``'s on-demand instances stay ``seconds`` idle from now (0: unloaded
+        once idle; Ollama's ``keep_alive`` on a request that generates nothing)."""
+        if self._on_demand is not None:
+            self._on_demand.keep_alive_after(model, seconds)
+
+    async def _serve(self, model: str, keep_alive: KeepAlive) -> None:
+        if self._on_demand is not None:
+            await self._on_demand.serve(model, ModelTask.TEXT_GENERATION, keep_alive=keep_alive)
+
+    async def _then_keep_alive(
+        self, events: AsyncIterator[TurnEvent], model: str, seconds: float | None
+    ) -> AsyncIterator[TurnEvent]:
+        # NOTE: set once the turn has ended, never before: a keep-alive of 0 set
+        # while the task is not yet ordered would let the master unload the
+        # instance under this very request.
+        try:
+            async for event in events:
+                yield event
+        finally:
+            self.keep_alive(model, seconds)
 
     def cancel(self, command_id: CommandId) -> bool:
         """Cancel an in-flight command; False when it is unknown or already complete."""

@@ -36,6 +36,7 @@ from skulk_daemon.embeddings.protocol import (
 from skulk_daemon.errors import ApiError
 from skulk_daemon.errors import bad_request as _bad
 from skulk_daemon.node.node import Node
+from skulk_daemon.placement.on_demand import OnDemandLoader
 from skulk_daemon.runner.client import ERROR_RUNNER_FAILED
 from skulk_daemon.runner.protocol import ERROR_CANCELLED, Embedded
 from skulk_daemon.worker.supervisor import Supervisor
@@ -111,10 +112,24 @@ def refusal(code: str, message: str) -> ApiError:
 class EmbeddingService:
     """Admission and dispatch of embedding requests on this node."""
 
-    def __init__(self, node: Node, worker: Supervisor, commands: ActiveCommands) -> None:
+    def __init__(
+        self,
+        node: Node,
+        worker: Supervisor,
+        commands: ActiveCommands,
+        on_demand: OnDemandLoader | None = None,
+    ) -> None:
         self._node = node
         self._worker = worker
         self._commands = commands
+        self._on_demand = on_demand
+
+    async def admit_served(self, body: EmbeddingRequest) -> AdmittedEmbedding:
+        """:meth:`admit`, after placing an unplaced model when
+        ``inference.load_on_demand`` is on."""
+        if self._on_demand is not None:
+            await self._on_demand.serve(body.model, ModelTask.TEXT_EMBEDDING)
+        return self.admit(body)
 
     def admit(self, body: EmbeddingRequest) -> AdmittedEmbedding:
         """Everything refused before the runner sees the request; the instance to use."""

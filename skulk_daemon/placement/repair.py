@@ -97,7 +97,12 @@ class RepairAgent:
             command = CreateInstance(
                 command_id=command_id,
                 instance=planned.instance,
-                intent=intent_of(request, intent.repair_attempt + 1),
+                intent=intent_of(
+                    request,
+                    intent.repair_attempt + 1,
+                    on_demand=intent.on_demand,
+                    keep_alive_seconds=intent.keep_alive_seconds,
+                ),
                 card=entry.card,
             )
             try:

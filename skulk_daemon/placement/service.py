@@ -131,13 +131,20 @@ class PlacementService:
         return result
 
     async def launch(
-        self, model_id: str, request: PlacementRequest, *, allow_duplicate: bool = False
+        self,
+        model_id: str,
+        request: PlacementRequest,
+        *,
+        allow_duplicate: bool = False,
+        on_demand: bool = False,
+        keep_alive_seconds: float | None = None,
     ) -> InstanceAccepted:
         """Plan ``model_id`` on the best nodes and order the instance.
 
         A model that already has an instance is refused with 409 naming it, unless
-        ``allow_duplicate`` asks for another replica.
-        """
+        ``allow_duplicate`` asks for another replica. ``on_demand``: a request for the
+        unplaced model asked for it (see :mod:`skulk_daemon.placement.on_demand`); it is
+        unloaded after ``keep_alive_seconds`` idle (``None``: kept until removed)."""
         card = self.card(model_id)
         require_downloaded(self._node, model_id)
         command_id = new_command_id()
@@ -158,7 +165,9 @@ class PlacementService:
                 CreateInstance(
                     command_id=command_id,
                     instance=result.instance,
-                    intent=intent_of(request),
+                    intent=intent_of(
+                        request, on_demand=on_demand, keep_alive_seconds=keep_alive_seconds
+                    ),
                     card=card,
                 )
             )

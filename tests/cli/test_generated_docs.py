@@ -64,6 +64,7 @@ def test_check_reports_changed_missing_and_obsolete_files(tmp_path: Path) -> Non
                 "status",
                 "previews",
                 "place",
+                "run",
                 "chat",
                 "bench",
                 "models",

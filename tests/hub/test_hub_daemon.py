@@ -25,7 +25,7 @@ import pytest
 from tests.daemon.serving import PROMPT, place
 from tests.daemon_process import DaemonProcess
 from tests.hub.conftest import DEMO_REPO, TINY, TINY_LLM, seed_models_dir, standard_repos
-from tests.hub.fake_hub import FakeHub
+from tests.hub.fake_hub import FakeHub, HubFile, HubRepo
 from tests.lazy_sdk import openai
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("timing")]
@@ -170,6 +170,37 @@ def test_search_and_remove_through_the_cli(daemon: DaemonProcess) -> None:
     assert not (daemon.models_dir / "test-org--gemma-3-270m-GGUF").exists()
     listed = {m["id"] for m in daemon.get("/v1/models").json()["data"]}
     assert DEMO_REPO not in listed and IMPORTED in listed
+
+
+def test_run_adds_downloads_places_and_chats_in_one_step(
+    daemon: DaemonProcess, hub: FakeHub, demo_gguf: Path
+) -> None:
+    repo_id = "test-org/run-gemma-GGUF"
+    hub.repos.append(HubRepo(repo_id, {demo_gguf.name: HubFile(demo_gguf)}, library_name="gguf"))
+    assert repo_id not in {m["id"] for m in daemon.get("/v1/models").json()["data"]}
+
+    ran = skulk(daemon, "run", repo_id, "Count: one, two, three,", "--max-tokens", "4")
+    assert ran.returncode == 0, ran.stderr
+    steps = [line for line in ran.stderr.splitlines() if line.startswith(("→", "✓"))]
+    assert [s.split()[1] for s in steps[:2]] == ["Adding", "Added"], ran.stderr
+    assert any(s.startswith("→ Downloading") for s in steps), ran.stderr
+    assert any(s.startswith("→ No instance serves") for s in steps), ran.stderr
+    assert any("is ready" in s for s in steps), ran.stderr
+    assert ran.stdout.strip()
+    listed = {m["id"]: m for m in daemon.get("/v1/models").json()["data"]}
+    assert listed[repo_id]["installed"] is True
+
+    state = daemon.get("/state").json()
+    (instance_id,) = (
+        i
+        for i, tagged in state["instances"].items()
+        if next(iter(tagged.values()))["shardAssignments"]["modelId"] == repo_id
+    )
+    assert httpx.delete(f"{daemon.url}/instance/{instance_id}", timeout=30).status_code == 200
+
+    missing = skulk(daemon, "run", "test-org/no-such-repo", "hi")
+    assert missing.returncode == 1
+    assert "Could not add test-org/no-such-repo" in missing.stderr
 
 
 def test_a_download_survives_the_node_stopping_and_resumes(
