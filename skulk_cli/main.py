@@ -55,7 +55,7 @@ def _flag_without_type(self: TyperOption, ctx: ClickContext) -> str | None:
     return _display_type_rich(self, ctx)
 
 
-TyperOption.display_type_rich = _flag_without_type  # type: ignore[method-assign]
+setattr(TyperOption, "display_type_rich", _flag_without_type)  # noqa: B010 (a method, patched once)
 
 app = typer.Typer(
     name=PROG_NAME,
