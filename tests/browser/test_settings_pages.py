@@ -239,3 +239,45 @@ def test_settings_and_plugins_fit_a_phone(gateway: DaemonProcess, tab: Tab) -> N
     dialog.get_by_label("Device limit").focus()
     page.keyboard.press("Tab")
     expect(dialog.get_by_role("button", name="Create invitation")).to_be_focused()
+
+
+def test_the_qr_encodes_the_invitation_and_clears_after_five_minutes(
+    gateway: DaemonProcess, tab: Tab
+) -> None:
+    page = tab.page
+    page.clock.install()
+    dialog = _open_settings(page, gateway.url)
+    dialog.get_by_label("Device limit").fill("1")
+    with page.expect_response(re.compile(r"/v1/auth/pairing-invitations$")) as answer:
+        dialog.get_by_role("button", name="Create invitation").click()
+    created = answer.value.json()
+    qr = dialog.get_by_role("img", name="Pairing QR code")
+    expect(qr).to_be_visible()
+    # What is drawn is exactly the pairing code's QR (the vendored encoder, re-run here).
+    expected = page.evaluate(
+        """async (code) => {
+            const { qrcode } = await import("/ui/vendor/qrcode-generator/qrcode.mjs");
+            const qr = qrcode(0, "L");
+            qr.addData(code);
+            qr.make();
+            const rows = [];
+            for (let r = 0; r < qr.getModuleCount(); r += 1) {
+                let row = "";
+                for (let c = 0; c < qr.getModuleCount(); c += 1) row += qr.isDark(r, c) ? "1" : "0";
+                rows.push(row);
+            }
+            return rows;
+        }""",
+        created["pairingCode"],
+    )
+    drawn = qr.locator("path").get_attribute("d") or ""
+    dark = {(int(x) - 4, int(y) - 4) for x, y in re.findall(r"M(\d+) (\d+)", drawn)}
+    assert dark == {
+        (c, r) for r, row in enumerate(expected) for c, bit in enumerate(row) if bit == "1"
+    }
+    page.clock.fast_forward("05:01")
+    expect(qr).to_have_count(0)
+    # Only the display went: the invitation itself stays valid.
+    listed = gateway.get("/v1/auth/pairing-invitations", headers=DASHBOARD).json()
+    states = {i["invitationId"]: i["state"] for i in listed["invitations"]}
+    assert states[created["invitation"]["invitationId"]] == "active"

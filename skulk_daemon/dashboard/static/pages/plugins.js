@@ -9,7 +9,7 @@ import { configureForm } from "./plugins_configure.js";
 
 const OWNER = { headers: { "X-Skulk-Dashboard": "pairing-v1" } };
 const TERMINAL_INSTALL = new Set(["staged", "recovery_required"]);
-const TERMINAL_OPERATION = new Set(["completed", "failed", "superseded", "refused", "recovery_required"]);
+const PENDING_OPERATION = new Set(["accepted", "applying"]); // the manager's OperationState
 const POLL_FIRST_MS = 1000;
 const POLL_MAX_MS = 15000;
 
@@ -214,9 +214,26 @@ export async function mount(root, ctx) {
         announce(`${action} ${id}: ${op.state}`);
         await poll(
           () => api.get(`${path(id)}/operations/${op.operation_id}`, { signal, ...OWNER }),
-          (answer) => answer && TERMINAL_OPERATION.has(answer.state),
+          (answer) => answer && !PENDING_OPERATION.has(answer.state),
           (answer, error) => {
             state.textContent = error ? `Status unknown (${guidance(error)}); still checking.` : `${action}: ${answer.state}${answer.error_code ? ` (${answer.error_code})` : ""}`;
+          },
+        );
+        await loadManaged();
+      } catch (error) {
+        if (error.name !== "AbortError") fail(error);
+      }
+    };
+
+    const recover = async (opId) => {
+      try {
+        await api.post(`${path(id)}/operations/${encodeURIComponent(opId)}/recover`, undefined, { signal, ...OWNER });
+        announce(`Recovering ${id}…`);
+        await poll(
+          () => api.get(`${path(id)}/operations/${encodeURIComponent(opId)}`, { signal, ...OWNER }),
+          (answer) => answer && !PENDING_OPERATION.has(answer.state),
+          (answer, error) => {
+            state.textContent = error ? `Status unknown (${guidance(error)}); still checking.` : `recover: ${answer.state}`;
           },
         );
         await loadManaged();
@@ -235,8 +252,14 @@ export async function mount(root, ctx) {
         "div",
         { class: "form-actions" },
         h("button", { type: "button", onClick: showReview }, `Review release ${id}`),
-        row.enabled ? h("button", { type: "button", onClick: () => lifecycle("disable") }, `Disable ${id}`) : null,
+        row.enabled || row.operation_state === "recovery_required" ? h("button", { type: "button", onClick: () => lifecycle("disable") }, `Disable ${id}`) : null,
+        row.operation_id && row.operation_state === "recovery_required"
+          ? h("button", { type: "button", onClick: () => recover(row.operation_id) }, `Recover operation for ${id}`)
+          : null,
       ),
+      row.operation_state === "recovery_required"
+        ? h("p", { class: "notice" }, "This activation needs recovery. Recover resumes only the retained intent once its fault is fixed; Disable withdraws the local intent without running the release.")
+        : null,
       steps,
     );
   };

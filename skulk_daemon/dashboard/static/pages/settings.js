@@ -148,6 +148,7 @@ export async function mount(root, ctx) {
       const restart = new Set(answer.editing?.restart_keys || []);
       const changed = controls.filter((c) => !c.secret && restart.has(c.dotted) && JSON.stringify(valueAt(before, c.path)) !== JSON.stringify(valueAt(answer.config, c.path)));
       render(answer, openapiDoc);
+      formHost.querySelector('button[type="submit"]')?.focus({ preventScroll: true }); // keyboard users stay put
       const notice = changed.length
         ? `Saved. Restart the node for ${changed.map((c) => c.label).join(", ")} to take effect.`
         : "Saved.";
