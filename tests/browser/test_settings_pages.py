@@ -221,6 +221,21 @@ def test_from_another_machine_trust_keys_are_read_only_and_plugins_say_where(
     expect(peers).to_be_disabled()
     expect(peers).to_have_accessible_description(re.compile("only from this machine"))
     expect(dialog.get_by_label("Friendly name")).to_be_enabled()
+    # Pairing is the gateway host's own: the refusal says where to go, and the form
+    # that would be refused again is disabled.
+    expect(dialog.get_by_role("alert").first).to_contain_text("open the dashboard")
+    expect(dialog.get_by_role("button", name="Create invitation")).to_be_disabled()
+
+
+def test_pairing_on_a_node_that_is_not_the_gateway_says_how_to_set_it_up(
+    one_node: DaemonProcess, tab: Tab
+) -> None:
+    page = tab.page
+    dialog = _open_settings(page, one_node.url)
+    expect(dialog.get_by_role("alert").first).to_contain_text("configure-relay")
+    expect(dialog.get_by_role("button", name="Create invitation")).to_be_disabled()
+    expect(dialog.get_by_role("button", name="Save")).to_be_enabled()
+    assert tab.console.errors == []
 
 
 def test_settings_and_plugins_fit_a_phone(gateway: DaemonProcess, tab: Tab) -> None:

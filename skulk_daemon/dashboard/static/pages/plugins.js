@@ -13,25 +13,21 @@ const PENDING_OPERATION = new Set(["accepted", "applying"]); // the manager's Op
 const POLL_FIRST_MS = 1000;
 const POLL_MAX_MS = 15000;
 
-/** A refusal in the API's words, plus where to go next. */
+/** A refusal in the API's words, plus where to go next when the API's own message
+ * does not already say it. */
 export function guidance(error) {
-  const message = (error && error.message) || "The request failed";
-  switch (error && error.status) {
-    case 401:
-    case 403:
-      return `${message}. Plugins are managed by the node's owner: open this page in a browser on the node itself (http://localhost:<port>/plugins) or over Tailscale by its MagicDNS name, or use a paired device granted plugin access.`;
-    case 404:
-      return `${message}. It may have been removed; reload the inventory.`;
-    case 409:
-      return `${message}. Something changed since this was read: reload, review again, then retry.`;
-    case 429:
-      return `${message}. The plugin manager is busy; wait a moment and retry.`;
-    case 503:
-    case 504:
-      return `${message}. The local plugin manager is not set up or not answering: run "skulk-plugin-service setup" on this host (see the Managed Plugin Lifecycle docs), then reload.`;
-    default:
-      return message;
-  }
+  const message = ((error && error.message) || "The request failed").trim();
+  const said = /[.!?]$/.test(message) ? message : `${message}.`;
+  const next = {
+    401: [/localhost|tailscale/i, "Plugins are managed by the node's owner: open this page in a browser on the node itself (http://localhost:<port>/plugins) or over Tailscale by its MagicDNS name, or use a paired device granted plugin access."],
+    403: [/localhost|tailscale/i, "Plugins are managed by the node's owner: open this page in a browser on the node itself (http://localhost:<port>/plugins) or over Tailscale by its MagicDNS name, or use a paired device granted plugin access."],
+    404: [/^$/, "It may have been removed; reload the inventory."],
+    409: [/reload/i, "Something changed since this was read: reload, review again, then retry."],
+    429: [/retry|wait/i, "The plugin manager is busy; wait a moment and retry."],
+    503: [/skulk-plugin-service/i, 'The local plugin manager is not set up or not answering: run "skulk-plugin-service setup" on this host, then reload.'],
+    504: [/^$/, "The local plugin manager did not answer in time; reload to read what it did."],
+  }[error && error.status];
+  return next && !next[0].test(message) ? `${said} ${next[1]}` : said;
 }
 
 function operationId() {

@@ -21,18 +21,19 @@ const LIFETIMES = [
   ["90 days", 90 * 86400],
 ];
 
-/** What to do about a refusal, in the API's own words plus the next step. */
+/** What to do about a refusal: the API's own words, plus the next step when they do
+ * not already name it. */
 function guidance(error) {
-  const message = error.message || "The request failed.";
-  if (error.status === 409) {
-    return `${message}. Pairing is set up on the gateway host from a terminal: run "uv run skulk operator configure-relay --provisioning-file …", restart Skulk, then come back here.`;
-  }
-  if (error.status === 403 || error.status === 421) {
-    return `${message}. Invitations and devices are managed from a browser on the gateway itself (http://localhost:<port>/) or over Tailscale.`;
-  }
-  if (error.status === 422) return `${message}. Choose a shorter lifetime or fewer devices.`;
-  if (error.status === 503) return `${message}. The gateway identity is briefly unavailable; try again in a moment.`;
-  return message;
+  const message = (error.message || "The request failed").trim();
+  const said = /[.!?]$/.test(message) ? message : `${message}.`;
+  const next = {
+    403: [/open the dashboard|localhost/i, "Invitations and devices are managed from a browser on the gateway itself (http://localhost:<port>/) or over Tailscale."],
+    409: [/configure-relay/i, 'Pairing is set up on the gateway host from a terminal: run "uv run skulk operator configure-relay --provisioning-file …", restart Skulk, then come back here.'],
+    421: [/open the dashboard|localhost/i, "Open the dashboard by this node's own name or http://localhost:<port>/."],
+    422: [/^$/, "Choose a shorter lifetime or fewer devices."],
+    503: [/^$/, "The gateway identity is briefly unavailable; try again in a moment."],
+  }[error.status];
+  return next && !next[0].test(message) ? `${said} ${next[1]}` : said;
 }
 
 function shortId(id) {
