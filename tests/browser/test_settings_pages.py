@@ -296,3 +296,33 @@ def test_the_qr_encodes_the_invitation_and_clears_after_five_minutes(
     listed = gateway.get("/v1/auth/pairing-invitations", headers=DASHBOARD).json()
     states = {i["invitationId"]: i["state"] for i in listed["invitations"]}
     assert states[created["invitation"]["invitationId"]] == "active"
+
+
+def test_settings_has_its_own_page_too(gateway: DaemonProcess, tab: Tab) -> None:
+    page = tab.page
+    page.goto(f"{gateway.url}/settings")
+    expect(page.get_by_role("heading", name="Settings", level=1)).to_be_visible()
+    form = page.get_by_role("form", name="Node settings")
+    expect(
+        form.get_by_role("group", name="Telemetry", exact=True).get_by_label("Enabled")
+    ).not_to_be_checked()
+    expect(page.get_by_role("heading", name="Devices & pairing")).to_be_visible()
+    assert tab.console.errors == []
+
+
+def test_choosing_telemetry_in_the_welcome_turns_it_on(gateway: DaemonProcess, tab: Tab) -> None:
+    # The same node as new again: its onboarding marker is a node-local file.
+    (gateway.data_dir / "onboarding_completed").unlink(missing_ok=True)
+    assert gateway.get("/onboarding").json() == {"completed": False}
+    page = tab.page
+    page.goto(f"{gateway.url}/cluster")
+    page.get_by_role("dialog", name="Welcome to Skulk").get_by_role("button", name="Next").click()
+    page.get_by_role("button", name="Share telemetry").click()
+    expect(page.get_by_role("dialog", name="Help make Skulk better?")).to_be_hidden()
+    assert gateway.get("/onboarding").json() == {"completed": True}
+    config = gateway.get("/config").json()["config"]
+    assert config["telemetry"]["enabled"] is True
+    with httpx.Client(base_url=gateway.url, timeout=30.0) as client:
+        off = {**config, "telemetry": {"enabled": False}}
+        assert client.put("/config", json=off).status_code == 200
+    assert tab.console.errors == []
