@@ -180,6 +180,17 @@ def test_pair_a_device_from_the_page(gateway: DaemonProcess, tab: Tab) -> None:
     page.get_by_role("button", name="Settings").click()
     devices = dialog.get_by_role("table", name="Paired devices")
     expect(devices).to_contain_text("Test phone")
+    # Pairing grants no plugin access; the owner grants it here, explicitly.
+    access = devices.get_by_role("group", name="Plugin access for Test phone")
+    expect(access.get_by_label("Manage plugins")).not_to_be_checked()
+    access.get_by_label("Read plugins").check()
+    access.get_by_label("Manage plugins").check()
+    access.get_by_role("button", name="Save plugin access for Test phone").click()
+    expect(access.get_by_text("Plugin access saved.")).to_be_visible()
+    grants = gateway.get("/v1/auth/plugin-grants", headers=DASHBOARD).json()["devices"]
+    assert [g["scopes"] for g in grants if g["deviceId"] == device.device_id] == [
+        ["plugins:read", "plugins:manage"]
+    ]
     devices.get_by_role("button", name="Revoke device Test phone").click()
     expect(devices.get_by_role("row").filter(has_text="Test phone")).to_contain_text("revoked")
     rows = gateway.get(DEVICES, headers=DASHBOARD).json()["devices"]

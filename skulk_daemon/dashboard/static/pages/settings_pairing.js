@@ -7,6 +7,7 @@
 // after five minutes (the invitation itself lives as long as its lifetime says).
 import { h, replace, formatAge } from "../dom.js";
 import { qrcode } from "../vendor/qrcode-generator/qrcode.mjs";
+import { grantControls, PLUGIN_GRANTS } from "./settings_grants.js";
 
 const DASHBOARD = { headers: { "X-Skulk-Dashboard": "pairing-v1" } };
 const INVITATIONS = "/v1/auth/pairing-invitations";
@@ -216,12 +217,12 @@ export function mountPairing(host, { api, signal }) {
     );
   };
 
-  const deviceTable = (rows) => {
+  const deviceTable = (rows, grants) => {
     if (!rows.length) return h("p", { class: "muted" }, "No devices paired yet.");
     return h(
       "table",
       { class: "data-table", "aria-label": "Paired devices" },
-      h("thead", null, h("tr", null, ["Device", "Paired", "State", ""].map((t) => h("th", { scope: "col" }, t)))),
+      h("thead", null, h("tr", null, ["Device", "Paired", "State", "Access"].map((t) => h("th", { scope: "col" }, t)))),
       h(
         "tbody",
         null,
@@ -232,7 +233,12 @@ export function mountPairing(host, { api, signal }) {
             h("td", null, row.deviceName, " ", h("code", null, shortId(row.deviceId))),
             h("td", null, formatAge(row.pairedAt)),
             h("td", null, row.active ? "active" : "revoked"),
-            h("td", null, row.active ? h("button", { type: "button", onClick: () => revokeDevice(row) }, `Revoke device ${row.deviceName}`) : null),
+            h(
+              "td",
+              null,
+              row.active && grants.has(row.deviceId) ? grantControls(grants.get(row.deviceId), { api, signal, guidance }) : null,
+              row.active ? h("button", { type: "button", onClick: () => revokeDevice(row) }, `Revoke device ${row.deviceName}`) : null,
+            ),
           ),
         ),
       ),
@@ -240,14 +246,17 @@ export function mountPairing(host, { api, signal }) {
   };
 
   const refresh = async () => {
-    const [invitations, devices] = await Promise.allSettled([
+    const [invitations, devices, grants] = await Promise.allSettled([
       api.get(INVITATIONS, { signal, ...DASHBOARD }),
       api.get(DEVICES, { signal, ...DASHBOARD }),
+      api.get(PLUGIN_GRANTS, { signal, ...DASHBOARD }),
     ]);
+    // Without the grants (a refusal), devices are still listed and revocable.
+    const grantRows = new Map(grants.status === "fulfilled" ? (grants.value.devices || []).map((g) => [g.deviceId, g]) : []);
     if (signal.aborted) return;
     if (invitations.status === "fulfilled") replace(invitationsHost, invitationTable(invitations.value.invitations || []));
     else replace(invitationsHost, h("div", { class: "notice", role: "alert" }, h("p", null, guidance(invitations.reason))));
-    if (devices.status === "fulfilled") replace(devicesHost, deviceTable(devices.value.devices || []));
+    if (devices.status === "fulfilled") replace(devicesHost, deviceTable(devices.value.devices || [], grantRows));
     else if (invitations.status === "fulfilled" || devices.reason.status !== invitations.reason.status) {
       replace(devicesHost, h("div", { class: "notice", role: "alert" }, h("p", null, guidance(devices.reason))));
     } else replace(devicesHost, h("p", { class: "muted" }, "See above."));
