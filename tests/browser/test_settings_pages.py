@@ -262,6 +262,7 @@ def test_settings_and_plugins_fit_a_phone(gateway: DaemonProcess, tab: Tab) -> N
     expect(save).to_be_in_viewport()  # the actions stay in reach while the form scrolls
     overflow = dialog.evaluate("d => d.scrollWidth - d.clientWidth")
     assert overflow <= 0, f"the dialog scrolls sideways by {overflow}px"
+    screenshot(page, "settings-phone")
     dialog.get_by_label("Device limit").focus()
     page.keyboard.press("Tab")
     expect(dialog.get_by_role("button", name="Create invitation")).to_be_focused()
