@@ -316,6 +316,35 @@ TRUST_KEYS: tuple[str, ...] = (
 them only from this machine or through the operator gateway."""
 
 
+SECRET_KEYS: tuple[str, ...] = (
+    "hf_token",
+    "cluster.key",
+    "browser_tools.search_api_key",
+    "api.keys",
+)
+"""Write-only settings: :func:`public_view` never shows them; a client learns only
+whether each is set (``GET /config``'s ``editing.secrets``)."""
+
+RESTART_KEYS: tuple[str, ...] = (
+    "cluster.key",
+    "cluster.peers",
+    "cluster.fabric_port",
+    "cluster.mdns",
+    "node.friendly_name",
+    "node.participation",
+    "model_store.models_dir",
+    "model_store.store_port",
+    "api.cors_origins",
+)
+"""Keys the node reads once, when its process starts: a change is saved at once but
+takes effect after a restart (``POST /admin/restart``)."""
+
+
+def secrets_set(config: SkulkConfig) -> dict[str, bool]:
+    """Whether each of :data:`SECRET_KEYS` holds a value (never the value)."""
+    return {key: bool(_value(config, key)) for key in SECRET_KEYS}
+
+
 def trust_changes(current: SkulkConfig, merged: SkulkConfig) -> list[str]:
     """The :data:`TRUST_KEYS` whose value differs between ``current`` and ``merged``."""
     return [key for key in TRUST_KEYS if _value(current, key) != _value(merged, key)]

@@ -8,11 +8,14 @@ import msgspec
 from litestar import Controller, get, put
 
 from skulk_core.config import (
+    RESTART_KEYS,
+    TRUST_KEYS,
     ConfigError,
     SkulkConfig,
     merge_update,
     parse_config,
     public_view,
+    secrets_set,
     trust_changes,
 )
 from skulk_daemon.api.authority import caller_of, declare
@@ -24,11 +27,48 @@ from skulk_daemon.errors import ApiError
 from skulk_daemon.node.config_store import EffectiveConfig
 from skulk_daemon.node.node import Node
 
+TRUST_CALLERS = frozenset({Caller.LOOPBACK, Caller.OPERATOR})
+"""Who may change :data:`~skulk_core.config.TRUST_KEYS`."""
+TRUST_REASON = (
+    "these settings change whom this node trusts or where its secrets go, so they are "
+    "accepted only from this machine (localhost) or from a paired device through the "
+    "operator gateway"
+)
+
+
+class ConfigEditing(msgspec.Struct, frozen=True, kw_only=True):
+    """What an editor needs to know about the settings, for this caller."""
+
+    trust_keys: list[str]
+    """Dotted keys ``PUT /config`` changes only for a trusted-enough caller."""
+    trust_editable: bool
+    """Whether this caller may change them."""
+    trust_reason: str | None
+    """Why not, when it may not (the same rule the 403 states)."""
+    secrets: dict[str, bool]
+    """Write-only keys and whether each is set; values are never shown."""
+    restart_keys: list[str]
+    """Keys read when the process starts: a change takes effect after a restart."""
+
 
 class ConfigResponse(msgspec.Struct, frozen=True, kw_only=True):
     config: dict[str, Any]
     path: str
     effective: EffectiveConfig
+    editing: ConfigEditing
+
+
+def editing_for(caller: Caller, config: SkulkConfig, *, has_hf_token: bool) -> ConfigEditing:
+    editable = caller in TRUST_CALLERS
+    secrets = secrets_set(config)
+    secrets["hf_token"] = has_hf_token  # the file's or HF_TOKEN's
+    return ConfigEditing(
+        trust_keys=list(TRUST_KEYS),
+        trust_editable=editable,
+        trust_reason=None if editable else f"Read-only here: {TRUST_REASON}.",
+        secrets=secrets,
+        restart_keys=list(RESTART_KEYS),
+    )
 
 
 class WrappedConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -37,12 +77,14 @@ class WrappedConfig(msgspec.Struct, frozen=True, kw_only=True):
     config: SkulkConfig
 
 
-def _response(node: Node) -> ConfigResponse:
+def _response(node: Node, caller: Caller) -> ConfigResponse:
     store = node.config_store
+    effective = store.effective(node.models_dir, node.settings.data_dir)
     return ConfigResponse(
         config=public_view(store.config),
         path=str(store.path),
-        effective=store.effective(node.models_dir, node.settings.data_dir),
+        effective=effective,
+        editing=editing_for(caller, store.config, has_hf_token=effective.has_hf_token),
     )
 
 
@@ -56,11 +98,12 @@ class ConfigController(Controller):
         responses=errors(OPENAI),
     )
     async def show(self, node: Node, request: HttpRequest) -> ConfigResponse:
-        response = _response(node)
+        response = _response(node, caller_of(request))
         if is_trusted(request):
             return response
         # A public caller learns the settings, not where this host keeps its files.
-        return ConfigResponse(
+        return msgspec.structs.replace(
+            response,
             config=config_for(request, response.config),
             path=HIDDEN_PATH,
             effective=effective_for(request, response.effective),
@@ -98,7 +141,8 @@ class ConfigController(Controller):
             )
         merged = merge_update(current, incoming, set(document))
         protected = trust_changes(current, merged)
-        if protected and caller_of(request) not in (Caller.LOOPBACK, Caller.OPERATOR):
+        caller = caller_of(request)
+        if protected and caller not in TRUST_CALLERS:
             raise ApiError(
                 403,
                 f"changing {', '.join(protected)} is accepted only from this machine "
@@ -106,4 +150,4 @@ class ConfigController(Controller):
                 code="loopback_required",
             )
         node.config_store.save(merged)
-        return _response(node)
+        return _response(node, caller)

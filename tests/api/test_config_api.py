@@ -7,6 +7,9 @@ import httpx
 import pytest
 import yaml
 
+from skulk_core.config import SkulkConfig
+from skulk_daemon.api.config import editing_for
+from skulk_daemon.authority.policy import Caller
 from tests.api.in_process import AppFactory, AppNode
 
 
@@ -58,3 +61,32 @@ def test_put_config_validates_persists_and_preserves(make_app: AppFactory) -> No
     # A body that does not say it is JSON is refused before it is read (CSRF).
     untyped = app.http.put("/config", content=b"{nope")
     assert untyped.status_code == 415
+
+
+def test_get_config_tells_an_editor_what_it_may_change(make_app: AppFactory) -> None:
+    app = make_app(config_yaml="hf_token: hf_topsecret\ncluster:\n  key: psk-topsecret\n")
+    response = app.get("/config")
+    assert "topsecret" not in response.text
+    editing = response.json()["editing"]
+    assert "cluster.peers" in editing["trust_keys"] and "hf_token" in editing["trust_keys"]
+    # This machine (loopback) may change the trust keys.
+    assert editing["trust_editable"] is True and editing["trust_reason"] is None
+    assert editing["secrets"] == {
+        "hf_token": True,
+        "cluster.key": True,
+        "browser_tools.search_api_key": False,
+        "api.keys": False,
+    }
+    assert "node.friendly_name" in editing["restart_keys"]
+    assert "inference.kv_cache_backend" not in editing["restart_keys"]
+    saved = _put(app, {"node": {"friendly_name": "renamed"}})
+    assert saved.status_code == 200, saved.text
+    assert saved.json()["editing"]["secrets"]["cluster.key"] is True
+
+
+@pytest.mark.parametrize("caller", [Caller.TRUSTED_FABRIC, Caller.OTHER])
+def test_trust_keys_are_read_only_beyond_this_machine_and_the_gateway(caller: Caller) -> None:
+    editing = editing_for(caller, SkulkConfig(), has_hf_token=False)
+    assert editing.trust_editable is False
+    assert editing.trust_reason is not None and "localhost" in editing.trust_reason
+    assert editing_for(Caller.OPERATOR, SkulkConfig(), has_hf_token=False).trust_editable

@@ -116,6 +116,15 @@ def named(daemon: DaemonProcess, name: str) -> DaemonProcess:
     return daemon
 
 
+# -- onboarding (issue #37's pages) ---------------------------------------------------
+def onboarded(daemon: DaemonProcess) -> DaemonProcess:
+    """``daemon`` with its first-run welcome already done (``POST /onboarding``): the
+    welcome is a modal over the landing page, which a fresh node shows until then."""
+    response = daemon.post("/onboarding")
+    assert response.status_code == 200, response.text
+    return daemon
+
+
 @pytest.fixture(scope="module")
 def one_node(
     tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
@@ -127,7 +136,7 @@ def one_node(
     )
     daemon.start()
     try:
-        yield daemon
+        yield onboarded(daemon)
     finally:
         daemon.kill()
 
@@ -154,7 +163,7 @@ def two_nodes(
     nodes = [first, second]
     try:
         for node in nodes:
-            node.start()
+            onboarded(node.start())
         ids = [str(node.get("/node_id").json()) for node in nodes]
 
         def joined() -> dict[str, object] | None:

@@ -238,3 +238,5 @@ live.subscribe((state) => {
 
 live.start();
 render();
+// First run: a welcome over the landing page until this node's onboarding is complete.
+import("./pages/onboarding.js").then((m) => m.offer({ api })).catch((error) => console.warn("onboarding", error));
