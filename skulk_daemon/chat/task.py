@@ -77,4 +77,7 @@ class ChatTask:
     enable_thinking: bool | None = None
     reasoning_effort: str | None = None
     include_usage: bool = False
+    raw: bool = False
+    """The messages' text is the prompt as written, with no chat template, whatever
+    the card (the legacy completions API: one user message holding the prompt)."""
     extra_template_args: dict[str, Any] = field(default_factory=dict)
