@@ -102,8 +102,14 @@ async def merged(choices: Sequence[ChoiceTurn]) -> AsyncGenerator[tuple[int, Tur
     """
     if len(choices) == 1:
         only = choices[0]
-        async for event in only.events:
-            yield only.index, event
+        try:
+            async for event in only.events:
+                yield only.index, event
+        finally:
+            # NOTE: closed now, not when collected: its cleanup stops the runner task.
+            aclose = getattr(only.events, "aclose", None)
+            if aclose is not None:
+                await aclose()
         return
     queue: asyncio.Queue[tuple[int, object]] = asyncio.Queue(maxsize=PUMP_QUEUE_CHUNKS)
 

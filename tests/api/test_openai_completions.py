@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.api.in_process import AppNode, Served
-from tests.daemon.serving import DEMO, sse_lines
+from tests.daemon.serving import DEMO, sse_lines, wait_idle
 from tests.lazy_sdk import openai
 
 pytestmark = pytest.mark.slow
@@ -189,6 +189,18 @@ def test_cancel_stops_every_choice(app: AppNode) -> None:
     assert errors and errors[0]["error"]["code"] == "cancelled"
     assert rest[-1] == "data: [DONE]"
     assert app.http.post(f"/v1/cancel/{command_id}").status_code == 404
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_a_client_that_leaves_frees_the_runner(demo_app: Served, n: int) -> None:
+    app = demo_app.app
+    body = {"model": DEMO, "prompt": "Once upon a time", "n": n, "max_tokens": 400}
+    with app.http.stream("POST", "/v1/completions", json={**body, "stream": True}) as response:
+        assert next(line for line in sse_lines(response) if line.startswith("data: "))
+    # Every choice's runner task stops (the runner is idle with nothing in flight),
+    # long before 400 tokens each.
+    wait_idle(app, demo_app.instance_id)
+    assert post(app, prompt=SUM, max_tokens=1).status_code == 200
 
 
 @pytest.mark.parametrize(
