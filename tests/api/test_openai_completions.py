@@ -89,7 +89,8 @@ def test_streaming_matches_the_answer_in_openais_chunk_shape(
     assert finishes == [whole.choices[0].finish_reason]
     *_, last = chunks
     assert last.choices == [] and last.usage is not None
-    assert last.usage.completion_tokens == whole.usage.completion_tokens  # type: ignore[union-attr]
+    assert whole.usage is not None
+    assert last.usage.completion_tokens == whole.usage.completion_tokens
     assert last.usage.prompt_tokens_details is not None  # cached_tokens, as chat's
 
     raw = post(app, prompt=SUM, stream=True, temperature=0)
