@@ -154,7 +154,8 @@ def _session(client: SkulkClient, request: Request, history: list[Message]) -> N
     """Read prompts until /exit, end of input or Ctrl-C; the conversation carries over."""
     console.enable_line_editing()
     model = request.model
-    console.note(render_generation.chat_banner(model))
+    continues = request.wire_format == WireFormat.COMPLETION
+    console.note(render_generation.chat_banner(model, continues_text=continues))
     while True:
         try:
             line = console.ask(PROMPT)

@@ -441,3 +441,23 @@ def test_any_other_model_is_asked_through_chat_with_a_capped_reply(
     (sent,) = node.sent("POST", "/v1/chat/completions")
     assert isinstance(sent.body, dict) and sent.body["max_tokens"] == 12
     assert not node.sent("POST", "/v1/completions")
+
+
+def test_a_base_model_session_continues_the_whole_conversation(node: FakeNode) -> None:
+    node.routes[("GET", "/v1/models")] = (200, listing("base"))
+    node.routes[("POST", "/v1/completions")] = lambda _: sse_reply(completion_stream((" 4",)))
+
+    result = CliRunner().invoke(
+        app,
+        ["--api-url", node.url, "chat", MODEL],
+        input="2 + 2 =\n3 + 3 =\n",
+        env=TERMINAL,
+        prog_name="skulk",
+    )
+
+    assert result.exit_code == 0, result.output
+    assert "a base model: it continues the conversation's text" in flat(result.output)
+    first, second = node.sent("POST", "/v1/completions")
+    assert first.body["prompt"] == "2 + 2 ="  # type: ignore[index]
+    # The reply follows the text it continued; the next line starts a new one.
+    assert second.body["prompt"] == "2 + 2 = 4\n3 + 3 ="  # type: ignore[index]
