@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from skulk_core.ids import CommandId
@@ -76,20 +76,15 @@ class ChatService:
         """Admission alone (``ApiError`` when refused); nothing is dispatched."""
         return await asyncio.to_thread(admit, self._node, task)
 
-    async def open_turn(
-        self, task: ChatTask, *, adjust: Callable[[Admitted], Admitted] | None = None
-    ) -> OpenedTurn:
+    async def open_turn(self, task: ChatTask) -> OpenedTurn:
         """Transform ``task`` (the hooks), admit it, and start its generation lazily.
 
-        Raises :class:`ApiError` for a request admission refuses. ``adjust`` rewrites the
-        admitted request before dispatch (Ollama's ``raw`` prompt).
+        Raises :class:`ApiError` for a request admission refuses.
         """
         transformed = await self._hooks.transform(task)
         # NOTE: admission runs off the event loop (here and in admit()): it renders the
         # card's chat template and compiles grammars, bounded but not free.
         admitted, dispatched = await asyncio.to_thread(self._admit_transformed, task, transformed)
-        if adjust is not None:
-            admitted = adjust(admitted)
         events = self._events(admitted)
         observed = self._hooks.observe_turn(dispatched, admitted.command_id, events)
         return OpenedTurn(admitted=admitted, events=observed.events, _observed=observed)

@@ -79,5 +79,5 @@ class ChatTask:
     include_usage: bool = False
     raw: bool = False
     """The messages' text is the prompt as written, with no chat template, whatever
-    the card (the legacy completions API: one user message holding the prompt)."""
+    the card (``/v1/completions``, Ollama's ``raw`` generate: one user message)."""
     extra_template_args: dict[str, Any] = field(default_factory=dict)
