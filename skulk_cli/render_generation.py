@@ -14,10 +14,11 @@ from skulk_cli.wire_formats import Finish
 NOT_MEASURABLE = "not measurable on this node"
 
 
-def chat_banner(model_id: str) -> Text:
+def chat_banner(model_id: str, *, continues_text: bool = False) -> Text:
     return Text.assemble(
         "Chatting with ",
         (model_id, "bold"),
+        " (a base model: it continues the conversation's text)" if continues_text else "",
         ". Ctrl-C stops a reply; /exit or Ctrl-D leaves.",
         style="dim",
     )

@@ -1,7 +1,8 @@
-"""The three chat wire formats a node speaks, reduced to one sequence of events.
+"""The wire formats a node chats in, reduced to one sequence of events.
 
 `skulk chat --format` sends one conversation as OpenAI Chat Completions, Anthropic
-Claude Messages or Ollama chat, and reads the streamed reply back through the
+Claude Messages, Ollama chat or OpenAI (legacy) Completions, the last as plain text
+for a base model to continue, and reads the streamed reply back through the
 pure functions here: each turns its format's body lines into :class:`TextDelta`
 events ending in one :class:`Finish` or :class:`StreamError`, so the terminal
 shows every format the same way. A sequence with neither at the end means the
@@ -35,6 +36,7 @@ class WireFormat(StrEnum):
     OPENAI = "openai"
     CLAUDE = "claude"
     OLLAMA = "ollama"
+    COMPLETION = "completion"
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ ROUTES: dict[WireFormat, Route] = {
     WireFormat.OPENAI: Route("/v1/chat/completions", SSE),
     WireFormat.CLAUDE: Route("/v1/messages", SSE),
     WireFormat.OLLAMA: Route("/ollama/api/chat", NDJSON),
+    WireFormat.COMPLETION: Route("/v1/completions", SSE),
 }
 
 
@@ -93,6 +96,17 @@ WireEvent = TextDelta | Finish | StreamError
 # --- requests -----------------------------------------------------------------------
 
 
+def plain_prompt(messages: Sequence[JsonObject]) -> str:
+    """The conversation as the text a base model continues, as a node renders a chat
+    for a base card: each turn on a new line, a reply right after the text it continued."""
+    parts: list[str] = []
+    for index, message in enumerate(messages):
+        if index and message.get("role") != "assistant":
+            parts.append("\n")
+        parts.append(str(message.get("content") or ""))
+    return "".join(parts)
+
+
 def request_body(
     fmt: WireFormat,
     model: str,
@@ -120,6 +134,12 @@ def request_body(
             }
             if system:
                 body["system"] = "\n\n".join(str(s) for s in system)
+            if temperature is not None:
+                body["temperature"] = temperature
+        case WireFormat.COMPLETION:
+            body = {"model": model, "prompt": plain_prompt(messages)}
+            if max_tokens is not None:
+                body["max_tokens"] = max_tokens
             if temperature is not None:
                 body["temperature"] = temperature
         case WireFormat.OLLAMA:
@@ -159,7 +179,7 @@ def error_message(body: object) -> str | None:
 def events(fmt: WireFormat, lines: Iterable[str]) -> Iterator[WireEvent]:
     """``fmt``'s streamed body, line by line, as events."""
     match fmt:
-        case WireFormat.OPENAI:
+        case WireFormat.OPENAI | WireFormat.COMPLETION:
             return openai_events(lines)
         case WireFormat.CLAUDE:
             return claude_events(lines)
@@ -231,6 +251,8 @@ class _OpenAIDelta(msgspec.Struct, frozen=True, kw_only=True):
 class _OpenAIChoice(msgspec.Struct, frozen=True, kw_only=True):
     index: int = 0
     delta: _OpenAIDelta = _OpenAIDelta()
+    text: str | None = None
+    """A ``text_completion`` chunk's text (Completions has no delta)."""
     finish_reason: str | None = None
 
 
@@ -264,8 +286,9 @@ def _stats(comment: str) -> _SkulkStats | None:
 
 
 def openai_events(lines: Iterable[str]) -> Iterator[WireEvent]:
-    """``chat.completion.chunk`` frames; the finish is reported at ``[DONE]``, once the
-    usage chunk and Skulk's ``generation_stats`` comment (which follow it) are in."""
+    """``chat.completion.chunk`` (or ``text_completion``) frames; the finish is reported
+    at ``[DONE]``, once the usage chunk and Skulk's ``generation_stats`` comment (which
+    follow it) are in."""
     reason: str | None = None
     usage: _OpenAIUsage | None = None
     stats: _SkulkStats | None = None
@@ -304,6 +327,8 @@ def openai_events(lines: Iterable[str]) -> Iterator[WireEvent]:
                 yield TextDelta(choice.delta.reasoning_content, thinking=True)
             if choice.delta.content:
                 yield TextDelta(choice.delta.content)
+            if choice.text:
+                yield TextDelta(choice.text)
             reason = choice.finish_reason or reason
 
 

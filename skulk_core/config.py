@@ -64,6 +64,11 @@ MAX_LOAD_TIMEOUT_SECONDS = 3600.0
 class InferenceConfig(_Section, frozen=True, kw_only=True):
     kv_cache_backend: KvCacheBackend = KvCacheBackend.DEFAULT
     max_output_tokens: int | None = None
+    default_max_tokens: Annotated[int, msgspec.Meta(ge=1)] = 256
+    """The output budget of a generation on a base card that names none (``max_tokens``
+    left out): a base model continues text until something stops it, so it stops
+    here. Instruct cards end their turn themselves and keep the larger shared default.
+    Read per request."""
     prompt_cache_mb: Annotated[int, msgspec.Meta(ge=0)] = 512
     """Host RAM each text runner may use to keep prompt prefixes its slots gave up
     (restored on a later match instead of prefilled again); 0 turns it off. Read

@@ -21,6 +21,9 @@ from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, PlacedModelArg
 from skulk_cli.wire_formats import Finish, StreamError, TextDelta, WireFormat
 
 EXIT_COMMANDS = frozenset({"/exit", "/quit"})
+DEFAULT_MAX_TOKENS = 256
+"""Each reply's cap unless `--max-tokens` says otherwise: a base model continues text
+until something stops it, and a reply should end in seconds on a small CPU."""
 PROMPT = Text("> ", style="bold green")
 
 Message = dict[str, object]
@@ -72,9 +75,9 @@ def chat(
     ] = None,
     *,
     max_tokens: Annotated[
-        int | None,
+        int,
         typer.Option("--max-tokens", metavar="N", min=1, help="Stop each reply after N tokens."),
-    ] = None,
+    ] = DEFAULT_MAX_TOKENS,
     temperature: Annotated[
         float | None,
         typer.Option(
@@ -86,14 +89,16 @@ def chat(
         typer.Option("--system", metavar="TEXT", help="A system message to start with."),
     ] = None,
     wire_format: Annotated[
-        WireFormat,
+        WireFormat | None,
         typer.Option(
             "--format",
             metavar="FORMAT",
-            help="The API to ask through: openai (Chat Completions), claude (Messages) "
-            "or ollama (chat).",
+            help="The API to ask through: openai (Chat Completions), claude (Messages), "
+            "ollama (chat) or completion (Completions: the text as written). "
+            "Default: completion for a base model, openai for any other.",
+            show_default=False,
         ),
-    ] = WireFormat.OPENAI,
+    ] = None,
     json_output: JsonFlag = False,
 ) -> None:
     """Chat with a placed model; the reply prints as it is generated.
@@ -105,21 +110,23 @@ def chat(
     reply as the node returns it instead of streaming.
 
     `--format` sends the conversation through the node's OpenAI (`/v1/chat/completions`),
-    Claude (`/v1/messages`) or Ollama (`/ollama/api/chat`) API. The reply and the
-    summary after it (finish reason in OpenAI's words, token counts) look the same
-    for each, which makes it a quick check of every API a node serves.
+    Claude (`/v1/messages`), Ollama (`/ollama/api/chat`) or Completions
+    (`/v1/completions`) API. The reply and the summary after it (finish reason in
+    OpenAI's words, token counts) look the same for each, which makes it a quick
+    check of every API a node serves.
 
     Base models, like the demo model, continue text rather than follow
-    instructions: completion-style prompts such as "The three primary colours are"
-    work best.
+    instructions: `skulk chat` sends them the text as written (Completions), so
+    prompts such as "2 + 2 =" or "The three primary colours are" work best. Each
+    reply stops after `--max-tokens` (256 unless told).
     """
     cli = CliContext.of(ctx)
     as_json = cli.wants_json(json_output)
     if as_json and prompt is None:
         raise typer.BadParameter("--json needs a PROMPT", param_hint="'--json'")
     history: list[Message] = [{"role": "system", "content": system}] if system else []
-    request = Request(model, max_tokens, temperature, wire_format)
     with node_client(cli) as client:
+        request = Request(model, max_tokens, temperature, wire_format or _format_for(client, model))
         if prompt is None:
             _session(client, request, history)
             return
@@ -147,7 +154,8 @@ def _session(client: SkulkClient, request: Request, history: list[Message]) -> N
     """Read prompts until /exit, end of input or Ctrl-C; the conversation carries over."""
     console.enable_line_editing()
     model = request.model
-    console.note(render_generation.chat_banner(model))
+    continues = request.wire_format == WireFormat.COMPLETION
+    console.note(render_generation.chat_banner(model, continues_text=continues))
     while True:
         try:
             line = console.ask(PROMPT)
@@ -221,6 +229,20 @@ def _cancel(client: SkulkClient, command_id: str | None) -> None:
     # Finished meanwhile, or gone: closing the stream cancels it anyway.
     with suppress(SkulkApiError, SkulkUnreachable, UnexpectedResponseError):
         client.cancel(command_id)
+
+
+def _format_for(client: SkulkClient, model: str) -> WireFormat:
+    """Completions for a model the node serves as a base model, chat for any other
+    (and for a model it does not list: the chat route says what is wrong)."""
+    try:
+        listing = client.models()
+    except (SkulkApiError, UnexpectedResponseError):
+        return WireFormat.OPENAI
+    items = listing.get("data")
+    for item in items if isinstance(items, list) else ():
+        if isinstance(item, dict) and item.get("id") == model:
+            return WireFormat.COMPLETION if item.get("model_kind") == "base" else WireFormat.OPENAI
+    return WireFormat.OPENAI
 
 
 def _hint(exc: SkulkApiError, model: str) -> str | None:

@@ -45,6 +45,18 @@ class ModelTask(StrEnum):
     IMAGE_TO_IMAGE = "ImageToImage"
 
 
+class ModelKind(StrEnum):
+    """How a text model was trained to be prompted.
+
+    ``instruct`` models answer turns through their chat template; ``base`` models
+    continue text, so they are served with no template: a chat request's turns reach
+    them as plain text (as Ollama's ``{{ .Prompt }}`` template does).
+    """
+
+    INSTRUCT = "instruct"
+    BASE = "base"
+
+
 class AudioVoice(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One stable voice a speech card declares (``GET /v1/audio/voices``)."""
 
@@ -137,6 +149,10 @@ class ModelCard(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_
     num_key_value_heads: int | None = None
     head_dim: int | None = None
     chat_template: str | None = None
+    model_kind: ModelKind = ModelKind.INSTRUCT
+    """``base`` cards are served without their chat template (see :func:`served_kind`).
+    The default keeps every card written before the field existed as it was (and, left
+    out of the wire form, its digest)."""
     # The strings a chat template may reference as ``bos_token``/``eos_token``. The
     # engine adds the BOS token itself when the rendered prompt does not start with it.
     bos_token: str | None = None
@@ -162,3 +178,11 @@ class ModelCard(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_
     # from v1 cards (their digests, and so their registry_card_id, do not change).
     artifact_bundle: ArtifactBundle | None = None
     companions: tuple[CompanionArtifact, ...] = ()
+
+
+def served_kind(card: ModelCard) -> ModelKind:
+    """How the card is served: ``base`` when it says so or has no chat template to
+    answer turns with (its prompt is then the turns' plain text either way)."""
+    if card.model_kind == ModelKind.BASE or card.chat_template is None:
+        return ModelKind.BASE
+    return ModelKind.INSTRUCT

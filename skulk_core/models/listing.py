@@ -12,7 +12,7 @@ import msgspec
 
 from skulk_core.models.advisories import Advisory
 from skulk_core.models.card_digest import card_digest
-from skulk_core.models.cards import ModelCard, ModelTask
+from skulk_core.models.cards import ModelCard, ModelKind, ModelTask, served_kind
 from skulk_core.models.catalog import CatalogEntry, CatalogSource
 from skulk_core.models.signed_identity import (
     current_registry_identity,
@@ -93,6 +93,10 @@ class ModelListItem(msgspec.Struct, frozen=True, kw_only=True):
     capabilities: tuple[str, ...]
     tags: tuple[str, ...]
     tasks: tuple[str, ...]
+    model_kind: ModelKind | None
+    """How a text model is served: ``instruct`` (its chat template answers turns) or
+    ``base`` (it continues text: use ``/v1/completions``; chat turns reach it as plain
+    text). ``None`` for models that generate no text."""
     supports_tensor: bool
     base_model: str | None
     artifact_repository: str
@@ -199,6 +203,7 @@ def model_list_item(entry: CatalogEntry) -> ModelListItem:
         capabilities=card_capabilities(card),
         tags=card_tags(card),
         tasks=tuple(task.value for task in card.tasks),
+        model_kind=served_kind(card) if ModelTask.TEXT_GENERATION in card.tasks else None,
         supports_tensor=card.supports_tensor,
         base_model=card.base_model,
         artifact_repository=card.source_repository or card.model_id,

@@ -36,6 +36,7 @@ from skulk_daemon.api.node import NodeController
 from skulk_daemon.api.node_admin import NodeAdminController
 from skulk_daemon.api.ollama import OllamaController
 from skulk_daemon.api.openai_chat import OpenAIChatController
+from skulk_daemon.api.openai_completions import OpenAICompletionsController
 from skulk_daemon.api.placement import PlacementController
 from skulk_daemon.api.plugin_grants import PluginGrantsController
 from skulk_daemon.api.plugin_nodes import PluginNodesController
@@ -66,6 +67,7 @@ CONTROLLERS = [
     ModelsController,
     HubController,
     OpenAIChatController,
+    OpenAICompletionsController,
     ResponsesController,
     ClaudeMessagesController,
     OllamaController,

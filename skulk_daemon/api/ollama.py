@@ -8,7 +8,6 @@ status the spec names.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from typing import Final
@@ -22,7 +21,6 @@ from litestar.response import Stream
 from litestar.types import ExceptionHandlersMap, Method
 from litestar.types.internal_types import PathParameterDefinition
 
-from skulk_core.chat.reasoning import prompt_opens_thinking
 from skulk_core.version import SKULK_VERSION
 from skulk_daemon.api.authority import declare
 from skulk_daemon.api.connection import HttpRequest
@@ -48,7 +46,6 @@ from skulk_daemon.api.openapi import (
     lines_of,
 )
 from skulk_daemon.authority.policy import Requirement
-from skulk_daemon.chat.admission import Admitted
 from skulk_daemon.chat.ollama_request import (
     OllamaChatRequest,
     OllamaGenerateRequest,
@@ -182,14 +179,6 @@ def _respond(
     return Stream(turn.respond(body), media_type=MediaType.JSON, headers=headers)
 
 
-def _raw_prompt(admitted: Admitted, prompt: str) -> Admitted:
-    """``raw``: the prompt goes to the model as written, with no chat template."""
-    generation = msgspec.structs.replace(admitted.generation, prompt=prompt)
-    return dataclasses.replace(
-        admitted, generation=generation, starts_in_reasoning=prompt_opens_thinking(prompt)
-    )
-
-
 class OllamaController(Controller):
     tags = ("Ollama",)
     # Ollama's own server reads the body as JSON whatever its Content-Type, and the
@@ -259,11 +248,7 @@ class OllamaController(Controller):
             if not isinstance(keep, msgspec.UnsetType):
                 chat.keep_alive(model, keep)
             return Response(line(load_probe("generate", body.model)), media_type=media_type)
-        turn = await chat.open_turn(
-            generate_to_task(body, model),
-            adjust=(lambda admitted: _raw_prompt(admitted, body.prompt)) if body.raw else None,
-            keep_alive=keep,
-        )
+        turn = await chat.open_turn(generate_to_task(body, model), keep_alive=keep)
         return _respond(
             kind="generate", name=body.model, turn=turn, stream=body.stream, started_ns=started_ns
         )

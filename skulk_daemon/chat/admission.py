@@ -18,7 +18,7 @@ from skulk_core.chat.tools import ToolChoiceError, ToolOffer, resolve_tool_choic
 from skulk_core.cluster.prefixes import prompt_fingerprint
 from skulk_core.cluster.routing import select_instance
 from skulk_core.ids import CommandId, InstanceId, ModelId, TaskId, new_command_id, new_task_id
-from skulk_core.models.cards import ModelCard, ModelTask
+from skulk_core.models.cards import ModelCard, ModelKind, ModelTask, served_kind
 from skulk_core.models.listing import resolved_capabilities
 from skulk_core.models.suggest import suggestion
 from skulk_core.state.shards import Instance
@@ -129,6 +129,19 @@ def _thinking(task: ChatTask, card: ModelCard) -> ThinkingControls:
     )
 
 
+def _output_budget(node: Node, task: ChatTask, card: ModelCard) -> int:
+    """The request's ``max_tokens``, else the default for the card's kind.
+
+    NOTE: a base model has no end of turn to stop at, so without a bound it writes
+    until the window fills (minutes on a CPU); it gets the configured, small default.
+    """
+    if task.max_tokens is not None:
+        return task.max_tokens
+    if served_kind(card) == ModelKind.BASE:
+        return node.config.inference.default_max_tokens
+    return default_max_output_tokens()
+
+
 def _replicas(node: Node, model_id: ModelId) -> int:
     return sum(1 for i in node.state.instances.values() if i.shard_assignments.model_id == model_id)
 
@@ -152,6 +165,7 @@ def _render(task: ChatTask, card: ModelCard, offer: ToolOffer) -> str:
             offer=offer,
             thinking=_thinking(task, card),
             extra=task.extra_template_args,
+            raw=task.raw,
         )
     except PromptError as exc:
         raise bad_request(str(exc), code="invalid_messages") from None
@@ -205,7 +219,7 @@ def admit(node: Node, task: ChatTask) -> Admitted:
         min_p=task.min_p or 0.0,
         seed=task.seed,
         stop=task.stop,
-        max_tokens=task.max_tokens or default_max_output_tokens(),
+        max_tokens=_output_budget(node, task, card),
         strict_max_tokens=task.max_tokens is not None,
         frequency_penalty=task.frequency_penalty or 0.0,
         presence_penalty=task.presence_penalty or 0.0,

@@ -9,6 +9,7 @@ here too. What cannot be honoured and would silently change the output (a
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Final, Literal
 
 import msgspec
@@ -257,4 +258,5 @@ def generate_to_task(body: OllamaGenerateRequest, model: str) -> ChatTask:
     if body.system and not body.raw:
         messages.append(TaskMessage(role="system", content=body.system))
     messages.append(TaskMessage(role="user", content=body.prompt, images=_images(body.images)))
-    return _task(body, tuple(messages), model=model)
+    # ``raw``: the prompt goes to the model as written, with no chat template.
+    return dataclasses.replace(_task(body, tuple(messages), model=model), raw=body.raw)

@@ -30,7 +30,7 @@ import jinja2
 
 from skulk_core.chat.reasoning import ThinkingControls
 from skulk_core.chat.tools import NO_TOOLS, ToolCall, ToolOffer, ToolSpec
-from skulk_core.models.cards import ModelCard
+from skulk_core.models.cards import ModelCard, ModelKind, served_kind
 from skulk_daemon.chat.task import TaskMessage
 from skulk_daemon.chat.template_sandbox import (
     MAX_PROMPT_CHARS,
@@ -40,7 +40,13 @@ from skulk_daemon.chat.template_sandbox import (
     render_budget,
 )
 
-__all__ = ["MAX_PROMPT_CHARS", "PromptError", "render_prompt", "template_supports_tools"]
+__all__ = [
+    "MAX_PROMPT_CHARS",
+    "PromptError",
+    "plain_prompt",
+    "render_prompt",
+    "template_supports_tools",
+]
 
 _USES_TOOLS = re.compile(r"\btools\b")
 
@@ -51,7 +57,30 @@ def _compile(source: str) -> jinja2.Template:
 
 
 def template_supports_tools(card: ModelCard) -> bool:
-    return card.chat_template is not None and bool(_USES_TOOLS.search(card.chat_template))
+    return (
+        served_kind(card) == ModelKind.INSTRUCT
+        and card.chat_template is not None
+        and bool(_USES_TOOLS.search(card.chat_template))
+    )
+
+
+def plain_prompt(messages: Sequence[TaskMessage]) -> str:
+    """The turns as plain text, with no template: what a base model (or a raw
+    completion prompt, one turn of it) continues. Ollama's ``{{ .Prompt }}``.
+
+    Each turn starts on a new line, but an assistant turn follows the text before it
+    directly: the model wrote it as the continuation of exactly that text, so the
+    next request's prompt repeats what was generated and its cells can be reused.
+    """
+    parts: list[str] = []
+    for index, message in enumerate(messages):
+        if index and message.role != "assistant":
+            parts.append("\n")
+        parts.append(message.content)
+    prompt = "".join(parts)
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise PromptError(f"the prompt is longer than {MAX_PROMPT_CHARS} characters")
+    return prompt
 
 
 def _tool_json(tool: ToolSpec) -> dict[str, object]:
@@ -142,13 +171,16 @@ def render_prompt(
     offer: ToolOffer = NO_TOOLS,
     thinking: ThinkingControls | None = None,
     extra: dict[str, object] | None = None,
+    raw: bool = False,
 ) -> str:
-    """The prompt text for ``messages``, ending with the assistant's generation prompt."""
+    """The prompt text for ``messages``, ending with the assistant's generation prompt.
+
+    A base card (or ``raw``, a prompt sent as written) gets :func:`plain_prompt`.
+    """
     native = template_supports_tools(card)
     conversation = list(messages) if native else _folded(messages, offer)
-    if card.chat_template is None:
-        # A card with no template is a plain completion model: concatenate the text.
-        return "\n".join(message.content for message in conversation)
+    if raw or card.chat_template is None or served_kind(card) == ModelKind.BASE:
+        return plain_prompt(conversation)
     template = _compile(card.chat_template)
     variables: dict[str, object] = dict(extra or {})
     if native and offer.tools:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import msgspec
@@ -89,16 +89,11 @@ class ChatService:
         return await asyncio.to_thread(admit, self._node, task)
 
     async def open_turn(
-        self,
-        task: ChatTask,
-        *,
-        adjust: Callable[[Admitted], Admitted] | None = None,
-        keep_alive: KeepAlive = msgspec.UNSET,
+        self, task: ChatTask, *, keep_alive: KeepAlive = msgspec.UNSET
     ) -> OpenedTurn:
         """Transform ``task`` (the hooks), admit it, and start its generation lazily.
 
-        Raises :class:`ApiError` for a request admission refuses. ``adjust`` rewrites the
-        admitted request before dispatch (Ollama's ``raw`` prompt). With
+        Raises :class:`ApiError` for a request admission refuses. With
         ``inference.load_on_demand`` an installed, unplaced model is placed first and
         waited for; ``keep_alive`` (Ollama's, seconds, ``None`` forever) is how long
         the model's on-demand instances stay idle once this turn has ended.
@@ -108,8 +103,6 @@ class ChatService:
         # NOTE: admission runs off the event loop (here and in admit()): it renders the
         # card's chat template and compiles grammars, bounded but not free.
         admitted, dispatched = await asyncio.to_thread(self._admit_transformed, task, transformed)
-        if adjust is not None:
-            admitted = adjust(admitted)
         events = self._events(admitted)
         if not isinstance(keep_alive, msgspec.UnsetType):
             events = self._then_keep_alive(events, admitted.model, keep_alive)

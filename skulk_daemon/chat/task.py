@@ -77,4 +77,7 @@ class ChatTask:
     enable_thinking: bool | None = None
     reasoning_effort: str | None = None
     include_usage: bool = False
+    raw: bool = False
+    """The messages' text is the prompt as written, with no chat template, whatever
+    the card (``/v1/completions``, Ollama's ``raw`` generate: one user message)."""
     extra_template_args: dict[str, Any] = field(default_factory=dict)

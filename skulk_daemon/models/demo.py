@@ -17,12 +17,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Final
 
+import msgspec
+
 from skulk_core.ids import ModelId
-from skulk_core.models.cards import Memory, ModelCard, ModelLicense, ModelTask
+from skulk_core.models.cards import Memory, ModelCard, ModelKind, ModelLicense, ModelTask
 from skulk_core.models.catalog import InstalledModel
-from skulk_core.models.chat_templates import GEMMA3_CHAT_TEMPLATE
 from skulk_core.models.gguf import GgufError, GgufHeader, read_gguf_header
 from skulk_daemon.models.packaged import PARTIAL_SUFFIX, install_once, remove_partials
+from skulk_daemon.models.sidecar import write_sidecar
 from skulk_host.fsutil import fsync_dir
 
 log = logging.getLogger(__name__)
@@ -104,8 +106,10 @@ def demo_card(header: GgufHeader, *, file_name: str, size_bytes: int) -> ModelCa
         num_key_value_heads=header.head_count_kv,
         head_dim=header.key_length,
         num_attention_heads=header.head_count,
-        # The file carries no template; Gemma's published one is what it expects.
-        chat_template=header.chat_template or GEMMA3_CHAT_TEMPLATE,
+        # The base (pretrained) checkpoint: it continues text and was never taught
+        # Gemma's instruct turns, so it is served with no chat template.
+        chat_template=None,
+        model_kind=ModelKind.BASE,
         bos_token="<bos>",
         eos_token="<eos>",
         compatible_backends=DEMO_BACKENDS,
@@ -114,3 +118,22 @@ def demo_card(header: GgufHeader, *, file_name: str, size_bytes: int) -> ModelCa
         display_name=DEMO_DISPLAY_NAME,
         license=DEMO_LICENSE,
     )
+
+
+def current_demo(installed: InstalledModel) -> InstalledModel:
+    """The demo as this release serves it, whatever an older release recorded.
+
+    Releases before cards had a ``model_kind`` recorded the demo with Gemma's
+    *instruct* chat template, which makes the base model ramble; such a record is
+    rewritten (best effort: the corrected card is served either way).
+    """
+    card = installed.card
+    ours = card.model_id == DEMO_MODEL_ID and card.source_repository == DEMO_SOURCE_REPOSITORY
+    if not ours or card.model_kind == ModelKind.BASE:
+        return installed
+    card = msgspec.structs.replace(card, chat_template=None, model_kind=ModelKind.BASE)
+    try:
+        write_sidecar(Path(installed.location), card, installed.installed_at)
+    except OSError as exc:
+        log.warning("the demo model's card record could not be updated: %s", exc)
+    return msgspec.structs.replace(installed, card=card)

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 from skulk_core.models.catalog import InstalledModel
-from skulk_daemon.models.demo import DEMO_MODEL_ID, install_demo_model
+from skulk_daemon.models.demo import DEMO_MODEL_ID, current_demo, install_demo_model
 from skulk_daemon.models.sidecar import SIDECAR_DIR, SIDECAR_NAME, SidecarError, read_sidecar
 
 log = logging.getLogger(__name__)
@@ -19,7 +19,7 @@ def load_installed_models(models_dir: Path) -> list[InstalledModel]:
     card already carries its id. A bad sidecar, or one whose bytes are missing,
     is logged and skipped; it never stops the node.
     """
-    installed = scan_installed_models(models_dir)
+    installed = [current_demo(model) for model in scan_installed_models(models_dir)]
     if all(model.card.model_id != DEMO_MODEL_ID for model in installed):
         demo = install_demo_model(models_dir)
         if demo is not None:

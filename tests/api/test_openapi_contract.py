@@ -120,6 +120,20 @@ SERVED: Final = {
         {**CHAT, "stream": True, "stream_options": {"include_usage": True}},
     ),
     "bench json": ("/bench/chat/completions", CHAT),
+    "completions json": (
+        "/v1/completions",
+        {"prompt": ["Count:", "2 + 2 ="], "n": 2, "max_tokens": FEW, "logprobs": 2},
+    ),
+    "completions sse": (
+        "/v1/completions",
+        {
+            "prompt": "Count:",
+            "max_tokens": FEW,
+            "echo": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    ),
     "messages json": ("/v1/messages", CHAT),
     "messages sse": ("/v1/messages", {**CHAT, "stream": True}),
     "responses json": ("/v1/responses", RESPONSES),

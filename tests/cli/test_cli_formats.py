@@ -30,6 +30,7 @@ from .fake_node import (
     failing_ollama_stream,
     ndjson_reply,
     ollama_stream,
+    sse,
     sse_reply,
 )
 from .test_cli import TERMINAL, flat, line_with, plain, run
@@ -378,3 +379,85 @@ def test_bench_json_failure_prints_the_responses_and_exits_1(node: FakeNode) -> 
 
     assert result.exit_code == 1
     assert json.loads(result.stdout) == [bench_response(), CONTEXT_ERROR]
+
+
+# --- base models and the default cap -------------------------------------------------
+
+
+def completion_stream(words: tuple[str, ...] = CHAT_WORDS) -> list[bytes]:
+    """A streamed ``/v1/completions`` answer, frame for frame as the daemon writes it."""
+
+    def frame(text: str, finish_reason: str | None = None) -> bytes:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        return sse({"id": "cmd", "object": "text_completion", "choices": [choice]})
+
+    stats = {
+        "prompt_tps": 100.0,
+        "generation_tps": 20.0,
+        "prompt_tokens": 6,
+        "generation_tokens": 4,
+    }
+    return [
+        b": command_id cmd\n\n",
+        *(frame(word) for word in words),
+        frame("", "length"),
+        b": generation_stats " + json.dumps(stats).encode() + b"\n\n",
+        b"data: [DONE]\n\n",
+    ]
+
+
+def listing(kind: str | None) -> dict[str, Any]:
+    return {"object": "list", "data": [{"id": MODEL, "model_kind": kind}]}
+
+
+def test_a_base_model_is_asked_through_completions_with_a_capped_reply(node: FakeNode) -> None:
+    node.routes[("GET", "/v1/models")] = (200, listing("base"))
+    node.routes[("POST", "/v1/completions")] = sse_reply(completion_stream())
+
+    result = run("--api-url", node.url, "chat", MODEL, "2 + 2 =", "--system", "Sums.")
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "Once upon a time\n"
+    summary = plain(result.stderr)
+    assert "finish: length" in summary and "prompt 6 tokens" in summary
+    (sent,) = node.sent("POST", "/v1/completions")
+    assert sent.body == {
+        "model": MODEL,
+        "prompt": "Sums.\n2 + 2 =",
+        "max_tokens": 256,
+        "stream": True,
+    }
+    assert not node.sent("POST", "/v1/chat/completions")
+
+
+@pytest.mark.parametrize("kind", ["instruct", None])
+def test_any_other_model_is_asked_through_chat_with_a_capped_reply(
+    node: FakeNode, kind: str | None
+) -> None:
+    node.routes[("GET", "/v1/models")] = (200, listing(kind))
+    result = run("--api-url", node.url, "chat", MODEL, STORY, "--max-tokens", "12")
+
+    assert result.exit_code == 0, result.output
+    (sent,) = node.sent("POST", "/v1/chat/completions")
+    assert isinstance(sent.body, dict) and sent.body["max_tokens"] == 12
+    assert not node.sent("POST", "/v1/completions")
+
+
+def test_a_base_model_session_continues_the_whole_conversation(node: FakeNode) -> None:
+    node.routes[("GET", "/v1/models")] = (200, listing("base"))
+    node.routes[("POST", "/v1/completions")] = lambda _: sse_reply(completion_stream((" 4",)))
+
+    result = CliRunner().invoke(
+        app,
+        ["--api-url", node.url, "chat", MODEL],
+        input="2 + 2 =\n3 + 3 =\n",
+        env=TERMINAL,
+        prog_name="skulk",
+    )
+
+    assert result.exit_code == 0, result.output
+    assert "a base model: it continues the conversation's text" in flat(result.output)
+    first, second = node.sent("POST", "/v1/completions")
+    assert first.body["prompt"] == "2 + 2 ="  # type: ignore[index]
+    # The reply follows the text it continued; the next line starts a new one.
+    assert second.body["prompt"] == "2 + 2 = 4\n3 + 3 ="  # type: ignore[index]

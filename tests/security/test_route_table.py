@@ -70,6 +70,7 @@ def test_every_route_declares_its_authority() -> None:
         ("POST", "/v1/capabilities/stream", Requirement.TRUSTED_FABRIC),
         ("GET", "/state", Requirement.OPEN),
         ("POST", "/v1/chat/completions", Requirement.OPEN),
+        ("POST", "/v1/completions", Requirement.OPEN),
         ("POST", "/v1/auth/pairing-sessions/challenge", Requirement.PAIRING),
         ("GET", "/v1/plugins", Requirement.DIRECT_LOOPBACK),
         ("GET", "/v1/plugins/managed", Requirement.DIRECT_LOOPBACK),
