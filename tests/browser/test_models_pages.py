@@ -90,7 +90,6 @@ def test_the_catalog_lists_the_demo_models_with_tags(node: DaemonProcess, tab: T
     # An embedding model is not a chat model.
     expect(embedding.get_by_role("button", name=f"Chat with {EMBEDDING}")).to_have_count(0)
     expect(page.get_by_text("No model store is configured")).to_be_visible()
-    screenshot(page, "models")
     assert tab.console.errors == []
 
 
@@ -142,7 +141,12 @@ def test_search_pick_a_quant_and_download(node: DaemonProcess, hub: FakeHub, tab
     finally:
         hub.bytes_per_second = None
     expect(card.get_by_text("installed", exact=True)).to_be_visible(timeout=60_000)
-    expect(card).to_contain_text(re.compile(r"completed, 3(\.\d)? MB"))
+    expect(card).to_contain_text(re.compile(r"completed 3(\.\d)? MB downloaded"))
+    news = page.get_by_role("status").filter(
+        has_text=f"Download of {TINY} on {NODE_NAME}: completed."
+    )
+    expect(news).to_have_count(1)
+    screenshot(page, "models")
     listed = {m["id"]: m for m in node.get("/v1/models").json()["data"]}
     assert listed[TINY]["installed"] is True
     assert listed[TINY]["artifact_file"] == "tiny-Q8_0.gguf"

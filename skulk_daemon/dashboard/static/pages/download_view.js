@@ -11,13 +11,13 @@ export function formatSpeed(bytesPerSecond) {
 /** "1.2 MB of 3 MB (40%)" or the final state's words. */
 export function progressText(row) {
   const pct = percent(row.done, row.total);
-  if (row.status === "completed") return `completed, ${formatBytes(row.total || row.done)}`;
+  if (row.status === "completed") return `${formatBytes(row.total || row.done)} downloaded`;
   if (!row.total) return statusText(row.status);
   return `${formatBytes(row.done)} of ${formatBytes(row.total)}${pct === null ? "" : ` (${pct}%)`}`;
 }
 
 /** The bar and its words for `row` (see model_state.readDownloads). */
-export function progressBlock(row, speed, { withNode = true } = {}) {
+export function progressBlock(row, speed, { withNode = true, withState = true } = {}) {
   const label = withNode ? `Download progress for ${row.modelId} on ${row.nodeName}` : `Download progress for ${row.modelId}`;
   const moving = ACTIVE.has(row.status);
   return h(
@@ -31,8 +31,7 @@ export function progressBlock(row, speed, { withNode = true } = {}) {
     h(
       "span",
       { class: "download-words" },
-      h("span", { class: ["badge", statusTone(row.status)] }, statusText(row.status)),
-      " ",
+      withState ? [h("span", { class: ["badge", statusTone(row.status)] }, statusText(row.status)), " "] : null,
       progressText(row),
       moving && speed ? ` · ${formatSpeed(speed)}` : "",
     ),

@@ -5,13 +5,14 @@
 // transfers (GET /store/downloads) when a store is configured.
 import { errorBox, formatBytes, h, replace } from "../dom.js";
 import { formatSpeed, progressBlock } from "./download_view.js";
-import { ACTIVE, RETRYABLE, createSpeedometer, readDownloads, statusText, statusTone } from "./model_state.js";
+import { ACTIVE, RETRYABLE, createAnnouncer, createSpeedometer, readDownloads, statusText, statusTone } from "./model_state.js";
 
 const STORE_POLL_MS = 4000;
 const pathOf = (id) => id.split("/").map(encodeURIComponent).join("/");
 
 export async function mount(root, ctx) {
   const notice = h("div", { class: "downloads-notice", role: "status", "aria-live": "polite" });
+  const progressNews = h("p", { class: "sr-only", role: "status", "aria-live": "polite" });
   const body = h("tbody");
   const empty = h("p", { class: "muted" }, "Waiting for the cluster state…");
   const table = h(
@@ -21,9 +22,10 @@ export async function mount(root, ctx) {
     body,
   );
   const storeSection = h("section", { class: "store-downloads", "aria-labelledby": "store-downloads-heading" });
-  replace(root, h("h1", null, "Downloads"), notice, empty, h("div", { class: "table-wrap" }, table), storeSection);
+  replace(root, h("h1", null, "Downloads"), notice, progressNews, empty, h("div", { class: "table-wrap" }, table), storeSection);
 
   const speedometer = createSpeedometer();
+  const announcer = createAnnouncer();
   const busy = new Set(); // row keys with a request in flight
   let lastState = null;
 
@@ -63,6 +65,8 @@ export async function mount(root, ctx) {
     const focusKey = document.activeElement?.textContent && table.contains(document.activeElement) ? document.activeElement.textContent : null;
     const rows = readDownloads(state).filter((r) => r.status !== "deleted");
     const speeds = speedometer.update(rows);
+    const news = announcer.changes(rows);
+    if (news.length) replace(progressNews, news.join(" "));
     replace(empty, rows.length ? "" : "No downloads in the cluster. Start one from Models.");
     empty.hidden = rows.length > 0;
     table.hidden = rows.length === 0;
@@ -75,7 +79,7 @@ export async function mount(root, ctx) {
           h("th", { scope: "row" }, row.modelId),
           h("td", null, row.nodeName),
           h("td", null, h("span", { class: ["badge", statusTone(row.status)] }, statusText(row.status))),
-          h("td", null, progressBlock(row, null)),
+          h("td", null, progressBlock(row, null, { withState: false })),
           h("td", null, ACTIVE.has(row.status) ? formatSpeed(speeds.get(row.key)) : "—"),
           actions(row),
         ),

@@ -124,3 +124,23 @@ export function percent(done, total) {
   if (!total) return null;
   return Math.min(100, Math.floor((done / total) * 100));
 }
+
+/** Tracks each download's state and says, once, when one changes (for an aria-live
+ * announcement: the bars themselves redraw every poll and are not announced). */
+export function createAnnouncer() {
+  const last = new Map();
+  let primed = false;
+  return {
+    /** The sentences for what changed since the previous call (none the first time). */
+    changes(rows) {
+      const said = [];
+      for (const row of rows) {
+        const before = last.get(row.key);
+        if (primed && before !== row.status) said.push(`Download of ${row.modelId} on ${row.nodeName}: ${statusText(row.status)}.`);
+        last.set(row.key, row.status);
+      }
+      primed = true;
+      return said;
+    },
+  };
+}

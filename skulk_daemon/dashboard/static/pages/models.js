@@ -5,7 +5,7 @@
 // (models_search.js); Launch and Delete dialogs (models_dialogs.js); local import.
 import { errorBox, formatBytes, h, replace } from "../dom.js";
 import { progressBlock } from "./download_view.js";
-import { chats, companionsOf, createSpeedometer, nodeNames, placedModels, placedStatus, readDownloads } from "./model_state.js";
+import { chats, companionsOf, createAnnouncer, createSpeedometer, nodeNames, placedModels, placedStatus, readDownloads } from "./model_state.js";
 import { openDelete, openLaunch } from "./models_dialogs.js";
 import { mountSearch } from "./models_search.js";
 
@@ -13,6 +13,7 @@ const slug = (id) => id.replace(/[^A-Za-z0-9_-]/g, "-");
 
 export async function mount(root, ctx) {
   const notice = h("div", { class: "models-notice", role: "status", "aria-live": "polite" });
+  const progressNews = h("p", { class: "sr-only", role: "status", "aria-live": "polite" });
   const searchSection = h("section", { class: "panel models-search", "aria-labelledby": "find-models" });
   const catalogList = h("ul", { class: "catalog", "aria-label": "Model catalog" });
   const catalogStatus = h("div", { class: "catalog-status" });
@@ -22,6 +23,7 @@ export async function mount(root, ctx) {
     root,
     h("h1", null, "Models"),
     notice,
+    progressNews,
     searchSection,
     h("section", { class: "models-catalog", "aria-labelledby": "catalog-heading" }, h("h2", { id: "catalog-heading" }, "Catalog"), storeNote, catalogStatus, catalogList),
     importSection,
@@ -32,6 +34,7 @@ export async function mount(root, ctx) {
   let store = null; // model id -> registry entry, or null without a store
   let lastState = ctx.live.state;
   const speedometer = createSpeedometer();
+  const announcer = createAnnouncer();
   const cards = new Map(); // model id -> {dynamic, model}
   const refetched = new Set();
 
@@ -144,6 +147,8 @@ export async function mount(root, ctx) {
     const placed = placedModels(state);
     const rows = readDownloads(state);
     const speeds = speedometer.update(rows);
+    const news = announcer.changes(rows);
+    if (news.length) replace(progressNews, news.join(" "));
     const names = nodeNames(state);
     // A download that completed (or bytes deleted) changes "installed": read the catalog again, once per change.
     let refetch = false;

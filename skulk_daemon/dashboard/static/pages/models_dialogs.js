@@ -7,6 +7,7 @@ import { nodeNames, placedModels, placedStatus } from "./model_state.js";
 let dialogCount = 0;
 
 function openDialog(root, title, onClose) {
+  const opener = document.activeElement;
   const id = `models-dialog-${++dialogCount}`;
   const body = h("div", { class: "dialog-body" });
   const close = h("button", { type: "button" }, "Close");
@@ -20,6 +21,8 @@ function openDialog(root, title, onClose) {
   dialog.addEventListener("close", () => {
     dialog.remove();
     if (onClose) onClose();
+    // Keyboard users land back on the button that opened the dialog (when still drawn).
+    if (opener && opener.isConnected && typeof opener.focus === "function") opener.focus();
   });
   root.appendChild(dialog);
   dialog.showModal();
