@@ -183,7 +183,11 @@ export async function mount(root, ctx) {
 
   const stopSearch = mountSearch(searchSection, ctx, {
     nodeId: () => nodeId,
-    members: () => [...nodeNames(ctx.live.state).entries()],
+    // Before the first /state arrives, this node is the only choice.
+    members: () => {
+      const known = [...nodeNames(ctx.live.state).entries()];
+      return known.length || !nodeId ? known : [[nodeId, "this node"]];
+    },
     onAdded: () => loadCatalog(),
   });
   mountImport(importSection, ctx, () => loadCatalog());

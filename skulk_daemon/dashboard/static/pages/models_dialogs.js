@@ -172,6 +172,7 @@ export function openDelete(root, ctx, model, { nodeId, onDeleted } = {}) {
   const controller = new AbortController();
   const { dialog, body } = openDialog(root, `Delete ${model.id}?`, () => controller.abort());
   const names = nodeNames(ctx.live.state);
+  if (!names.size && nodeId) names.set(nodeId, "this node");
   const selectId = `delete-node-${dialogCount}`;
   const select = h(
     "select",
