@@ -118,9 +118,14 @@ def test_a_companion_is_badged_and_not_launchable(node: DaemonProcess, tab: Tab)
 
 def test_search_pick_a_quant_and_download(node: DaemonProcess, hub: FakeHub, tab: Tab) -> None:
     page = tab.page
+    searches: list[str] = []
+    page.on("request", lambda r: searches.append(r.url) if "/models/search" in r.url else None)
     page.goto(f"{node.url}/catalog")
-    page.get_by_role("searchbox", name="Search models").fill("tiny")
+    # Typed a key at a time: the search waits for a pause, so one request goes out.
+    page.get_by_role("searchbox", name="Search models").press_sequentially("tiny")
     result = page.get_by_role("list", name="Search results").get_by_role("article", name=TINY)
+    expect(page.get_by_role("status").filter(has_text="results for “tiny”")).to_be_visible()
+    assert [url.split("?")[1].split("&")[0] for url in searches] == ["query=tiny"]
     quant = result.get_by_role("combobox", name=f"Quantization for {TINY}")
     expect(quant).to_be_visible()
     # Every weight quant with its size; no projector among them.
