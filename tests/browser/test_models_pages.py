@@ -237,6 +237,32 @@ def test_downloads_shows_cancels_and_retries_a_transfer(
     assert tab.console.errors == []
 
 
+def test_a_store_transfer_offers_retry_and_shows_the_refusal(node: DaemonProcess, tab: Tab) -> None:
+    # No store runs in this suite: the listing is answered with one failed transfer,
+    # as a store host reports it; the retry goes to the real node, which refuses.
+    page = tab.page
+    failed = {
+        "modelId": TINY,
+        "sourceRevision": None,
+        "status": "failed",
+        "progress": 0.25,
+        "downloadedBytes": 1000,
+        "totalBytes": 4000,
+        "error": "the Hub refused: accept the terms",
+    }
+    page.route(
+        re.compile(r".*/store/downloads$"),
+        lambda route: (
+            route.fulfill(json=[failed]) if route.request.method == "GET" else route.continue_()
+        ),
+    )
+    page.goto(f"{node.url}/downloads")
+    store = page.get_by_role("list", name="Model store transfers")
+    expect(store.get_by_text("the Hub refused: accept the terms")).to_be_visible()
+    store.get_by_role("button", name=f"Retry store download of {TINY}").click()
+    expect(page.get_by_role("alert")).to_contain_text("Store not configured")
+
+
 def test_a_phone_sees_the_search_and_the_catalog(node: DaemonProcess, tab: Tab) -> None:
     page = tab.page
     page.set_viewport_size({"width": 390, "height": 800})

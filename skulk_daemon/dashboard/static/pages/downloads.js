@@ -93,6 +93,38 @@ export async function mount(root, ctx) {
     draw(state);
   });
 
+  // A store transfer: DELETE .../download cancels a pending or active one (partials
+  // kept); POST .../download starts a failed or cancelled one again (the store
+  // answers 200 with status "error" when it refuses, so the body is read).
+  function storeAction(d) {
+    const path = `/store/models/${pathOf(d.modelId)}/download`;
+    const run = async (button, kind) => {
+      button.disabled = true;
+      try {
+        const answer = kind === "cancel" ? await ctx.api.del(path, { signal: ctx.signal }) : await ctx.api.post(path, d.sourceRevision ? { source_revision: d.sourceRevision } : {}, { signal: ctx.signal });
+        if (answer && answer.status === "error") throw new Error(answer.error || "the store refused");
+        replace(notice, kind === "cancel" ? `Cancelled the store's transfer of ${d.modelId}; partial files are kept.` : `The store is fetching ${d.modelId} again.`);
+        clearTimeout(storeTimer);
+        pollStore();
+      } catch (error) {
+        if (error.name === "AbortError") return;
+        replace(notice, errorBox(`The store refused: ${error.message}`));
+        button.disabled = false;
+      }
+    };
+    if (ACTIVE.has(d.status)) {
+      const button = h("button", { type: "button" }, `Cancel store download of ${d.modelId}`);
+      button.addEventListener("click", () => run(button, "cancel"));
+      return button;
+    }
+    if (d.status === "failed" || d.status === "cancelled" || d.status === "error") {
+      const button = h("button", { type: "button" }, `Retry store download of ${d.modelId}`);
+      button.addEventListener("click", () => run(button, "retry"));
+      return button;
+    }
+    return null;
+  }
+
   // The store's own transfers: bounded polling with backoff, stopped when no store is configured.
   let storeTimer = null;
   let storeDelay = STORE_POLL_MS;
@@ -116,6 +148,7 @@ export async function mount(root, ctx) {
                   h("span", { class: ["badge", statusTone(d.status)] }, d.status),
                   ` ${formatBytes(d.downloadedBytes)} of ${formatBytes(d.totalBytes)} (${Math.round((d.progress || 0) * 100)}%)`,
                   d.error ? h("p", { class: "download-error" }, d.error) : null,
+                  storeAction(d),
                 ),
               ),
             )
