@@ -340,6 +340,7 @@ RESTART_KEYS: tuple[str, ...] = (
     "model_store.models_dir",
     "model_store.store_port",
     "api.cors_origins",
+    "logging.level",
 )
 """Keys the node reads once, when its process starts: a change is saved at once but
 takes effect after a restart (``POST /admin/restart``)."""

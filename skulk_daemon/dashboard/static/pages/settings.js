@@ -107,7 +107,7 @@ export async function mount(root, ctx) {
     const form = h(
       "form",
       { class: "settings-form", "aria-label": "Node settings", novalidate: true, onSubmit: (event) => { event.preventDefault(); save(summary, saveButton); } },
-      h("p", { class: "muted" }, "Saved to ", answer.path ? h("code", null, answer.path) : "this node's skulk.yaml", ". Inference changes apply to future launches; logging changes at once."),
+      h("p", { class: "muted" }, "Saved to ", answer.path ? h("code", null, answer.path) : "this node's skulk.yaml", ". Inference changes apply to future launches; a setting marked so takes effect after a restart."),
       locked ? h("p", { id: reasonId, class: "notice" }, editing.trust_reason || "Trust settings are read-only from this browser.") : null,
       general,
       sections,
