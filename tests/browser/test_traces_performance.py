@@ -133,8 +133,13 @@ def test_a_traced_chat_opens_as_a_timeline(node: DaemonProcess, tab: Tab) -> Non
     assert "decode" in {e["name"] for e in document["traceEvents"]}
     assert document["otherData"]["taskId"] == task_id
 
-    # Back to the list, tracing off again from the page.
-    page.get_by_role("link", name="← Traces").click()
+    # Deleting this node's copy (the only one here) returns to the list without it.
+    page.get_by_role("button", name="Delete this node's copy").click()
+    expect(page).to_have_url(f"{node.url}/traces")
+    expect(page.get_by_role("link", name=task_id)).to_have_count(0)
+    assert task_id not in traced_ids(node)
+
+    # Tracing off again from the page.
     switch = page.get_by_role("switch", name="Trace new requests")
     expect(switch).to_be_checked()
     switch.click()
