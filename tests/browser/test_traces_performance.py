@@ -221,3 +221,18 @@ def test_usable_at_phone_width(node: DaemonProcess, tab: Tab) -> None:
         ).to_be_visible()
         overflow = page.evaluate("document.documentElement.scrollWidth")
         assert overflow <= 390, f"{path} scrolls sideways at phone width ({overflow}px)"
+
+
+def test_a_failed_fan_out_falls_back_to_this_nodes_envelopes(node: DaemonProcess, tab: Tab) -> None:
+    chat(node)
+    page = tab.page
+
+    def refused(route: Route) -> None:
+        route.fulfill(status=502, json={"error": {"message": "fan-out broke", "type": "x"}})
+
+    page.route(ENVELOPES, refused)
+    page.goto(f"{node.url}/performance")
+    expect(page.get_by_role("status").filter(has_text="Showing this node only")).to_contain_text(
+        "fan-out broke"
+    )
+    expect(page.get_by_role("region", name=f"{DEMO} on {NAME}")).to_be_visible()

@@ -99,6 +99,19 @@ function emptyState() {
   );
 }
 
+/** The cluster's envelopes; where the fan-out route fails (a node that predates it, a
+ * fan-out error), this node's own, shaped the same, with a note saying so. */
+async function readEnvelopes(ctx) {
+  try {
+    return [await ctx.api.get("/v1/diagnostics/performance-envelopes/cluster", { signal: ctx.signal }), null];
+  } catch (error) {
+    if (error.name === "AbortError" || error.status === 0) throw error;
+    const own = await ctx.api.get("/v1/diagnostics/performance-envelopes", { signal: ctx.signal });
+    const note = h("p", { class: "notice", role: "status" }, `Showing this node only: the cluster fan-out failed (${error.message}).`);
+    return [{ nodes: [{ nodeId: own.nodeId, ok: true, envelopes: own.envelopes }] }, note];
+  }
+}
+
 export async function mount(root, ctx) {
   const nodeName = (id) => ctx.live.state?.nodeIdentities?.[id]?.friendlyName || id;
   const modelSelect = h("select", { id: "perf-model" }, h("option", { value: ALL }, "All models"));
@@ -134,8 +147,9 @@ export async function mount(root, ctx) {
   async function load() {
     clearTimeout(timer);
     try {
-      latest = await ctx.api.get("/v1/diagnostics/performance-envelopes/cluster", { signal: ctx.signal });
-      replace(status);
+      const [answer, note] = await readEnvelopes(ctx);
+      latest = answer;
+      replace(status, note);
       draw();
     } catch (error) {
       if (error.name === "AbortError") return;

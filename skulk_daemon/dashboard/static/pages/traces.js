@@ -164,7 +164,7 @@ async function mountList(root, ctx) {
     draw();
   });
   filter.addEventListener("input", draw);
-  refresh.addEventListener("click", load);
+  refresh.addEventListener("click", () => Promise.all([toggle.read(), load()]));
   document.addEventListener("visibilitychange", onVisible);
   replace(
     root,
