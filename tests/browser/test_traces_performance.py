@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +191,28 @@ def test_the_capabilities_panel_lists_the_echo_node(node: DaemonProcess, tab: Ta
     expect(row.get_by_role("link", name=NAME)).to_have_attribute("href", re.compile(r"^/node/.+"))
     expect(row.get_by_text("ready", exact=True)).to_be_visible()
     expect(row.get_by_text("owner available")).to_be_visible()
+    expect(row.get_by_role("cell", name="Ping")).to_be_visible()
+
+
+def test_a_capability_not_heard_from_is_muted(node: DaemonProcess, tab: Tab) -> None:
+    # The real /state, its echo node's last reading aged past 90 s and degraded.
+    page = tab.page
+    old = (datetime.now(UTC) - timedelta(minutes=5)).isoformat()
+
+    def aged(route: Route) -> None:
+        response = route.fetch()
+        state = response.json()
+        for entries in state["capabilityNodes"].values():
+            for entry in entries:
+                entry.update(observedAt=old, status="degraded")
+        route.fulfill(response=response, json=state)
+
+    page.route("**/state", aged)
+    page.goto(f"{node.url}/performance")
+    row = page.get_by_role("table", name="Managed capability nodes").get_by_role("row").nth(1)
+    expect(row).to_contain_text("skulk.echo-provider")
+    expect(row.get_by_text("not heard from recently")).to_be_visible()
+    expect(row.get_by_text("degraded", exact=True)).to_be_visible()
 
 
 def test_no_envelopes_yet_says_how_to_get_some(node: DaemonProcess, tab: Tab) -> None:

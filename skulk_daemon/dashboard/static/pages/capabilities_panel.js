@@ -1,7 +1,8 @@
 // The managed capability nodes of /state.capabilityNodes (keyed by host node id): each
 // capability, its owner (host) node, the owner-reported status, and its ready
-// surfaces, live from ctx.live. A host's reading older than 90 s shows as not heard
-// from recently (the API drops it at the same age).
+// surfaces, live from ctx.live (redrawn only when something changed). A host's
+// reading older than 90 s shows as not heard from recently (the API drops it at the
+// same age).
 import { formatAge, h, replace } from "../dom.js";
 
 export const STALE_AFTER_MS = 90_000;
@@ -67,16 +68,22 @@ function row({ host, node }, identities, now) {
     h("td", null, node.version, h("br"), h("span", { class: "muted" }, node.bundleId)),
     h("td", null, surfaces(node)),
     h("td", null, (node.actions || []).length ? (node.actions || []).map((a) => a.title).join(", ") : "—"),
-    h("td", null, h("time", { datetime: node.observedAt }, formatAge(node.observedAt, now))),
+    h("td", null, Number.isFinite(observed) ? h("time", { datetime: node.observedAt, title: formatAge(node.observedAt, now) }, new Date(observed).toLocaleTimeString()) : "—"),
   );
 }
 
 /** The "Capabilities" panel; it follows ctx.live until ctx.signal aborts. */
 export function capabilitiesPanel(ctx) {
   const body = h("div");
+  let drawn = null;
   const draw = (state) => {
     const rows = capabilityRows(state);
     const now = Date.now();
+    // Redraw only on a change (a new reading, a node going stale, a name learned), so
+    // a 2 s poll never pulls focus out of the table.
+    const key = JSON.stringify([rows, rows.map((r) => now - Date.parse(r.node.observedAt) > STALE_AFTER_MS), state?.nodeIdentities]);
+    if (key === drawn) return;
+    drawn = key;
     replace(
       body,
       rows.length
