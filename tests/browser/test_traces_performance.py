@@ -93,7 +93,12 @@ def test_a_traced_chat_opens_as_a_timeline(node: DaemonProcess, tab: Tab) -> Non
     row = traces.get_by_role("row", name=re.compile(re.escape(task_id)))
     expect(row.get_by_role("cell", name=DEMO, exact=True)).to_be_visible()
 
-    link.click()
+    # The list refreshes every few seconds without taking the keyboard's place.
+    link.focus()
+    with page.expect_response(lambda r: r.url.endswith("/v1/traces/cluster")):
+        pass
+    expect(link).to_be_focused()
+    page.keyboard.press("Enter")
     expect(page).to_have_url(f"{node.url}/traces/{task_id}")
     expect(page.get_by_role("heading", name=f"Trace {task_id}")).to_be_visible()
     timeline = page.get_by_role("group", name="Spans on a time axis")

@@ -121,8 +121,13 @@ export async function mount(root, ctx) {
   let latest = null;
   let timer = null;
 
+  let drawn = null;
   const draw = () => {
     if (!latest) return;
+    // Redraw only on a change, so the refresh never pulls focus out of a table.
+    const key = JSON.stringify([latest, modelSelect.value, Boolean(ctx.live.state)]);
+    if (key === drawn) return;
+    drawn = key;
     const rows = envelopeRows(latest);
     const models = [...new Set(rows.map((r) => r.envelope.modelId))];
     const chosen = models.includes(modelSelect.value) ? modelSelect.value : ALL;

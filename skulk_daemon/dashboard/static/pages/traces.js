@@ -71,7 +71,7 @@ function tracingSwitch(ctx) {
 
 function startedAt(us) {
   const date = new Date(us / 1000);
-  return h("time", { datetime: date.toISOString(), title: date.toLocaleString() }, `${date.toLocaleTimeString()} (${formatAge(date)})`);
+  return h("time", { datetime: date.toISOString(), title: formatAge(date) }, date.toLocaleString());
 }
 
 function traceTable(traces, nodeName) {
@@ -123,8 +123,13 @@ async function mountList(root, ctx) {
   let latest = null;
   let timer = null;
 
+  let drawn = null;
   const draw = () => {
     if (!latest) return;
+    // Redraw only on a change, so the 5 s refresh never pulls focus out of the list.
+    const key = JSON.stringify([latest, filter.value, Boolean(ctx.live.state)]);
+    if (key === drawn) return;
+    drawn = key;
     const needle = filter.value.trim().toLowerCase();
     const shown = needle
       ? latest.traces.filter((t) => [t.taskId, t.modelId, t.kind, ...(t.tags || [])].some((x) => String(x || "").toLowerCase().includes(needle)))
