@@ -162,6 +162,43 @@ def test_an_unknown_trace_says_so(node: DaemonProcess, tab: Tab) -> None:
     expect(page.get_by_role("alert")).to_contain_text("No member holds a trace of never-traced")
 
 
+def test_no_traces_yet_says_how_and_a_partial_list_says_so(node: DaemonProcess, tab: Tab) -> None:
+    page = tab.page
+
+    def partial(route: Route) -> None:
+        route.fulfill(
+            json={
+                "traces": [],
+                "unreachableNodes": [{"nodeId": "12D3KooWgone", "error": "timed out"}],
+            }
+        )
+
+    page.route("**/v1/traces/cluster", partial)
+    page.goto(f"{node.url}/traces")
+    expect(page.get_by_text("No traces yet. Turn on “Trace new requests” above")).to_be_visible()
+    expect(page.get_by_role("status").filter(has_text="12D3KooWgone: timed out")).to_be_visible()
+
+
+def test_a_refused_tracing_change_is_shown_and_undone(node: DaemonProcess, tab: Tab) -> None:
+    # What a caller outside the trusted classes gets: the API's own 403 envelope.
+    page = tab.page
+
+    def refused(route: Route) -> None:
+        if route.request.method != "PUT":
+            route.fallback()
+            return
+        route.fulfill(status=403, json={"error": {"message": "not from here", "type": "x"}})
+
+    page.route("**/v1/tracing", refused)
+    page.goto(f"{node.url}/traces")
+    switch = page.get_by_role("switch", name="Trace new requests")
+    expect(switch).to_be_enabled()
+    switch.press("Space")
+    expect(page.get_by_role("alert")).to_contain_text("Tracing was not changed: not from here")
+    expect(switch).not_to_be_checked()
+    assert node.get("/v1/tracing").json() == {"enabled": False}
+
+
 def test_the_demo_models_envelope_after_a_few_requests(node: DaemonProcess, tab: Tab) -> None:
     chat(node)
     # Two at once: the second is admitted while the first is in flight.

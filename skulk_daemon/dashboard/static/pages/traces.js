@@ -10,7 +10,7 @@ import { formatMs, renderTimeline } from "./trace_timeline.js";
 export const REFRESH_MS = 5000;
 
 function nodeNamer(ctx) {
-  return (id) => ctx.live.state?.nodeIdentities?.[id]?.friendlyName || (id ? `${id.slice(0, 12)}…` : "—");
+  return (id) => ctx.live.state?.nodeIdentities?.[id]?.friendlyName || id || "—";
 }
 
 function section(id, title, ...body) {
