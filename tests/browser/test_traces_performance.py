@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from playwright.sync_api import Route, expect
 
@@ -284,18 +285,39 @@ def test_no_envelopes_yet_says_how_to_get_some(node: DaemonProcess, tab: Tab) ->
 
 
 def test_usable_at_phone_width(node: DaemonProcess, tab: Tab) -> None:
+    # A traced request to open, tracing switched through the API this time.
+    assert httpx.put(f"{node.url}/v1/tracing", json={"enabled": True}).status_code == 200
+    try:
+        before = set(traced_ids(node))
+        chat(node)
+
+        def recorded() -> str | None:
+            for task in (t for t in traced_ids(node) if t not in before):
+                spans = node.get(f"/v1/traces/cluster/{task}").json()["spans"]
+                if "request" in {s["name"] for s in spans}:
+                    return task
+            return None
+
+        task_id = wait_for(recorded, "a trace with the API's request span", timeout=30)
+    finally:
+        httpx.put(f"{node.url}/v1/tracing", json={"enabled": False})
     page = tab.page
     page.set_viewport_size({"width": 390, "height": 844})
-    for path, heading in (("/performance", "Performance"), ("/traces", "Traces")):
+    pages = (
+        ("/performance", "Performance", "Capabilities"),
+        ("/traces", "Traces", "Cluster traces"),
+        (f"/traces/{task_id}", f"Trace {task_id}", "Timeline"),
+    )
+    for path, heading, section in pages:
         page.goto(f"{node.url}{path}")
         expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible()
-        expect(
-            page.get_by_role("heading", name="Cluster traces").or_(
-                page.get_by_role("heading", name="Capabilities")
-            )
-        ).to_be_visible()
+        expect(page.get_by_role("heading", name=section, exact=True)).to_be_visible()
         overflow = page.evaluate("document.documentElement.scrollWidth")
         assert overflow <= 390, f"{path} scrolls sideways at phone width ({overflow}px)"
+    # The timeline scrolls inside its own box, and its spans stay reachable.
+    expect(page.get_by_role("group", name="Spans on a time axis")).to_be_visible()
+    page.get_by_role("button", name=re.compile(r"^request, api on ")).click()
+    expect(page.locator(".span-details").get_by_role("heading", name="request")).to_be_visible()
 
 
 def test_a_failed_fan_out_falls_back_to_this_nodes_envelopes(node: DaemonProcess, tab: Tab) -> None:
