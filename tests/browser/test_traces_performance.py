@@ -180,6 +180,26 @@ def test_no_traces_yet_says_how_and_a_partial_list_says_so(node: DaemonProcess, 
     expect(page.get_by_role("status").filter(has_text="12D3KooWgone: timed out")).to_be_visible()
 
 
+def test_a_failed_trace_list_read_is_shown_and_retried(node: DaemonProcess, tab: Tab) -> None:
+    page = tab.page
+    failures = [1]
+
+    def once(route: Route) -> None:
+        if failures:
+            failures.pop()
+            route.fulfill(status=502, json={"error": {"message": "peer fan-out broke"}})
+        else:
+            route.fallback()
+
+    page.route("**/v1/traces/cluster", once)
+    page.goto(f"{node.url}/traces")
+    alert = page.get_by_role("alert")
+    expect(alert).to_contain_text("The cluster's traces could not be read: peer fan-out broke")
+    alert.get_by_role("button", name="Retry").click()
+    expect(page.get_by_role("alert")).to_have_count(0)
+    expect(page.get_by_text(re.compile(r"No traces yet|newest first"))).to_be_visible()
+
+
 def test_a_refused_tracing_change_is_shown_and_undone(node: DaemonProcess, tab: Tab) -> None:
     # What a caller outside the trusted classes gets: the API's own 403 envelope.
     page = tab.page

@@ -120,6 +120,7 @@ export async function mount(root, ctx) {
   const body = h("div", { class: "envelopes" });
   let latest = null;
   let timer = null;
+  let failures = 0; // consecutive failed reads: the next one waits longer (to 8x)
 
   let drawn = null;
   const draw = () => {
@@ -154,13 +155,15 @@ export async function mount(root, ctx) {
     try {
       const [answer, note] = await readEnvelopes(ctx);
       latest = answer;
+      failures = 0;
       replace(status, note);
       draw();
     } catch (error) {
       if (error.name === "AbortError") return;
+      failures += 1;
       replace(status, errorBox(`Performance envelopes could not be read: ${error.message}`, load));
     }
-    if (!ctx.signal.aborted && !document.hidden) timer = setTimeout(load, REFRESH_MS);
+    if (!ctx.signal.aborted && !document.hidden) timer = setTimeout(load, REFRESH_MS * 2 ** Math.min(failures, 3));
   }
   const onVisible = () => {
     if (!document.hidden) load();

@@ -122,6 +122,7 @@ async function mountList(root, ctx) {
   const body = h("div");
   let latest = null;
   let timer = null;
+  let failures = 0; // consecutive failed reads: the next one waits longer (to 8x)
 
   let drawn = null;
   const draw = () => {
@@ -149,13 +150,15 @@ async function mountList(root, ctx) {
     clearTimeout(timer);
     try {
       latest = await ctx.api.get("/v1/traces/cluster", { signal: ctx.signal });
+      failures = 0;
       replace(status);
       draw();
     } catch (error) {
       if (error.name === "AbortError") return;
+      failures += 1;
       replace(status, errorBox(`The cluster's traces could not be read: ${error.message}`, load));
     }
-    if (!ctx.signal.aborted && !document.hidden) timer = setTimeout(load, REFRESH_MS);
+    if (!ctx.signal.aborted && !document.hidden) timer = setTimeout(load, REFRESH_MS * 2 ** Math.min(failures, 3));
   }
   const onVisible = () => {
     if (!document.hidden) load();
