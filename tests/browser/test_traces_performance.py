@@ -115,8 +115,16 @@ def test_a_traced_chat_opens_as_a_timeline(node: DaemonProcess, tab: Tab) -> Non
     expect(stats.get_by_role("cell", name="decode", exact=True)).to_be_visible()
 
     # Keyboard: the spans are one tab stop; arrows move through them in time.
-    request.click()
+    page.get_by_role("button", name="Delete this node's copy").focus()
+    page.keyboard.press("Tab")
+    landed = page.evaluate("document.activeElement.getAttribute('aria-label')")
+    assert landed and re.match(r"^[\w +]+, .+ on ", landed), landed
+    page.keyboard.press("ArrowRight")
+    moved = page.evaluate("document.activeElement.getAttribute('aria-label')")
+    assert moved and moved != landed, moved
     details = page.locator(".span-details")
+    expect(details.get_by_role("heading", name=moved.split(",", 1)[0])).to_be_visible()
+    request.click()
     expect(details.get_by_role("heading", name="request")).to_be_visible()
     page.keyboard.press("ArrowDown")
     below = page.evaluate("document.activeElement.getAttribute('aria-label')")

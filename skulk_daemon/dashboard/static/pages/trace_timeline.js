@@ -154,11 +154,13 @@ export function renderTimeline(record, { nodeName = (id) => id } = {}) {
   };
 
   const onKey = (event) => {
-    if (selected < 0) return;
-    const item = layout.items[selected];
+    // From the focused span (it may not be selected yet: Tab lands on the first).
+    const current = buttons.indexOf(event.target);
+    if (current < 0) return;
+    const item = layout.items[current];
     let next = null;
-    if (event.key === "ArrowRight") next = selected + 1;
-    else if (event.key === "ArrowLeft") next = selected - 1;
+    if (event.key === "ArrowRight") next = current + 1;
+    else if (event.key === "ArrowLeft") next = current - 1;
     else if (event.key === "Home") next = 0;
     else if (event.key === "End") next = buttons.length - 1;
     else if (event.key === "ArrowDown") next = nearestInRow(rowOf.get(item.index) + 1, item.offsetUs);
