@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+import struct
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -125,7 +127,8 @@ def count_streamed_pieces(page: Page) -> None:
           window.__pieces = 0;
           new MutationObserver((records) => {
             for (const r of records) for (const n of r.addedNodes)
-              if (n.nodeType === Node.TEXT_NODE && n.parentElement?.closest('[aria-label="Assistant message"]'))
+              if (n.nodeType === Node.TEXT_NODE
+                  && n.parentElement?.closest('[aria-label="Assistant message"]'))
                 window.__pieces += 1;
           }).observe(document.querySelector('[role="log"]'), { childList: true, subtree: true });
         }"""
@@ -152,15 +155,16 @@ def test_a_reply_streams_in_and_survives_a_reload(chat: Tab, talker: DaemonProce
 
     page.reload()
     expect(page.get_by_role("article", name="User message")).to_have_text(re.compile(PROMPT))
-    expect(page.get_by_role("article", name="Assistant message").locator(".chat-text")).to_have_text(text)
+    reply = page.get_by_role("article", name="Assistant message")
+    expect(reply.locator(".chat-text")).to_have_text(text)
     conversations = page.get_by_role("list", name="Conversations")
-    expect(conversations.get_by_role("button", name=PROMPT)).to_be_visible()
+    expect(conversations.get_by_role("button", name=PROMPT, exact=True)).to_be_visible()
 
     # A second conversation, then back to the first, then the second deleted.
     page.get_by_role("button", name="+ New").click()
     expect(page.get_by_role("article")).to_have_count(0)
     page.get_by_label("Chat message").fill("Draft kept out of history")
-    conversations.get_by_role("button", name=PROMPT).click()
+    conversations.get_by_role("button", name=PROMPT, exact=True).click()
     expect(page.get_by_role("article", name="Assistant message")).to_have_count(1)
     page.get_by_role("button", name="Delete conversation New conversation").click()
     expect(conversations.get_by_role("listitem")).to_have_count(1)
@@ -270,8 +274,96 @@ def test_the_page_fits_a_phone(chat: Tab) -> None:
     for name in ("Send message", "+ New", "Speak draft", "Start recording"):
         expect(page.get_by_role("button", name=name)).to_be_visible()
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    page.get_by_label("Max tokens").fill(SHORT)
     page.get_by_label("Chat message").focus()
     page.keyboard.type(PROMPT)
     page.keyboard.press("Enter")  # Enter sends; Shift+Enter would add a line
     expect(page.get_by_role("article", name="User message")).to_have_count(1)
     finished(page)
+    screenshot(page, "chat-phone")
+
+
+def test_reasoning_shows_apart_from_the_reply(chat: Tab) -> None:
+    # The demo model does not reason, so this stream is the node's wire format replayed:
+    # what a thinking model sends (reasoning_content deltas, then content).
+    def chunk(delta: dict[str, str], finish: str | None = None) -> str:
+        body = {
+            "id": "cmd-reasoning",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": DEMO,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+        return f"data: {json.dumps(body)}\n\n"
+
+    stream = (
+        ": command_id cmd-reasoning\n\n"
+        + chunk({"role": "assistant", "reasoning_content": "The user counts; "})
+        + chunk({"reasoning_content": "four comes next."})
+        + chunk({"content": " four,"})
+        + chunk({"content": " five"}, finish="stop")
+        + "data: [DONE]\n\n"
+    )
+    page = chat.page
+    page.route(
+        "**/v1/chat/completions",
+        lambda route: route.fulfill(
+            status=200,
+            headers={"Content-Type": "text/event-stream", "X-Skulk-Command-Id": "cmd-reasoning"},
+            body=stream,
+        ),
+    )
+    reply = send(page, PROMPT)
+    finished(page)
+    expect(reply.locator(".chat-text")).to_have_text(" four, five")
+    thoughts = reply.get_by_role("group")
+    expect(thoughts).to_contain_text("four comes next.")
+    summary = thoughts.get_by_text("Reasoning")
+    summary.click()  # collapsible: a <details> the person opens and closes
+    expect(thoughts.get_by_text("four comes next.")).to_be_visible()
+    summary.click()
+    expect(thoughts.get_by_text("four comes next.")).to_be_hidden()
+    # The reasoning is kept apart in the saved conversation too.
+    page.reload()
+    expect(
+        page.get_by_role("article", name="Assistant message").get_by_role("group")
+    ).to_contain_text("four comes next.")
+
+
+def one_pixel_png() -> bytes:
+    def part(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
+    pixels = zlib.compress(b"\x00\xc4\x50\x2a")
+    return b"\x89PNG\r\n\x1a\n" + part(b"IHDR", header) + part(b"IDAT", pixels) + part(b"IEND", b"")
+
+
+def test_an_image_is_attached_for_a_vision_model(chat: Tab) -> None:
+    page = chat.page
+
+    # Say the demo model sees (the catalog answer as a vision card would give it).
+    def as_vision(route: Route) -> None:
+        listing = route.fetch().json()
+        for item in listing["data"]:
+            if item["id"] == DEMO:
+                item["resolved_capabilities"]["supports_vision"] = True
+        route.fulfill(json=listing)
+
+    page.route("**/v1/models", as_vision)
+    page.reload()
+    attach = page.get_by_role("button", name="Attach file")
+    expect(attach).to_be_visible()
+    page.get_by_label("Image attachment file").set_input_files(
+        files=[{"name": "dot.png", "mimeType": "image/png", "buffer": one_pixel_png()}]
+    )
+    expect(page.get_by_role("list", name="Attached images").get_by_role("img")).to_have_count(1)
+    with page.expect_request("**/v1/chat/completions") as sent:
+        send(page, "What is in this picture?")
+    content = json.loads(sent.value.post_data or "{}")["messages"][-1]["content"]
+    assert content[0] == {"type": "text", "text": "What is in this picture?"}
+    assert content[1]["type"] == "image_url"
+    assert content[1]["image_url"]["url"].startswith("data:image/png;base64,")
+    expect(page.get_by_role("article", name="User message").get_by_role("img")).to_be_visible()
