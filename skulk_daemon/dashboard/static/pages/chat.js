@@ -38,7 +38,7 @@ export async function mount(root, ctx) {
   const modelStatus = h("p", { class: "chat-model-status muted", role: "status", "aria-live": "polite" });
   const list = h("div", { class: "chat-list" });
   const log = h("div", { class: "chat-log", role: "log", "aria-label": "Messages", "aria-live": "off", tabindex: "0" });
-  const errorSlot = h("div", { class: "chat-error", "aria-live": "assertive" });
+  const errorSlot = h("div", { class: "chat-error" });
   const progress = h("p", { class: "sr-only", role: "status", "aria-live": "polite" });
   const draft = h("textarea", { id: "chat-draft", rows: "3", "aria-label": "Chat message", placeholder: "Message", onKeydown: onDraftKey });
   const attachInput = h("input", { type: "file", accept: "image/*", multiple: true, class: "sr-only", "aria-label": "Image attachment file", tabindex: "-1", onChange: onAttach });
@@ -46,6 +46,7 @@ export async function mount(root, ctx) {
   const attachBox = h("span", { class: "chat-attach", hidden: true }, attachButton, attachInput);
   const attachments = h("div");
   const sendButton = h("button", { type: "submit", class: "primary" }, "Send message");
+  const newButton = h("button", { type: "button", onClick: startNew }, "+ New");
   const stopButton = h("button", { type: "button", hidden: true, onClick: stop }, "Stop");
   const form = h(
     "form",
@@ -60,10 +61,11 @@ export async function mount(root, ctx) {
   const speakButton = h("button", { type: "button", onClick: speakDraft }, "Speak draft");
   const autoBox = h("input", { type: "checkbox", id: "chat-auto-speak", onChange: () => speechPrefs.set("auto", autoBox.checked ? "1" : "") });
   const recordButton = h("button", { type: "button", onClick: toggleRecording }, "Start recording");
+  const autoSendBox = h("input", { type: "checkbox", onChange: () => speechPrefs.set("send", autoSendBox.checked ? "1" : "") });
   const speechStatus = h("p", { class: "chat-speech-status muted", role: "status", "aria-live": "polite" });
   const audio = h("audio", { controls: true, "aria-label": "Speech playback", hidden: true });
   const ttsRow = h("div", { class: "chat-speech-row" }, h("label", null, "Voice model ", ttsSelect), speakButton, h("label", { class: "chat-auto", title: "Speak each finished reply" }, autoBox, " Auto"));
-  const sttRow = h("div", { class: "chat-speech-row" }, h("label", null, "Listening model ", sttSelect), recordButton);
+  const sttRow = h("div", { class: "chat-speech-row" }, h("label", null, "Listening model ", sttSelect), recordButton, h("label", { class: "chat-auto" }, autoSendBox, " Send when transcribed"));
   const speechNone = h("p", { class: "muted" }, "No speech model is ready: place a text-to-speech or speech-to-text model to speak replies or dictate.");
   const speech = h("fieldset", { class: "chat-speech" }, h("legend", null, "Speech"), speechNone, ttsRow, sttRow, speechStatus, audio);
 
@@ -73,7 +75,7 @@ export async function mount(root, ctx) {
     h(
       "div",
       { class: "chat-layout" },
-      h("aside", { class: "chat-sidebar", "aria-label": "Saved conversations" }, h("button", { type: "button", onClick: startNew }, "+ New"), list),
+      h("aside", { class: "chat-sidebar", "aria-label": "Saved conversations" }, newButton, list),
       h(
         "section",
         { class: "chat-main", "aria-label": "Conversation" },
@@ -105,6 +107,7 @@ export async function mount(root, ctx) {
     },
   };
   autoBox.checked = speechPrefs.get("auto") === "1";
+  autoSendBox.checked = speechPrefs.get("send") === "1";
   root.classList.add("chat-no-tts");
 
   // -- models ----------------------------------------------------------------------------
@@ -139,7 +142,10 @@ export async function mount(root, ctx) {
     modelsKey = key;
     models = next;
     const conv = current();
-    fillSelect(modelSelect, models.chat, modelSelect.value || conv?.modelId || wantedModel, "No chat model is ready");
+    // First fill: a ?model= link (the Models page's "Chat with …") wins over the open
+    // conversation's model; afterwards the person's choice stays.
+    const first = modelSelect.value === "";
+    fillSelect(modelSelect, models.chat, first ? wantedModel || conv?.modelId : modelSelect.value, "No chat model is ready");
     fillSelect(ttsSelect, models.tts, ttsSelect.value || speechPrefs.get("tts"), "No speech model");
     fillSelect(sttSelect, models.stt, sttSelect.value || speechPrefs.get("stt"), "No transcription model");
     const loading = models.waiting.length ? ` Still loading: ${models.waiting.join(", ")}.` : "";
@@ -186,6 +192,7 @@ export async function mount(root, ctx) {
   // -- conversations ---------------------------------------------------------------------
   function drawList() {
     replace(list, conversationList(store.conversations, store.currentId, { onOpen: openConversation, onDelete: deleteConversation }));
+    if (active) for (const button of list.querySelectorAll("button")) button.disabled = true;
   }
 
   function drawMessages() {
@@ -241,6 +248,7 @@ export async function mount(root, ctx) {
     const busy = Boolean(active);
     stopButton.hidden = !busy;
     sendButton.disabled = busy || !selected();
+    newButton.disabled = busy;
     for (const button of list.querySelectorAll("button")) button.disabled = busy;
   }
 
@@ -431,6 +439,7 @@ export async function mount(root, ctx) {
         draft.value = [base, text].filter(Boolean).join(base && text ? " " : "");
         speechStatus.textContent = text ? "Transcript added to the draft." : "Nothing was heard.";
         draft.focus();
+        if (text && autoSendBox.checked && !active) form.requestSubmit();
       } catch (error) {
         if (error?.name === "AbortError") return;
         draft.value = base;
