@@ -16,7 +16,7 @@ from typing import Final
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Locator, Page, Playwright, Route, expect
+from playwright.sync_api import Browser, FilePayload, Locator, Page, Playwright, Route, expect
 
 from tests.browser.conftest import CHROMIUM, WAIT_MS, Console, Tab, named, screenshot
 from tests.daemon.serving import DEMO, place
@@ -262,10 +262,15 @@ def test_the_microphone_falls_back_to_batch_transcription(chat: Tab) -> None:
         "**/v1/capabilities",
         lambda route: route.fulfill(json={"capabilities": [], "revisions": {}}),
     )
+    page.get_by_label("Max tokens").fill(SHORT)
+    page.get_by_label("Send when transcribed").check()
     with page.expect_response("**/v1/audio/transcriptions", timeout=60_000) as heard:
         hold_the_microphone(page)
     assert heard.value.status == 200
-    expect(page.get_by_label("Chat message")).to_have_value(re.compile("fox", re.I))
+    # The transcript went out as the user's message, as if typed and sent.
+    expect(page.get_by_role("article", name="User message")).to_have_text(re.compile("fox", re.I))
+    expect(page.get_by_label("Chat message")).to_have_value("")
+    finished(page)
 
 
 def test_the_page_fits_a_phone(chat: Tab) -> None:
@@ -357,7 +362,7 @@ def test_an_image_is_attached_for_a_vision_model(chat: Tab) -> None:
     attach = page.get_by_role("button", name="Attach file")
     expect(attach).to_be_visible()
     page.get_by_label("Image attachment file").set_input_files(
-        files=[{"name": "dot.png", "mimeType": "image/png", "buffer": one_pixel_png()}]
+        files=[FilePayload(name="dot.png", mimeType="image/png", buffer=one_pixel_png())]
     )
     expect(page.get_by_role("list", name="Attached images").get_by_role("img")).to_have_count(1)
     with page.expect_request("**/v1/chat/completions") as sent:
