@@ -111,7 +111,16 @@ export async function mount(root, ctx) {
   root.classList.add("chat-no-tts");
 
   // -- models ----------------------------------------------------------------------------
-  async function loadCatalog() {
+  let catalogLoad = null;
+  function loadCatalog() {
+    // One read at a time: snapshots arriving meanwhile wait for the same answer.
+    catalogLoad = catalogLoad || readCatalog().finally(() => {
+      catalogLoad = null;
+    });
+    return catalogLoad;
+  }
+
+  async function readCatalog() {
     try {
       const listing = await api.get("/v1/models", { signal });
       items = listing?.data || [];
