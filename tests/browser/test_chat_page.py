@@ -372,3 +372,33 @@ def test_an_image_is_attached_for_a_vision_model(chat: Tab) -> None:
     assert content[1]["type"] == "image_url"
     assert content[1]["image_url"]["url"].startswith("data:image/png;base64,")
     expect(page.get_by_role("article", name="User message").get_by_role("img")).to_be_visible()
+
+
+def test_a_failure_mid_stream_is_shown_not_kept(chat: Tab) -> None:
+    # Once the answer has started (200 sent) a failure arrives as the error envelope in
+    # the stream's place: the node's wire format, replayed.
+    head = {
+        "id": "cmd-late",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": DEMO,
+        "choices": [{"index": 0, "delta": {"content": " four,"}, "finish_reason": None}],
+    }
+    late = {"error": {"message": "the runner went away", "type": "server_error"}}
+    page = chat.page
+    page.route(
+        "**/v1/chat/completions",
+        lambda route: route.fulfill(
+            status=200,
+            headers={"Content-Type": "text/event-stream"},
+            body=f"data: {json.dumps(head)}\n\ndata: {json.dumps(late)}\n\n",
+        ),
+    )
+    send(page, PROMPT)
+    alert = page.get_by_role("alert")
+    expect(alert).to_contain_text("the runner went away")
+    expect(alert.get_by_role("button", name="Retry")).to_be_visible()
+    expect(page.get_by_role("article", name="Assistant message")).to_have_count(0)
+    page.reload()
+    expect(page.get_by_role("article", name="User message")).to_have_count(1)
+    expect(page.get_by_role("article", name="Assistant message")).to_have_count(0)

@@ -56,7 +56,9 @@ export async function mount(root, ctx) {
     h("div", { class: "chat-actions" }, attachBox, h("span", { class: "chat-spacer" }), stopButton, sendButton),
   );
 
-  const ttsSelect = h("select", { "aria-label": "Select speech model", onChange: () => speechPrefs.set("tts", ttsSelect.value) });
+  const ttsSelect = h("select", { "aria-label": "Select speech model", onChange: () => { speechPrefs.set("tts", ttsSelect.value); fillVoices(); } });
+  const voiceSelect = h("select", { "aria-label": "Select voice" });
+  const voiceLabel = h("label", { hidden: true }, "Voice ", voiceSelect);
   const sttSelect = h("select", { "aria-label": "Select transcription model", onChange: () => speechPrefs.set("stt", sttSelect.value) });
   const speakButton = h("button", { type: "button", onClick: speakDraft }, "Speak draft");
   const autoBox = h("input", { type: "checkbox", id: "chat-auto-speak", onChange: () => speechPrefs.set("auto", autoBox.checked ? "1" : "") });
@@ -64,7 +66,7 @@ export async function mount(root, ctx) {
   const autoSendBox = h("input", { type: "checkbox", onChange: () => speechPrefs.set("send", autoSendBox.checked ? "1" : "") });
   const speechStatus = h("p", { class: "chat-speech-status muted", role: "status", "aria-live": "polite" });
   const audio = h("audio", { controls: true, "aria-label": "Speech playback", hidden: true });
-  const ttsRow = h("div", { class: "chat-speech-row" }, h("label", null, "Voice model ", ttsSelect), speakButton, h("label", { class: "chat-auto", title: "Speak each finished reply" }, autoBox, " Auto"));
+  const ttsRow = h("div", { class: "chat-speech-row" }, h("label", null, "Voice model ", ttsSelect), voiceLabel, speakButton, h("label", { class: "chat-auto", title: "Speak each finished reply" }, autoBox, " Auto"));
   const sttRow = h("div", { class: "chat-speech-row" }, h("label", null, "Listening model ", sttSelect), recordButton, h("label", { class: "chat-auto" }, autoSendBox, " Send when transcribed"));
   const speechNone = h("p", { class: "muted" }, "No speech model is ready: place a text-to-speech or speech-to-text model to speak replies or dictate.");
   const speech = h("fieldset", { class: "chat-speech" }, h("legend", null, "Speech"), speechNone, ttsRow, sttRow, speechStatus, audio);
@@ -156,6 +158,7 @@ export async function mount(root, ctx) {
     const first = modelSelect.value === "";
     fillSelect(modelSelect, models.chat, first ? wantedModel || conv?.modelId : modelSelect.value, "No chat model is ready");
     fillSelect(ttsSelect, models.tts, ttsSelect.value || speechPrefs.get("tts"), "No speech model");
+    fillVoices();
     fillSelect(sttSelect, models.stt, sttSelect.value || speechPrefs.get("stt"), "No transcription model");
     const loading = models.waiting.length ? ` Still loading: ${models.waiting.join(", ")}.` : "";
     modelStatus.replaceChildren(
@@ -176,6 +179,15 @@ export async function mount(root, ctx) {
       const id = body?.shardAssignments?.modelId;
       return id && !known.has(id);
     });
+  }
+
+  function fillVoices() {
+    const model = models.tts.find((m) => m.id === ttsSelect.value);
+    const voices = model?.voices || [];
+    const keep = voices.includes(voiceSelect.value) ? voiceSelect.value : model?.defaultVoice || voices[0] || "";
+    replace(voiceSelect, voices.map((v) => h("option", { value: v }, v)));
+    voiceSelect.value = keep;
+    voiceLabel.hidden = voices.length < 2;
   }
 
   function onModelChange() {
@@ -420,7 +432,8 @@ export async function mount(root, ctx) {
     }
     speechStatus.textContent = "Synthesizing speech…";
     try {
-      const blob = await synthesize({ model: model.id, voice: model.defaultVoice, format: playableFormat(model), text, signal });
+      const voice = model.voices.includes(voiceSelect.value) ? voiceSelect.value : model.defaultVoice;
+      const blob = await synthesize({ model: model.id, voice, format: playableFormat(model), text, signal });
       if (audioUrl) URL.revokeObjectURL(audioUrl);
       audioUrl = URL.createObjectURL(blob);
       audio.src = audioUrl;
