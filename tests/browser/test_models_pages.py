@@ -191,7 +191,7 @@ def test_launch_places_then_delete_is_refused_and_chat_opens(node: DaemonProcess
         expect(confirm.get_by_role("button", name="Cancel")).to_be_focused()
         confirm.get_by_role("button", name="Delete files").click()
         alert = confirm.get_by_role("alert")
-        expect(alert).to_contain_text(f"in use by instance {instance_id}")
+        expect(alert).to_contain_text(f"placed as instance {instance_id}")
         expect(alert).to_contain_text("Stop the instance first")
         page.keyboard.press("Escape")
         expect(confirm).to_have_count(0)
