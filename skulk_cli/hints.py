@@ -47,3 +47,13 @@ def explain(error: SkulkApiError) -> tuple[str, str | None]:
     if hint is None:
         return error.message, None
     return statement(error.message), hint
+
+
+def place_hint(error: SkulkApiError, model: str) -> str | None:
+    """The hint for a generating command's refusal: a 404 for a model the node knows
+    is one that is not placed; one the node suggests another id for is a typo."""
+    if error.status != 404:
+        return None
+    if "did you mean" in error.message:
+        return f"Check the model id: {MODELS_LIST}."
+    return f"Place the model first: `skulk place {model}`."

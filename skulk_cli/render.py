@@ -451,8 +451,11 @@ def place_accepted(place: PlaceResponse) -> Text:
 _RECENT_FAILURES = 5
 
 
-def instances(state: ClusterState) -> RenderableType:
-    """Every placed instance with its runners' statuses; then the latest failures."""
+def instances(state: ClusterState, *, wide: bool = False) -> RenderableType:
+    """Every placed instance with its runners' statuses; then the latest failures.
+    Instance ids are unique prefixes (80 columns; any command takes one), whole when
+    ``wide``."""
+    ids = IdShortener(state.instances, wide=wide)
     parts: list[RenderableType] = []
     if not state.instances:
         parts.append(Text("No instances placed.", style="dim"))
@@ -472,7 +475,7 @@ def instances(state: ClusterState) -> RenderableType:
                 runners.append(f"{_names(state, node)}: ")
                 runners.append_text(_status_of(state, runner))
             table.add_row(
-                instance_id,
+                ids(instance_id),
                 body.shard_assignments.model_id,
                 kind.removesuffix("Instance"),
                 runners,

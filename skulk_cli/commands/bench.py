@@ -10,6 +10,7 @@ from rich.text import Text
 from skulk_cli import console, render_generation, views, wire_formats
 from skulk_cli.client import JsonObject, SkulkApiError
 from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, PlacedModelArg, node_client
+from skulk_cli.hints import place_hint
 
 # A completion-style opening: base models (the demo model) continue it sensibly,
 # and instruction-tuned ones answer it too.
@@ -67,7 +68,7 @@ def bench(
                     if wire_formats.error_message(responses[-1]) is not None:
                         break
         except SkulkApiError as exc:
-            hint = f"Place the model first: `skulk place {model}`." if exc.status == 404 else None
+            hint = place_hint(exc, model)
             console.error(exc.message, hint=hint)
             raise typer.Exit(EXIT_REFUSED) from None
         except KeyboardInterrupt:

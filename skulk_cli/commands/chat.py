@@ -18,6 +18,7 @@ from skulk_cli.client import (
     UnexpectedResponseError,
 )
 from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, PlacedModelArg, node_client
+from skulk_cli.hints import place_hint
 from skulk_cli.wire_formats import Finish, StreamError, TextDelta, WireFormat
 
 EXIT_COMMANDS = frozenset({"/exit", "/quit"})
@@ -246,6 +247,4 @@ def _format_for(client: SkulkClient, model: str) -> WireFormat:
 
 
 def _hint(exc: SkulkApiError, model: str) -> str | None:
-    if exc.status == 404:
-        return f"Place the model first: `skulk place {model}`."
-    return None
+    return place_hint(exc, model)

@@ -13,7 +13,7 @@ import typer
 
 from skulk_cli import console, render, views
 from skulk_cli.client import SkulkClient
-from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, node_client
+from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, WideFlag, node_client
 from skulk_cli.instance_ids import AmbiguousInstanceId, resolve_instance_id
 
 app = typer.Typer(help="List, inspect and remove placed model instances.", no_args_is_help=True)
@@ -39,7 +39,9 @@ def resolve(client: SkulkClient, given: str) -> str:
 
 
 @app.command("list")
-def list_instances(ctx: typer.Context, json_output: JsonFlag = False) -> None:
+def list_instances(
+    ctx: typer.Context, json_output: JsonFlag = False, wide: WideFlag = False
+) -> None:
     """List placed instances: model, each node's runner status, context window.
 
     Recent placement failures follow the table. `--json` prints the node's
@@ -60,7 +62,8 @@ def list_instances(ctx: typer.Context, json_output: JsonFlag = False) -> None:
                 }
             )
             return
-        console.show(render.instances(views.parse(raw, views.ClusterState, "/state")))
+        state = views.parse(raw, views.ClusterState, "/state")
+        console.show(render.instances(state, wide=wide))
 
 
 @app.command("show")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from skulk_cli.client import SkulkApiError
-from skulk_cli.hints import explain
+from skulk_cli.hints import explain, place_hint
 
 
 def test_an_http_fix_is_replaced_by_the_cli_command() -> None:
@@ -46,3 +46,16 @@ def test_a_fix_in_plain_words_is_kept_and_unknown_codes_are_untouched() -> None:
 
     assert explain(shard)[0] == shard.message
     assert explain(other) == (other.message, None)
+
+
+def test_a_misspelled_model_is_not_told_to_be_placed() -> None:
+
+    typo = SkulkApiError(
+        404, "No instance found for model gemma (did you mean 'local/gemma-3-270m-q4_k_m'?)"
+    )
+    unplaced = SkulkApiError(404, "No instance found for model local/gemma-3-270m-q4_k_m")
+    assert "skulk place" not in (place_hint(typo, "gemma") or "")
+    assert place_hint(unplaced, "local/gemma-3-270m-q4_k_m") == (
+        "Place the model first: `skulk place local/gemma-3-270m-q4_k_m`."
+    )
+    assert place_hint(SkulkApiError(400, "bad"), "x") is None
