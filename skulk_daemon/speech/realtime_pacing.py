@@ -44,8 +44,12 @@ async def paced(
     while True:
         allowance = received / bytes_per_second + max_lag - waited
         started = loop.time()
+        # NOTE: asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a
+        # cancellation that lands as a frame arrives, and the pump then outlived the
+        # call (holding the instance's only slot) until the input stalled.
         try:
-            frame = await asyncio.wait_for(anext(frames), timeout=max(allowance, MIN_WAIT_SECONDS))
+            async with asyncio.timeout(max(allowance, MIN_WAIT_SECONDS)):
+                frame = await anext(frames)
         except StopAsyncIteration:
             return
         except TimeoutError:

@@ -249,7 +249,7 @@ def _runner_pids() -> list[int]:
 
 def test_delete_stops_the_runner_and_leaves_nothing(served: tuple[AppNode, str]) -> None:
     app, _ = served
-    instance_id = place(app, context=512)
+    instance_id = place(app, context=512, another=True)
     pids_before = set(_runner_pids())
     assert len(pids_before) >= 1
     deleted = app.http.delete(f"/instance/{instance_id}")

@@ -59,7 +59,10 @@ class Console:
         self.errors.append(f"uncaught: {error}")
 
 
-@pytest.fixture(scope="session")
+# NOTE: module scope, not session: Playwright's sync API runs an event loop on this
+# thread while it is open, so a worker's later (non-browser) modules could not call
+# asyncio.run() until the session ended.
+@pytest.fixture(scope="module")
 def playwright() -> Iterator[Playwright]:
     if not CHROMIUM.exists():
         pytest.fail(
@@ -69,7 +72,7 @@ def playwright() -> Iterator[Playwright]:
         yield driver
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
     try:

@@ -25,8 +25,11 @@ def wait_for(predicate: Any, what: str, timeout: float = 180.0) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def place(daemon: Node, context: int = CONTEXT, model_id: str = DEMO) -> str:
-    """Place ``model_id`` on the daemon's node and wait until its runner is ready."""
+def place(
+    daemon: Node, context: int = CONTEXT, model_id: str = DEMO, *, another: bool = False
+) -> str:
+    """Place ``model_id`` on the daemon's node and wait until its runner is ready;
+    ``another`` places a further replica of a model that is placed already."""
     previews = daemon.get("/instance/previews", params={"model_id": model_id}).json()["previews"]
     assert any("error" not in p or p["error"] is None for p in previews), previews
     placed = daemon.post(
@@ -37,6 +40,7 @@ def place(daemon: Node, context: int = CONTEXT, model_id: str = DEMO) -> str:
             "instance_meta": "MlxRing",
             "min_nodes": 1,
             "context_tokens": context,
+            **({"allow_duplicate": True} if another else {}),
         },
         timeout=30,
     )

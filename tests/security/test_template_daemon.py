@@ -17,6 +17,7 @@ import msgspec
 import pytest
 
 from skulk_core.ids import ModelId
+from skulk_core.models.cards import ModelKind
 from skulk_daemon.models.demo import install_demo_model
 from skulk_daemon.models.sidecar import write_sidecar
 from tests.daemon.serving import place
@@ -47,8 +48,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     hostile_dir = models / "test--hostile-template"
     hostile_dir.mkdir()
     os.link(Path(demo.location) / demo.card.gguf_file, hostile_dir / demo.card.gguf_file)
+    # An instruct card: a base card is served with no template at all.
     card = msgspec.structs.replace(
-        demo.card, model_id=HOSTILE, display_name="hostile template", chat_template=TEMPLATE
+        demo.card,
+        model_id=HOSTILE,
+        display_name="hostile template",
+        chat_template=TEMPLATE,
+        model_kind=ModelKind.INSTRUCT,
     )
     write_sidecar(hostile_dir, card, installed_at=int(time.time()))
     daemon = DaemonProcess(root=tmp_path_factory.mktemp("hostile-node"), models_dir=models)
