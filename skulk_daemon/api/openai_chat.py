@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Final
 
+import msgspec
 from litestar import Controller, MediaType, post
+from litestar.openapi.spec import Operation
 from litestar.response import Stream
 
 from skulk_core.ids import CommandId
@@ -44,20 +46,30 @@ LATE_ERROR: Final = (
 )
 """Why a success body may be an error envelope (JSON bodies and SSE streams alike)."""
 
-CHAT_COMPLETION_DOC: Final = documented(
-    body=ChatCompletionRequest,
-    ok={
-        JSON: json_of(ChatCompletion, OpenAIError, description=f"`stream: false`; {LATE_ERROR}"),
-        SSE: sse_of(
-            ChatCompletionChunk,
-            OpenAIError,
-            description="`stream: true`: chunks (or the error envelope), between comment "
-            "lines (`: command_id ...`, `: keep-alive`, `: generation_stats {...}`), then "
-            "`data: [DONE]`",
-            done="[DONE]",
-        ),
-    },
-    headers=COMMAND_ID_HEADER,
+
+def generation_doc(
+    body: type[msgspec.Struct], answer: type[msgspec.Struct], chunk: type[msgspec.Struct]
+) -> type[Operation]:
+    """An OpenAI generation route's document: ``answer`` as JSON, ``chunk``s as SSE."""
+    return documented(
+        body=body,
+        ok={
+            JSON: json_of(answer, OpenAIError, description=f"`stream: false`; {LATE_ERROR}"),
+            SSE: sse_of(
+                chunk,
+                OpenAIError,
+                description="`stream: true`: chunks (or the error envelope), between comment "
+                "lines (`: command_id ...`, `: keep-alive`, `: generation_stats {...}`), then "
+                "`data: [DONE]`",
+                done="[DONE]",
+            ),
+        },
+        headers=COMMAND_ID_HEADER,
+    )
+
+
+CHAT_COMPLETION_DOC: Final = generation_doc(
+    ChatCompletionRequest, ChatCompletion, ChatCompletionChunk
 )
 
 

@@ -9,17 +9,10 @@ from litestar.response import Stream
 
 from skulk_daemon.api.authority import declare
 from skulk_daemon.api.connection import HttpRequest
-from skulk_daemon.api.openai_chat import LATE_ERROR, SSE_HEADERS
+from skulk_daemon.api.openai_chat import SSE_HEADERS, generation_doc
 from skulk_daemon.api.openapi import (
-    COMMAND_ID_HEADER,
-    JSON,
     OPENAI,
-    SSE,
-    OpenAIError,
-    documented,
     errors,
-    json_of,
-    sse_of,
 )
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.chat.completions import open_completion
@@ -30,21 +23,7 @@ from skulk_daemon.chat.service import ChatService
 MAX_COMPLETION_BODY_BYTES: Final = 8 * 1024 * 1024
 """Prompts are text: a list of them fits in this (the rendered prompt has its own bound)."""
 
-COMPLETION_DOC: Final = documented(
-    body=CompletionRequest,
-    ok={
-        JSON: json_of(Completion, OpenAIError, description=f"`stream: false`; {LATE_ERROR}"),
-        SSE: sse_of(
-            CompletionChunk,
-            OpenAIError,
-            description="`stream: true`: chunks (or the error envelope), between comment "
-            "lines (`: command_id ...`, `: keep-alive`, `: generation_stats {...}`), then "
-            "`data: [DONE]`",
-            done="[DONE]",
-        ),
-    },
-    headers=COMMAND_ID_HEADER,
-)
+COMPLETION_DOC: Final = generation_doc(CompletionRequest, Completion, CompletionChunk)
 
 
 class OpenAICompletionsController(Controller):
