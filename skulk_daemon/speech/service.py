@@ -21,8 +21,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-import msgspec
-
 from skulk_core.audio.formats import (
     DEFAULT_SPEECH_FORMAT,
     MAX_AUDIO_UPLOAD_BYTES,
@@ -36,7 +34,6 @@ from skulk_core.audio.formats import (
     TranscriptFormat,
     pcm_headers,
 )
-from skulk_core.audio.subtitles import TranscriptSegment, render_srt, render_vtt
 from skulk_core.chat.generation import ErrorChunk
 from skulk_core.cluster.routing import select_instance
 from skulk_core.ids import (
@@ -67,12 +64,10 @@ from skulk_daemon.runner.protocol import (
 from skulk_daemon.speech.encode import encode_pcm
 from skulk_daemon.speech.protocol import (
     SpeechRequest,
-    Transcription,
-    VerboseSegment,
-    VerboseTranscription,
     Voice,
     VoiceList,
 )
+from skulk_daemon.speech.transcripts import render_transcript
 from skulk_daemon.worker.supervisor import Supervisor
 
 MAX_SEED: Final = 2**32 - 1
@@ -475,44 +470,6 @@ def _refusal(answer: ErrorChunk) -> ApiError:
     if answer.code in REMOTE_FAILURES:
         return ApiError(503, answer.message, code=answer.code)
     return refusal(answer.code, answer.message)
-
-
-def render_transcript(result: Transcribed, fmt: TranscriptFormat, *, translate: bool) -> bytes:
-    match fmt:
-        case "json":
-            return msgspec.json.encode(Transcription(text=result.text))
-        case "text":
-            return result.text.encode("utf-8")
-        case "verbose_json":
-            return msgspec.json.encode(
-                VerboseTranscription(
-                    task="translate" if translate else "transcribe",
-                    language=result.language,
-                    duration=result.duration,
-                    text=result.text,
-                    segments=[
-                        VerboseSegment(id=s.id, start=s.start, end=s.end, text=s.text)
-                        for s in result.segments
-                    ],
-                )
-            )
-        case "srt":
-            return render_srt(result.segments, result.text).encode("utf-8")
-        case "vtt":
-            return render_vtt(result.segments, result.text).encode("utf-8")
-        case "ndjson":
-            return b"".join(ndjson_line(s) for s in _cues(result))
-
-
-def _cues(result: Transcribed) -> tuple[TranscriptSegment, ...]:
-    if result.segments:
-        return result.segments
-    return (TranscriptSegment(id=0, start=0.0, end=result.duration, text=result.text),)
-
-
-def ndjson_line(segment: TranscriptSegment) -> bytes:
-    """One transcription chunk as an NDJSON line: its text and where it lies."""
-    return msgspec.json.encode(segment) + b"\n"
 
 
 def _voice(body: SpeechRequest, audio: AudioCard) -> str | None:

@@ -19,7 +19,8 @@ from skulk_core.chat.generation import ErrorChunk
 from skulk_daemon.runner.client import Answer
 from skulk_daemon.runner.protocol import SpeechPartial, Synthesized, Transcribed
 from skulk_daemon.speech.encode import StreamEncoder
-from skulk_daemon.speech.service import AdmittedSpeech, ndjson_line
+from skulk_daemon.speech.service import AdmittedSpeech
+from skulk_daemon.speech.transcripts import ndjson_line
 
 log = logging.getLogger("skulk.speech")
 
