@@ -28,11 +28,13 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
+import msgspec
 from rich.console import Console
 from rich.prompt import Confirm, Prompt
 from rich.table import Table
 
 from skulk_cli.plugin_service.feed_probe import FeedUnreachable, Probe
+from skulk_host.plugin_manager.protocol import SourceUpdate
 
 POLL_SECONDS: Final = 0.2
 POLL_LIMIT_SECONDS: Final = 300.0
@@ -157,7 +159,7 @@ class Installer:
             raise Refused("The feed's release record is not the one the catalog lists.")
         return dict(bound["review"])
 
-    def ask_source(self) -> dict[str, Any]:
+    def ask_source(self) -> SourceUpdate:
         """The source update from the owner's answers; the feed is read (``probe``)
         right after its address, before any question about trust."""
         base_url = self.ask("HTTPS release directory (ending in /)")
@@ -191,18 +193,17 @@ class Installer:
             "revoked_publishers": [],
             "revoked_artifacts": [],
         }
-        update: dict[str, Any] = {
-            "expected_revision": 0,
-            "base_url": base_url,
-            "metadata_filename": filename,
-            "trust": trust,
-        }
-        if token:
-            update["token"] = token
-        return update
+        return SourceUpdate(
+            expected_revision=0,
+            base_url=base_url,
+            metadata_filename=filename,
+            trust=trust,
+            token=token or None,
+        )
 
-    def save_source(self, plugin_id: str, update: dict[str, Any]) -> None:
-        self.call({"action": "configure_source", "plugin_id": plugin_id, "request": update})
+    def save_source(self, plugin_id: str, update: SourceUpdate) -> None:
+        request = msgspec.structs.asdict(update)
+        self.call({"action": "configure_source", "plugin_id": plugin_id, "request": request})
         self.console.print("Release source configured.")
 
     def show_review(self, review: dict[str, Any]) -> None:

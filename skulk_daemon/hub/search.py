@@ -125,22 +125,21 @@ def _list(
         headers=headers,
         timeout=SEARCH_TIMEOUT_SECONDS,
     )
-    items: list[dict[str, Any]] = []
+    models: list[ModelInfo] = []
     while True:
         hf_raise_for_status(response)
         listed = response.json()
-        items += [
-            item for item in (listed if isinstance(listed, list) else []) if isinstance(item, dict)
+        models += [
+            ModelInfo(**{**item, "siblings": item.get("siblings")})  # type: ignore[no-untyped-call]
+            for item in (listed if isinstance(listed, list) else [])
+            if isinstance(item, dict)
         ]
         # The Hub pages a long listing (an offset past its page size) with Link headers.
         following = response.links.get("next", {}).get("url")
-        if len(items) >= limit or not following:
+        if len(models) >= limit or not following:
             break
         response = session.get(following, headers=headers, timeout=SEARCH_TIMEOUT_SECONDS)
-    return [
-        ModelInfo(**{**item, "siblings": item.get("siblings")})  # type: ignore[no-untyped-call]
-        for item in items[:limit]
-    ]
+    return models[:limit]
 
 
 def model_name(file_name: str) -> str:
