@@ -63,6 +63,16 @@ class Reply:
     cancelled: bool = False
 
 
+TemperatureOption = Annotated[
+    float | None,
+    typer.Option("--temperature", metavar="T", min=0.0, help="Sampling temperature (0: greedy)."),
+]
+SystemOption = Annotated[
+    str | None,
+    typer.Option("--system", metavar="TEXT", help="A system message to start with."),
+]
+
+
 def chat(
     ctx: typer.Context,
     model: PlacedModelArg,
@@ -79,16 +89,8 @@ def chat(
         int,
         typer.Option("--max-tokens", metavar="N", min=1, help="Stop each reply after N tokens."),
     ] = DEFAULT_MAX_TOKENS,
-    temperature: Annotated[
-        float | None,
-        typer.Option(
-            "--temperature", metavar="T", min=0.0, help="Sampling temperature (0: greedy)."
-        ),
-    ] = None,
-    system: Annotated[
-        str | None,
-        typer.Option("--system", metavar="TEXT", help="A system message to start with."),
-    ] = None,
+    temperature: TemperatureOption = None,
+    system: SystemOption = None,
     wire_format: Annotated[
         WireFormat | None,
         typer.Option(

@@ -18,6 +18,7 @@ from rich.text import Text
 from skulk_cli import console, render, views
 from skulk_cli.client import SkulkApiError, SkulkClient
 from skulk_cli.commands import chat as chat_command
+from skulk_cli.commands.chat import SystemOption, TemperatureOption
 from skulk_cli.commands.models import follow_download
 from skulk_cli.commands.placement import (
     READY_STATUSES,
@@ -64,16 +65,8 @@ def run(
             show_default=False,
         ),
     ] = None,
-    temperature: Annotated[
-        float | None,
-        typer.Option(
-            "--temperature", metavar="T", min=0.0, help="Sampling temperature (0: greedy)."
-        ),
-    ] = None,
-    system: Annotated[
-        str | None,
-        typer.Option("--system", metavar="TEXT", help="A system message to start with."),
-    ] = None,
+    temperature: TemperatureOption = None,
+    system: SystemOption = None,
 ) -> None:
     """Chat with a model in one step: add, download and place it first if needed.
 
