@@ -40,19 +40,24 @@ async function readBody(response) {
   return text;
 }
 
-async function send(method, path, { body, signal, headers } = {}) {
-  const init = { method, signal, headers: { Accept: "application/json", ...(headers || {}) }, credentials: "same-origin" };
+// One request to the node: a JSON body when given, same-origin credentials; a
+// network failure is an ApiError with status 0 (an abort stays an AbortError).
+async function reach(method, path, accept, { body, signal, headers } = {}) {
+  const init = { method, signal, headers: { Accept: accept, ...(headers || {}) }, credentials: "same-origin" };
   if (body !== undefined) {
     init.body = JSON.stringify(body);
     init.headers["Content-Type"] = "application/json";
   }
-  let response;
   try {
-    response = await fetch(path, init);
+    return await fetch(path, init);
   } catch (error) {
     if (error && error.name === "AbortError") throw error;
     throw new ApiError(0, "The node could not be reached.");
   }
+}
+
+async function send(method, path, options = {}) {
+  const response = await reach(method, path, "application/json", options);
   const parsed = await readBody(response);
   if (!response.ok) {
     const [message, code] = messageOf(parsed, `${method} ${path} failed with ${response.status}`);
@@ -110,18 +115,7 @@ async function pump(response, onEvent) {
 }
 
 async function openStream(method, path, body, { signal, onEvent, headers } = {}) {
-  const init = { method, signal, headers: { Accept: "text/event-stream", ...(headers || {}) }, credentials: "same-origin" };
-  if (body !== undefined) {
-    init.body = JSON.stringify(body);
-    init.headers["Content-Type"] = "application/json";
-  }
-  let response;
-  try {
-    response = await fetch(path, init);
-  } catch (error) {
-    if (error && error.name === "AbortError") throw error;
-    throw new ApiError(0, "The node could not be reached.");
-  }
+  const response = await reach(method, path, "text/event-stream", { body, signal, headers });
   if (!response.ok) {
     const parsed = await readBody(response);
     const [message, code] = messageOf(parsed, `${method} ${path} failed with ${response.status}`);
