@@ -11,7 +11,8 @@ streams as ``response.output_text.delta`` (reasoning is never exposed), then
 ``response.output_text.done``; with a ``tts_model`` the final text is synthesized by a
 normal ``tts@1.0.0`` Fabric provider stream (MP3) on the node whose runner serves it
 (this one first, else a reachable peer) as ``response.audio.delta`` / ``done``.
-``response.done`` ends every response: ``completed``, ``cancelled`` (the session
+A reply with nothing a voice can speak (only punctuation or symbols) is answered
+as text alone: no audio events, ``completed``. ``response.done`` ends every response: ``completed``, ``cancelled`` (the session
 cancelled it: ``response.cancel``, new speech, a new turn or a disconnect) or
 ``failed`` (after an ``error`` event; the socket stays open). Media never enters the
 history or State.
@@ -257,12 +258,14 @@ class ChatResponder:
                 error.message if error is not None else "the tts provider refused the call",
             )
         frames = stream.frames
+        spoken = False
         try:
             async for frame in frames:
                 match frame.kind:
                     case "chunk":
                         media = frame.media
                         if isinstance(media, InlineMediaAttachment) and media.data:
+                            spoken = True
                             await emit(
                                 ResponseAudioDelta(
                                     event_id=_id("event"),
@@ -276,6 +279,11 @@ class ChatResponder:
                         continue
                     case _:
                         error = frame.error
+                        if not spoken and error is not None and error.code == "invalid_payload":
+                            # The model, voice and format are the session's, checked at
+                            # session.update: what the voice refused is the reply's text,
+                            # which holds nothing it can speak. The answer stays text.
+                            return
                         raise _Failed(
                             error.code if error is not None else "speech_failed",
                             error.message if error is not None else "the synthesis failed",

@@ -204,8 +204,8 @@ def test_placing_a_placed_model_again_is_refused_unless_another_replica_is_asked
         message = assert_refused(again, 409, "model_already_placed")
         assert first in message and "allow_duplicate" in message
         after = node.get("/state").json()
-        assert after["lastEventAppliedIdx"] == before["lastEventAppliedIdx"]
-        assert list(after["instances"]) == [first]
+        # Nothing was placed (the runner's own status events may still move on).
+        assert after["instances"] == before["instances"] and list(after["instances"]) == [first]
 
         replica = post(
             node,

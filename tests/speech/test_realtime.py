@@ -484,7 +484,7 @@ def test_the_response_participant_answers_speaks_and_cancels(served: tuple[AppNo
     app, _ = served
     place(app)  # the demo chat model
     question = speech_24k(app, "What is the capital of France?")
-    response = {"model": DEMO, "tts_model": TTS, "max_output_tokens": 12}
+    response = {"model": DEMO, "tts_model": TTS, "max_output_tokens": 32}
     with connect(app, f"/v1/realtime?model={STT}") as session:
         ws = Socket(session)
         ws.next()

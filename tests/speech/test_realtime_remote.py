@@ -117,7 +117,7 @@ class Socket:
             event: dict[str, Any] = json.loads(self.connection.recv(timeout=TIMEOUT))
             if event["type"] == "error" and event["error"]["code"] == "turn_in_progress":
                 continue  # audio sent after server VAD committed: dropped, as it must be
-            assert event["type"] != "error", event
+            assert event["type"] != "error", (event, self.events)
             self.events.append(event)
             if event["type"] == kind:
                 return event
@@ -240,7 +240,7 @@ def test_the_response_is_spoken_by_bs_tts(
 ) -> None:
     a, b, _ = pair
     question = speech(a, "What is the capital of France?") + bytes(FRAME * 2)
-    response = {"model": DEMO, "tts_model": TTS, "max_output_tokens": 12}
+    response = {"model": DEMO, "tts_model": TTS, "max_output_tokens": 32}
     with socket(a, f"/v1/realtime?model={STT}") as connection:
         ws = Socket(connection)
         ws.until("session.created")
