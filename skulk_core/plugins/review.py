@@ -2,14 +2,10 @@
 
 Display values only, built from verified documents; no address, credential or
 host-local path is in either. Field names are the spec's (snake_case). The shapes are
-:mod:`skulk_core.plugins.answers`' Structs; the manager answers their builtins.
+:mod:`skulk_core.plugins.answers`' Structs, which the manager answers as they are.
 """
 
 from __future__ import annotations
-
-from typing import Any
-
-import msgspec
 
 from skulk_core.plugins.answers import CatalogListing, CatalogReview, ReleaseReview
 from skulk_core.plugins.documents import CatalogEntry, CatalogListingFields, HostFacts
@@ -34,11 +30,6 @@ def reviewed_release(release: VerifiedRelease, source_revision: int) -> ReleaseR
     )
 
 
-def release_review(release: VerifiedRelease, source_revision: int) -> dict[str, Any]:
-    review: dict[str, Any] = msgspec.to_builtins(reviewed_release(release, source_revision))
-    return review
-
-
 def listing(entry: CatalogEntry, fits: bool) -> CatalogListing:
     """``entry`` without its address (no addresses in a review), and whether it fits."""
     shown = {name: getattr(entry, name) for name in CatalogListingFields.__struct_fields__}
@@ -55,8 +46,3 @@ def reviewed_catalog(catalog: VerifiedCatalog, host: HostFacts) -> CatalogReview
         catalog_sha256=catalog.catalog_sha256,
         entries=[listing(entry, matches_host(entry, host)) for entry in claims.entries],
     )
-
-
-def catalog_review(catalog: VerifiedCatalog, host: HostFacts) -> dict[str, Any]:
-    review: dict[str, Any] = msgspec.to_builtins(reviewed_catalog(catalog, host))
-    return review

@@ -12,9 +12,10 @@ streams as ``response.output_text.delta`` (reasoning is never exposed), then
 normal ``tts@1.0.0`` Fabric provider stream (MP3) on the node whose runner serves it
 (this one first, else a reachable peer) as ``response.audio.delta`` / ``done``.
 A reply with nothing a voice can speak (only punctuation or symbols) is answered
-as text alone: no audio events, ``completed``. ``response.done`` ends every response: ``completed``, ``cancelled`` (the session
-cancelled it: ``response.cancel``, new speech, a new turn or a disconnect) or
-``failed`` (after an ``error`` event; the socket stays open). Media never enters the
+as text alone: no audio events, ``completed``. ``response.done`` ends every response:
+``completed``, ``cancelled`` (the session cancelled it: ``response.cancel``, new
+speech, a new turn or a disconnect) or ``failed`` (after an ``error`` event; the
+socket stays open). Media never enters the
 history or State.
 """
 

@@ -18,18 +18,20 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit
 
 import msgspec
 
+from skulk_core.plugins.answers import CatalogInstalled, CatalogReview, SourceStatus
 from skulk_core.plugins.documents import CATALOG_WINDOW, CatalogEntry, HostFacts
 from skulk_core.plugins.errors import refuse
-from skulk_core.plugins.review import catalog_review
+from skulk_core.plugins.review import listing, reviewed_catalog
 from skulk_core.plugins.trust import PublisherTrust, advance_trust, parse_trust
 from skulk_core.plugins.verify import CatalogFloor, matches_host, verify_catalog
 from skulk_host.fsutil import atomic_write, ensure_private_dir
 from skulk_host.plugin_manager.protocol import (
+    Answer,
     CatalogRequest,
     CatalogStatusRequest,
     CatalogUpdate,
@@ -75,7 +77,7 @@ class Catalog:
         """Registers a new installation (the lifecycle's ``register``, with its bound)."""
         self._busy = threading.Lock()
 
-    def handle(self, request: CatalogRequest) -> Any:
+    def handle(self, request: CatalogRequest) -> Answer:
         # NOTE: a non-blocking lock: a second catalog operation is refused at once with
         # the spec's sentence instead of waiting behind a slow catalog server.
         if not self._busy.acquire(blocking=False):
@@ -108,17 +110,17 @@ class Catalog:
     def _token_path(self, reference: str) -> Path:
         return self.directory / "credentials" / f"{reference}.token"
 
-    def _status(self, record: CatalogRecord) -> dict[str, Any]:
+    def _status(self, record: CatalogRecord) -> SourceStatus:
         reference = record.credential_reference
-        return {
-            "revision": record.revision,
-            "configured": record.base_url is not None and record.trust is not None,
-            "credential_reference": reference,
-            "credential_ready": reference is not None and self._token_path(reference).is_file(),
-            "trust_revision": None if record.trust is None else record.trust.revision,
-        }
+        return SourceStatus(
+            revision=record.revision,
+            configured=record.base_url is not None and record.trust is not None,
+            credential_reference=reference,
+            credential_ready=reference is not None and self._token_path(reference).is_file(),
+            trust_revision=None if record.trust is None else record.trust.revision,
+        )
 
-    def configure(self, update: CatalogUpdate) -> dict[str, Any]:
+    def configure(self, update: CatalogUpdate) -> SourceStatus:
         current = self._record()
         if update.expected_revision != current.revision:
             raise refuse(
@@ -158,7 +160,7 @@ class Catalog:
         self._save(record)
         return self._status(record)
 
-    def read(self) -> dict[str, Any]:
+    def read(self) -> CatalogReview:
         record = self._record()
         if record.base_url is None or record.trust is None:
             raise refuse(
@@ -172,9 +174,10 @@ class Catalog:
         floors = {**record.floors, floor.publisher: floor}
         self._save(msgspec.structs.replace(self._record(), floors=floors))
         self._retain(catalog.catalog_sha256, raw)
-        return {**catalog_review(catalog, self.host), "window": list(CATALOG_WINDOW.accepted)}
+        review = reviewed_catalog(catalog, self.host)
+        return msgspec.structs.replace(review, window=list(CATALOG_WINDOW.accepted))
 
-    def install(self, request: InstallFromCatalogRequest) -> dict[str, Any]:
+    def install(self, request: InstallFromCatalogRequest) -> CatalogInstalled:
         """Bind an installation's release source to one reviewed listing, then inspect
         its record through the ordinary path; it must be the record the listing names."""
         assert self.releases is not None and self.register is not None
@@ -218,20 +221,15 @@ class Catalog:
         status = releases.configure(plugin_id, update)
         review = releases.inspect(plugin_id)
         named = (entry.release_digest, entry.publisher, entry.bundle_id, entry.sequence)
-        served = (
-            review["runtime_digest"],
-            review["publisher"],
-            review["bundle_id"],
-            review["sequence"],
-        )
+        served = (review.runtime_digest, review.publisher, review.bundle_id, review.sequence)
         if served != named:
             raise refuse(
                 "digest_mismatch",
                 "The record served at the listed feed is not the record the listing names.",
             )
-        listing = {**msgspec.to_builtins(entry), "matches_host": True}
-        del listing["release_url"]
-        return {"plugin_id": plugin_id, "listing": listing, "source": status, "review": review}
+        return CatalogInstalled(
+            plugin_id=plugin_id, listing=listing(entry, fits=True), source=status, review=review
+        )
 
     def _listing(self, record: CatalogRecord, request: InstallFromCatalogRequest) -> CatalogEntry:
         path = self.directory / "documents" / f"{request.catalog_sha256}.json"

@@ -23,15 +23,22 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
+from skulk_core.plugins.answers import (
+    Installation,
+    OperationSummary,
+    OwnerProcess,
+    Purged,
+)
 from skulk_core.plugins.errors import PluginRefusal, refuse
 from skulk_host.plugin_manager.protocol import (
     MAX_INSTALLATIONS,
     MAX_OPERATIONS,
     TERMINAL_STATES,
+    Answer,
     CatalogStatusRequest,
     ConfigureCatalogRequest,
     ConfigureSourceRequest,
@@ -49,6 +56,7 @@ from skulk_host.plugin_manager.protocol import (
     RecoverInstallRequest,
     RecoverRequest,
     RegisterRequest,
+    ReloadRuntimeRequest,
     Request,
     Selection,
     SourceStatusRequest,
@@ -82,21 +90,25 @@ class Lifecycle:
 
     # -- dispatch ----------------------------------------------------------------------
 
-    def handle(self, request: Request) -> Any:
+    def installations(self) -> list[Installation]:
+        return [self._observe(i) for i in self.store.ids()]
+
+    def handle(self, request: Request) -> Answer:
         match request:
-            case ListRequest():
-                return {"installations": [self._observe(i) for i in self.store.ids()]}
+            case ListRequest() | ReloadRuntimeRequest():
+                # NOTE: the server answers these itself: they concern its own runtime.
+                raise refuse("malformed", "The manager's server answers this request.")
             case RegisterRequest(plugin_id=plugin_id):
                 return self.register(plugin_id)
             case GetRequest(plugin_id=plugin_id):
                 self._require(plugin_id)
                 return self._observe(plugin_id)
             case SubmitRequest(plugin_id=plugin_id, request=lifecycle):
-                return msgspec.to_builtins(self.submit(plugin_id, lifecycle))
+                return self.submit(plugin_id, lifecycle)
             case OperationRequest(plugin_id=plugin_id, operation_id=operation_id):
-                return msgspec.to_builtins(self._retained(plugin_id, operation_id))
+                return self._retained(plugin_id, operation_id)
             case RecoverRequest(plugin_id=plugin_id, operation_id=operation_id):
-                return msgspec.to_builtins(self.recover(plugin_id, operation_id))
+                return self.recover(plugin_id, operation_id)
             case PurgeRequest(plugin_id=plugin_id):
                 return self.purge(plugin_id)
             case (
@@ -133,7 +145,7 @@ class Lifecycle:
 
     # -- verbs -------------------------------------------------------------------------
 
-    def register(self, plugin_id: str) -> Any:
+    def register(self, plugin_id: str) -> Installation:
         with self._lock:
             if not self.store.exists(plugin_id):
                 if len(self.store.ids()) >= MAX_INSTALLATIONS:
@@ -204,7 +216,7 @@ class Lifecycle:
         self._start(operation)
         return operation
 
-    def purge(self, plugin_id: str) -> dict[str, Any]:
+    def purge(self, plugin_id: str) -> Purged:
         """Remove an installation that is uninstalled, or never selected a release, with
         everything it retained (journals, generations, feed credentials). A live one, or
         one with an operation or a download under way, is refused and left unchanged."""
@@ -231,7 +243,7 @@ class Lifecycle:
                     raise refuse("busy", f"{plugin_id} is held by another local command.")
                 self.store.purge(plugin_id)
         log.info("%s: purged", plugin_id)
-        return {"plugin_id": plugin_id, "purged": True}
+        return Purged(plugin_id=plugin_id, purged=True)
 
     def _start(self, operation: LifecycleOperation) -> None:
         worker = threading.Thread(
@@ -297,7 +309,7 @@ class Lifecycle:
                     operation_id=operation_id,
                 )
 
-    def _update(self, operation: LifecycleOperation, **fields: Any) -> LifecycleOperation:
+    def _update(self, operation: LifecycleOperation, **fields: object) -> LifecycleOperation:
         updated = msgspec.structs.replace(operation, updated_at=int(time.time()), **fields)
         self.store.record(updated)
         return updated
@@ -337,7 +349,7 @@ class Lifecycle:
 
     # -- observation -------------------------------------------------------------------
 
-    def _observe(self, plugin_id: str) -> dict[str, Any]:
+    def _observe(self, plugin_id: str) -> Installation:
         selection = self.store.selection(plugin_id)
         operations = self.store.operations(plugin_id)
         latest = operations[-1] if operations else None
@@ -347,30 +359,30 @@ class Lifecycle:
             if digest is None or self.releases is None
             else self.releases.display(plugin_id, digest)
         )
-        return {
-            "plugin_id": plugin_id,
-            "release": release,
-            "reload_runtime": False,
-            "selection": None if selection.revision == 0 else msgspec.to_builtins(selection),
-            "selected_digest": selection.runtime_digest,
-            "selection_revision": selection.revision,
-            "enabled": selection.enabled,
-            "uninstalled": selection.uninstalled,
-            "service": (
-                {"status": "not_supervised"}
+        return Installation(
+            plugin_id=plugin_id,
+            release=release,
+            reload_runtime=False,
+            selection=None if selection.revision == 0 else selection,
+            selected_digest=selection.runtime_digest,
+            selection_revision=selection.revision,
+            enabled=selection.enabled,
+            uninstalled=selection.uninstalled,
+            service=(
+                OwnerProcess(status="not_supervised")
                 if self.supervisor is None
                 else self.supervisor.observe(plugin_id)
             ),
-            "stale": False,
-            "operation_id": None if latest is None else latest.operation_id,
-            "operation_state": None if latest is None else latest.state,
-            "error_code": None if latest is None else latest.error_code,
-            "operations": [
-                {"operation_id": op.operation_id, "state": op.state}
+            stale=False,
+            operation_id=None if latest is None else latest.operation_id,
+            operation_state=None if latest is None else latest.state,
+            error_code=None if latest is None else latest.error_code,
+            operations=[
+                OperationSummary(operation_id=op.operation_id, state=op.state)
                 for op in operations
                 if op.state not in TERMINAL_STATES or op is latest
             ],
-        }
+        )
 
     def join(self, timeout: float = 35.0) -> None:
         """Wait for accepted work (shutdown); work still waiting stays journaled."""

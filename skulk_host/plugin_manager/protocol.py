@@ -23,7 +23,16 @@ from typing import Annotated, Any, Final, Literal, TypeAlias
 
 import msgspec
 
-from skulk_core.plugins.answers import PublishedSelection
+from skulk_core.plugins.answers import (
+    CatalogInstalled,
+    CatalogReview,
+    Installation,
+    ManagerListing,
+    PublishedSelection,
+    Purged,
+    ReleaseReview,
+    SourceStatus,
+)
 from skulk_core.plugins.errors import PluginRefusal, ReleaseProtocolUnsupported
 from skulk_host.plugin_service.runtime import Generation, ManagerBuildDiffers
 
@@ -366,7 +375,7 @@ class InstallOperation(msgspec.Struct, frozen=True, kw_only=True):
     operation_id: str
     plugin_id: str
     request: InstallRequest
-    review: dict[str, Any]
+    review: ReleaseReview
     state: InstallState
     downloaded_bytes: int = 0
     error_code: str | None = None
@@ -403,6 +412,39 @@ class LifecycleOperation(msgspec.Struct, frozen=True, kw_only=True):
     updated_at: int
 
 
+class HostListing(ManagerListing, frozen=True, kw_only=True):
+    """``list``'s result on the socket: the installations and this manager's runtime
+    (host-local; the routes read :class:`ManagerListing`'s part)."""
+
+    runtime: Literal["staged", "live_environment"]
+    runtime_generation: str | None
+    build_sha256: str | None
+
+
+class RuntimeReloaded(msgspec.Struct, frozen=True, kw_only=True):
+    """``reload_runtime``'s result: the generation selected; the manager restarts."""
+
+    generation: str
+    selected: bool
+    restarting: bool
+
+
+Answer: TypeAlias = (
+    HostListing
+    | Installation
+    | Purged
+    | LifecycleOperation
+    | SourceStatus
+    | ReleaseReview
+    | InstallOperation
+    | InstallStatus
+    | CatalogReview
+    | CatalogInstalled
+    | RuntimeReloaded
+)
+"""Every result the manager answers (inside ``{"ok": true, "result": ...}``)."""
+
+
 def decode_request(raw: bytes) -> Request:
     """A request, or a :class:`PluginRefusal` naming what is wrong with it."""
     if len(raw) > MAX_REQUEST_BYTES:
@@ -415,7 +457,7 @@ def decode_request(raw: bytes) -> Request:
         raise PluginRefusal("malformed", "The request is not one JSON object.") from None
 
 
-def ok(result: Any) -> bytes:
+def ok(result: Answer) -> bytes:
     return _bounded(_ENCODER.encode({"ok": True, "result": result}))
 
 

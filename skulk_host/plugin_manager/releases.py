@@ -22,13 +22,13 @@ import ssl
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
+from skulk_core.plugins.answers import ReleaseDisplay, ReleaseReview, SourceStatus
 from skulk_core.plugins.documents import HostFacts
 from skulk_core.plugins.errors import PluginRefusal, refuse
-from skulk_core.plugins.review import release_review
+from skulk_core.plugins.review import reviewed_release
 from skulk_core.plugins.verify import (
     ReleaseFloor,
     VerifiedRelease,
@@ -41,11 +41,13 @@ from skulk_host.plugin_manager.install_journal import LIVE_INSTALL_STATES, Insta
 from skulk_host.plugin_manager.protocol import (
     MAX_OPERATIONS,
     MAX_RECOVERY_ATTEMPTS,
+    Answer,
     ConfigureSourceRequest,
     InspectReleaseRequest,
     InstallOperation,
     InstallReleaseRequest,
     InstallRequest,
+    InstallStatus,
     InstallStatusRequest,
     RecoverInstallRequest,
     ReleaseRequest,
@@ -73,7 +75,7 @@ class Releases:
         self._journal = InstallJournal(store)
         self._journal.interrupt_live()
 
-    def handle(self, request: ReleaseRequest) -> Any:
+    def handle(self, request: ReleaseRequest) -> Answer:
         match request:
             case ConfigureSourceRequest(plugin_id=plugin_id, request=update):
                 return self.configure(plugin_id, update)
@@ -83,15 +85,15 @@ class Releases:
             case InspectReleaseRequest(plugin_id=plugin_id):
                 return self.inspect(plugin_id)
             case InstallReleaseRequest(plugin_id=plugin_id, request=install):
-                return msgspec.to_builtins(self.install(plugin_id, install))
+                return self.install(plugin_id, install)
             case RecoverInstallRequest(
                 plugin_id=plugin_id, operation_id=operation_id, expected_source_revision=revision
             ):
-                return msgspec.to_builtins(self.recover(plugin_id, operation_id, revision))
+                return self.recover(plugin_id, operation_id, revision)
             case InstallStatusRequest(plugin_id=plugin_id):
                 self._require(plugin_id)
                 operations = self._journal.operations(plugin_id)
-                return {"operation": msgspec.to_builtins(operations[-1]) if operations else None}
+                return InstallStatus(operation=operations[-1] if operations else None)
 
     # -- files -------------------------------------------------------------------------
 
@@ -119,19 +121,19 @@ class Releases:
                 "source_invalid", "The stored feed credential cannot be read: supply it again."
             ) from None
 
-    def display(self, plugin_id: str, runtime_digest: str) -> dict[str, Any] | None:
+    def display(self, plugin_id: str, runtime_digest: str) -> ReleaseDisplay | None:
         """The selected release's names from its retained signed record, for display
         only (not verified here, never a trust decision); ``None`` when unreadable."""
         path = self._path(plugin_id, "reviews", f"{runtime_digest}.json")
         try:
             signed = msgspec.json.decode(path.read_bytes())["signed"]
-            return {
-                "bundle_id": str(signed["bundle_id"]),
-                "title": None if signed.get("title") is None else str(signed["title"]),
-                "bundle_version": str(signed["version"]),
-                "publisher": str(signed["publisher"]),
-                "sequence": int(signed["sequence"]),
-            }
+            return ReleaseDisplay(
+                bundle_id=str(signed["bundle_id"]),
+                title=None if signed.get("title") is None else str(signed["title"]),
+                bundle_version=str(signed["version"]),
+                publisher=str(signed["publisher"]),
+                sequence=int(signed["sequence"]),
+            )
         except (OSError, msgspec.DecodeError, KeyError, TypeError, ValueError):
             return None
 
@@ -140,22 +142,22 @@ class Releases:
         with self._lock:
             return self._journal.live(plugin_id)
 
-    def _status(self, plugin_id: str, source: SourceRecord) -> dict[str, Any]:
+    def _status(self, plugin_id: str, source: SourceRecord) -> SourceStatus:
         ready = False
         if source.credential_reference is not None:
             path = self._path(plugin_id, "credentials", f"{source.credential_reference}.token")
             ready = path.is_file()
-        return {
-            "revision": source.revision,
-            "configured": source.base_url is not None and source.trust is not None,
-            "credential_reference": source.credential_reference,
-            "credential_ready": ready,
-            "trust_revision": None if source.trust is None else source.trust.revision,
-        }
+        return SourceStatus(
+            revision=source.revision,
+            configured=source.base_url is not None and source.trust is not None,
+            credential_reference=source.credential_reference,
+            credential_ready=ready,
+            trust_revision=None if source.trust is None else source.trust.revision,
+        )
 
     # -- source ------------------------------------------------------------------------
 
-    def configure(self, plugin_id: str, update: SourceUpdate) -> dict[str, Any]:
+    def configure(self, plugin_id: str, update: SourceUpdate) -> SourceStatus:
         with self._lock:
             self._require(plugin_id)
             current = self.source(plugin_id)
@@ -206,7 +208,7 @@ class Releases:
             raise refuse("digest_mismatch", "The retained release record names another runtime.")
         check_host(release.claims, self.host)
 
-    def inspect(self, plugin_id: str) -> dict[str, Any]:
+    def inspect(self, plugin_id: str) -> ReleaseReview:
         self._require(plugin_id)
         source = self.source(plugin_id)
         with self._client(plugin_id, source) as client:
@@ -220,7 +222,7 @@ class Releases:
                 "too_large", f"{MAX_OPERATIONS} reviews are retained: local maintenance is needed."
             )
         atomic_write(target, raw)
-        return release_review(release, source.revision)
+        return reviewed_release(release, source.revision)
 
     # -- install -----------------------------------------------------------------------
 
@@ -261,7 +263,7 @@ class Releases:
                 operation_id=request.operation_id,
                 plugin_id=plugin_id,
                 request=request,
-                review=release_review(release, source.revision),
+                review=reviewed_release(release, source.revision),
                 state="accepted",
                 accepted_at=now,
                 updated_at=now,

@@ -31,12 +31,13 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 import skulk_host
+from skulk_core.plugins.answers import Installation
 from skulk_core.plugins.errors import refuse
 from skulk_host.files import file_lock
-from skulk_host.plugin_manager.protocol import ReloadRuntimeRequest
+from skulk_host.plugin_manager.protocol import HostListing, ReloadRuntimeRequest, RuntimeReloaded
 from skulk_host.plugin_service import bootstrap
 from skulk_host.plugin_service.runtime import (
     RUNTIMES_DIR,
@@ -69,14 +70,16 @@ class ManagerRuntime:
     verified_by: Literal["bootstrap", "manager"] | None = None
     """Who walked the seal: the bootstrap before any import, or this process after."""
 
-    def inventory(self) -> dict[str, Any]:
-        """What ``list`` adds: this manager's runtime and its ``reload_runtime`` support."""
-        return {
-            "reload_runtime": True,
-            "runtime": self.kind,
-            "runtime_generation": self.generation,
-            "build_sha256": self.build_sha256,
-        }
+    def listing(self, installations: list[Installation]) -> HostListing:
+        """``list``'s answer: the installations, this manager's runtime and its
+        ``reload_runtime`` support."""
+        return HostListing(
+            installations=installations,
+            reload_runtime=True,
+            runtime=self.kind,
+            runtime_generation=self.generation,
+            build_sha256=self.build_sha256,
+        )
 
 
 LIVE = ManagerRuntime("live_environment")
@@ -114,7 +117,7 @@ def own_runtime(sealed: bool) -> ManagerRuntime:
     )
 
 
-def reload_runtime(runtime: ManagerRuntime, request: ReloadRuntimeRequest) -> dict[str, Any]:
+def reload_runtime(runtime: ManagerRuntime, request: ReloadRuntimeRequest) -> RuntimeReloaded:
     """Select the staged generation ``request`` names (its seal verified first)."""
     if runtime.kind != "staged" or runtime.service_root is None:
         raise refuse(
@@ -130,4 +133,4 @@ def reload_runtime(runtime: ManagerRuntime, request: ReloadRuntimeRequest) -> di
         completion = verify(target, request.manifest_sha256)
         select(root, completion.generation)
         record_selection(root, completion)
-    return {"generation": completion.generation, "selected": True, "restarting": True}
+    return RuntimeReloaded(generation=completion.generation, selected=True, restarting=True)

@@ -24,7 +24,7 @@ import struct
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from skulk_core.plugins.errors import PluginRefusal, refuse
 from skulk_host.plugin_manager import protocol
@@ -157,14 +157,14 @@ class ManagerServer:
         try:
             raw = await _read_request(reader)
             request = protocol.decode_request(raw)
-            result: Any
+            result: protocol.Answer
             match request:
                 case protocol.ReloadRuntimeRequest():
                     result = await asyncio.to_thread(reload_runtime, self.runtime, request)
                     reloaded.append(True)
                 case protocol.ListRequest():
-                    listed = await asyncio.to_thread(self.lifecycle.handle, request)
-                    result = {**listed, **self.runtime.inventory()}
+                    listed = await asyncio.to_thread(self.lifecycle.installations)
+                    result = self.runtime.listing(listed)
                 case _:
                     result = await asyncio.to_thread(self.lifecycle.handle, request)
         except PluginRefusal as refusal:

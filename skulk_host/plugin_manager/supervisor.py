@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Final
 
+from skulk_core.plugins.answers import OwnerProcess
 from skulk_core.plugins.errors import PluginRefusal
 from skulk_core.plugins.supervision import Backoff, after_exit
 from skulk_host.fsutil import ensure_private_dir
@@ -89,35 +90,35 @@ class Supervisor:
     def start(self) -> None:
         self._thread.start()
 
-    def observe(self, plugin_id: str) -> dict[str, object]:
+    def observe(self, plugin_id: str) -> OwnerProcess:
         """The observed process state: never a readiness claim."""
         with self._lock:
             owner = self._owners.get(plugin_id)
             if owner is None:
                 # NOTE: the same keys as a supervised owner's, so a reader polling
                 # right after activation (before the first pass) sees zeros, not gaps.
-                return {
-                    "status": "stopped",
-                    "lifetimes": 0,
-                    "consecutive_failures": 0,
-                    "backoff_seconds": 0.0,
-                    "restart_in_seconds": None,
-                    "error_code": None,
-                }
+                return OwnerProcess(
+                    status="stopped",
+                    lifetimes=0,
+                    consecutive_failures=0,
+                    backoff_seconds=0.0,
+                    restart_in_seconds=None,
+                    error_code=None,
+                )
             running = owner.process is not None and owner.process.poll() is None
             waiting = None
             if not running and owner.backoff.failures:
                 waiting = max(0.0, round(owner.backoff.next_start_at - time.monotonic(), 1))
-            return {
-                "status": "running"
+            return OwnerProcess(
+                status="running"
                 if running
                 else ("failed" if owner.backoff.failures else "stopped"),
-                "lifetimes": owner.lifetimes,
-                "consecutive_failures": owner.backoff.failures,
-                "backoff_seconds": owner.backoff.delay,
-                "restart_in_seconds": waiting,
-                "error_code": owner.last_error,
-            }
+                lifetimes=owner.lifetimes,
+                consecutive_failures=owner.backoff.failures,
+                backoff_seconds=owner.backoff.delay,
+                restart_in_seconds=waiting,
+                error_code=owner.last_error,
+            )
 
     def _run(self) -> None:
         while not self._stop.wait(POLL_SECONDS):

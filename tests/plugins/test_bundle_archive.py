@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from skulk_core.plugins.errors import PluginRefusal
-from skulk_core.plugins.review import release_review
+from skulk_core.plugins.review import reviewed_release
 from skulk_core.plugins.trust import PublisherTrust, parse_trust
 from skulk_core.plugins.verify import VerifiedRelease, verify_release
 from skulk_host.plugin_release import archive as bundle_archive
@@ -82,8 +82,8 @@ def test_the_archive_is_fetched_checked_and_counted(served: Feed, tmp_path: Path
     artifacts = tmp_path / "artifacts"
     with FeedClient(FeedSource(served.base_url), served.ssl_context) as client:
         release, _ = inspect_release(client, "release.json", TRUST, HOST, None)
-        review = release_review(release, source_revision=1)
-        assert review["artifact_bytes"] == wheel.size + archive.size
+        review = reviewed_release(release, source_revision=1)
+        assert review.artifact_bytes == wheel.size + archive.size
         assert download_release(client, release, artifacts) == wheel.size + archive.size
         assert (artifacts / "bundle.zip").read_bytes() == archive.path.read_bytes()
         assert download_release(client, release, artifacts) == 0  # cached, still matching

@@ -16,11 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from skulk_core.plugins.canonical import canonical_json
 from skulk_core.plugins.errors import PluginRefusal
-from skulk_core.plugins.review import catalog_review, release_review
+from skulk_core.plugins.review import reviewed_catalog, reviewed_release
 from skulk_core.plugins.trust import PublisherTrust, parse_trust
 from skulk_core.plugins.verify import ReleaseFloor, VerifiedRelease, verify_release
 from skulk_host.plugin_release.feed import FeedClient, FeedSource
@@ -102,7 +103,7 @@ def test_inspect_reads_only_metadata_then_download_checks_every_file(
 ) -> None:
     release = inspect(feed)
     assert feed.requests == [("release.json", False)]
-    review = release_review(release, source_revision=1)
+    review = msgspec.to_builtins(reviewed_release(release, source_revision=1))
     assert (review["bundle_id"], review["sequence"], review["artifact_bytes"]) == (
         "acme.tiny",
         1,
@@ -415,7 +416,7 @@ def test_a_catalog_is_read_verified_and_only_moves_forward(feed: Feed, wheel: Wh
     feed.publish("catalog.json", ACME.sign(catalog_document(ACME, [entry], revision=2)))
     with client(feed) as c:
         catalog, floor, _ = read_catalog(c, "catalog.json", TRUST, {})
-        review = catalog_review(catalog, HOST)
+        review = msgspec.to_builtins(reviewed_catalog(catalog, HOST))
         assert (review["revision"], review["catalog_sha256"]) == (2, catalog.catalog_sha256)
         (listed,) = review["entries"]
         assert listed["release_digest"] == digest and listed["matches_host"] is True
