@@ -162,6 +162,16 @@ class StoredArtifact(msgspec.Struct, frozen=True, kw_only=True):
     manifest_sha256: str | None = msgspec.field(name="manifestSha256")
     installed_identity: str | None = msgspec.field(name="installedIdentity")
     verification_state: str = msgspec.field(name="verificationState")
+    last_used_at: float | None = msgspec.field(default=None, name="lastUsedAt")
+    """Unix time a runner last launched from these bytes; null when none has since
+    they were installed."""
+    artifact_role: str = msgspec.field(default=ArtifactRole.BASE.value, name="artifactRole")
+    owner_model_id: str | None = msgspec.field(default=None, name="ownerModelId")
+    """For a companion, the model whose card declares it."""
+    owner_card_id: str | None = msgspec.field(default=None, name="ownerCardId")
+    """For a companion, the owning card's immutable signed id."""
+    registry_card_id: str | None = msgspec.field(default=None, name="registryCardId")
+    """The signed card retained with the bytes; null for a custom or legacy card."""
 
 
 class NodeStorage(msgspec.Struct, frozen=True, kw_only=True):
@@ -172,6 +182,8 @@ class NodeStorage(msgspec.Struct, frozen=True, kw_only=True):
     models_dir: str
     free_bytes: int
     total_bytes: int
+    event_log_bytes: int = 0
+    """The durable event log's size on disk."""
 
 
 class PurgeOrdered(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

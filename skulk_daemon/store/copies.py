@@ -1,6 +1,5 @@
-"""Where this node sees copies of models: its own installed artifacts
-(``GET /store/storage``) and, for each model the store holds, the store host's
-canonical copy and every node's complete cached copy (``GET /store/registry``).
+"""Where this node sees copies of models: for each model the store holds, the store
+host's canonical copy and every node's complete cached copy (``GET /store/registry``).
 
 Read from State, telemetry and this node's model directory; nothing here asks the
 store host (the route relays its listing and this module enriches it).
@@ -8,7 +7,6 @@ store host (the route relays its listing and this module enriches it).
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import msgspec
@@ -19,9 +17,7 @@ from skulk_core.store.answers import (
     LOCATION_STORE,
     CacheInventory,
     CopyLocation,
-    NodeStorage,
     RegistryEntry,
-    StoredArtifact,
     StoreEntry,
 )
 from skulk_core.store.reconcile import ManifestEntry, manifest_digest
@@ -29,7 +25,6 @@ from skulk_daemon.hub.download import COMPLETED
 from skulk_daemon.hub.manifest import read_manifest
 from skulk_daemon.node.node import Node
 from skulk_daemon.store.cache import is_staged, last_used
-from skulk_daemon.store.host import store_root
 
 
 def _cached_on(node: Node, entry: StoreEntry) -> list[CopyLocation]:
@@ -120,50 +115,4 @@ def inventory(node: Node) -> CacheInventory:
         expected_nodes=len(members),
         coverage=coverage,
         store_nodes=sorted(NodeId(n) for n in view.state.store_hosts),
-    )
-
-
-def storage_report(node: Node) -> NodeStorage:
-    """Every installed artifact on this node, its size and use, and the free disk."""
-    in_use = {i.shard_assignments.model_id for i in node.state.instances.values()}
-    store = store_root(node).resolve() if node.config.model_store.store_host else None
-    artifacts: list[StoredArtifact] = []
-    for model in node.installed_models:
-        location = Path(model.location)
-        manifest = read_manifest(location)
-        size = (
-            sum(f.size for f in manifest.files)
-            if manifest is not None
-            else model.card.storage_size.in_bytes
-        )
-        inside_store = store is not None and location.resolve().is_relative_to(store)
-        digest = (
-            None
-            if manifest is None
-            else manifest_digest(
-                ManifestEntry(path=f.path, size=f.size, sha256=f.sha256) for f in manifest.files
-            )
-        )
-        artifacts.append(
-            StoredArtifact(
-                model_id=model.card.model_id,
-                path=str(location),
-                size_bytes=size,
-                installed_at=model.installed_at,
-                in_use=model.card.model_id in in_use,
-                location_kind=LOCATION_STORE if inside_store else LOCATION_NODE,
-                manifest_complete=manifest is not None,
-                manifest_sha256=digest,
-                installed_identity=None if digest is None else f"{model.card.model_id}@{digest}",
-                verification_state="verified" if manifest is not None else "unresolved",
-            )
-        )
-    node.models_dir.mkdir(parents=True, exist_ok=True)
-    usage = shutil.disk_usage(node.models_dir)
-    return NodeStorage(
-        node_id=node.node_id,
-        artifacts=artifacts,
-        models_dir=str(node.models_dir),
-        free_bytes=usage.free,
-        total_bytes=usage.total,
     )
