@@ -12,6 +12,7 @@ from typing import Final
 
 import msgspec
 
+from skulk_core.models.advisories import Advisory
 from skulk_core.models.cards import ArtifactRole
 
 Unset = msgspec.UnsetType
@@ -131,6 +132,15 @@ class CopyLocation(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RegistryEntry(StoreEntry, frozen=True, kw_only=True):
+    current_registry_identity: str | None
+    """The signed card the registry publishes for the alias now, when one exists."""
+    installed_not_current: bool
+    """No current signed card, or the installed generation is not under it."""
+    update_available: bool
+    """A current signed card exists and the installed generation is not under it:
+    apply it with a store download naming it as ``registry_card_id``."""
+    advisories: list[Advisory]
+    """Active signed advisories naming the installed or the current card."""
     cached_on_nodes: list[CopyLocation]
     reconciliation_state: str
     """``verified`` (every file verified before the manifest) or ``unresolved``."""
@@ -140,7 +150,8 @@ class CacheInventory(msgspec.Struct, frozen=True, kw_only=True):
     observed_nodes: int
     expected_nodes: int
     coverage: str
-    """``current``, ``syncing`` or ``unavailable``."""
+    """``current``, ``syncing``, ``degraded`` or ``unavailable``
+    (:class:`skulk_core.store.currency.Coverage`)."""
     store_nodes: list[str]
 
 

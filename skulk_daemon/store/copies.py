@@ -7,6 +7,7 @@ store host (the route relays its listing and this module enriches it).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
@@ -20,6 +21,7 @@ from skulk_core.store.answers import (
     RegistryEntry,
     StoreEntry,
 )
+from skulk_core.store.currency import coverage, currency
 from skulk_core.store.reconcile import ManifestEntry, manifest_digest
 from skulk_daemon.hub.download import COMPLETED
 from skulk_daemon.hub.manifest import read_manifest
@@ -94,8 +96,16 @@ def enrich(node: Node, entry: StoreEntry) -> RegistryEntry:
     # The store lists only generations whose every file was verified before its
     # manifest was written; anything else is unresolved and never imported or served.
     whole = entry.manifest_complete and entry.verification_state == "verified"
+    signed = node.registry_catalog()
+    listed = node.catalog().get(entry.model_id)
+    standing = currency(
+        entry.registry_card_id,
+        None if listed is None else listed.registry_card,
+        () if signed is None else signed.advisories,
+    )
     return RegistryEntry(
         **msgspec.structs.asdict(entry),
+        **msgspec.structs.asdict(standing),
         cached_on_nodes=_cached_on(node, entry),
         reconciliation_state="verified" if whole else "unresolved",
     )
@@ -104,15 +114,10 @@ def enrich(node: Node, entry: StoreEntry) -> RegistryEntry:
 def inventory(node: Node) -> CacheInventory:
     view = node.view()
     members = list(view.state.topology.nodes)
-    observed = [n for n in members if n in view.telemetry]
-    coverage = (
-        "unavailable"
-        if not observed
-        else ("current" if len(observed) == len(members) else "syncing")
-    )
+    readings = {n: r.observed_at for n, r in view.telemetry.items() if n in members}
     return CacheInventory(
-        observed_nodes=len(observed),
+        observed_nodes=len(readings),
         expected_nodes=len(members),
-        coverage=coverage,
+        coverage=coverage(members, readings, view.state.last_seen, datetime.now(UTC)).value,
         store_nodes=sorted(NodeId(n) for n in view.state.store_hosts),
     )
