@@ -8,12 +8,13 @@ absent in some answers (an error, a cancel flag) is ``UNSET``, never ``null``.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Final
 
 import msgspec
 
 from skulk_core.models.advisories import Advisory
-from skulk_core.models.cards import ArtifactRole
+from skulk_core.models.cards import ArtifactRole, ModelCard
 
 Unset = msgspec.UnsetType
 UNSET: Final = msgspec.UNSET
@@ -22,6 +23,14 @@ LOCATION_STORE: Final = "store_local"
 """The store host's canonical copy."""
 LOCATION_NODE: Final = "node_cache"
 """A node's cached (staged or downloaded) copy."""
+
+
+class InstalledCard(msgspec.Struct, frozen=True, kw_only=True):
+    """The card record kept beside a stored generation's bytes."""
+
+    card: ModelCard
+    captured_at: datetime
+    """When the card was recorded with the bytes (an ISO 8601 UTC string on the wire)."""
 
 
 class StoreEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,6 +60,8 @@ class StoreEntry(msgspec.Struct, frozen=True, kw_only=True):
     manifest_sha256: str | None = None
     """The digest of the canonical manifest: ``model_id@manifest_sha256`` is the
     installed identity."""
+    installed_card: InstalledCard | None = None
+    """The full card record the bytes were installed under."""
 
 
 class StoreDownload(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
