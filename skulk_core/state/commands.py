@@ -108,6 +108,9 @@ class AddCustomCard(_Command, frozen=True, kw_only=True):
 
 class RemoveCustomCard(_Command, frozen=True, kw_only=True):
     model_id: ModelId
+    expected_card: ModelCard | None = None
+    """Remove only while exactly this card owns the alias: the master refuses
+    (``card_conflict``) when another card replaced it before the removal was ordered."""
 
 
 class SetTracing(_Command, frozen=True, kw_only=True):
