@@ -36,6 +36,7 @@ from skulk_daemon.in_effect import LOG_LEVEL_ENV, StartFlags, in_effect
 from skulk_daemon.models.embedding_demo import with_embedding_demo
 from skulk_daemon.models.installed import load_installed_models
 from skulk_daemon.models.speech_demo import with_speech_demos
+from skulk_daemon.node.cluster_settings import ClusterSettingsFollower
 from skulk_daemon.node.config_store import ConfigStore, load_config_file
 from skulk_daemon.node.eventlog import EventLog, EventLogCorrupt
 from skulk_daemon.node.identity import IdentityError, load_identity
@@ -201,7 +202,9 @@ def run_node_loops(
     node: Node, source: TelemetrySource, worker: Supervisor, stop: asyncio.Event
 ) -> list[asyncio.Task[None]]:
     """Start the node's own loops, which run until ``stop`` is set: the telemetry
-    publisher and the worker's reconciliation."""
+    publisher and the worker's reconciliation (and follow State's cluster-wide
+    settings)."""
+    node.on_applied(ClusterSettingsFollower(node).applied)
     return [
         asyncio.create_task(
             run_publisher(source, node.record_telemetry, TELEMETRY_INTERVAL_SECONDS, stop)

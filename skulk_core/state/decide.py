@@ -30,11 +30,13 @@ from skulk_core.state.commands import (
     ReportDownloadProgress,
     ReportInstanceFailure,
     ReportRunnerStatus,
+    SetClusterSettings,
     SetKeepAlive,
     SetTracing,
     StartTask,
 )
 from skulk_core.state.events import (
+    ClusterSettingsSet,
     ConnectionsReported,
     CustomModelCardAdded,
     CustomModelCardRemoved,
@@ -165,6 +167,10 @@ def decide(state: State, command: Command) -> list[Event] | Refused:
                     message=f"another card now owns {model_id}; it was not removed",
                 )
             return [CustomModelCardRemoved(model_id=model_id)]
+        case SetClusterSettings(settings=settings):
+            if settings == state.cluster_settings:
+                return []
+            return [ClusterSettingsSet(settings=settings)]
         case SetTracing(enabled=enabled):
             if enabled == state.tracing_enabled:
                 return []
