@@ -31,6 +31,7 @@ from skulk_daemon.registry.client import RegistryClient
 from skulk_daemon.speech.realtime_provider import register_realtime
 from skulk_daemon.speech.service import SpeechService
 from skulk_daemon.store.service import StoreService
+from skulk_daemon.telemetry.field_queue import FieldQueue
 from skulk_daemon.telemetry.metrics import NodeMetrics
 from skulk_daemon.worker.supervisor import Supervisor
 
@@ -92,6 +93,8 @@ class Services:
         hub = HubService(node)
         if capabilities is not None:
             register_realtime(node, worker, commands, capabilities)
+        field_queue = FieldQueue(node)
+        worker.generation_listeners.append(field_queue.generation_ended)
         return cls(
             node=node,
             chat=chat,
@@ -106,7 +109,7 @@ class Services:
             cluster=cluster,
             operator=operator,
             capabilities=capabilities,
-            admin=NodeAdminService(node, restart=restart),
+            admin=NodeAdminService(node, restart=restart, field_queue=field_queue),
             speech=SpeechService(
                 node, worker, commands, remote=cluster.speech if cluster is not None else None
             ),
