@@ -28,6 +28,7 @@ from skulk_daemon.api.app import create_app
 from skulk_daemon.capabilities.service import CapabilityService
 from skulk_daemon.extensions.lifecycle import ExtensionHost
 from skulk_daemon.fabric.cluster import ClusterAgent
+from skulk_daemon.fabric.cluster_settings import ClusterSettingsFollower
 from skulk_daemon.fabric.discovery import DiscoveredPeer, MdnsDiscovery
 from skulk_daemon.fabric.peers import fabric_address
 from skulk_daemon.fabric.setup import resolve_fabric
@@ -36,7 +37,6 @@ from skulk_daemon.in_effect import LOG_LEVEL_ENV, StartFlags, in_effect
 from skulk_daemon.models.embedding_demo import with_embedding_demo
 from skulk_daemon.models.installed import load_installed_models
 from skulk_daemon.models.speech_demo import with_speech_demos
-from skulk_daemon.node.cluster_settings import ClusterSettingsFollower
 from skulk_daemon.node.config_store import ConfigStore, load_config_file
 from skulk_daemon.node.eventlog import EventLog, EventLogCorrupt
 from skulk_daemon.node.identity import IdentityError, load_identity

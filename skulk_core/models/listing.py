@@ -19,7 +19,6 @@ from skulk_core.models.signed_identity import (
     installed_verification,
     update_available,
 )
-from skulk_core.placement.backends import BACKEND_ONNXRUNTIME
 
 OWNED_BY: Final = "skulk"
 
@@ -140,7 +139,9 @@ class ModelList(msgspec.Struct, frozen=True, kw_only=True):
 
 
 ENGINE_REFERENCE_AUDIO_NOTES: Final[dict[str, str]] = {
-    BACKEND_ONNXRUNTIME: (
+    # NOTE: ``skulk_core.placement.backends.BACKEND_ONNXRUNTIME`` (Piper's engine),
+    # spelled out because placement imports this package.
+    "onnxruntime": (
         "the Piper engine synthesizes only the voice its model was trained as; it has no "
         "speaker encoder and cannot condition on reference audio"
     ),

@@ -143,14 +143,14 @@ class CopyLocation(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RegistryEntry(StoreEntry, frozen=True, kw_only=True):
-    current_registry_identity: str | None
+    current_registry_identity: str | None = None
     """The signed card the registry publishes for the alias now, when one exists."""
-    installed_not_current: bool
+    installed_not_current: bool = True
     """No current signed card, or the installed generation is not under it."""
-    update_available: bool
+    update_available: bool = False
     """A current signed card exists and the installed generation is not under it:
     apply it with a store download naming it as ``registry_card_id``."""
-    advisories: list[Advisory]
+    advisories: list[Advisory] = msgspec.field(default_factory=list)
     """Active signed advisories naming the installed or the current card."""
     cached_on_nodes: list[CopyLocation]
     reconciliation_state: str

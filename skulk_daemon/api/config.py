@@ -25,7 +25,7 @@ from skulk_daemon.api.openapi import OPENAI, documented, errors
 from skulk_daemon.authority.policy import Caller, Requirement
 from skulk_daemon.errors import ApiError
 from skulk_daemon.fabric.cluster import ClusterAgent
-from skulk_daemon.node.cluster_settings import propagate
+from skulk_daemon.fabric.cluster_settings import propagate
 from skulk_daemon.node.config_store import EffectiveConfig
 from skulk_daemon.node.node import Node
 
