@@ -28,6 +28,7 @@ from skulk_daemon.api.app import create_app
 from skulk_daemon.capabilities.service import CapabilityService
 from skulk_daemon.extensions.lifecycle import ExtensionHost
 from skulk_daemon.fabric.cluster import ClusterAgent
+from skulk_daemon.fabric.cluster_settings import ClusterSettingsFollower
 from skulk_daemon.fabric.discovery import DiscoveredPeer, MdnsDiscovery
 from skulk_daemon.fabric.peers import fabric_address
 from skulk_daemon.fabric.setup import resolve_fabric
@@ -201,7 +202,9 @@ def run_node_loops(
     node: Node, source: TelemetrySource, worker: Supervisor, stop: asyncio.Event
 ) -> list[asyncio.Task[None]]:
     """Start the node's own loops, which run until ``stop`` is set: the telemetry
-    publisher and the worker's reconciliation."""
+    publisher and the worker's reconciliation (and follow State's cluster-wide
+    settings)."""
+    node.on_applied(ClusterSettingsFollower(node).applied)
     return [
         asyncio.create_task(
             run_publisher(source, node.record_telemetry, TELEMETRY_INTERVAL_SECONDS, stop)

@@ -23,6 +23,7 @@ from skulk_daemon.hub.service import HubService
 from skulk_daemon.node.node import Node
 from skulk_daemon.node_admin.restart import RestartLatch
 from skulk_daemon.node_admin.service import NodeAdminService
+from skulk_daemon.node_admin.tailscale import TailscaleProbe
 from skulk_daemon.operator.service import OperatorPairingService
 from skulk_daemon.placement.on_demand import OnDemandLoader
 from skulk_daemon.placement.service import PlacementService
@@ -31,6 +32,7 @@ from skulk_daemon.registry.client import RegistryClient
 from skulk_daemon.speech.realtime_provider import register_realtime
 from skulk_daemon.speech.service import SpeechService
 from skulk_daemon.store.service import StoreService
+from skulk_daemon.telemetry.field_queue import FieldQueue
 from skulk_daemon.telemetry.metrics import NodeMetrics
 from skulk_daemon.worker.supervisor import Supervisor
 
@@ -92,6 +94,10 @@ class Services:
         hub = HubService(node)
         if capabilities is not None:
             register_realtime(node, worker, commands, capabilities)
+        field_queue = FieldQueue(node)
+        # One probe for the connectivity routes and the diagnostics bundle: one cache.
+        tailscale = TailscaleProbe()
+        worker.generation_listeners.append(field_queue.generation_ended)
         return cls(
             node=node,
             chat=chat,
@@ -99,14 +105,16 @@ class Services:
             placement=placement,
             on_demand=on_demand,
             diagnostics=DiagnosticsService(
-                node, worker, cluster=cluster, capabilities=capabilities
+                node, worker, cluster=cluster, capabilities=capabilities, tailscale=tailscale
             ),
             metrics=NodeMetrics(node, worker, cluster),
             traces=TraceService(node, store),
             cluster=cluster,
             operator=operator,
             capabilities=capabilities,
-            admin=NodeAdminService(node, restart=restart),
+            admin=NodeAdminService(
+                node, restart=restart, tailscale=tailscale, field_queue=field_queue
+            ),
             speech=SpeechService(
                 node, worker, commands, remote=cluster.speech if cluster is not None else None
             ),

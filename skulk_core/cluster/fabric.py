@@ -146,6 +146,15 @@ class RunTask(msgspec.Struct, frozen=True, kw_only=True, tag="run_task"):
     request: GenerationRequest
 
 
+class ShareHfToken(msgspec.Struct, frozen=True, kw_only=True, tag="share_hf_token"):
+    """A Hugging Face token put through ``PUT /config`` on one node, for every other
+    node's own config. Sent only over the PSK-encrypted fabric, never into State:
+    State records its ``revision`` (``ClusterSettings.hf_token_revision``) alone."""
+
+    token: str
+    revision: str
+
+
 class CancelTask(msgspec.Struct, frozen=True, kw_only=True, tag="cancel_task"):
     """The owner stopped waiting (client gone, ``/v1/cancel``): stop the generation."""
 
@@ -400,6 +409,7 @@ Body = (
     | CapabilityOutcome
     | CapabilityCancel
     | CapabilityData
+    | ShareHfToken
 )
 
 PLANE_OF: Final[dict[type, Plane]] = {
@@ -420,6 +430,7 @@ PLANE_OF: Final[dict[type, Plane]] = {
     CapabilityOutcome: "control",
     CapabilityCancel: "control",
     CapabilityData: "data",
+    ShareHfToken: "control",
 }
 
 _encoder: Final = msgspec.msgpack.Encoder()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import msgspec
 
+from skulk_core.cluster.remote_access import TailscaleStatus
 from skulk_core.diagnostics.doctor import DoctorFinding
 
 
@@ -228,3 +229,7 @@ class NodeBundle(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     partition_recoveries: list[RecoveryOutcome]
     authority_refusals: dict[str, int]
     """Requests the authority policy refused since start, by reason."""
+    tailscale: TailscaleStatus | None = None
+    """This node's own tailnet identity (running, tailnet IP, hostname, MagicDNS name),
+    probed on the node the bundle describes: ``running: false`` without a working
+    tailscale CLI, null only when the probe failed unexpectedly."""

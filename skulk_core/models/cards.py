@@ -80,6 +80,9 @@ class AudioCard(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     supports_translation: bool = False
     supports_voice_listing: bool = False
     supports_reference_audio: bool = False
+    reference_audio_note: str | None = None
+    """Why the card's engine cannot condition on reference audio, when it cannot: shown
+    in ``/v1/models`` and named by the 400 that refuses an upload."""
     voices: tuple[AudioVoice, ...] = ()
     default_voice: str | None = None
     sample_rates: tuple[int, ...] = ()

@@ -59,6 +59,9 @@ class AudioInfo(msgspec.Struct, frozen=True, kw_only=True):
     default_voice: str | None = None
     supports_voice_selection: bool = False
     supports_reference_audio: bool = False
+    reference_audio_note: str | None = None
+    """Why the model cannot condition on reference audio (null where it can or the
+    card does not say)."""
     supports_translation: bool = False
     sample_rates: tuple[int, ...] = ()
 
@@ -135,6 +138,32 @@ class ModelList(msgspec.Struct, frozen=True, kw_only=True):
     data: tuple[ModelListItem, ...]
 
 
+ENGINE_REFERENCE_AUDIO_NOTES: Final[dict[str, str]] = {
+    # NOTE: ``skulk_core.placement.backends.BACKEND_ONNXRUNTIME`` (Piper's engine),
+    # spelled out because placement imports this package.
+    "onnxruntime": (
+        "the Piper engine synthesizes only the voice its model was trained as; it has no "
+        "speaker encoder and cannot condition on reference audio"
+    ),
+}
+"""Why a speech engine cannot condition on reference audio, by its backend tag: the
+answer for a card installed before it said so itself."""
+
+
+def reference_audio_note(card: ModelCard) -> str | None:
+    """Why ``card`` cannot condition on reference audio: its own note, else its
+    engine's; None for a card that declares reference audio or names neither."""
+    audio = card.audio
+    if audio is None or audio.kind != "tts" or audio.supports_reference_audio:
+        return None
+    if audio.reference_audio_note:
+        return audio.reference_audio_note
+    for backend in card.compatible_backends:
+        if backend in ENGINE_REFERENCE_AUDIO_NOTES:
+            return ENGINE_REFERENCE_AUDIO_NOTES[backend]
+    return None
+
+
 def card_capabilities(card: ModelCard) -> tuple[str, ...]:
     """Functional capabilities: those implied by the tasks, then the declared ones."""
     found = [TASK_CAPABILITIES[task] for task in card.tasks] + list(card.capabilities)
@@ -179,6 +208,7 @@ def _audio(card: ModelCard) -> AudioInfo:
             default_voice=declared.default_voice,
             supports_voice_selection=bool(declared.voices),
             supports_reference_audio=declared.supports_reference_audio,
+            reference_audio_note=reference_audio_note(card),
             supports_translation=declared.supports_translation,
             sample_rates=declared.sample_rates,
         )

@@ -13,6 +13,7 @@ import msgspec
 from skulk_core.models.card_digest import card_digest
 from skulk_core.models.cards import ModelCard
 from skulk_core.models.context_window import MAX_CONTEXT_TOKENS
+from skulk_core.models.listing import card_capabilities
 from skulk_core.models.memory_estimate import (
     DISCRETE_GPU_MEMORY_FRACTION,
     UNIFIED_MEMORY_FRACTION,
@@ -43,6 +44,10 @@ class ModelRequirements(msgspec.Struct, frozen=True, kw_only=True):
     discrete_gpu_memory_fraction: float
     unified_memory_fraction: float
     compatible_backends: tuple[str, ...]
+    required_capabilities: tuple[str, ...]
+    """Every intrinsic capability the card positively evidences (its tasks' and its
+    declared ones), sorted: the set an engine's support claims must cover in full for
+    a matrix-only match; an empty set never matches."""
     engine_support: tuple[str, ...] = ()
     incomplete_capabilities: tuple[str, ...] = ()
     estimate_only: bool = True
@@ -84,4 +89,5 @@ def model_requirements(card: ModelCard, context_tokens: int) -> ModelRequirement
         discrete_gpu_memory_fraction=DISCRETE_GPU_MEMORY_FRACTION,
         unified_memory_fraction=UNIFIED_MEMORY_FRACTION,
         compatible_backends=card.compatible_backends,
+        required_capabilities=tuple(sorted(card_capabilities(card))),
     )

@@ -8,6 +8,7 @@ import msgspec
 
 from skulk_core.ids import InstanceId
 from skulk_core.state.events import (
+    ClusterSettingsSet,
     ConnectionsReported,
     CustomModelCardAdded,
     CustomModelCardRemoved,
@@ -173,6 +174,8 @@ def _apply_event(state: State, event: Event) -> State:
             )
         case TracingSet(enabled=enabled):
             return replace(state, tracing_enabled=enabled)
+        case ClusterSettingsSet(settings=settings):
+            return replace(state, cluster_settings=settings)
         case StoreHostAnnounced(node_id=node_id, store=store):
             hosts = {k: v for k, v in state.store_hosts.items() if k != node_id}
             if store is not None:

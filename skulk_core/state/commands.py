@@ -10,6 +10,7 @@ from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId, Tas
 from skulk_core.models.cards import ModelCard
 from skulk_core.state.shards import Instance, RunnerStatus
 from skulk_core.state.state import (
+    ClusterSettings,
     Connection,
     DownloadProgress,
     PlacementIntent,
@@ -108,6 +109,15 @@ class AddCustomCard(_Command, frozen=True, kw_only=True):
 
 class RemoveCustomCard(_Command, frozen=True, kw_only=True):
     model_id: ModelId
+    expected_card: ModelCard | None = None
+    """Remove only while exactly this card owns the alias: the master refuses
+    (``card_conflict``) when another card replaced it before the removal was ordered."""
+
+
+class SetClusterSettings(_Command, frozen=True, kw_only=True):
+    """Every node applies these cluster-wide ``PUT /config`` keys to its own config."""
+
+    settings: ClusterSettings
 
 
 class SetTracing(_Command, frozen=True, kw_only=True):
@@ -154,6 +164,7 @@ Command = (
     | AddCustomCard
     | RemoveCustomCard
     | SetTracing
+    | SetClusterSettings
     | AnnounceStoreHost
     | EvictStoreModel
     | PurgeStaging

@@ -30,11 +30,13 @@ from skulk_core.state.commands import (
     ReportDownloadProgress,
     ReportInstanceFailure,
     ReportRunnerStatus,
+    SetClusterSettings,
     SetKeepAlive,
     SetTracing,
     StartTask,
 )
 from skulk_core.state.events import (
+    ClusterSettingsSet,
     ConnectionsReported,
     CustomModelCardAdded,
     CustomModelCardRemoved,
@@ -64,6 +66,8 @@ from skulk_core.state.state import (
 
 # Failure messages are operator-facing and replicated: keep them bounded.
 MAX_FAILURE_MESSAGE_CHARS = 1000
+CARD_CONFLICT = "card_conflict"
+"""The refusal of a custom-card removal whose expected card no longer owns the alias."""
 
 
 class Refused(msgspec.Struct, frozen=True, kw_only=True):
@@ -153,10 +157,20 @@ def decide(state: State, command: Command) -> list[Event] | Refused:
             return [TaskDeleted(task_id=task_id)]
         case AddCustomCard(card=card):
             return [CustomModelCardAdded(card=card)]
-        case RemoveCustomCard(model_id=model_id):
-            if model_id not in state.custom_model_cards:
+        case RemoveCustomCard(model_id=model_id, expected_card=expected):
+            owner = state.custom_model_cards.get(model_id)
+            if owner is None:
                 return Refused(code="not_found", message=f"no custom card for {model_id}")
+            if expected is not None and owner != expected:
+                return Refused(
+                    code=CARD_CONFLICT,
+                    message=f"another card now owns {model_id}; it was not removed",
+                )
             return [CustomModelCardRemoved(model_id=model_id)]
+        case SetClusterSettings(settings=settings):
+            if settings == state.cluster_settings:
+                return []
+            return [ClusterSettingsSet(settings=settings)]
         case SetTracing(enabled=enabled):
             if enabled == state.tracing_enabled:
                 return []

@@ -10,6 +10,7 @@ from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId, Tas
 from skulk_core.models.cards import ModelCard
 from skulk_core.state.shards import Instance, RunnerStatus
 from skulk_core.state.state import (
+    ClusterSettings,
     Connection,
     DownloadProgress,
     InstanceFailure,
@@ -104,6 +105,10 @@ class TracingSet(_Event, frozen=True, kw_only=True):
     enabled: bool
 
 
+class ClusterSettingsSet(_Event, frozen=True, kw_only=True):
+    settings: ClusterSettings
+
+
 class CustomModelCardRemoved(_Event, frozen=True, kw_only=True):
     model_id: ModelId
 
@@ -141,6 +146,7 @@ Event = (
     | CustomModelCardAdded
     | CustomModelCardRemoved
     | TracingSet
+    | ClusterSettingsSet
     | StoreHostAnnounced
     | StoreModelEvicted
     | StagingPurged

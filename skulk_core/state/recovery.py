@@ -25,9 +25,11 @@ from skulk_core.state.commands import (
     CreateInstance,
     DeleteInstance,
     RemoveCustomCard,
+    SetClusterSettings,
     SetTracing,
 )
 from skulk_core.state.events import (
+    ClusterSettingsSet,
     CustomModelCardAdded,
     CustomModelCardRemoved,
     IndexedEvent,
@@ -124,6 +126,12 @@ def _command(indexed: IndexedEvent) -> LostChange | None:
             return LostChange(
                 SetTracing(command_id=command_id, enabled=enabled),
                 f"tracing {'on' if enabled else 'off'}",
+                indexed.idx,
+            )
+        case ClusterSettingsSet(settings=settings):
+            return LostChange(
+                SetClusterSettings(command_id=command_id, settings=settings),
+                "cluster-wide settings",
                 indexed.idx,
             )
         case _:

@@ -111,6 +111,17 @@ class Reign(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     first_idx: int
 
 
+class ClusterSettings(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """The cluster-wide keys of ``PUT /config`` every node applies to its own config.
+
+    Secrets never enter State: a changed ``hf_token`` is recorded here only as a fresh
+    random ``hf_token_revision``; the token itself travels over the encrypted fabric."""
+
+    log_level: str
+    event_log: bool
+    hf_token_revision: str | None = None
+
+
 class State(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """Everything ordered through the event log. Telemetry lives beside it, not in it."""
 
@@ -129,6 +140,8 @@ class State(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     chat template, tasks and files)."""
     tracing_enabled: bool = False
     """Whether new requests are traced (``PUT /v1/tracing``), on every node."""
+    cluster_settings: ClusterSettings | None = None
+    """The cluster-wide settings last put through ``PUT /config`` on any node."""
     store_hosts: dict[NodeId, StoreHost] = {}
     """The nodes that announced the model-store role (``model_store.store_host``)."""
     store_evictions: dict[ModelId, datetime] = {}

@@ -8,11 +8,13 @@ absent in some answers (an error, a cancel flag) is ``UNSET``, never ``null``.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Final
 
 import msgspec
 
-from skulk_core.models.cards import ArtifactRole
+from skulk_core.models.advisories import Advisory
+from skulk_core.models.cards import ArtifactRole, ModelCard
 
 Unset = msgspec.UnsetType
 UNSET: Final = msgspec.UNSET
@@ -21,6 +23,14 @@ LOCATION_STORE: Final = "store_local"
 """The store host's canonical copy."""
 LOCATION_NODE: Final = "node_cache"
 """A node's cached (staged or downloaded) copy."""
+
+
+class InstalledCard(msgspec.Struct, frozen=True, kw_only=True):
+    """The card record kept beside a stored generation's bytes."""
+
+    card: ModelCard
+    captured_at: datetime
+    """When the card was recorded with the bytes (an ISO 8601 UTC string on the wire)."""
 
 
 class StoreEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -50,6 +60,8 @@ class StoreEntry(msgspec.Struct, frozen=True, kw_only=True):
     manifest_sha256: str | None = None
     """The digest of the canonical manifest: ``model_id@manifest_sha256`` is the
     installed identity."""
+    installed_card: InstalledCard | None = None
+    """The full card record the bytes were installed under."""
 
 
 class StoreDownload(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -131,6 +143,15 @@ class CopyLocation(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RegistryEntry(StoreEntry, frozen=True, kw_only=True):
+    current_registry_identity: str | None = None
+    """The signed card the registry publishes for the alias now, when one exists."""
+    installed_not_current: bool = True
+    """No current signed card, or the installed generation is not under it."""
+    update_available: bool = False
+    """A current signed card exists and the installed generation is not under it:
+    apply it with a store download naming it as ``registry_card_id``."""
+    advisories: list[Advisory] = msgspec.field(default_factory=list)
+    """Active signed advisories naming the installed or the current card."""
     cached_on_nodes: list[CopyLocation]
     reconciliation_state: str
     """``verified`` (every file verified before the manifest) or ``unresolved``."""
@@ -140,7 +161,8 @@ class CacheInventory(msgspec.Struct, frozen=True, kw_only=True):
     observed_nodes: int
     expected_nodes: int
     coverage: str
-    """``current``, ``syncing`` or ``unavailable``."""
+    """``current``, ``syncing``, ``degraded`` or ``unavailable``
+    (:class:`skulk_core.store.currency.Coverage`)."""
     store_nodes: list[str]
 
 
@@ -162,6 +184,16 @@ class StoredArtifact(msgspec.Struct, frozen=True, kw_only=True):
     manifest_sha256: str | None = msgspec.field(name="manifestSha256")
     installed_identity: str | None = msgspec.field(name="installedIdentity")
     verification_state: str = msgspec.field(name="verificationState")
+    last_used_at: float | None = msgspec.field(default=None, name="lastUsedAt")
+    """Unix time a runner last launched from these bytes; null when none has since
+    they were installed."""
+    artifact_role: str = msgspec.field(default=ArtifactRole.BASE.value, name="artifactRole")
+    owner_model_id: str | None = msgspec.field(default=None, name="ownerModelId")
+    """For a companion, the model whose card declares it."""
+    owner_card_id: str | None = msgspec.field(default=None, name="ownerCardId")
+    """For a companion, the owning card's immutable signed id."""
+    registry_card_id: str | None = msgspec.field(default=None, name="registryCardId")
+    """The signed card retained with the bytes; null for a custom or legacy card."""
 
 
 class NodeStorage(msgspec.Struct, frozen=True, kw_only=True):
@@ -172,6 +204,8 @@ class NodeStorage(msgspec.Struct, frozen=True, kw_only=True):
     models_dir: str
     free_bytes: int
     total_bytes: int
+    event_log_bytes: int = 0
+    """The durable event log's size on disk."""
 
 
 class PurgeOrdered(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

@@ -24,6 +24,8 @@ from skulk_daemon.api.disclosure import HIDDEN_PATH, config_for, effective_for, 
 from skulk_daemon.api.openapi import OPENAI, documented, errors
 from skulk_daemon.authority.policy import Caller, Requirement
 from skulk_daemon.errors import ApiError
+from skulk_daemon.fabric.cluster import ClusterAgent
+from skulk_daemon.fabric.cluster_settings import propagate
 from skulk_daemon.node.config_store import EffectiveConfig
 from skulk_daemon.node.node import Node
 
@@ -116,7 +118,9 @@ class ConfigController(Controller):
         responses=errors(OPENAI, 400, 409, 413, 422),
         operation_class=documented(body=(SkulkConfig, WrappedConfig)),
     )
-    async def update(self, node: Node, request: HttpRequest) -> ConfigResponse:
+    async def update(
+        self, node: Node, cluster: ClusterAgent | None, request: HttpRequest
+    ) -> ConfigResponse:
         try:
             document = msgspec.json.decode(await request.body())
         except msgspec.DecodeError as exc:
@@ -150,4 +154,7 @@ class ConfigController(Controller):
                 code="loopback_required",
             )
         node.config_store.save(merged)
+        # The cluster-wide keys then reach every node through State (and the token
+        # through the fabric); a cluster with no master answers 503 after this save.
+        await propagate(node, cluster, current, merged, set(document))
         return _response(node, caller)

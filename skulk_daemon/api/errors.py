@@ -17,6 +17,7 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.types import ExceptionHandlersMap
 
+from skulk_core.state.decide import CARD_CONFLICT
 from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.errors import NO_STORE_HEADERS, ApiError, error_body, nested_too_deeply
 from skulk_daemon.node.node import CommandRefused
@@ -31,6 +32,7 @@ E = TypeVar("E", bound=Exception)
 _STATUS_BY_REFUSAL = {
     "not_found": 404,
     "instance_exists": 409,
+    CARD_CONFLICT: 409,
     "no_master": 503,
     "event_log_unwritable": 503,
 }

@@ -22,6 +22,7 @@ from skulk_core.models.requirements import (
 )
 from skulk_core.models.suggest import not_in_catalog
 from skulk_core.state.commands import AddCustomCard, RemoveCustomCard
+from skulk_core.state.decide import CARD_CONFLICT
 from skulk_daemon.api.authority import caller_of, declare
 from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.openapi import OPENAI, errors
@@ -32,6 +33,34 @@ from skulk_daemon.node.node import Node
 
 class AddCardRequest(msgspec.Struct, frozen=True, kw_only=True):
     model_card: ModelCard
+
+
+def _expected_owner(
+    alias: ModelId, data: AddCardRequest | None, *, service: bool
+) -> ModelCard | None:
+    """The exact card a removal must find owning ``alias``: the original candidate
+    normalized as ``add-card`` stored it. The qualification bearer must send it; an
+    operator may, and removes whatever card owns the alias otherwise."""
+    if data is None:
+        if service:
+            raise ApiError(
+                400,
+                "the qualification credential must send the complete original candidate "
+                'as the body: {"model_card": {...}}',
+                code="candidate_required",
+            )
+        return None
+    try:
+        card = normalize_custom_card(data.model_card, qualification_only=service)
+    except CardRejectedError as exc:
+        raise ApiError(400, str(exc), code="invalid_model_card") from None
+    if card.model_id != alias:
+        raise ApiError(
+            400,
+            f"the candidate names {card.model_id}, not {alias}",
+            code="invalid_model_card",
+        )
+    return card
 
 
 class CustomCardDeleted(msgspec.Struct, frozen=True, kw_only=True):
@@ -123,22 +152,40 @@ class ModelsController(Controller):
         "/models/custom/{model_id:path}",
         opt=declare(Requirement.TRUSTED_FABRIC, service_bearer=True),
         status_code=200,
-        summary="Remove an operator custom card",
-        responses=errors(OPENAI, 404, 503),
+        summary="Remove a custom card (the qualification bearer: its exact candidate only)",
+        responses=errors(OPENAI, 400, 403, 404, 409, 503, 504),
     )
     async def remove_custom_card(
-        self, node: Node, model_id: str, request: HttpRequest
+        self,
+        node: Node,
+        model_id: str,
+        request: HttpRequest,
+        data: AddCardRequest | None = None,
     ) -> CustomCardDeleted:
         # A ``:path`` parameter keeps its leading slash; model ids contain slashes.
         alias = ModelId(model_id.removeprefix("/"))
+        service = caller_of(request) is Caller.SERVICE_BEARER
+        expected = _expected_owner(alias, data, service=service)
         existing = node.state.custom_model_cards.get(alias)
         if existing is None:
             raise ApiError(404, f"no custom card for {alias!r}", code="not_found")
-        if caller_of(request) is Caller.SERVICE_BEARER and not existing.qualification_only:
+        if expected is not None and existing != expected:
+            raise ApiError(
+                409,
+                f"another card now owns {alias}; the candidate sent was not removed",
+                code=CARD_CONFLICT,
+            )
+        if service and not existing.qualification_only:
             raise ApiError(
                 403,
                 "the qualification credential can remove only the qualification cards it installed",
                 code="service_bearer_scope",
             )
-        await node.submit(RemoveCustomCard(command_id=new_command_id(), model_id=alias))
+        # NOTE: the master checks the expected card again when it orders the removal,
+        # so a card replaced after the check above is refused there (409), not deleted.
+        await node.submit(
+            RemoveCustomCard(command_id=new_command_id(), model_id=alias, expected_card=expected)
+        )
+        if alias in node.state.custom_model_cards:
+            raise ApiError(504, "the removal was not visible in the catalog", code="not_converged")
         return CustomCardDeleted(model_id=alias)

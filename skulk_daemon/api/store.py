@@ -53,9 +53,10 @@ from skulk_daemon.authority.peers import PeerClass, classify_name, origin_host
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.errors import ApiError
 from skulk_daemon.node.node import Node
-from skulk_daemon.store.copies import enrich, inventory, storage_report
+from skulk_daemon.store.copies import enrich, inventory
 from skulk_daemon.store.exports import TARGET_HEADER
 from skulk_daemon.store.service import NOT_CONFIGURED, StoreService, StoreUnavailable
+from skulk_daemon.store.storage import storage_report
 
 DOWNLOAD: Final = "/download"
 STATUS: Final = "/download/status"

@@ -9,6 +9,7 @@ of one task a local runner still runs.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import platform
 import sys
@@ -20,6 +21,7 @@ from typing import Final, TypeVar
 import msgspec
 import psutil
 
+from skulk_core.cluster.remote_access import TailscaleStatus
 from skulk_core.diagnostics.answers import (
     UNSET,
     CancelAnswer,
@@ -66,9 +68,11 @@ from skulk_daemon.diagnostics.views import decoded, error_text, placements, runn
 from skulk_daemon.errors import ApiError
 from skulk_daemon.node import fanout
 from skulk_daemon.node.node import Node
+from skulk_daemon.node_admin.tailscale import TailscaleProbe
 from skulk_daemon.system.buildinfo import source_commit
 from skulk_daemon.worker.supervisor import ManagedRunner, Supervisor
 
+log = logging.getLogger(__name__)
 MAX_SAMPLE_SECONDS: Final = 10.0
 T = TypeVar("T")
 
@@ -94,8 +98,10 @@ class DiagnosticsService:
         *,
         cluster: FabricSource | None = None,
         capabilities: ProviderSource | None = None,
+        tailscale: TailscaleProbe | None = None,
     ) -> None:
         self._node = node
+        self._tailscale = tailscale or TailscaleProbe()
         self._worker = worker
         self._cluster = cluster
         self._capabilities = capabilities
@@ -158,7 +164,17 @@ class DiagnosticsService:
                 list(node.recovery.outcomes), list[RecoveryOutcome]
             ),
             authority_refusals=dict(sorted(refusals.items())),
+            tailscale=await self._tailscale_status(),
         )
+
+    async def _tailscale_status(self) -> TailscaleStatus | None:
+        """This node's tailnet identity; None only for a probe that broke unexpectedly
+        (a missing or stopped tailscale is an honest ``running: false``)."""
+        try:
+            return await self._tailscale.status()
+        except Exception:
+            log.exception("the tailscale probe failed")
+            return None
 
     def _runtime(self) -> Runtime:
         node = self._node

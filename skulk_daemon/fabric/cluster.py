@@ -59,6 +59,7 @@ from skulk_core.cluster.fabric import (
     PeerAddress,
     RunSpeech,
     RunTask,
+    ShareHfToken,
     Snapshot,
     SubmitCommand,
     SyncRequest,
@@ -86,6 +87,7 @@ from skulk_daemon.fabric.remote_tasks import RemoteTasks
 from skulk_daemon.fabric.replicator import Replicator
 from skulk_daemon.fabric.settings import FabricSettings
 from skulk_daemon.fabric.telemetry_stats import TelemetryStats
+from skulk_daemon.fabric.token_share import TokenShare
 from skulk_daemon.fabric.transport import FabricTransport
 from skulk_daemon.node.node import Node
 
@@ -125,6 +127,7 @@ class ClusterAgent:
         self.remote = RemoteTasks(self)
         self.speech = RemoteSpeech(self)
         self.capabilities = RemoteCapabilities(self)
+        self.token_share = TokenShare(node, self.outbox)
         self.counters = LinkCounters()
         self.dialer = Dialer(
             self.peers,
@@ -279,6 +282,7 @@ class ClusterAgent:
         if self.election.session is not None:
             self.membership.report_connections(live)
         self.membership.forget_departed(live)
+        self.token_share.tick(p.node_id for p in live)
 
     # -- election --------------------------------------------------------------------
 
@@ -353,6 +357,8 @@ class ClusterAgent:
                 | CapabilityData()
             ):
                 self.capabilities.receive(header.origin, body)
+            case ShareHfToken():
+                self.token_share.receive(header.origin, body)
             case SubmitCommand() | EventBatch() | SyncRequest() | Snapshot():
                 self._control.put_nowait((header.origin, header, body))
 

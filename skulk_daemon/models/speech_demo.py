@@ -31,6 +31,7 @@ from skulk_core.models.cards import (
     ModelTask,
 )
 from skulk_core.models.catalog import InstalledModel
+from skulk_core.models.listing import ENGINE_REFERENCE_AUDIO_NOTES
 from skulk_core.placement.backends import BACKEND_CTRANSLATE2, BACKEND_ONNXRUNTIME
 from skulk_daemon.models.packaged import PARTIAL_SUFFIX, install_once, remove_partials
 from skulk_host.fsutil import fsync_dir
@@ -191,6 +192,7 @@ def piper_card(size_bytes: int) -> ModelCard:
             # Sentence by sentence, as mp3 or pcm (validated in tests/speech).
             supports_streaming=True,
             supports_voice_listing=True,
+            reference_audio_note=ENGINE_REFERENCE_AUDIO_NOTES[BACKEND_ONNXRUNTIME],
             voices=(PIPER_VOICE,),
             default_voice=PIPER_VOICE.id,
             sample_rates=(PIPER_SAMPLE_RATE,),

@@ -29,10 +29,12 @@ from skulk_daemon.node_admin.browse import DirectoryListing, browse
 from skulk_daemon.node_admin.restart import RestartLatch, RestartPending, RestartUnavailable
 from skulk_daemon.node_admin.tailscale import TailscaleProbe
 from skulk_daemon.system.netinfo import preferred_ipv4
+from skulk_daemon.telemetry.field_queue import FieldQueue, FieldSample
 
 FIELD_TELEMETRY_INGEST_URL: Final = "https://telemetry.skulk.invalid/v1/samples"
-"""Where samples would go. This build has no collector and no ingest service, so
-``pending`` stays empty and nothing is sent (``.invalid`` cannot resolve)."""
+"""Where samples would go. This build has no ingest service: the local queue
+(:mod:`skulk_daemon.telemetry.field_queue`) is shown, never sent (``.invalid``
+cannot resolve)."""
 REMOTE_RESTART_TIMEOUT_SECONDS: Final = 5.0
 
 _STATUS_BY_REFUSAL: Final = {
@@ -40,19 +42,6 @@ _STATUS_BY_REFUSAL: Final = {
     TargetRefusal.NOT_FOUND: 404,
     TargetRefusal.AMBIGUOUS: 409,
 }
-
-
-class FieldSample(msgspec.Struct, frozen=True, kw_only=True):
-    """One content-free field-telemetry sample: ids, classes, timings, counts, enums."""
-
-    model_id: str
-    hardware_class: str
-    engine: str
-    time_to_first_token_ms: float | None = None
-    decode_tokens_per_second: float | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    failure_class: str | None = None
 
 
 class TelemetryPreview(msgspec.Struct, frozen=True, kw_only=True):
@@ -78,8 +67,10 @@ class NodeAdminService:
         *,
         restart: RestartLatch | None = None,
         tailscale: TailscaleProbe | None = None,
+        field_queue: FieldQueue | None = None,
     ) -> None:
         self._node = node
+        self.field_queue = field_queue or FieldQueue(node)
         self.restart_latch = restart or RestartLatch()
         self._tailscale = tailscale or TailscaleProbe()
 
@@ -88,8 +79,8 @@ class NodeAdminService:
         return TelemetryPreview(
             enabled=enabled,
             consent="granted" if enabled else "unasked",
-            pending=(),
-            dropped_since_start=0,
+            pending=self.field_queue.pending(),
+            dropped_since_start=self.field_queue.dropped_since_start,
             install_id=self._node.identity.install_id if enabled else "",
             ingest_url=FIELD_TELEMETRY_INGEST_URL,
         )

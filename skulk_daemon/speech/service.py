@@ -46,6 +46,7 @@ from skulk_core.ids import (
     new_task_id,
 )
 from skulk_core.models.cards import AudioCard, ModelCard, ModelTask
+from skulk_core.models.listing import reference_audio_note
 from skulk_core.state.shards import Instance, RunnerReady, RunnerRunning, serving_node
 from skulk_daemon.chat.cancellation import ActiveCommands
 from skulk_daemon.embeddings.service import refusal
@@ -260,9 +261,11 @@ class SpeechService:
         on reference audio, 400 for a card that declares it too."""
         card, _ = self._card(model, ModelTask.TEXT_TO_SPEECH, "speech synthesis", here=False)
         if card.audio is None or not card.audio.supports_reference_audio:
+            note = reference_audio_note(card)
+            why = f": {note}" if note else ""
             return _bad(
                 f"model {model} does not declare reference audio "
-                "(audio.supports_reference_audio); send JSON without reference_audio",
+                f"(audio.supports_reference_audio){why}; send JSON without reference_audio",
                 code="reference_audio_not_supported",
             )
         if not upload:

@@ -38,8 +38,10 @@ def mark_staged(model_dir: Path, at: float) -> None:
 
 
 def mark_used(model_dir: Path, at: float) -> None:
-    """Record a use of a staged copy (a no-op for any other directory)."""
-    if not is_staged(model_dir):
+    """Record a launch from ``model_dir``: a staged copy's eviction order, and every
+    artifact's last use in ``GET /store/storage``. Only a directory that already keeps
+    Skulk's records gets the marker (a read-only root silently keeps none)."""
+    if not (model_dir / SIDECAR_DIR).is_dir():
         return
     with contextlib.suppress(OSError):
         atomic_write(

@@ -1,6 +1,5 @@
-"""Where this node sees copies of models: its own installed artifacts
-(``GET /store/storage``) and, for each model the store holds, the store host's
-canonical copy and every node's complete cached copy (``GET /store/registry``).
+"""Where this node sees copies of models: for each model the store holds, the store
+host's canonical copy and every node's complete cached copy (``GET /store/registry``).
 
 Read from State, telemetry and this node's model directory; nothing here asks the
 store host (the route relays its listing and this module enriches it).
@@ -8,7 +7,7 @@ store host (the route relays its listing and this module enriches it).
 
 from __future__ import annotations
 
-import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
@@ -19,17 +18,15 @@ from skulk_core.store.answers import (
     LOCATION_STORE,
     CacheInventory,
     CopyLocation,
-    NodeStorage,
     RegistryEntry,
-    StoredArtifact,
     StoreEntry,
 )
+from skulk_core.store.currency import coverage, currency
 from skulk_core.store.reconcile import ManifestEntry, manifest_digest
 from skulk_daemon.hub.download import COMPLETED
 from skulk_daemon.hub.manifest import read_manifest
 from skulk_daemon.node.node import Node
 from skulk_daemon.store.cache import is_staged, last_used
-from skulk_daemon.store.host import store_root
 
 
 def _cached_on(node: Node, entry: StoreEntry) -> list[CopyLocation]:
@@ -99,8 +96,16 @@ def enrich(node: Node, entry: StoreEntry) -> RegistryEntry:
     # The store lists only generations whose every file was verified before its
     # manifest was written; anything else is unresolved and never imported or served.
     whole = entry.manifest_complete and entry.verification_state == "verified"
+    signed = node.registry_catalog()
+    listed = node.catalog().get(entry.model_id)
+    standing = currency(
+        entry.registry_card_id,
+        None if listed is None else listed.registry_card,
+        () if signed is None else signed.advisories,
+    )
     return RegistryEntry(
         **msgspec.structs.asdict(entry),
+        **msgspec.structs.asdict(standing),
         cached_on_nodes=_cached_on(node, entry),
         reconciliation_state="verified" if whole else "unresolved",
     )
@@ -109,61 +114,10 @@ def enrich(node: Node, entry: StoreEntry) -> RegistryEntry:
 def inventory(node: Node) -> CacheInventory:
     view = node.view()
     members = list(view.state.topology.nodes)
-    observed = [n for n in members if n in view.telemetry]
-    coverage = (
-        "unavailable"
-        if not observed
-        else ("current" if len(observed) == len(members) else "syncing")
-    )
+    readings = {n: r.observed_at for n, r in view.telemetry.items() if n in members}
     return CacheInventory(
-        observed_nodes=len(observed),
+        observed_nodes=len(readings),
         expected_nodes=len(members),
-        coverage=coverage,
+        coverage=coverage(members, readings, view.state.last_seen, datetime.now(UTC)).value,
         store_nodes=sorted(NodeId(n) for n in view.state.store_hosts),
-    )
-
-
-def storage_report(node: Node) -> NodeStorage:
-    """Every installed artifact on this node, its size and use, and the free disk."""
-    in_use = {i.shard_assignments.model_id for i in node.state.instances.values()}
-    store = store_root(node).resolve() if node.config.model_store.store_host else None
-    artifacts: list[StoredArtifact] = []
-    for model in node.installed_models:
-        location = Path(model.location)
-        manifest = read_manifest(location)
-        size = (
-            sum(f.size for f in manifest.files)
-            if manifest is not None
-            else model.card.storage_size.in_bytes
-        )
-        inside_store = store is not None and location.resolve().is_relative_to(store)
-        digest = (
-            None
-            if manifest is None
-            else manifest_digest(
-                ManifestEntry(path=f.path, size=f.size, sha256=f.sha256) for f in manifest.files
-            )
-        )
-        artifacts.append(
-            StoredArtifact(
-                model_id=model.card.model_id,
-                path=str(location),
-                size_bytes=size,
-                installed_at=model.installed_at,
-                in_use=model.card.model_id in in_use,
-                location_kind=LOCATION_STORE if inside_store else LOCATION_NODE,
-                manifest_complete=manifest is not None,
-                manifest_sha256=digest,
-                installed_identity=None if digest is None else f"{model.card.model_id}@{digest}",
-                verification_state="verified" if manifest is not None else "unresolved",
-            )
-        )
-    node.models_dir.mkdir(parents=True, exist_ok=True)
-    usage = shutil.disk_usage(node.models_dir)
-    return NodeStorage(
-        node_id=node.node_id,
-        artifacts=artifacts,
-        models_dir=str(node.models_dir),
-        free_bytes=usage.free,
-        total_bytes=usage.total,
     )

@@ -15,6 +15,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
@@ -25,7 +26,7 @@ from skulk_core.models.cards import ArtifactRole, Memory, ModelCard
 from skulk_core.models.catalog import InstalledModel, same_artifact
 from skulk_core.models.hub_cards import HubCardError, RepoFile, is_safe_repo_path
 from skulk_core.state.state import DownloadProgress
-from skulk_core.store.answers import StoreDisk, StoreEntry
+from skulk_core.store.answers import InstalledCard, StoreDisk, StoreEntry
 from skulk_core.store.reconcile import ManifestEntry, manifest_digest
 from skulk_core.store.selection import Conflict, DownloadSelection, Plan, Verification, resolve
 from skulk_daemon.hub.client import HubClient, HubRefused
@@ -187,6 +188,21 @@ class StoreHostService:
                 return model
         return None
 
+    def revision_problem(self, model_id: str, source_revision: str | None) -> str | None:
+        """Why the store's copy of ``model_id`` is not at ``source_revision`` (a 404 on
+        the transport), or None when it is or no revision was asked for."""
+        if source_revision is None:
+            return None
+        held = self._model(model_id)
+        if held is None:
+            return f"the store holds no {model_id} with a card recording its revision"
+        if held.card.source_revision != source_revision:
+            return (
+                f"the store holds {model_id} at revision {held.card.source_revision}, "
+                f"not {source_revision}"
+            )
+        return None
+
     def manifest(self, model_id: str) -> FileManifest | None:
         try:
             target = self.downloads.model_dir(model_id)
@@ -221,6 +237,9 @@ class StoreHostService:
                     manifest_sha256=manifest_digest(
                         ManifestEntry(path=f.path, size=f.size, sha256=f.sha256)
                         for f in manifest.files
+                    ),
+                    installed_card=InstalledCard(
+                        card=card, captured_at=datetime.fromtimestamp(model.installed_at, UTC)
                     ),
                 )
             )

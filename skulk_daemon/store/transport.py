@@ -40,11 +40,12 @@ from litestar.di import NamedDependency, Provide
 from litestar.enums import MediaType
 from litestar.exceptions import HTTPException
 from litestar.handlers.base import BaseRouteHandler
-from litestar.params import FromPath
+from litestar.params import FromPath, FromQuery
 from litestar.response import Stream
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from skulk_core.config import SkulkConfig
+from skulk_core.models.custom_cards import SOURCE_REVISION_PATTERN
 from skulk_core.state.state import DownloadProgress
 from skulk_core.store.answers import ReconciliationStatus, StoreDisk, StoreEntry
 from skulk_core.store.paths import model_id_escapes
@@ -57,6 +58,7 @@ from skulk_daemon.hub.download import DownloadRefused
 from skulk_daemon.store.host import SELECTION_CONFLICT, StoreHostService
 from skulk_daemon.store.imports import ImportFailed, decode_request, run_import
 from skulk_daemon.store.reconcile import Reconciler
+from skulk_daemon.store.recovery import recover_installed_cards as recover
 from skulk_daemon.store.wire import StoreDownload, download_body
 
 log = logging.getLogger(__name__)
@@ -192,7 +194,14 @@ class StoreController(Controller):
         return store.disk()
 
     @route("/registry", http_method=["GET", "HEAD"])
-    async def registry(self, store: Store) -> Registry:
+    async def registry(
+        self, store: Store, recover_installed_cards: FromQuery[bool] = False
+    ) -> Registry:
+        # NOTE: recovery writes sidecars and appends to the node's installed models; it
+        # runs on the loop's thread (as every other change to that list does), and it
+        # reads only manifests and card records, never model bytes.
+        if recover_installed_cards:
+            recover(store)
         return Registry(entries=store.entries())
 
     @route("/models", http_method=["GET", "HEAD"])
@@ -237,8 +246,11 @@ class StoreController(Controller):
         return Deleted(model_id=model_id)
 
     @route("/models/{model:str}/files", http_method=["GET", "HEAD"])
-    async def files(self, store: Store, model: FromPath[str]) -> ModelFiles:
+    async def files(
+        self, store: Store, model: FromPath[str], source_revision: FromQuery[str | None] = None
+    ) -> ModelFiles:
         model_id = _model(model)
+        _at_revision(store, model_id, source_revision)
         manifest = store.manifest(model_id)
         if manifest is None:
             raise StoreRefused(404, f"the store holds no complete model {model_id}")
@@ -295,11 +307,24 @@ class StoreController(Controller):
         model: FromPath[str],
         relative: FromPath[Path],
         request: StoreRequest,
+        source_revision: FromQuery[str | None] = None,
     ) -> Stream:
         model_id = _model(model)
+        _at_revision(store, model_id, source_revision)
         parts = relative.as_posix().strip("/").split("/")
         wanted_path = "/".join(unquote(part) for part in parts)
         return _file(store, model_id, wanted_path, request)
+
+
+def _at_revision(store: StoreHostService, model_id: str, source_revision: str | None) -> None:
+    """A malformed ``source_revision`` is 400; a copy at another revision is 404."""
+    if source_revision is not None and SOURCE_REVISION_PATTERN.fullmatch(source_revision) is None:
+        raise StoreRefused(
+            400, "source_revision must be a full 40-character lowercase hexadecimal commit id"
+        )
+    problem = store.revision_problem(model_id, source_revision)
+    if problem is not None:
+        raise StoreRefused(404, problem)
 
 
 def _file(store: StoreHostService, model_id: str, relative: str, request: StoreRequest) -> Stream:

@@ -134,6 +134,15 @@ def configure_logging(
     return path
 
 
+def set_level(level: str) -> None:
+    """Log at ``level`` from now on (the cluster's logging settings changed)."""
+    numeric = logging.getLevelNamesMapping()[level.upper()]
+    logging.getLogger().setLevel(numeric)
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(max(numeric, logging.INFO))
+    os.environ[RUNNER_LOG_LEVEL_ENV] = level.lower()
+
+
 _SECRET_ENV_NAME: Final = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)S?$")
 
 

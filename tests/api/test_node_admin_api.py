@@ -14,10 +14,14 @@ from typing import Any
 import msgspec
 import pytest
 
+from skulk_core.cluster.remote_access import TailscaleStatus
+from skulk_core.diagnostics.bundle import NodeBundle
 from skulk_core.ids import NodeId
 from skulk_daemon.api.authority import route_authority
 from skulk_daemon.authority.policy import Requirement
+from skulk_daemon.diagnostics.service import DiagnosticsService
 from skulk_daemon.node_admin.service import FIELD_TELEMETRY_INGEST_URL
+from skulk_daemon.node_admin.tailscale import TailscaleProbe
 from tests.api.in_process import AppFactory, AppNode
 from tests.security.test_route_table import _routes
 
@@ -108,6 +112,8 @@ def test_without_the_tailscale_binary_it_is_not_running(
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing named tailscale here
     app = make_app()
     assert app.get("/v1/connectivity/tailscale").json() == {"running": False, **NULL_FIELDS}
+    bundle = app.get("/v1/diagnostics/node").json()
+    assert bundle["tailscale"] == {"running": False, **NULL_FIELDS}
     access = app.get("/v1/connectivity/remote-access").json()
     assert access["tailscale"] == {
         "running": False,
@@ -138,6 +144,10 @@ def test_a_running_tailnet_is_read_and_preferred(
         "tailnet": "tailnet-abc.ts.net",
         "version": "1.76.1-t5f0a8ba63",
     }
+    # The node's diagnostics bundle carries the same tailnet identity.
+    bundle = app.get("/v1/diagnostics/node").json()
+    assert bundle["tailscale"]["selfIp"] == "100.101.102.103"
+    assert bundle["tailscale"]["dnsName"] == "my-node.tailnet-abc.ts.net"
     node_id = app.get("/node_id").json()
     assert app.get("/v1/connectivity/tailscale", params={"node_id": node_id}).json()["running"]
     access = app.get("/v1/connectivity/remote-access").json()
@@ -305,3 +315,18 @@ def test_browse_skips_names_json_cannot_carry(bare_app: AppNode, tree: Path) -> 
     for raw in ("%2Ftmp%2F%ED%A0%80", "%2Ftmp%2F%FF"):
         answer = bare_app.get(f"/filesystem/browse?path={raw}")
         assert answer.status_code == 400, answer.text
+
+
+class _BrokenProbe(TailscaleProbe):
+    async def status(self) -> TailscaleStatus:
+        raise RuntimeError("the probe itself broke")
+
+
+def test_a_broken_probe_leaves_the_bundle_tailscale_null(bare_app: AppNode) -> None:
+    service = DiagnosticsService(bare_app.node, None, tailscale=_BrokenProbe())
+
+    async def bundle() -> NodeBundle:
+        return await service.bundle({})
+
+    found = bare_app._test_client.blocking_portal.call(bundle)
+    assert found.tailscale is None and found.node_id == bare_app.node.node_id

@@ -43,6 +43,7 @@ from skulk_core.cluster.fabric import (
     Plane,
     RunSpeech,
     RunTask,
+    ShareHfToken,
     Snapshot,
     SpeechAccepted,
     SpeechAudio,
@@ -343,6 +344,7 @@ def generation_bodies() -> list[Body]:
             ),
         ),
         CancelTask(command_id=command),
+        ShareHfToken(token="hf_sample", revision="0" * 32),
         *(
             DataFrame(command_id=command, seq=seq, payload=chunk, final=seq == len(chunks) - 1)
             for seq, chunk in enumerate(chunks)

@@ -269,3 +269,41 @@ def test_a_lost_node_fails_its_instances_naming_the_node(cluster: list[DaemonPro
     (failure,) = view["instanceFailures"]
     assert failure["errorCode"] == f"node_lost:{lost_id}"
     assert lost_id in failure["affectedNodeIds"]
+
+
+def test_cluster_wide_config_reaches_every_node_without_the_token_in_state(
+    shared_cluster: list[DaemonProcess],
+) -> None:
+    wait_for(lambda: converged(shared_cluster, 3), "three nodes to converge", timeout=60)
+    writer, *others = shared_cluster
+    token = "hf_" + "Zq7" * 12
+    config = writer.get("/config").json()["config"]
+    config.update(hf_token=token, logging={"level": "debug", "event_log": True})
+    put = httpx.put(f"{writer.url}/config", json=config, timeout=30)
+    assert put.status_code == 200, put.text
+
+    def applied(daemon: DaemonProcess) -> bool:
+        body = daemon.get("/config").json()
+        return bool(
+            body["config"]["logging"]["level"] == "debug" and body["editing"]["secrets"]["hf_token"]
+        )
+
+    wait_for(lambda: all(applied(d) for d in others), "every node to take the settings", 30)
+    for daemon in shared_cluster:
+        state = daemon.get("/state")
+        assert token not in state.text  # State carries a revision, never the secret
+        assert state.json()["clusterSettings"]["hfTokenRevision"]
+        assert token not in daemon.get("/config").text
+    # A later update that sends no token keeps every node's token.
+    reader = others[0]
+    unchanged = reader.get("/config").json()["config"]
+    unchanged.update(logging={"level": "info", "event_log": True})
+    assert httpx.put(f"{reader.url}/config", json=unchanged, timeout=30).status_code == 200
+    wait_for(
+        lambda: all(
+            d.get("/config").json()["config"]["logging"]["level"] == "info" for d in shared_cluster
+        ),
+        "the info level everywhere",
+        30,
+    )
+    assert all(d.get("/config").json()["editing"]["secrets"]["hf_token"] for d in shared_cluster)

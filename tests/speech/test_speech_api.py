@@ -261,6 +261,13 @@ def test_speech_without_input_and_multipart_speech_are_refused(app: AppNode) -> 
     assert multipart.status_code == 400
     assert "audio.supports_reference_audio" in error(multipart)
     assert f"model {TTS} does not declare reference audio" in error(multipart)
+    # The 400 names why: the Piper engine cannot condition on reference audio, as the
+    # card itself says in /v1/models.
+    assert "Piper engine" in error(multipart)
+    assert "cannot condition on reference audio" in error(multipart)
+    listed = next(m for m in app.get("/v1/models").json()["data"] if m["id"] == TTS)
+    assert listed["audio"]["supports_reference_audio"] is False
+    assert "cannot condition on reference audio" in listed["audio"]["reference_audio_note"]
     # A body a web page can send without a preflight is not taken for JSON.
     plain = app.post(
         "/v1/audio/speech",

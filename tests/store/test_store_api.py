@@ -17,6 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -194,6 +195,47 @@ def test_the_transport_refuses_bad_ranges_paths_and_unknown_models(
     assert transport.get(f"/models/{enc('nobody/none')}/files").status_code == 404
     assert transport.get(f"/models/{enc('nobody/none')}/{GGUF}").status_code == 404
     assert transport.get("/nothing-here").status_code == 404
+
+
+def test_the_transport_answers_pinned_revisions_only(
+    app: AppNode, stored: str, transport: httpx.Client
+) -> None:
+    [entry] = transport.get("/registry").json()["entries"]
+    commit = entry["source_revision"]
+    assert len(commit) == 40
+    # The nested installed card is JSON-native: its capture time an ISO 8601 UTC string.
+    installed = entry["installed_card"]
+    assert installed["card"]["modelId"] == stored
+    captured = datetime.fromisoformat(installed["captured_at"].replace("Z", "+00:00"))
+    assert captured.utcoffset() == timedelta(0)
+    files = f"/models/{enc(stored)}/files"
+    pinned = transport.get(files, params={"source_revision": commit})
+    assert pinned.status_code == 200 and pinned.json()["files"][0]["path"] == GGUF
+    other = transport.get(files, params={"source_revision": "0" * 40})
+    assert other.status_code == 404 and "not " + "0" * 40 in other.json()["error"]["message"]
+    assert transport.get(files, params={"source_revision": "main"}).status_code == 400
+    one = f"/models/{enc(stored)}/{GGUF}"
+    ranged = {"range": "bytes=0-9"}
+    assert transport.get(one, params={"source_revision": commit}, headers=ranged).status_code == 206
+    assert transport.get(one, params={"source_revision": "f" * 40}).status_code == 404
+    assert transport.get(one, params={"source_revision": "F" * 40}).status_code == 400
+
+
+def test_recovery_reassociates_a_stored_model_that_lost_its_card_record(
+    app: AppNode, stored: str, transport: httpx.Client
+) -> None:
+    [entry] = transport.get("/registry").json()["entries"]
+    located = next(m for m in app.node.installed_models if m.card.model_id == stored)
+    sidecar = Path(located.location) / ".skulk" / "installed-card.json"
+    sidecar.unlink()
+    # An ordinary read does no work: without its record the directory is not listed.
+    assert transport.get("/registry").json()["entries"] == []
+    recovered = transport.get("/registry", params={"recover_installed_cards": "true"})
+    assert recovered.status_code == 200, recovered.text
+    [again] = recovered.json()["entries"]
+    assert again["model_id"] == stored and again["manifest_sha256"] == entry["manifest_sha256"]
+    assert sidecar.is_file()
+    assert sum(m.card.model_id == stored for m in app.node.installed_models) == 1
 
 
 def test_public_refusals_keep_the_spec_shapes(app: AppNode, stored: str) -> None:

@@ -25,6 +25,7 @@ import msgspec
 import pytest
 
 from skulk_core.ids import ModelId
+from skulk_core.models.advisories import Advisory, Severity
 from skulk_core.models.cards import (
     ArtifactBundle,
     ArtifactRole,
@@ -276,6 +277,12 @@ def test_a_pinned_signed_card_is_fetched_and_recorded_as_verified(setup: Setup) 
     assert here["identity"] == f"{SIGNED}@{entry['manifest_sha256']}"
     assert here["in_use"] is False and here["bytes"] == entry["total_bytes"]
     assert entry["reconciliation_state"] == "verified"
+    # The installed generation is the one the registry publishes: nothing to update.
+    assert entry["current_registry_identity"] == setup.card_id
+    assert entry["installed_not_current"] is False and entry["update_available"] is False
+    assert entry["advisories"] == []
+    inventory = setup.app.get("/store/registry").json()["cache_inventory"]
+    assert inventory["coverage"] == "current" and inventory["observed_nodes"] == 1
     listed = setup.listed(SIGNED)
     assert listed["installed"] is True
     assert listed["installed_verification"] == "registry_verified"
@@ -317,6 +324,9 @@ def test_a_search_result_absent_from_the_catalog_downloads_unverified(setup: Set
     entry = setup.entry(TINY)
     assert entry["installed_verification"] == "unverified"
     assert entry["registry_card_id"] is None
+    # No signed card publishes this alias: not current, and no update to apply.
+    assert entry["current_registry_identity"] is None
+    assert entry["installed_not_current"] is True and entry["update_available"] is False
     assert setup.files(TINY) == sorted([GGUF, PROJECTOR])  # the extra file was co-fetched
     listed = setup.listed(TINY)
     assert listed["installed"] is True
@@ -350,12 +360,26 @@ def test_a_signed_card_for_bytes_already_held_is_adopted_without_a_transfer(
     )
     setup.catalogs.append(republished)
     signed = next(c for c in republished.cards if c.model_id == TINY)
+    # The registry now publishes a signed card the unverified generation is not under,
+    # and a signed advisory names that card.
+    notice = Advisory(
+        id="SKULK-2026-0007",
+        severity=Severity.MODERATE,
+        summary="re-download under the signed card",
+        card_ids=(str(signed.registry_card_id),),
+    )
+    setup.catalogs[-1] = msgspec.structs.replace(republished, advisories=(notice,))
+    pending = setup.entry(TINY)
+    assert pending["current_registry_identity"] == signed.registry_card_id
+    assert pending["update_available"] is True and pending["installed_not_current"] is True
+    assert [a["id"] for a in pending["advisories"]] == [notice.id]
     answer = setup.download(TINY, {"registry_card_id": signed.registry_card_id})
     assert answer.status_code == 200 and answer.json()["status"] == "complete", answer.text
     after = setup.entry(TINY)
     assert after["installed_verification"] == "registry_verified"
     assert after["registry_card_id"] == signed.registry_card_id
     assert after["manifest_sha256"] == before["manifest_sha256"]  # the same bytes
+    assert after["update_available"] is False and after["installed_not_current"] is False
     assert setup.listed(TINY)["installed_verification"] == "registry_verified"
 
 
