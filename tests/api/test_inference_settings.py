@@ -47,8 +47,7 @@ def test_runner_threads_and_the_bit_exact_mode_reach_the_runner(
     place(app, context=CONTEXT)
     assert any(
         "loaded" in record.getMessage()
-        and "x 1024 tokens, 1 threads, bit-exact, settling after 250 ms idle"
-        in record.getMessage()
+        and "x 1024 tokens, 1 threads, bit-exact, settling after 250 ms idle" in record.getMessage()
         for record in caplog.records
     ), [r.getMessage() for r in caplog.records if "loaded" in r.getMessage()]
 
@@ -94,4 +93,3 @@ def test_runner_threads_and_the_bit_exact_mode_reach_the_runner(
         assert settled > held
     else:
         assert settled >= held - held % EXACT_ROWS
-
