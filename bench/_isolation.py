@@ -87,6 +87,24 @@ class Side:
         return total
 
 
+def children_with(argument: str) -> Callable[[], Sequence[int]]:
+    """The pids of this process's descendants whose command line holds ``argument``
+    (a peer server started by the benchmark, told apart by its port), as a
+    :class:`Side`'s ``pids``."""
+
+    def pids() -> Sequence[int]:
+        found = []
+        for child in psutil.Process().children(recursive=True):
+            try:
+                if argument in child.cmdline():
+                    found.append(child.pid)
+            except psutil.NoSuchProcess:
+                continue
+        return found
+
+    return pids
+
+
 def native_threads() -> Callable[[], Sequence[int]]:
     """The native ids of this process's threads that Python did not start (a C
     library's thread pool: llama.cpp's), as a :class:`Side`'s ``threads``."""
