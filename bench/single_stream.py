@@ -15,7 +15,7 @@ their medians compared, with each side's spread (p90, min-max):
   from sending the request to the first SSE frame carrying text.
 * decode tokens/s: tokens after the first over the time from the first to the last.
 
-Targets: Skulk/raw decode ratio >= 0.97, Skulk - raw TTFT <= 10 ms.
+Targets (issue 43): Skulk/raw decode ratio >= 0.98, Skulk - raw TTFT <= 10 ms.
 
 Run from the repository root::
 
@@ -53,7 +53,7 @@ from bench._common import (
 )
 from bench._isolation import Isolation, Side, native_threads, spread, spread_text
 
-DECODE_RATIO_TARGET: Final = 0.97
+DECODE_RATIO_TARGET: Final = 0.98
 TTFT_DELTA_TARGET_MS: Final = 10.0
 # What Skulk's Gemma 3 chat template renders for one user message (BOS included).
 GEMMA_TURN: Final = "<bos><start_of_turn>user\n{prompt}<end_of_turn>\n<start_of_turn>model\n"
