@@ -5,22 +5,26 @@ Both serve the demo model (Gemma 3 270M Q4_K_M) with the same engine version
 ``bench/build_llama_server.sh``), the same number of slots (4), the same context
 per slot, the same threads (all cores), batch 512, continuous batching, a
 non-unified KV cache and a full-size SWA cache (Skulk's engine settings), and
-the same Jinja chat template. Prompt caching is off on the server, since Skulk
-does not keep prompts between requests.
+the same Jinja chat template. Both keep prompts between requests (the server's
+prompt cache on, its default; Skulk reuses any common prefix by default).
 
 At each level N (default 1, 4, 8) N streaming chat completions with the same
 messages (each side applies the Gemma turn template), greedy, ``--max-tokens``
 tokens, are started at once. The aggregate decode rate of a round is every
 stream's tokens after its first, over the time from the earliest first token to
 the latest last token. Rounds alternate between the two servers (ABBA), both
-servers stay loaded, and each level's figure is the median of ``--reps`` rounds.
+servers stay loaded, and each side is measured with the other quiescent (see
+``bench/_isolation.py``: a round waits ``--gap`` seconds and until both servers'
+CPU time is flat, records the load average, and fails loudly when the idle server
+spent CPU during the other's round). Each level's figure is the median of
+``--reps`` rounds, printed with its spread.
 
 Target: Skulk/llama-server aggregate ratio >= 1.0 at every level.
 
 Run from the repository root::
 
     bench/build_llama_server.sh            # once, several minutes
-    .venv/bin/python -m bench.concurrency [--levels 1 4 8] [--reps 3] [--json]
+    .venv/bin/python -m bench.concurrency [--levels 1 4 8 16 32] [--reps 3] [--json]
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from bench._common import (
     stream_chat_async,
     wait_for_quiet,
 )
+from bench._isolation import Isolation, Side, children_with, spread, spread_text
 from skulk_core.models.chat_templates import GEMMA3_CHAT_TEMPLATE
 from tests.daemon_process import free_port
 
@@ -92,6 +97,11 @@ class Round:
     @property
     def median_ttft_ms(self) -> float:
         return median([s.ttft_s * 1000.0 for s in self.streams])
+
+
+PROMPT_CACHE_ON: Final = ("--cache-prompt", "--cache-ram", "8192", "--ctx-checkpoints", "32")
+"""The server's own prompt-cache defaults, restated after :func:`llama_server`'s
+cache-off flags (the last of a repeated flag wins)."""
 
 
 @contextmanager
@@ -193,6 +203,8 @@ def summarize(
                 "ok": s / p >= RATIO_TARGET,
                 "skulk_agg_tps_all": [round(r.agg_decode_tps, 2) for r in skulk[level]],
                 "server_agg_tps_all": [round(r.agg_decode_tps, 2) for r in server[level]],
+                "skulk_agg_tps_spread": spread([r.agg_decode_tps for r in skulk[level]]),
+                "server_agg_tps_spread": spread([r.agg_decode_tps for r in server[level]]),
                 "skulk_e2e_tps": round(median([r.end_to_end_tps for r in skulk[level]]), 2),
                 "server_e2e_tps": round(median([r.end_to_end_tps for r in server[level]]), 2),
                 "skulk_ttft_ms": round(median([r.median_ttft_ms for r in skulk[level]]), 1),
@@ -223,6 +235,12 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         )
     print(f"target: ratio >= {RATIO_TARGET:g} at every level")
     for row in rows:
+        print(
+            f"spread at {row['streams']} streams, agg tok/s: Skulk "
+            f"{spread_text(row['skulk_agg_tps_all'])}, llama-server "
+            f"{spread_text(row['server_agg_tps_all'])}"
+        )
+    for row in rows:
         if row["skulk_tokens"] != row["server_tokens"] or (
             row["skulk_prompt_tokens"] != row["server_prompt_tokens"]
         ):
@@ -235,12 +253,13 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 8, 16, 32])
     parser.add_argument("--reps", type=int, default=3, help="measured rounds per level and side")
     parser.add_argument("--prompt", default=DEFAULT_PROMPT)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--context", type=int, default=1024, help="context tokens per slot")
     parser.add_argument("--llama-server", type=Path, default=DEFAULT_LLAMA_SERVER)
+    parser.add_argument("--gap", type=float, default=3.0, help="seconds between rounds")
     add_run_options(parser)
     args = parser.parse_args(argv)
     load_at_start = wait_for_quiet(args.max_load)
@@ -251,9 +270,22 @@ def main(argv: list[str] | None = None) -> int:
     with skulk_serving(args.models_dir, args.context) as daemon:
         model = demo_model_path(args.models_dir)
         with llama_server(
-            args.llama_server, model, args.context, BUILD_DIR / "logs" / "llama-server.log"
+            args.llama_server,
+            model,
+            args.context,
+            BUILD_DIR / "logs" / "llama-server.log",
+            extra_args=PROMPT_CACHE_ON,
         ) as server_url:
             sides = {"skulk": daemon.url, "server": server_url}
+            process = daemon.process
+            assert process is not None
+            isolation = Isolation(
+                [
+                    Side("skulk", lambda: [process.pid]),
+                    Side("server", children_with(server_url.rsplit(":", 1)[1])),
+                ],
+                gap_s=args.gap,
+            )
             # Warm both up (first-request costs, page cache) with a full-width round.
             for url in sides.values():
                 asyncio.run(run_round(url, body, max(args.levels)))
@@ -261,7 +293,12 @@ def main(argv: list[str] | None = None) -> int:
                 for index, level in enumerate(args.levels):
                     order = ["skulk", "server"] if (rep + index) % 2 == 0 else ["server", "skulk"]
                     for side in order:
-                        result = asyncio.run(run_round(sides[side], body, level))
+                        url = sides[side]
+
+                        def measure(url: str = url, level: int = level) -> Round:
+                            return asyncio.run(run_round(url, body, level))
+
+                        result = isolation.run(side, measure)
                         (skulk if side == "skulk" else server)[level].append(result)
                         print(
                             f"rep {rep + 1}/{args.reps} {level} streams {side}: "
@@ -283,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
                 "threads": cpu_count(),
                 "machine": machine(),
                 "load_at_start": round(load_at_start, 2),
+                "isolation": isolation.report(),
             }
         )
     return 0

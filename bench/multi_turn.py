@@ -19,7 +19,9 @@ chat template), except that the server keeps its prompt cache on, its default
 
 Every repetition starts with a system prompt no earlier request sent (a fresh
 seed), so turn 1 is cold on both sides. Repetitions alternate which side goes
-first (ABBA); figures are medians over ``--reps``.
+first (ABBA), each side measured with the other quiescent (``bench/_isolation.py``:
+a settle still running after Skulk's side would fail the run, not slow the
+server's); figures are medians over ``--reps``.
 
 Targets (issue 19): turn-8 TTFT <= 1.0x the server's; Skulk's turn 8 / turn 1
 <= 1.3; four shared conversations: aggregate TTFT <= 0.8x the server's.
@@ -28,7 +30,7 @@ Run from the repository root::
 
     bench/build_llama_server.sh            # once, several minutes
     .venv/bin/python -m bench.multi_turn [--reps 3] [--json] [--skulk-only]
-        [--temperature 0.8] [--reuse-replies] [--think-ms 2000]
+        [--temperature 0.8] [--bit-exact] [--think-ms 2000]
 """
 
 from __future__ import annotations
@@ -63,7 +65,9 @@ from bench._common import (
     stream_chat_async,
     wait_for_quiet,
 )
-from bench.concurrency import DEFAULT_LLAMA_SERVER, llama_server
+from bench._isolation import Isolation, children_with
+from bench._isolation import Side as Processes
+from bench.concurrency import DEFAULT_LLAMA_SERVER, PROMPT_CACHE_ON, llama_server
 
 TURNS: Final = 8
 SYSTEM_WORDS: Final = 220  # about 230 tokens
@@ -74,15 +78,13 @@ CONTEXT: Final = 2048
 TURN8_TARGET: Final = 1.0
 GROWTH_TARGET: Final = 1.3
 SHARED_TARGET: Final = 0.8
-# The server's own defaults, restated after concurrency.llama_server's
-# cache-off flags (the last of a repeated flag wins).
 SERVER_ATTEMPTS: Final = 4
 # NOTE: a connection per request, on both sides. llama-server (cpp-httplib) now and
 # then closes a kept-alive connection just as the next request goes out on it
 # ("Server disconnected without sending a response"); on loopback a new connection
 # costs well under a millisecond of the hundreds a turn's TTFT takes.
 FRESH_CONNECTIONS: Final = httpx.Limits(max_keepalive_connections=0)
-SERVER_CACHE_ON: Final = ("--cache-prompt", "--cache-ram", "8192", "--ctx-checkpoints", "32")
+SERVER_CACHE_ON: Final = PROMPT_CACHE_ON
 
 _VOCABULARY: Final = (
     "the sea wind light ship harbour keeper storm rock wave night morning bottle letter "
@@ -309,10 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llama-server", type=Path, default=DEFAULT_LLAMA_SERVER)
     parser.add_argument("--skulk-only", action="store_true", help="no llama-server side")
     parser.add_argument(
-        "--reuse-replies",
+        "--bit-exact",
         action="store_true",
-        help="run Skulk with inference.reuse_replies (reply cells reused, as llama-server does)",
+        help="run Skulk in the bit-exact mode (inference.reuse_replies: false; the settle)",
     )
+    parser.add_argument("--gap", type=float, default=3.0, help="seconds between sides")
     parser.add_argument(
         "--temperature",
         type=float,
@@ -338,9 +341,10 @@ def main(argv: list[str] | None = None) -> int:
     skulk = Side([], [])
     server = None if args.skulk_only else Side([], [])
     restarts = 0
+    isolation_report: dict[str, Any] | None = None
     inference: dict[str, object] = {}
-    if args.reuse_replies:
-        inference["reuse_replies"] = True
+    if args.bit_exact:
+        inference["reuse_replies"] = False
     if args.settle_idle_ms is not None:
         inference["settle_idle_ms"] = args.settle_idle_ms
     config = {"inference": inference} if inference else None
@@ -357,15 +361,31 @@ def main(argv: list[str] | None = None) -> int:
             with ExitStack() as stack:
                 model = demo_model_path(args.models_dir)
                 peer = ServerPeer(args.llama_server, model, stack, temperature, think_s)
+                process = daemon.process
+                assert process is not None
+                isolation = Isolation(
+                    [
+                        Processes("skulk", lambda: [process.pid]),
+                        Processes("server", children_with("--chat-template-file")),
+                    ],
+                    gap_s=args.gap,
+                )
                 for rep in range(args.reps):
                     order = ["skulk", "server"] if rep % 2 == 0 else ["server", "skulk"]
                     for name in order:
-                        if name == "skulk":
-                            run_side(daemon.url, f"rep{rep}", skulk, temperature, think_s)
-                        else:
-                            peer.run(f"rep{rep}", server)
+                        seed = f"rep{rep}"
+
+                        def measure(name: str = name, seed: str = seed) -> None:
+                            if name == "skulk":
+                                run_side(daemon.url, seed, skulk, temperature, think_s)
+                            else:
+                                assert server is not None
+                                peer.run(seed, server)
+
+                        isolation.run(name, measure)
                         print(f"rep {rep + 1}/{args.reps} {name} done", file=sys.stderr)
                 restarts = peer.restarts
+                isolation_report = isolation.report()
     out = report(skulk, server)
     print_report(out)
     if args.json:
@@ -374,11 +394,12 @@ def main(argv: list[str] | None = None) -> int:
                 "benchmark": "multi_turn",
                 **out,
                 "reps": args.reps,
-                "reuse_replies": args.reuse_replies,
+                "bit_exact": args.bit_exact,
                 "temperature": args.temperature,
                 "think_ms": args.think_ms,
                 "settle_idle_ms": args.settle_idle_ms,
                 "server_restarts": restarts,
+                "isolation": isolation_report,
                 "context": CONTEXT,
                 "threads": cpu_count(),
                 "machine": machine(),

@@ -77,21 +77,23 @@ class InferenceConfig(_Section, frozen=True, kw_only=True):
     """CPU threads each model runner computes with (llama.cpp's ``-t``); unset, all
     of this machine's cores. Lower it to leave cores to other work on the host.
     Read when a runner starts."""
-    reuse_replies: bool = False
-    """Reuse the KV cells a reply was generated into when its conversation comes
-    back for every request, as llama.cpp's server does: a later turn prefills only
-    its new text. Off by default, because temperature-0 output may then differ
-    from a cold prompt's (llama.cpp's CPU kernels round a one-token generation
-    step differently from a batched prefill); without it only unseeded sampled
-    requests, which have nothing to reproduce, reuse a reply's cells. Read when a
-    runner starts."""
+    reuse_replies: bool = True
+    """Reuse the KV cells a reply was generated into, and any common prefix however
+    short, when a conversation comes back, as llama.cpp's server, Ollama and vLLM
+    do: a later turn prefills only its new text, and nothing is decoded after a
+    reply. Set it to ``false`` for the bit-exact mode: a temperature-0 (or seeded)
+    request then reuses only cells a cold prefill would write bit for bit, so its
+    output never depends on what the cache held (llama.cpp's CPU kernels round a
+    one-token generation step differently from a batched prefill), and the runner
+    settles replies while idle (``settle_idle_ms``). Read when a runner starts."""
     settle_idle_ms: Annotated[int, msgspec.Meta(ge=0)] = 500
-    """After this many idle milliseconds a text runner decodes the reply of a
-    temperature-0 (or seeded) conversation again the way a cold prompt would, so
-    its next turn reuses the reply instead of prefilling it; a request arriving
-    meanwhile stops that at once. The default waits past the turnaround of a client
-    that answers at once (a tool loop's next call), so only a pause such as a
-    person's reading and typing is used. 0 turns it off. Read when a runner starts."""
+    """Bit-exact mode only (``reuse_replies: false``): after this many idle
+    milliseconds a text runner decodes the reply of a temperature-0 (or seeded)
+    conversation again the way a cold prompt would, so its next turn reuses the
+    reply instead of prefilling it; a request arriving meanwhile stops that at once.
+    The default waits past the turnaround of a client that answers at once (a tool
+    loop's next call), so only a pause such as a person's reading and typing is
+    used. 0 turns it off. Read when a runner starts."""
     load_on_demand: bool = False
     """A request (chat, completions, embeddings, Claude, Ollama, Responses) for an
     installed model that no instance serves places it, as ``skulk place`` would, and

@@ -329,7 +329,9 @@ async def _serve(
     services.chat.attach_hooks(extensions.chat)
 
     async def started() -> None:
-        await node.start()
+        # NOTE: the API serves while the election settles (a second or more on a
+        # new cluster): what needs a master (placement, tasks) waits for one itself.
+        await node.start(wait=False)
         background.extend(run_node_loops(node, source, worker, stop))
         listener.start(app)
         log.info(

@@ -12,7 +12,7 @@ import os
 import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 import typer
@@ -29,17 +29,13 @@ from skulk_core.registry.format import (
     encode_catalog,
     parse_catalog,
 )
-from skulk_core.registry.publish import (
-    ROLES,
-    Lifetimes,
-    PublishError,
-    RoleKeys,
-    build_repository,
-    check_root,
-    generate_keys,
-    load_keys,
-    published_version,
-)
+
+if TYPE_CHECKING:
+    from skulk_core.registry.publish import RoleKeys
+
+# NOTE: publishing (TUF, securesystemslib, cryptography: about half a second of
+# imports) is imported where it runs, so every other `skulk` command, `--help`
+# included, starts without it.
 
 app = typer.Typer(
     help="Publish a signed (TUF) model registry from card files; show a node's registry.",
@@ -59,6 +55,8 @@ class _CardFile(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
 def read_cards(cards_dir: Path) -> tuple[list[ModelCard], list[Advisory]]:
     """Every ``*.json`` card in ``cards_dir`` (a bare card or ``{"modelCard": ...}``),
     and ``advisories.json`` when present."""
+    from skulk_core.registry.publish import PublishError  # noqa: PLC0415  (see the NOTE above)
+
     if not cards_dir.is_dir():
         raise PublishError(f"{cards_dir} is not a directory of card files")
     cards: list[ModelCard] = []
@@ -84,6 +82,13 @@ def read_cards(cards_dir: Path) -> tuple[list[ModelCard], list[Advisory]]:
 def keys_for(keys_dir: Path) -> tuple[RoleKeys, bool]:
     """The role keys in ``keys_dir`` (``<role>.pem``), generated there when it has none.
     Answers whether they were generated."""
+    from skulk_core.registry.publish import (  # noqa: PLC0415  (see the NOTE above)
+        ROLES,
+        PublishError,
+        generate_keys,
+        load_keys,
+    )
+
     paths = {role: keys_dir / f"{role}.pem" for role in ROLES}
     present = [role for role, path in paths.items() if path.exists()]
     if present and len(present) < len(ROLES):
@@ -138,6 +143,14 @@ def publish_repository(
     now: datetime,
 ) -> dict[str, Any]:
     """Publish ``cards_dir`` into ``repo_dir``; what was published, as JSON builtins."""
+    from skulk_core.registry.publish import (  # noqa: PLC0415  (see the NOTE above)
+        Lifetimes,
+        PublishError,
+        build_repository,
+        check_root,
+        published_version,
+    )
+
     repo, keys_at = repo_dir.resolve(), keys_dir.resolve()
     if keys_at == repo or repo in keys_at.parents:
         raise PublishError("the keys directory must not be inside the published repository")
@@ -230,6 +243,8 @@ def publish(
     its URL and copy REPO_DIR/metadata/root.json to `registry.root` (or the node's
     data dir as registry/root.json). Publishing again bumps every version.
     """
+    from skulk_core.registry.publish import PublishError  # noqa: PLC0415  (see the NOTE above)
+
     cli = CliContext.of(ctx)
     try:
         result = publish_repository(

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.samples import Sample
 from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.table import Table
@@ -16,6 +14,9 @@ from rich.table import Table
 from skulk_cli import console, render, views
 from skulk_cli.client import SkulkClient
 from skulk_cli.context import CliContext, WideFlag, node_client
+
+if TYPE_CHECKING:
+    from prometheus_client.samples import Sample
 
 Counters = dict[str, float]
 
@@ -68,6 +69,10 @@ def _frame(
 
 def _samples(text: str) -> list[Sample]:
     """Every sample of a Prometheus text exposition, parsed once per refresh."""
+    # NOTE: imported here (a quarter second) so `skulk --help` and the other
+    # commands start without it.
+    from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
+
     return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
 
 

@@ -80,6 +80,10 @@ def stats_comment(stats: GenerationStats) -> bytes:
     return b": generation_stats " + _json.encode(stats_fields(stats)) + b"\n\n"
 
 
+_CONTENT_MARKER = "\x00skulk content\x00"
+"""Text no model emits (NUL), standing for a content frame's text in its template."""
+
+
 async def sse_stream(admitted: Admitted, events: AsyncIterator[TurnEvent]) -> AsyncIterator[bytes]:
     """``: command_id``, one chunk per delta, the finish, stats, and always ``[DONE]``."""
     yield f": command_id {admitted.command_id}\n\n".encode()
@@ -96,6 +100,20 @@ async def sse_stream(admitted: Admitted, events: AsyncIterator[TurnEvent]) -> As
         return b"data: " + _json.encode(chunk) + b"\n\n"
 
     role_sent = False
+    # NOTE: every content frame after the first differs only in its text, so it is
+    # built from the bytes around the text of one frame encoded once: per token,
+    # one string encode instead of three Structs and a whole chunk's.
+    around: tuple[bytes, bytes] | None = None
+
+    def content_frame(text: str) -> bytes:
+        nonlocal around
+        if around is None:
+            marker = _json.encode(_CONTENT_MARKER)
+            whole = frame([ChunkChoice(index=0, delta=Delta(content=_CONTENT_MARKER))])
+            head, found, tail = whole.partition(marker)
+            assert found, "the content marker must appear in the encoded frame"
+            around = (head, tail)
+        return around[0] + _json.encode(text) + around[1]
 
     def delta(fields: Delta) -> Delta:
         nonlocal role_sent
@@ -111,6 +129,9 @@ async def sse_stream(admitted: Admitted, events: AsyncIterator[TurnEvent]) -> As
                     yield b": keep-alive\n\n"
                 case ContentDelta():
                     if not event.text and not (want_logprobs and event.logprobs):
+                        continue
+                    if role_sent and not want_logprobs:
+                        yield content_frame(event.text)
                         continue
                     logprobs = ChoiceLogprobs(content=_logprobs(event)) if want_logprobs else None
                     yield frame(

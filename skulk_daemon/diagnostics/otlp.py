@@ -17,7 +17,6 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -58,6 +57,12 @@ class OtlpExport:
                 self._current = None
             if not endpoint:
                 return None
+            # NOTE: the exporter (protobuf and its HTTP stack, most of a second on a
+            # busy machine) is imported once an endpoint is set, not at start-up.
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
+                OTLPSpanExporter,
+            )
+
             provider = TracerProvider(
                 resource=Resource.create({"service.name": "skulk", "skulk.node_id": self._node_id})
             )

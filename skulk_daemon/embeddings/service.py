@@ -14,9 +14,7 @@ import base64
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
-
-import numpy as np
+from typing import TYPE_CHECKING, Final
 
 from skulk_core.chat.generation import (
     ERROR_CONTEXT_LENGTH_EXCEEDED,
@@ -40,6 +38,9 @@ from skulk_daemon.placement.on_demand import OnDemandLoader
 from skulk_daemon.runner.client import ERROR_RUNNER_FAILED
 from skulk_daemon.runner.protocol import ERROR_CANCELLED, Embedded
 from skulk_daemon.worker.supervisor import Supervisor
+
+if TYPE_CHECKING:
+    import numpy as np
 
 log = logging.getLogger("skulk.embeddings")
 
@@ -78,6 +79,10 @@ def _texts(raw: str | list[str | int | list[int]]) -> tuple[str, ...]:
 
 
 def _vectors(result: Embedded) -> np.ndarray[tuple[int, int], np.dtype[np.float32]]:
+    # NOTE: numpy (half a second of a daemon's start on a busy machine) is imported
+    # by the first embedding request, not at start-up.
+    import numpy as np  # noqa: PLC0415
+
     return np.frombuffer(result.vectors, dtype="<f4").reshape(result.count, result.dimensions)
 
 
@@ -87,7 +92,7 @@ def embedding_list(admitted: AdmittedEmbedding, result: Embedded) -> EmbeddingLi
             index=index,
             embedding=base64.b64encode(row.tobytes()).decode("ascii")
             if admitted.base64
-            else row.astype(np.float64).tolist(),
+            else row.astype("float64").tolist(),
         )
         for index, row in enumerate(_vectors(result))
     ]
@@ -201,4 +206,4 @@ class EmbeddingService:
         if not isinstance(result, Embedded):
             log.warning("embed_texts: the runner refused (%s): %s", result.code, result.message)
             return None
-        return [row.astype(np.float64).tolist() for row in _vectors(result)]
+        return [row.astype("float64").tolist() for row in _vectors(result)]

@@ -23,9 +23,11 @@ into a copy of the slot in a spare one (see :meth:`SlotTable.settle_from`).
 A sampled request without a seed has no output to reproduce, so where its
 common prefix reaches past the exact cells it reuses all of it, a reply's cells
 included, as llama.cpp's server does: a sampled conversation's next turn
-prefills only its new text. With ``reuse_replies`` (an
-operator's opt-in) every request does, temperature 0 included, which may then
-differ from a cold prompt's output.
+prefills only its new text. With ``reuse_replies`` (the daemon's default; off
+is the operator's bit-exact mode) every request reuses the whole common prefix,
+however short and wherever it parts, temperature 0 included, as llama-server
+does: its output may then differ from a cold prompt's in the last bits, and no
+slot is ever settled.
 """
 
 from __future__ import annotations
@@ -132,8 +134,11 @@ class SlotTable:
         NOTE: a prompt that parts from ``held`` among the exact cells resumes
         where the rule says even when it need not be exact: reusing a few more
         cells would save little and leave every cell it decodes inexact, of no use
-        to a later reproducible request."""
+        to a later reproducible request. With ``reuse_replies`` there is no such
+        request, and any common prefix is reused, as llama-server does."""
         total = len(prompt)
+        if self.reuse_replies:  # no request is strict: exact cells buy nothing
+            return _common(held, prompt, min(len(held), total - 1))
         limit = min(exact, total - 1)
         common = _common(held, prompt, limit)
         resume = self.rule.start(common, total)

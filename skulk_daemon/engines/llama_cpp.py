@@ -106,9 +106,11 @@ class LlamaCppEngine:
             settings.slots,
             settings.context_tokens,
             settings.n_threads,
-            "never settling"
+            "reusing replies"
+            if settings.reuse_replies
+            else "bit-exact, never settling"
             if settings.settle_after is None
-            else f"settling after {settings.settle_after * 1000:.0f} ms idle",
+            else f"bit-exact, settling after {settings.settle_after * 1000:.0f} ms idle",
         )
 
     def warm_up(self) -> None:

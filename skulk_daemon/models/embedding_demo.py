@@ -19,7 +19,6 @@ from skulk_core.ids import ModelId
 from skulk_core.models.cards import Memory, ModelCard, ModelLicense, ModelTask
 from skulk_core.models.catalog import InstalledModel
 from skulk_core.models.gguf import GgufError, GgufHeader, read_gguf_header
-from skulk_daemon.models.bert_gguf import convert_bert_to_gguf
 from skulk_daemon.models.packaged import install_once, remove_partials
 
 log = logging.getLogger(__name__)
@@ -74,6 +73,10 @@ def install_embedding_demo(models_dir: Path) -> InstalledModel | None:
 
 
 def _install(source: Path, model_dir: Path) -> ModelCard:
+    # NOTE: the converter (gguf and numpy) is imported only when it runs, once per
+    # models dir, not each time the daemon starts.
+    from skulk_daemon.models.bert_gguf import convert_bert_to_gguf  # noqa: PLC0415
+
     target = model_dir / EMBEDDING_DEMO_FILE
     remove_partials(model_dir, EMBEDDING_DEMO_FILE)
     convert_bert_to_gguf(

@@ -133,6 +133,7 @@ class Node:
         self._indexed_listeners: list[IndexedListener] = []
         self._ordered_listeners: list[OrderedListener] = []
         self._reports = Reports(self.submit, CommandRefused)
+        self._registering: asyncio.Task[None] | None = None
         self.master: Master | None = None
         self._retired: Master | None = None
         """The master this node last stepped down from: its in-flight writes finish
@@ -267,9 +268,36 @@ class Node:
 
     # -- commands ------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, *, wait: bool = True) -> None:
+        """Start reporting and register this node with the master. ``wait=False``
+        returns at once and registers in the background, however long the election
+        takes: the daemon serves its API (identity, health, OpenAPI, State as known)
+        meanwhile instead of waiting for a master first."""
         self._reports.start()
-        await self.submit(RegisterNode(command_id=new_command_id(), node_id=self.node_id))
+        if wait:
+            await self.submit(RegisterNode(command_id=new_command_id(), node_id=self.node_id))
+        else:
+            self._registering = asyncio.create_task(self._register(), name="node-register")
+
+    async def _register(self) -> None:
+        while True:
+            try:
+                await self.submit(RegisterNode(command_id=new_command_id(), node_id=self.node_id))
+                return
+            except NoMaster:
+                log.info("no master elected yet; this node registers once there is one")
+            except CommandRefused as exc:
+                log.error("the master refused to register this node: %s", exc)
+                return
+
+    async def registered(self) -> None:
+        """Until a background registration (``start(wait=False)``) is done, for at
+        most :data:`NO_MASTER_WAIT_SECONDS`: what plans against this node's own
+        place in State (placement) waits here rather than plan without it."""
+        task = self._registering
+        if task is not None and not task.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), NO_MASTER_WAIT_SECONDS)
 
     def report(self, command: Command) -> None:
         """Submit ``command`` in the background, after every earlier report."""
@@ -419,6 +447,8 @@ class Node:
             self._applied.notify_all()
 
     def close(self) -> None:
+        if self._registering is not None:
+            self._registering.cancel()
         self._reports.close()
         if self.master is not None:
             self.master.close()

@@ -93,8 +93,9 @@ class Load(msgspec.Struct, frozen=True, kw_only=True, tag="load"):
     serve: RpcServe | None = None
     prompt_cache_bytes: int = 0
     """The host-RAM prompt cache's budget (``"generate"`` mode; 0: off)."""
-    reuse_replies: bool = False
-    """Reuse a reply's cells on the conversation's next turn (see ``_llama_slots``)."""
+    reuse_replies: bool = True
+    """Reuse a reply's cells, and any common prefix, on the conversation's next turn
+    (see ``_llama_slots``); ``False``: the bit-exact mode."""
     settle_after: float | None = None
     """Idle seconds before a slot is settled (see ``llama_cpp``); ``None``: never."""
 

@@ -115,16 +115,21 @@ class Launcher:
             if not await self._await_donors(instance, stopping):
                 return None
             pool = driver_pool(instance, key)
+        inference = self._node.config.inference
         return Load(
             model_path=str(path),
             context_tokens=context_tokens,
             slots=self._slots,
-            n_threads=self._node.config.inference.runner_threads,
+            n_threads=inference.runner_threads,
             mode=self.runner_mode(model_id),
             pool=pool,
-            prompt_cache_bytes=self._node.config.inference.prompt_cache_mb * 1024**2,
-            reuse_replies=self._node.config.inference.reuse_replies,
-            settle_after=_seconds_or_off(self._node.config.inference.settle_idle_ms),
+            prompt_cache_bytes=inference.prompt_cache_mb * 1024**2,
+            reuse_replies=inference.reuse_replies,
+            # NOTE: with replies reused nothing is ever settled; saying so keeps the
+            # runner's report honest (no idle work after a reply).
+            settle_after=None
+            if inference.reuse_replies
+            else _seconds_or_off(inference.settle_idle_ms),
         )
 
     async def _stage(self, model_id: ModelId) -> Path | None:

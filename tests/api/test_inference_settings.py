@@ -1,9 +1,15 @@
 """The ``inference`` settings a runner reads when it starts, observed the way an
-operator would: through the runner's own report and the wire's usage figures."""
+operator would: through the runner's own report and the wire's usage figures.
+
+The bit-exact mode (``reuse_replies: false``) is the opt-in here: a greedy request
+reuses only exact cells (whole rows, at least a chunk left to decode), and the
+runner settles a reply once idle so the conversation's next turn after a pause
+reuses it too."""
 
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
@@ -18,12 +24,22 @@ pytestmark = pytest.mark.slow
 CONFIG = """\
 inference:
   runner_threads: 1
-  reuse_replies: true
+  reuse_replies: false
   settle_idle_ms: 250
 """
+PAUSE_SECONDS = 3.0
+"""Idle time after a reply: the settle delay and its decode, with room for a slow
+machine."""
+QUESTION = (
+    "Is the sea calm tonight? My brother sails his boat across the bay before dawn "
+    "to reach the harbour market, and he asks whether the fog will come in from the "
+    "west, whether the tide will be high at the rocks by the old wreck, and whether "
+    "he should wait for the morning light before he leaves the jetty."
+)
+"""A question longer than a chunk: a greedy prompt always decodes a chunk or more."""
 
 
-def test_runner_threads_and_reuse_replies_reach_the_runner(
+def test_runner_threads_and_the_bit_exact_mode_reach_the_runner(
     make_app: AppFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="skulk_daemon.runner.client")
@@ -31,7 +47,7 @@ def test_runner_threads_and_reuse_replies_reach_the_runner(
     place(app, context=CONTEXT)
     assert any(
         "loaded" in record.getMessage()
-        and "x 1024 tokens, 1 threads, settling after 250 ms idle" in record.getMessage()
+        and "x 1024 tokens, 1 threads, bit-exact, settling after 250 ms idle" in record.getMessage()
         for record in caplog.records
     ), [r.getMessage() for r in caplog.records if "loaded" in r.getMessage()]
 
@@ -46,22 +62,34 @@ def test_runner_threads_and_reuse_replies_reach_the_runner(
             model=DEMO, messages=messages, max_tokens=8, temperature=0
         )
         assert first.usage is not None
+        reply = first.choices[0].message.content or ""
         messages += [
-            {"role": "assistant", "content": first.choices[0].message.content or ""},
+            {"role": "assistant", "content": reply},
             {"role": "user", "content": "Is the sea calm tonight?"},
         ]
+        # At once: only the first prompt's exact cells, on whole rows, a chunk left.
         second = oai.chat.completions.create(
             model=DEMO, messages=messages, max_tokens=3, temperature=0
         )
-    assert second.usage is not None and second.usage.prompt_tokens_details is not None
-    cached = second.usage.prompt_tokens_details.cached_tokens
-    held = first.usage.prompt_tokens
-    # By default a greedy request reuses the first prompt on whole rows, and leaves
-    # at least a chunk to decode: reusing more shows the setting took effect.
-    by_default = min(held, second.usage.prompt_tokens - FLASH_ATTENTION_TILE)
-    assert cached is not None and cached >= held
-    assert cached > by_default // EXACT_ROWS * EXACT_ROWS
-    reply = first.choices[0].message.content or ""
+        assert second.usage is not None and second.usage.prompt_tokens_details is not None
+        cached = second.usage.prompt_tokens_details.cached_tokens
+        held = first.usage.prompt_tokens
+        assert cached is not None and cached % EXACT_ROWS == 0
+        assert cached <= second.usage.prompt_tokens - FLASH_ATTENTION_TILE
+        assert cached < held + first.usage.completion_tokens
+
+        # A person reads and types: the runner settles the reply meanwhile.
+        time.sleep(PAUSE_SECONDS)
+        messages[-1] = {"role": "user", "content": QUESTION}
+        third = oai.chat.completions.create(
+            model=DEMO, messages=messages, max_tokens=3, temperature=0
+        )
+    assert third.usage is not None and third.usage.prompt_tokens_details is not None
+    settled = third.usage.prompt_tokens_details.cached_tokens
+    assert settled is not None and settled % EXACT_ROWS == 0
     if reply and reply == reply.strip():
-        # The template keeps the reply as generated: its cells are reused too.
-        assert cached > held
+        # The template keeps the reply as generated: cells past the first prompt,
+        # which only a settled reply gives a greedy request.
+        assert settled > held
+    else:
+        assert settled >= held - held % EXACT_ROWS

@@ -9,12 +9,11 @@ chat prompt opens with: its first request is (all but) cold.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
 
-from skulk_daemon.engines._llama_exact import EXACT_ROWS, FLASH_ATTENTION_TILE
+from skulk_daemon.engines._llama_exact import FLASH_ATTENTION_TILE
 from tests.api.in_process import AppNode, Served
 from tests.daemon.serving import DEMO
 from tests.lazy_sdk import anthropic, ollama, openai
@@ -22,16 +21,14 @@ from tests.lazy_sdk import anthropic, ollama, openai
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("timing")]
 
 CHUNK = FLASH_ATTENTION_TILE
-OPENING = 8
-"""More than the template's opening tokens (``<bos><start_of_turn>user`` and a
-newline) that another test's prompt may have left in a slot."""
-PAUSE_SECONDS = 4.0
-"""Idle time after a reply: the settle delay and its decode, with room for a slow
-machine."""
+OPENING = 12
+"""More than the template's opening tokens (``<bos><start_of_turn>user``, a newline
+and ``You are``) that another test's prompt may have left in a slot: any common
+prefix is reused, however short."""
 GREEDY = {"temperature": 0}
-"""Greedy, so only exact cells are reused: a sampled request may also reuse the few
-template tokens another test's short prompt left in a slot, and is then not cold.
-(The Anthropic SDK has no ``temperature`` argument; the API takes the field.)"""
+"""Greedy: by default a temperature-0 request reuses cells like any other (the
+bit-exact mode is ``tests/api/test_inference_settings.py``'s). (The Anthropic SDK
+has no ``temperature`` argument; the API takes the field.)"""
 
 
 def system_prompt(name: str) -> str:
@@ -87,45 +84,44 @@ def test_chat_completions_report_cached_prompt_tokens(oai: openai.OpenAI) -> Non
     assert len(usage) == 1 and usage[0].prompt_tokens_details is not None
     cached = usage[0].prompt_tokens_details.cached_tokens
     assert cached is not None and CHUNK <= cached < usage[0].prompt_tokens
-    # Only what the slot held: the first prompt (and its reply, had the engine been
-    # idle long enough to settle it; see the next test).
-    assert cached < first.usage.prompt_tokens + first.usage.completion_tokens
-    assert cached % EXACT_ROWS == 0
+    # The whole first prompt, and no work after the reply was needed for that.
+    assert cached >= first.usage.prompt_tokens
 
 
-def test_a_greedy_conversation_reuses_its_reply_after_a_pause(oai: openai.OpenAI) -> None:
+def test_a_greedy_conversation_reuses_its_reply_with_no_pause(oai: openai.OpenAI) -> None:
     messages: list[openai.types.chat.ChatCompletionMessageParam] = [
-        {"role": "system", "content": system_prompt("Pause")},
+        {"role": "system", "content": system_prompt("Turns")},
         {"role": "user", "content": "Good evening."},
     ]
     first = oai.chat.completions.create(model=DEMO, messages=messages, max_tokens=8, temperature=0)
     assert first.usage is not None
     reply = first.choices[0].message.content or ""
-    # The person reads the reply and types: the runner settles the reply meanwhile
-    # (inference.settle_idle_ms, 500 by default; about 0.3 s of decoding here).
-    time.sleep(PAUSE_SECONDS)
-    # A question longer than a chunk: a greedy prompt always decodes a chunk or more.
-    question = (
-        "Is the sea calm tonight? My brother sails his boat across the bay before dawn "
-        "to reach the harbour market, and he asks whether the fog will come in from the "
-        "west, whether the tide will be high at the rocks by the old wreck, and whether "
-        "he should wait for the morning light before he leaves the jetty."
-    )
     messages += [
         {"role": "assistant", "content": reply},
-        {"role": "user", "content": question},
+        {"role": "user", "content": "Is the sea calm tonight?"},
     ]
+    # At once, as an agent's tool loop answers: every peer reuses the reply's cells.
     second = oai.chat.completions.create(model=DEMO, messages=messages, max_tokens=3, temperature=0)
     assert second.usage is not None and second.usage.prompt_tokens_details is not None
     cached = second.usage.prompt_tokens_details.cached_tokens
-    assert cached is not None and cached % EXACT_ROWS == 0
     held = first.usage.prompt_tokens
+    assert cached is not None and held <= cached < second.usage.prompt_tokens
     if reply and reply == reply.strip():
-        # The template keeps the reply as generated: cells past the first prompt,
-        # which only a settled reply gives a greedy request.
+        # The template keeps the reply as generated: its cells are reused too.
         assert cached > held
-    else:
-        assert cached >= held - held % EXACT_ROWS
+
+
+def test_a_short_prompt_sent_again_is_served_from_the_cache(oai: openai.OpenAI) -> None:
+    ask: list[openai.types.chat.ChatCompletionMessageParam] = [
+        {"role": "user", "content": "Name one colour of the evening sea, please."}
+    ]
+    first = oai.chat.completions.create(model=DEMO, messages=ask, max_tokens=2, temperature=0)
+    again = oai.chat.completions.create(model=DEMO, messages=ask, max_tokens=2, temperature=0)
+    assert first.usage is not None and again.usage is not None
+    assert again.usage.prompt_tokens == first.usage.prompt_tokens < CHUNK
+    assert again.usage.prompt_tokens_details is not None
+    # All but the last token, whose logits pick the first reply token.
+    assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1
 
 
 def test_responses_report_cached_input_tokens(oai: openai.OpenAI) -> None:

@@ -120,6 +120,28 @@ def test_with_reuse_replies_any_common_prefix_and_the_reply_are_reusable() -> No
     assert table.place([*tokens(19), *tokens(10, 100)]).reused == 19
 
 
+def test_with_reuse_replies_a_short_repeated_prompt_is_reused_however_short() -> None:
+    # A prompt shorter than a chunk (no exact cells at all; the demo's chunk is 64,
+    # so a 22-token chat prompt) sent again reuses all but its last token, as
+    # llama-server does; in bit-exact mode it decodes cold every time.
+    short = tokens(6)
+    for reuse, expected in ((True, 5), (False, 0)):
+        table = SlotTable(1, RULE, reuse_replies=reuse)
+        placed = table.place(short)
+        table.decoded(placed.slot, short)
+        table.release(placed.slot, keep=True, reply=[5, 6])
+        assert table.place(short).reused == expected
+
+
+def test_with_reuse_replies_a_prompt_parting_among_exact_cells_keeps_its_whole_prefix() -> None:
+    table = SlotTable(1, RULE, reuse_replies=True)
+    placed = table.place(tokens(40))
+    table.decoded(placed.slot, tokens(40))
+    table.release(placed.slot, keep=True)
+    # Parts at 27: every common cell is reused, not cut back to the rule's rows.
+    assert table.place([*tokens(27), *tokens(30, 100)]).reused == 27
+
+
 def test_a_reproducible_request_never_reuses_a_reply() -> None:
     table = SlotTable(1, RULE)
     placed = table.place(tokens(18))
