@@ -22,6 +22,8 @@ from typer.testing import CliRunner, Result
 from skulk.extensions import ConfigurableNode, NodeConfigurationRefused
 from skulk_cli.main import app as cli_app
 from skulk_cli.node_http import NodeHttp
+from skulk_cli.render import placement_progress
+from skulk_cli.views import ClusterState, InstanceBody, parse
 from skulk_core.extensions.setup_actions import (
     NodeSetupActions,
     SetupAction,
@@ -272,3 +274,37 @@ def test_grants_list_and_set(app: AppNode) -> None:
     assert stale.exit_code == 1
     after = json.loads(skulk(app, "plugins", "grants", "list", "--json").stdout)["devices"]
     assert next(d for d in after if d["deviceId"] == device.device_id)["scopes"] == ["plugins:read"]
+
+
+def test_place_progress_names_the_nodes_or_the_stores_transfer() -> None:
+    body = parse(
+        {"instanceId": "i-1", "shardAssignments": {"modelId": "org/m", "nodeToRunner": {"b": "r"}}},
+        InstanceBody,
+        "instance",
+    )
+
+    def line(downloads: dict[str, Any]) -> str:
+        state = parse(
+            {
+                "runners": {"r": {"RunnerLoading": {}}},
+                "downloads": downloads,
+                "storeHosts": {"a": {"port": 12415}},
+            },
+            ClusterState,
+            "state",
+        )
+        return placement_progress("org/m", "i-1", body, state).plain
+
+    def report(done: int) -> list[dict[str, Any]]:
+        return [
+            {
+                "modelId": "org/m",
+                "status": "in_progress",
+                "downloadedBytes": done,
+                "totalBytes": 4096,
+            }
+        ]
+
+    assert "store downloading 1.0 KiB / 4.0 KiB" in line({"a": report(1024)})
+    assert "(downloading 2.0 KiB / 4.0 KiB)" in line({"a": report(1024), "b": report(2048)})
+    assert "downloading" not in line({})
