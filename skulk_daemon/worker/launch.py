@@ -145,6 +145,11 @@ class Launcher:
             raise LaunchRefused(f"{MODEL_NOT_INSTALLED}:{node_id}", str(exc)) from None
         except FetchFailed as exc:
             raise LaunchRefused(f"{DOWNLOAD_FAILED}:{node_id}", str(exc)) from None
+        except (OSError, ValueError, RuntimeError) as exc:
+            # NOTE: anything else a transfer raises still fails the launch visibly; left
+            # to propagate, it would leave the runner reported as loading for ever.
+            message = f"bringing {model_id} here failed: {type(exc).__name__}: {exc}"
+            raise LaunchRefused(f"{DOWNLOAD_FAILED}:{node_id}", message) from None
 
     def _shortfall(
         self, model_id: ModelId, shard: ShardMetadata, context_tokens: int
