@@ -6,7 +6,7 @@ them here on its launch path, before the runner starts:
 
 1. The cluster's store has the model: stage it (:mod:`skulk_daemon.store.staging`).
 2. A store is configured but does not have it, and the card pins a Hugging Face
-   repository: the store host fetches its canonical copy (its own download
+   repository and commit: the store host fetches its canonical copy (its own download
    transaction, progress in ``/state`` ``downloads`` under the store node), then this
    node stages it. A store that cannot be reached falls back to step 3.
 3. Otherwise this node downloads the pinned revision itself (the same job as
@@ -69,6 +69,12 @@ class _StoreUnreachable(Exception):
     pass
 
 
+def _pinned(card: ModelCard) -> bool:
+    """Whether the card names the exact source to fetch (repository and commit); a
+    card that does not (a demo's, an import's) has no bytes to fetch anywhere."""
+    return card.source_repository is not None and card.source_revision is not None
+
+
 class ModelFetch:
     """Brings a placed model's bytes to this node (see the module docstring)."""
 
@@ -85,7 +91,7 @@ class ModelFetch:
         if self._node.state.store_hosts:
             if await self._staging.stage(card):
                 return Fetched.INSTALLED
-            if card.source_repository is not None:
+            if _pinned(card):
                 try:
                     ended = await self._store_download(card, stopping)
                 except _StoreUnreachable as exc:
@@ -100,7 +106,7 @@ class ModelFetch:
                     raise FetchFailed(
                         f"the store reported {card.model_id} complete but serves no manifest"
                     )
-        if card.source_repository is None or self.downloads is None:
+        if not _pinned(card) or self.downloads is None:
             return Fetched.ABSENT
         return await self._download_here(self.downloads, card, stopping)
 
