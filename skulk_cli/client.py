@@ -16,6 +16,7 @@ from typing import IO, TYPE_CHECKING, Self
 from urllib.parse import quote
 
 from skulk_cli.client_models import ModelCalls
+from skulk_cli.client_ops import OpsCalls
 from skulk_cli.client_plugins import PluginCalls
 from skulk_cli.node_http import (
     COMMAND_ID_HEADER,
@@ -48,7 +49,7 @@ __all__ = [
 ]
 
 
-class SkulkClient(ModelCalls, PluginCalls):
+class SkulkClient(ModelCalls, PluginCalls, OpsCalls):
     """A typed client for the routes the CLI uses. Use it as a context manager."""
 
     def node_identity(self) -> JsonObject:

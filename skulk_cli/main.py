@@ -14,12 +14,15 @@ from skulk_cli.commands import (
     bench,
     chat,
     config,
+    connectivity,
     diagnostics,
+    diagnostics_jobs,
     instances,
     logs,
     models,
     operator,
     placement,
+    plugin_jobs,
     plugins,
     registry,
     restart,
@@ -28,6 +31,7 @@ from skulk_cli.commands import (
     speech,
     status,
     store,
+    store_jobs,
     top,
     trace,
 )
@@ -89,6 +93,19 @@ app.command("top")(top.top)
 app.command("say")(speech.say)
 app.command("transcribe")(speech.transcribe)
 app.command("voices")(speech.voices)
+# The operational jobs (issue 40): store transfers, runner cancel, telemetry,
+# envelopes, connectivity, plugin proposals, setup operations and grants.
+store.app.command("download")(store_jobs.download)
+store.app.command("cancel")(store_jobs.cancel)
+store.app.command("storage")(store_jobs.storage)
+store.app.command("reconciliation")(store_jobs.reconciliation)
+diagnostics.app.command("cancel")(diagnostics_jobs.cancel)
+diagnostics.app.command("telemetry")(diagnostics_jobs.telemetry)
+diagnostics.app.command("envelopes")(diagnostics_jobs.envelopes)
+app.command("connectivity")(connectivity.connectivity)
+plugins.app.add_typer(plugin_jobs.proposals_app, name="proposals")
+plugins.app.add_typer(plugin_jobs.setup_app, name="setup")
+plugins.app.add_typer(plugin_jobs.grants_app, name="grants")
 
 
 def _print_version(value: bool) -> None:

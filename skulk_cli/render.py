@@ -409,12 +409,15 @@ def placement_progress(
 
 
 def _download(state: ClusterState, node_id: str, model_id: str) -> str | None:
-    for progress in state.downloads.get(node_id, ()):
-        if progress.model_id == model_id and 0 < progress.downloaded_bytes < progress.total_bytes:
-            return (
-                f"downloading {humanize_bytes(progress.downloaded_bytes)}"
-                f" / {humanize_bytes(progress.total_bytes)}"
-            )
+    """The node's own transfer of the model, else the store's (a placement on a node
+    the store serves waits for the store's copy, then stages it)."""
+    sources = [(node_id, "downloading")]
+    sources += [(host, "store downloading") for host in state.store_hosts if host != node_id]
+    for source, doing in sources:
+        for progress in state.downloads.get(source, ()):
+            done, total = progress.downloaded_bytes, progress.total_bytes
+            if progress.model_id == model_id and 0 < done < total:
+                return f"{doing} {humanize_bytes(done)} / {humanize_bytes(total)}"
     return None
 
 

@@ -106,6 +106,7 @@ class ClusterState(_View, frozen=True, kw_only=True):
     runners: dict[str, TaggedRunnerStatus] = {}
     instance_failures: tuple[InstanceFailure, ...] = ()
     downloads: dict[str, tuple[DownloadProgress, ...]] = {}
+    store_hosts: dict[str, object] = {}
     node_memory: dict[str, NodeMemory] = {}
     node_health: dict[str, NodeHealth] = {}
     node_identities: dict[str, NodeIdentityInfo] = {}

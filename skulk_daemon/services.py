@@ -92,6 +92,7 @@ class Services:
             on_demand=on_demand,
         )
         hub = HubService(node)
+        worker.attach_downloads(hub.downloads)  # placement stages missing bytes
         if capabilities is not None:
             register_realtime(node, worker, commands, capabilities)
         field_queue = FieldQueue(node)

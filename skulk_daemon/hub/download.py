@@ -249,6 +249,16 @@ class Downloads:
             )
             raise DownloadRefused(507, "insufficient_storage", message)
 
+    async def wait(self, model_id: str, seconds: float) -> DownloadProgress | None:
+        """The job's progress once it ended, or after ``seconds``; None if
+        this node has no job for ``model_id``. Waiting never cancels the transfer."""
+        job = self._jobs.get(ModelId(model_id))
+        if job is None:
+            return None
+        if job.task is not None:
+            await asyncio.wait({job.task}, timeout=seconds)
+        return job.progress()
+
     async def cancel(self, model_id: str) -> DownloadProgress | None:
         """Stop an active download, keeping its partial files; None if none is active."""
         job = self._jobs.get(ModelId(model_id))

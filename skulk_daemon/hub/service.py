@@ -18,7 +18,7 @@ import msgspec
 
 from skulk_core.ids import ModelId, NodeId, new_command_id
 from skulk_core.models.cards import ModelCard
-from skulk_core.models.catalog import CatalogEntry, CatalogSource
+from skulk_core.models.catalog import CatalogEntry
 from skulk_core.models.custom_cards import CardRejectedError, normalize_custom_card
 from skulk_core.models.hub_cards import (
     GgufQuant,
@@ -299,19 +299,4 @@ def downloaded_somewhere(node: Node, model_id: ModelId) -> bool:
         progress.model_id == model_id and progress.status == COMPLETED
         for reports in node.state.downloads.values()
         for progress in reports
-    )
-
-
-def require_downloaded(node: Node, model_id: str) -> None:
-    """Refuse to place an added Hugging Face model whose bytes no node holds yet."""
-    entry = node.catalog().get(model_id)
-    if entry is None or entry.catalog_source is not CatalogSource.CUSTOM:
-        return
-    if entry.card.source_repository is None or downloaded_somewhere(node, entry.model_id):
-        return
-    raise ApiError(
-        400,
-        f"model {model_id} is added but no node has downloaded its bytes yet; download it "
-        f"first: skulk models download {model_id} (POST /download/start), then place it",
-        code="model_not_downloaded",
     )

@@ -39,7 +39,6 @@ from skulk_core.state.commands import CreateInstance, DeleteInstance
 from skulk_core.state.shards import Instance, RunnerStatus, Sharding
 from skulk_core.state.state import PlacementIntent
 from skulk_daemon.errors import ApiError
-from skulk_daemon.hub.service import require_downloaded
 from skulk_daemon.node.node import CommandRefused, Node
 from skulk_daemon.placement.protocol import (
     DeletionAccepted,
@@ -146,8 +145,9 @@ class PlacementService:
         ``allow_duplicate`` asks for another replica. ``on_demand``: a request for the
         unplaced model asked for it (see :mod:`skulk_daemon.placement.on_demand`); it is
         unloaded after ``keep_alive_seconds`` idle (``None``: kept until removed)."""
+        # A model whose bytes no node holds yet is placed all the same: the worker
+        # brings them (skulk_daemon.worker.fetch) while its runner shows as loading.
         card = self.card(model_id)
-        require_downloaded(self._node, model_id)
         command_id = new_command_id()
         # The accepted command owns exactly the placement identity it creates.
         ids = CommandOwnedIds(InstanceId(command_id))
@@ -186,7 +186,6 @@ class PlacementService:
         except InstanceWireError as exc:
             raise ApiError(400, str(exc), code="invalid_instance") from None
         card = self.card(instance.shard_assignments.model_id)
-        require_downloaded(node, card.model_id)
         if instance.instance_id in node.state.instances:
             raise ApiError(
                 409, f"instance {instance.instance_id} already exists", code="instance_exists"

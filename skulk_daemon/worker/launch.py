@@ -3,7 +3,8 @@
 The supervisor asks :class:`Launcher` for a runner's :class:`Load` before it spawns
 the process. Everything that can make a node refuse its share is decided here, each
 as a :class:`LaunchRefused` with the code the cluster acts on: no model file
-(``model_not_installed:<node>``), not enough live memory
+(``model_not_installed:<node>``), bytes that could not be brought here
+(``download_failed:<node>``), not enough live memory
 (``placement_refused:<node>``, with the arithmetic), an RPC pool this node cannot
 join, or donors that never came up (``rpc_donor_lost:<node>``).
 """
@@ -21,13 +22,14 @@ from skulk_core.models.cards import ModelTask
 from skulk_core.models.context_window import DEFAULT_CONTEXT_TOKENS
 from skulk_core.placement.backends import BACKEND_LLAMA_CPP
 from skulk_core.placement.local_fit import local_shortfall
-from skulk_core.placement.repair import MODEL_NOT_INSTALLED, PLACEMENT_REFUSED
+from skulk_core.placement.repair import DOWNLOAD_FAILED, MODEL_NOT_INSTALLED, PLACEMENT_REFUSED
 from skulk_core.placement.rpc_pool import RPC_DONOR_LOST
 from skulk_core.state.shards import Instance, LlamaRpcInstance, RpcDonorShardMetadata, ShardMetadata
 from skulk_daemon.node.node import Node
 from skulk_daemon.runner.protocol import Load, RunnerMode
 from skulk_daemon.store.cache import mark_used
 from skulk_daemon.store.staging import Staging, StagingFailed
+from skulk_daemon.worker.fetch import Fetched, FetchFailed, ModelFetch
 from skulk_daemon.worker.rpc_loads import (
     DONOR_READY_TIMEOUT_SECONDS,
     donor_load,
@@ -52,7 +54,7 @@ class Launcher:
         self._node = node
         self._slots = slots
         self.rpc_gate_key: bytes | None = None
-        self._staging = Staging(node)
+        self.fetch = ModelFetch(node, Staging(node))
 
     def model_path(self, model_id: ModelId) -> Path | None:
         entry = self._node.catalog().get(model_id)
@@ -96,7 +98,10 @@ class Launcher:
             return made
         path = self.model_path(model_id)
         if path is None:
-            path = await self._stage(model_id)
+            fetched = await self._fetch(model_id, stopping)
+            if fetched is Fetched.STOPPED:
+                return None
+            path = self.model_path(model_id)
         if path is None:
             raise LaunchRefused(
                 f"{MODEL_NOT_INSTALLED}:{node_id}",
@@ -132,17 +137,24 @@ class Launcher:
             else _seconds_or_off(inference.settle_idle_ms),
         )
 
-    async def _stage(self, model_id: ModelId) -> Path | None:
-        """The model's file after staging it from the cluster's store (verified
-        against the store's manifest); None when the store does not have it."""
+    async def _fetch(self, model_id: ModelId, stopping: Callable[[], bool]) -> Fetched:
+        """Bring the model's bytes here (the store's copy, else its pinned source) while
+        the runner is ``RunnerLoading``; see :mod:`skulk_daemon.worker.fetch`."""
         entry = self._node.catalog().get(model_id)
-        if entry is None or entry.card.gguf_file is None or not self._node.state.store_hosts:
-            return None
+        if entry is None or entry.card.gguf_file is None:  # what llama.cpp loads
+            return Fetched.ABSENT
+        node_id = self._node.node_id
         try:
-            staged = await self._staging.stage(entry.card)
+            return await self.fetch.fetch(entry.card, stopping)
         except StagingFailed as exc:
-            raise LaunchRefused(f"{MODEL_NOT_INSTALLED}:{self._node.node_id}", str(exc)) from None
-        return self.model_path(model_id) if staged else None
+            raise LaunchRefused(f"{MODEL_NOT_INSTALLED}:{node_id}", str(exc)) from None
+        except FetchFailed as exc:
+            raise LaunchRefused(f"{DOWNLOAD_FAILED}:{node_id}", str(exc)) from None
+        except (OSError, ValueError, RuntimeError) as exc:
+            # NOTE: anything else a transfer raises still fails the launch visibly; left
+            # to propagate, it would leave the runner reported as loading for ever.
+            message = f"bringing {model_id} here failed: {type(exc).__name__}: {exc}"
+            raise LaunchRefused(f"{DOWNLOAD_FAILED}:{node_id}", message) from None
 
     def _shortfall(
         self, model_id: ModelId, shard: ShardMetadata, context_tokens: int

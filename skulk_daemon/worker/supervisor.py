@@ -22,6 +22,7 @@ from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId, Tas
 from skulk_core.models.cards import ModelTask
 from skulk_core.state.shards import serving_node
 from skulk_daemon.engines.base import DEFAULT_SLOTS
+from skulk_daemon.hub.download import Downloads
 from skulk_daemon.node.node import Node
 from skulk_daemon.runner.client import Answer, PartSink
 from skulk_daemon.runner.protocol import Embedded, RunnerSpeechTask
@@ -91,6 +92,11 @@ class Supervisor:
         """Take part in llama.cpp RPC pools, admitting peers by ``gate_key`` (a secret
         derived from the cluster key)."""
         self._launcher.rpc_gate_key = gate_key
+
+    def attach_downloads(self, downloads: Downloads) -> None:
+        """Download a placed model's missing bytes to this node with ``downloads``
+        when no store has them (see :mod:`skulk_daemon.worker.fetch`)."""
+        self._launcher.fetch.downloads = downloads
 
     def _remote_host(self, instance_id: InstanceId) -> NodeId | None:
         """The node serving ``instance_id`` (the driver of a pool, rank 0 of a ring)

@@ -2,7 +2,9 @@
 
 The daemon is the cluster's store host, pointed at the fake hub; the test adds TINY
 and has the store fetch it, then drives ``status``, ``downloads``, ``purge`` and
-``rm`` the way a user would, in both the rich and the ``--json`` forms.
+``rm`` the way a user would, in both the rich and the ``--json`` forms. The store's
+jobs follow: ``download`` (``--no-wait``, and followed with its bar), ``cancel``
+(partials kept, resumed by the next download), ``storage`` and ``reconciliation``.
 """
 
 from __future__ import annotations
@@ -128,6 +130,52 @@ def test_store_commands_against_a_store_host(daemon: DaemonProcess) -> None:
     assert json.loads(skulk(daemon, "status", "--json").stdout)["registry"]["entries"] == []
     again = skulk(daemon, "rm", TINY, "--json")
     assert again.exit_code == 1 and "holds no model" in plain(again.output)
+
+
+def test_store_jobs_download_cancel_storage_and_reconciliation(
+    daemon: DaemonProcess, hub: FakeHub
+) -> None:
+    added = daemon.post("/models/add", json={"model_id": TINY, "gguf_file": GGUF}, timeout=60)
+    assert added.status_code == 200, added.text
+    hub.bytes_per_second = 64 * 1024  # 2 MiB: half a minute, time enough to cancel
+    try:
+        started = skulk(daemon, "download", TINY, "--no-wait", "--json")
+        assert started.exit_code == 0, started.output
+        assert json.loads(started.stdout)["status"] in ("pending", "in_progress")
+        cancelled = skulk(daemon, "cancel", TINY)
+        assert cancelled.exit_code == 0, cancelled.output
+        assert f"Cancelled the store's download of {TINY}" in plain(cancelled.stdout)
+    finally:
+        hub.bytes_per_second = None
+    status = daemon.get(f"/store/models/{TINY}/download/status").json()
+    assert status["status"] == "cancelled"
+    nothing = skulk(daemon, "cancel", "test-org/never-downloaded")
+    assert nothing.exit_code == 1 and "No store download of" in plain(nothing.output)
+
+    followed = skulk(daemon, "download", TINY)  # resumes the partial, with a bar
+    assert followed.exit_code == 0, followed.output
+    assert f"Stored {TINY} (2.0 MiB)" in plain(followed.stdout)
+    again = skulk(daemon, "download", TINY, "--json")  # held already: complete at once
+    assert json.loads(again.stdout)["status"] == "complete"
+
+    storage = skulk(daemon, "storage", "--json")
+    assert storage.exit_code == 0, storage.output
+    [stored] = [a for a in json.loads(storage.stdout)["artifacts"] if a["model_id"] == TINY]
+    assert stored["locationKind"] == "store_local" and stored["manifestComplete"]
+    row = next(
+        line for line in ANSI.sub("", skulk(daemon, "storage").stdout).splitlines() if TINY in line
+    )
+    assert "2.0 MiB" in row and "store_local" in row
+
+    rescanned = skulk(daemon, "reconciliation", "--rescan", "--json")
+    assert rescanned.exit_code == 0, rescanned.output
+    answer = json.loads(rescanned.stdout)
+    assert answer["automatic"] is True and TINY not in answer["tombstoned"]
+    shown = skulk(daemon, "reconciliation")
+    assert shown.exit_code == 0, shown.output
+    table = plain(shown.stdout)
+    assert "Store reconciliation" in table and f"nodes scanned │ {answer['scanned_nodes']}" in table
+    assert skulk(daemon, "rm", TINY).exit_code == 0
 
 
 def test_store_commands_without_a_node_say_so() -> None:

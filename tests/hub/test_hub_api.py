@@ -299,16 +299,6 @@ def start(app: AppNode, model_id: str, node_id: str | None = None) -> Any:
     )
 
 
-def test_placing_an_added_model_without_bytes_names_the_download(app: AppNode) -> None:
-    assert add(app, model_id=TINY_LLM).status_code == 200
-    placed = app.post(
-        "/place_instance",
-        json={"model_id": TINY_LLM, "sharding": "Pipeline", "instance_meta": "MlxRing"},
-    )
-    assert placed.status_code == 400
-    assert f"skulk models download {TINY_LLM}" in error(placed)
-
-
 def test_download_refusals(app: AppNode, monkeypatch: pytest.MonkeyPatch) -> None:
     assert add(app, model_id=TINY_LLM).status_code == 200
     elsewhere = start(app, TINY_LLM, node_id="12D3KooWnotthisnode")

@@ -2,10 +2,11 @@
 
 One daemon for the module (its own models dir), pointed at the fake hub through
 ``HF_ENDPOINT``. The fake hub serves the real demo GGUF (from where the session
-installed it). First a Hugging Face add: the card is pinned, placement is refused
-until the bytes are here, ``skulk models download`` fetches them with progress
-visible in ``/state``, and the placed model answers a chat. Then a local import of
-the same file under another id: hard-linked (one inode), placed, and chatting.
+installed it). First a Hugging Face add: the card is pinned, and placing it before
+its bytes are here downloads them first (the runner loading meanwhile, the download's
+progress in ``/state`` and in ``skulk place``); the placed model answers a chat. A
+download that fails fails the placement visibly. Then a local import of the same file
+under another id: hard-linked (one inode), placed, chatting.
 """
 
 from __future__ import annotations
@@ -76,7 +77,9 @@ def chat(daemon: DaemonProcess, model_id: str) -> Any:
         )
 
 
-def test_add_download_place_and_chat(daemon: DaemonProcess, hub: FakeHub, demo_gguf: Path) -> None:
+def test_add_then_place_downloads_and_chats(
+    daemon: DaemonProcess, hub: FakeHub, demo_gguf: Path
+) -> None:
     repo = hub.repo(DEMO_REPO)
     assert repo is not None
     added = skulk(daemon, "--json", "models", "add", DEMO_REPO)
@@ -85,36 +88,42 @@ def test_add_download_place_and_chat(daemon: DaemonProcess, hub: FakeHub, demo_g
     # Only the header was read to make the card.
     assert 0 < hub.served[demo_gguf.name] < demo_gguf.stat().st_size / 4
 
-    refused = daemon.post(
-        "/place_instance",
-        json={"model_id": DEMO_REPO, "sharding": "Pipeline", "instance_meta": "MlxRing"},
-    )
-    assert refused.status_code == 400
-    assert f"skulk models download {DEMO_REPO}" in refused.json()["error"]["message"]
-
+    # Placed before its bytes are anywhere: the placement downloads them first.
     node_id = daemon.get("/node_id").json()
     hub.bytes_per_second = 100 * 1024 * 1024
-    seen: list[tuple[str, int, int]] = []
+    downloads: list[tuple[str, int, int]] = []
+    runners: set[str] = set()
     try:
-        downloading = subprocess.Popen(
-            [*CLI, daemon.url, "--json", "models", "download", DEMO_REPO],
+        placing = subprocess.Popen(
+            [*CLI, daemon.url, "--json", "place", DEMO_REPO, "--context-tokens", "512"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        deadline = time.monotonic() + 120
-        while downloading.poll() is None and time.monotonic() < deadline:
-            for report in daemon.get("/state").json()["downloads"].get(node_id, []):
+        deadline = time.monotonic() + 180
+        while placing.poll() is None and time.monotonic() < deadline:
+            state = daemon.get("/state").json()
+            for report in state["downloads"].get(node_id, []):
                 if report["modelId"] == DEMO_REPO:
-                    seen.append((report["status"], report["downloadedBytes"], report["totalBytes"]))
-            time.sleep(0.05)
-        out, err = downloading.communicate(timeout=60)
+                    downloads.append(
+                        (report["status"], report["downloadedBytes"], report["totalBytes"])
+                    )
+            for tagged in state["instances"].values():
+                body = next(iter(tagged.values()))
+                if body["shardAssignments"]["modelId"] == DEMO_REPO:
+                    for runner in body["shardAssignments"]["nodeToRunner"].values():
+                        runners.update(state["runners"].get(runner) or ())
+            time.sleep(0.2)  # progress is reported every 0.25 s; the node is busy loading
+        out, err = placing.communicate(timeout=60)
     finally:
         hub.bytes_per_second = None
-    assert downloading.returncode == 0, err
-    assert json.loads(out)["status"] == "completed"
+    assert placing.returncode == 0, err
     size = demo_gguf.stat().st_size
-    assert any(s == "in_progress" and 0 < done < total == size for s, done, total in seen), seen
+    # The instance existed (its runner loading) while its bytes were downloading.
+    assert any(s == "in_progress" and 0 < done < total == size for s, done, total in downloads)
+    assert "RunnerLoading" in runners, runners
+    placed = json.loads(out)
+    assert placed["failure"] is None
 
     listed = {m["id"]: m for m in daemon.get("/v1/models").json()["data"]}
     assert listed[DEMO_REPO]["installed"] is True
@@ -122,11 +131,29 @@ def test_add_download_place_and_chat(daemon: DaemonProcess, hub: FakeHub, demo_g
     manifest = json.loads((model_dir / ".skulk" / "files.json").read_text())
     assert manifest["files"][0]["sha256"] == repo.digests(demo_gguf.name)[0]
 
-    instance_id = place(daemon, model_id=DEMO_REPO, context=512)
     reply = chat(daemon, DEMO_REPO)
     assert reply.choices[0].message.content
     assert reply.usage is not None and reply.usage.completion_tokens > 0
+    instance_id = placed["place"]["instance_id"]
     assert httpx.delete(f"{daemon.url}/instance/{instance_id}", timeout=30).status_code == 200
+
+
+def test_a_placement_whose_download_fails_fails_visibly(
+    daemon: DaemonProcess, hub: FakeHub, demo_gguf: Path
+) -> None:
+    repo_id = "test-org/vanishing-GGUF"
+    repo = HubRepo(repo_id, {demo_gguf.name: HubFile(demo_gguf)}, library_name="gguf")
+    hub.repos.append(repo)
+    assert skulk(daemon, "models", "add", repo_id).returncode == 0
+    hub.repos.remove(repo)  # the repository is gone by the time its bytes are needed
+
+    placing = skulk(daemon, "place", repo_id, "--context-tokens", "512")
+    assert placing.returncode == 1
+    assert "download" in placing.stderr and repo_id in placing.stderr, placing.stderr
+    failures = daemon.get("/state").json()["instanceFailures"]
+    assert any(
+        f["modelId"] == repo_id and f["errorCode"].startswith("download_failed:") for f in failures
+    ), failures
 
 
 def test_import_a_local_gguf_and_chat(daemon: DaemonProcess, demo_gguf: Path) -> None:

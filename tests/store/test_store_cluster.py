@@ -2,8 +2,9 @@
 
 Node A is the store host (``model_store.store_host``, its own store path and port),
 pointed at the fake hub; node B has its own models dir without the model. A adds the
-demo GGUF from the fake hub and fetches it into the store; the model is placed on B
-(A excluded), so B stages the bytes from A's store over the internal transport,
+demo GGUF from the fake hub, and the model is placed on B (A excluded) before any
+byte is fetched: placement stages what it needs, so B has the store download it into
+its canonical copy, then stages the bytes from A's store over the internal transport,
 verifies them against the store's SHA-256 manifest, and only then starts its runner.
 A chat through A's API answers (served by B). Deleting the model from the store
 then drops B's staged copy too.
@@ -85,10 +86,8 @@ def test_store_stage_verify_chat_and_evict(
     added = store.post("/models/add", json={"model_id": DEMO_REPO}, timeout=120)
     assert added.status_code == 200, added.text
     # The worker sees the store through State: the public routes work from any node.
-    started = worker.post(f"/store/models/{DEMO_REPO}/download", json={}, timeout=60)
-    assert started.status_code == 200, started.text
-    wait_for(lambda: status(worker)["status"] == "complete", "the store download", 120)
-    assert staged(worker) == []  # the worker has no copy yet
+    assert status(worker) == {"status": "not_found"}  # nothing fetched yet
+    assert staged(worker) == []
 
     placed = httpx.post(
         f"{store.url}/place_instance",
@@ -98,6 +97,8 @@ def test_store_stage_verify_chat_and_evict(
     assert placed.status_code == 200, placed.text
     instance_id: str = placed.json()["instance_id"]
     wait_for(lambda: worker.runner_status(instance_id) == "RunnerReady", "B's runner", 240)
+    # The store downloaded its canonical copy for the placement.
+    assert status(worker)["status"] == "complete"
 
     # B holds a verified copy, staged from the store, reported complete in State.
     [copy] = staged(worker)
