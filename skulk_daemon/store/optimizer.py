@@ -266,9 +266,10 @@ class Optimizer:
         )
         job.process = process
         assert process.stdin is not None and process.stdout is not None
-        process.stdin.write(msgspec.json.encode(request))
+        process.stdin.write(msgspec.json.encode(request) + b"\n")
         await process.stdin.drain()
-        process.stdin.close()
+        # NOTE: stdin stays open while the job runs: the quantizer exits when it closes,
+        # so a daemon that is killed does not leave it running.
         error: str | None = None
         finished = False
         job.message = "quantizing"
@@ -283,6 +284,7 @@ class Optimizer:
                 job.progress = QUANTIZE_SHARE * report.done / report.total
                 job.message = f"quantizing tensor {report.done} of {report.total}"
         code = await process.wait()
+        process.stdin.close()
         if error is not None or not finished or code != 0:
             raise RuntimeError(error or f"llama.cpp's quantizer exited with status {code}")
 
