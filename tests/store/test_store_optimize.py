@@ -81,16 +81,19 @@ def test_optimize_the_demo_then_place_and_chat_with_the_result(
     started = daemon.post(f"/store/models/{DEMO_REPO}/download", json={}, timeout=60)
     assert started.status_code == 200, started.text
     wait_for(
-        lambda: daemon.get(f"/store/models/{DEMO_REPO}/download/status").json()["status"]
-        == "complete",
+        lambda: (
+            daemon.get(f"/store/models/{DEMO_REPO}/download/status").json()["status"] == "complete"
+        ),
         "the store download",
         120,
     )
 
     waiting = subprocess.Popen(
-        [sys.executable, "-m", "skulk_cli", "--api-url", daemon.url, "--json"]
-        + ["store", "optimize", DEMO_REPO, "--target-bpw", "4.5"]
-        + ["--candidate-bits", "4", "--candidate-bits", "8"],
+        [
+            *(sys.executable, "-m", "skulk_cli", "--api-url", daemon.url, "--json"),
+            *("store", "optimize", DEMO_REPO, "--target-bpw", "4.5"),
+            *("--candidate-bits", "4", "--candidate-bits", "8"),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

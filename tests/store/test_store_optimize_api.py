@@ -136,9 +136,7 @@ def test_a_gguf_without_weights_cannot_be_optimized_503(app: AppNode, stored: st
     assert app.get(f"/store/models/{stored}/optimize/status").status_code == 404
 
 
-def test_the_store_transport_answers_other_nodes_the_same_way(
-    stored: str, store_port: int
-) -> None:
+def test_the_store_transport_answers_other_nodes_the_same_way(stored: str, store_port: int) -> None:
     with httpx.Client(base_url=f"http://127.0.0.1:{store_port}", timeout=30) as transport:
         path = f"/models/{quote(stored, safe='')}/optimize"
         assert transport.post(path, json={"candidate_bits": [9]}).status_code == 400
