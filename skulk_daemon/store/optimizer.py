@@ -123,6 +123,9 @@ class Optimizer:
         self._node = node
         self._host = host
         self._jobs: dict[str, _Job] = {}
+        # NOTE: a start awaits (reading the tensor infos) between its conflict check and
+        # registering its job; the lock keeps two starts from both passing the check.
+        self._starting = asyncio.Lock()
 
     def available(self) -> str | None:
         """Why no optimizer runs here (the API's 503), or None."""
@@ -137,6 +140,10 @@ class Optimizer:
         return job.view()
 
     async def start(self, model_id: str, request: OptimizeRequest) -> OptimizeStarted:
+        async with self._starting:
+            return await self._start(model_id, request)
+
+    async def _start(self, model_id: str, request: OptimizeRequest) -> OptimizeStarted:
         host = self._host()
         problem = self.available()
         if host is None or problem is not None:
