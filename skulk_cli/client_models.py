@@ -71,6 +71,16 @@ class ModelCalls(NodeHttp):
         """``DELETE /store/models/{model_id}``, the id raw (its ``/`` unescaped)."""
         return self._request("DELETE", _store_model_path(model_id), timeout=STORE_TIMEOUT_SECONDS)
 
+    def store_optimize(self, model_id: str, body: JsonObject) -> JsonObject:
+        """``POST /store/models/{model_id}/optimize``: the started OptiQ job."""
+        path = _store_model_path(model_id) + "/optimize"
+        return self._request("POST", path, body, timeout=STORE_TIMEOUT_SECONDS)
+
+    def store_optimize_status(self, model_id: str) -> JsonObject:
+        """``GET /store/models/{model_id}/optimize/status``: the job's progress."""
+        path = _store_model_path(model_id) + "/optimize/status"
+        return self._request("GET", path, timeout=STORE_TIMEOUT_SECONDS)
+
     def purge_staging(self, model_id: str | None = None) -> JsonObject:
         body: JsonObject = {} if model_id is None else {"modelId": model_id}
         return self._request("POST", "/store/purge-staging", body, timeout=STORE_TIMEOUT_SECONDS)

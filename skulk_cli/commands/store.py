@@ -4,7 +4,9 @@
 holds (and on which nodes copies are); ``downloads`` lists the store's pending,
 active and failed downloads (``--watch`` draws a progress bar for each until none is
 active); ``rm`` deletes a model from the store and so from every node; ``purge``
-drops the copies nodes staged from the store, never the store's own copy.
+drops the copies nodes staged from the store, never the store's own copy;
+``optimize`` and ``optimize-status`` (:mod:`skulk_cli.commands.store_optimize`) run
+and follow an OptiQ mixed-precision requantization of a stored GGUF.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from rich.text import Text
 
 from skulk_cli import console
 from skulk_cli.client import SkulkClient
+from skulk_cli.commands.store_optimize import optimize, optimize_status
 from skulk_cli.context import CliContext, JsonFlag, node_client
 from skulk_cli.views import parse
 from skulk_core.store.answers import PurgeOrdered, StoreDownload, StoreHealth, StoreRegistry
@@ -30,6 +33,8 @@ POLL_SECONDS: Final = 0.5
 ACTIVE: Final = frozenset({"pending", "in_progress"})
 
 ModelArg = Annotated[str, typer.Argument(help="Model id (a Hugging Face owner/name).")]
+app.command("optimize")(optimize)
+app.command("optimize-status")(optimize_status)
 JsonObject = dict[str, object]
 
 

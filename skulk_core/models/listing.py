@@ -32,7 +32,7 @@ TASK_CAPABILITIES: Final[dict[ModelTask, str]] = {
     ModelTask.IMAGE_TO_IMAGE: "image",
 }
 # Capabilities that also become UI badges (``tags``), in badge order.
-TAG_CAPABILITIES: Final = ("vision", "thinking", "embedding", "tts", "stt")
+TAG_CAPABILITIES: Final = ("vision", "thinking", "embedding", "tts", "stt", "optiq")
 
 
 class ResolvedCapabilities(msgspec.Struct, frozen=True, kw_only=True):

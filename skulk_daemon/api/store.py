@@ -43,12 +43,20 @@ from skulk_core.store.answers import (
     StoreListing,
     StoreRegistry,
 )
+from skulk_core.store.optimize import OptimizeStarted, OptimizeStatus
 from skulk_core.store.paths import model_id_escapes
 from skulk_core.store.selection import DownloadSelection, bundle_conflict, selection_problem
 from skulk_daemon.api.authority import declare
 from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.disclosure import storage_for
 from skulk_daemon.api.openapi import OPENAI, errors
+from skulk_daemon.api.store_optimize import (
+    OPTIMIZE,
+    OPTIMIZE_STATUS,
+    decode_request,
+    optimization_status,
+    start_optimization,
+)
 from skulk_daemon.authority.peers import PeerClass, classify_name, origin_host
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.errors import ApiError
@@ -182,12 +190,15 @@ class StoreController(Controller):
 
     @get(
         "/store/models/{rest:path}",
-        summary="A store download's status (<model_id>/download/status)",
+        summary="A store download's (<model_id>/download/status) or optimization's "
+        "(<model_id>/optimize/status) status",
         responses=errors(OPENAI, 400, 404, 502, 503),
     )
     async def download_status(
         self, store: StoreService, rest: str
-    ) -> StoreDownload | DownloadState:
+    ) -> StoreDownload | DownloadState | OptimizeStatus:
+        if rest.endswith(OPTIMIZE_STATUS):
+            return await optimization_status(store, _model_id(rest, OPTIMIZE_STATUS))
         if not rest.endswith(STATUS):
             raise ApiError(404, f"no store route GET /store/models{rest}", code="not_found")
         model_id = _model_id(rest, STATUS)
@@ -205,12 +216,21 @@ class StoreController(Controller):
         "/store/models/{rest:path}",
         opt=declare(Requirement.TRUSTED_FABRIC),
         status_code=200,
-        summary="Ask the store host to fetch a model (<model_id>/download)",
+        summary="Ask the store host to fetch a model (<model_id>/download) or to optimize "
+        "one (<model_id>/optimize: optional target_bpw and candidate_bits)",
         responses=errors(OPENAI, 400, 404, 409, 502, 503),
     )
     async def start_download(
-        self, store: StoreService, node: Node, rest: str, data: DownloadSelection | None = None
-    ) -> StoreDownload:
+        self,
+        store: StoreService,
+        node: Node,
+        rest: str,
+        request: HttpRequest,
+        data: DownloadSelection | None = None,
+    ) -> StoreDownload | OptimizeStarted:
+        if rest.endswith(OPTIMIZE):
+            model_id = _model_id(rest, OPTIMIZE)
+            return await start_optimization(store, model_id, decode_request(await request.body()))
         if not rest.endswith(DOWNLOAD):
             raise ApiError(404, f"no store route POST /store/models{rest}", code="not_found")
         model_id = _model_id(rest, DOWNLOAD)

@@ -36,6 +36,7 @@ from skulk_daemon.store.exports import Exports
 from skulk_daemon.store.host import StoreHostService
 from skulk_daemon.store.listener import StoreListener
 from skulk_daemon.store.locate import store_urls
+from skulk_daemon.store.optimizer import Optimizer
 from skulk_daemon.store.reconcile import Reconciler
 from skulk_daemon.store.transport import store_app
 
@@ -57,6 +58,7 @@ class StoreService:
         self.exports = Exports(node)
         self.reconciler: Reconciler | None = None
         self._listener: StoreListener | None = None
+        self.optimizer = Optimizer(node, lambda: self.host)
         self._seen_evictions: tuple[object, object, object] | None = None
         self._removals: set[asyncio.Task[None]] = set()
         node.on_applied(self._on_applied)
@@ -73,7 +75,7 @@ class StoreService:
         reconciler = Reconciler(self._node, host)
         try:
             self._listener = StoreListener(
-                store_app(host, self._evict, reconciler, lambda: self._node.config),
+                store_app(host, self._evict, reconciler, lambda: self._node.config, self.optimizer),
                 bind,
                 config.store_port,
             )
@@ -99,6 +101,7 @@ class StoreService:
         )
 
     async def stop(self) -> None:
+        await self.optimizer.stop()
         if self.reconciler is not None:
             await self.reconciler.stop()
         if self._listener is not None:

@@ -20,7 +20,9 @@ path escaping the model directory 400. HEAD answers as GET without the body.
 ``POST /imports`` pulls one node-cache copy into the store
 (:mod:`skulk_daemon.store.imports`); ``GET /reconciliation`` and ``POST
 /reconciliation/rescan`` are the reconciler's status and its immediate pass, for the
-public ``/store/reconciliation`` routes of any node.
+public ``/store/reconciliation`` routes of any node. ``POST /models/{id}/optimize``
+and ``GET /models/{id}/optimize/status`` are the store host's optimizer
+(:mod:`skulk_daemon.store.optimizer`) for the public optimize routes of other nodes.
 """
 
 from __future__ import annotations
@@ -48,6 +50,12 @@ from skulk_core.config import SkulkConfig
 from skulk_core.models.custom_cards import SOURCE_REVISION_PATTERN
 from skulk_core.state.state import DownloadProgress
 from skulk_core.store.answers import ReconciliationStatus, StoreDisk, StoreEntry
+from skulk_core.store.optimize import (
+    OptimizeRequest,
+    OptimizeStarted,
+    OptimizeStatus,
+    request_problem,
+)
 from skulk_core.store.paths import model_id_escapes
 from skulk_core.store.ranges import ByteRange, RangeRefused, parse_range
 from skulk_core.store.selection import DownloadSelection, selection_problem
@@ -57,6 +65,7 @@ from skulk_daemon.authority.policy import Refusal, Requirement, RouteAuthority, 
 from skulk_daemon.hub.download import DownloadRefused
 from skulk_daemon.store.host import SELECTION_CONFLICT, StoreHostService
 from skulk_daemon.store.imports import ImportFailed, decode_request, run_import
+from skulk_daemon.store.optimizer import Optimizer, OptimizeRefused
 from skulk_daemon.store.reconcile import Reconciler
 from skulk_daemon.store.recovery import recover_installed_cards as recover
 from skulk_daemon.store.wire import StoreDownload, download_body
@@ -70,6 +79,7 @@ MAX_IMPORT_BODY_BYTES: Final = 8 * 1024 * 1024
 Store: TypeAlias = NamedDependency[StoreHostService]
 Evict: TypeAlias = NamedDependency[Callable[[str], Awaitable[None]]]
 MaybeReconciler: TypeAlias = NamedDependency[Reconciler | None]
+MaybeOptimizer: TypeAlias = NamedDependency[Optimizer | None]
 # NOTE: the store port has no auth middleware and no custom user, so a request's user
 # and auth are None and its state is the app's plain State.
 StoreRequest: TypeAlias = Request[None, None, State]
@@ -300,6 +310,40 @@ class StoreController(Controller):
             raise StoreRefused(404, f"no store download of {model_id}")
         return _download_body(store, found)
 
+    @post("/models/{model:str}/optimize", status_code=200, request_max_body_size=MAX_BODY_BYTES)
+    async def optimize(
+        self, optimizer: MaybeOptimizer, model: FromPath[str], request: StoreRequest
+    ) -> OptimizeStarted:
+        """The API's ``POST /store/models/{id}/optimize`` from a node that is not the
+        store host (the body was checked there; it is checked again here)."""
+        model_id = _model(model)
+        try:
+            body = msgspec.json.decode(await request.body() or b"{}", type=OptimizeRequest)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise StoreRefused(400, f"invalid optimize body: {exc}", "invalid_request") from None
+        problem = request_problem(body)
+        if problem is not None:
+            raise StoreRefused(400, problem, "invalid_request")
+        if optimizer is None:
+            raise StoreRefused(503, "this store has no optimizer", "optimizer_unavailable")
+        try:
+            return await optimizer.start(model_id, body)
+        except OptimizeRefused as exc:
+            raise StoreRefused(exc.status, exc.message, exc.code) from None
+
+    @route("/models/{model:str}/optimize/status", http_method=["GET", "HEAD"])
+    async def optimize_status(
+        self, optimizer: MaybeOptimizer, model: FromPath[str]
+    ) -> OptimizeStatus:
+        model_id = _model(model)
+        problem = "this store has no optimizer" if optimizer is None else optimizer.available()
+        if optimizer is None or problem is not None:
+            raise StoreRefused(503, problem or "no optimizer", "optimizer_unavailable")
+        try:
+            return optimizer.status(model_id)
+        except OptimizeRefused as exc:
+            raise StoreRefused(exc.status, exc.message, exc.code) from None
+
     @route("/models/{model:str}/{relative:path}", http_method=["GET", "HEAD"])
     async def file(
         self,
@@ -417,8 +461,10 @@ def store_app(
     evict: Callable[[str], Awaitable[None]],
     reconciler: Reconciler | None,
     config: Callable[[], SkulkConfig],
+    optimizer: Optimizer | None = None,
 ) -> ASGIApp:
-    """The transport; ``evict`` is called after a model is deleted from the store."""
+    """The transport; ``evict`` is called after a model is deleted from the store;
+    ``optimizer`` answers the optimize routes (503 without one)."""
 
     def constant(value: object) -> Provide:
         return Provide(lambda: value, use_cache=True, sync_to_thread=False)
@@ -430,6 +476,7 @@ def store_app(
             "store": constant(store),
             "evict": constant(evict),
             "reconciler": constant(reconciler),
+            "optimizer": constant(optimizer),
         },
         exception_handlers={
             StoreRefused: _on_refused,
