@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from skulk_daemon.chat.cancellation import ActiveCommands
-from skulk_daemon.system import media_settings as settings
 from skulk_daemon.media.jobs_service import MediaJobs
 from skulk_daemon.media.music_service import MusicFamily, MusicService
 from skulk_daemon.media.store import JobStore
 from skulk_daemon.media.video_service import VideoFamily, VideoService
 from skulk_daemon.node.node import Node
+from skulk_daemon.system import media_settings as settings
 from skulk_daemon.worker.supervisor import Supervisor
 
 
