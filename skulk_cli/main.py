@@ -17,6 +17,7 @@ from skulk_cli.commands import (
     diagnostics,
     instances,
     logs,
+    media_jobs,
     models,
     operator,
     placement,
@@ -88,6 +89,8 @@ app.add_typer(trace.app, name="trace")
 app.command("top")(top.top)
 app.command("say")(speech.say)
 app.command("transcribe")(speech.transcribe)
+app.add_typer(media_jobs.video_app, name="video")
+app.add_typer(media_jobs.music_app, name="music")
 app.command("voices")(speech.voices)
 
 

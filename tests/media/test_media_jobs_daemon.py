@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import io
+import json
 import time
 import wave
 from collections.abc import Iterator
@@ -18,7 +19,9 @@ import av
 import httpx
 import numpy as np
 import pytest
+from typer.testing import CliRunner, Result
 
+from skulk_cli.main import app as cli_app
 from tests.daemon.serving import place, wait_for
 from tests.daemon_process import DaemonProcess
 from tests.lazy_sdk import openai
@@ -326,6 +329,47 @@ def test_music_refusals_are_422(daemon: DaemonProcess, body: dict[str, Any], say
         answer = client.post("/v1/music", json=body)
     assert answer.status_code == 422, answer.text
     assert says in answer.json()["error"]["message"]
+
+
+def skulk(daemon: DaemonProcess, *args: str) -> Result:
+    return CliRunner().invoke(
+        cli_app, ["--api-url", daemon.url, *args], env={"COLUMNS": "120"}, prog_name="skulk"
+    )
+
+
+def test_cli_video_create_follows_the_job_and_writes_the_mp4(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    out = tmp_path / "clip.mp4"
+    made = skulk(
+        daemon, "video", "create", VIDEO, "a fox", "--seconds", "1", "-o", str(out), "--json"
+    )
+    assert made.exit_code == 0, made.output
+    job = json.loads(made.stdout)
+    assert job["status"] == "completed"
+    with av.open(str(out), mode="r") as container:
+        assert len(list(container.decode(video=0))) == job["output"]["frame_count"] == 8
+    shown = skulk(daemon, "video", "status", job["id"])
+    assert shown.exit_code == 0 and "completed" in shown.output and "mjpeg" in shown.output
+    thumb = tmp_path / "thumb.jpg"
+    fetched = skulk(daemon, "video", "download", job["id"], "-o", str(thumb), "--thumbnail")
+    assert fetched.exit_code == 0 and thumb.read_bytes()[:2] == b"\xff\xd8"
+
+
+def test_cli_music_create_status_and_cancel(daemon: DaemonProcess, tmp_path: Path) -> None:
+    out = tmp_path / "piece.wav"
+    made = skulk(daemon, "music", "create", MUSIC, "a tune", "--seconds", "2", "-o", str(out))
+    assert made.exit_code == 0, made.output
+    with wave.open(str(out)) as wav:
+        assert wav.getnframes() / wav.getframerate() == pytest.approx(2.0)
+    queued = skulk(daemon, "music", "create", MUSIC, "long", "--seconds", "120", "--json")
+    job_id = json.loads(queued.stdout)["id"]
+    stopped = skulk(daemon, "music", "cancel", job_id, "--json")
+    assert stopped.exit_code == 0 and json.loads(stopped.stdout)["status"] == "cancelled"
+    waited = skulk(daemon, "music", "status", job_id, "--wait")
+    assert waited.exit_code == 0 and "cancelled" in waited.output
+    early = skulk(daemon, "music", "download", job_id, "-o", str(tmp_path / "x.wav"))
+    assert early.exit_code == 1 and "cancelled" in early.output
 
 
 def test_restart_fails_jobs_in_flight_and_keeps_finished_content(daemon: DaemonProcess) -> None:
