@@ -282,7 +282,7 @@ def evictions(jobs: Iterable[Job], need_bytes: int, cap_bytes: int) -> tuple[Job
     enough (the caller then refuses the new content)."""
     holding = sorted(
         (job for job in jobs if job.content_bytes > 0 and job.status == "completed"),
-        key=lambda job: (job.completed_at or 0, job.id),
+        key=lambda job: (job.completed_at or 0, job.delivered_at or 0.0, job.id),
     )
     used = sum(job.content_bytes for job in holding)
     chosen: list[Job] = []
