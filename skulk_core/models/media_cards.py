@@ -21,7 +21,7 @@ class ReferenceLimits(msgspec.Struct, frozen=True, kw_only=True):
     audio: int = 0
 
 
-class VideoCard(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class VideoCard(msgspec.Struct, frozen=True, kw_only=True):
     """A video card's declared contract. Settings the engine does not offer (adapters,
     styles, guides, a ControlNet) are empty, so a request naming one is refused."""
 
@@ -50,7 +50,7 @@ class VideoCard(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     styles: tuple[str, ...] = ()
 
 
-class MusicCard(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class MusicCard(msgspec.Struct, frozen=True, kw_only=True):
     """A text-to-music card's declared contract."""
 
     family: str

@@ -189,6 +189,16 @@ def test_listing_pages_newest_first_and_in_order(daemon: DaemonProcess) -> None:
         assert client.get("/v1/videos", params={"limit": 101}).status_code == 400
 
 
+def test_the_catalog_lists_the_cards_contracts(daemon: DaemonProcess) -> None:
+    with api(daemon) as client:
+        models = {item["id"]: item for item in client.get("/v1/models").json()["data"]}
+    video, music = models[VIDEO], models[MUSIC]
+    assert video["tasks"] == ["TextToVideo"] and video["music"] is None
+    assert video["video"]["modes"] == ["t2va", "fl2va", "ref2va"]
+    assert (video["video"]["min_seconds"], video["video"]["max_seconds"]) == (1, 4)
+    assert music["music"]["output_format"] == "wav" and music["music"]["max_seconds"] == 120
+
+
 @pytest.mark.parametrize(
     ("body", "status", "says"),
     [
