@@ -190,7 +190,8 @@ class MediaJobs:
         job = self.store.get(job_id)
         if job is None:
             return
-        self._settle(plan.started(job))
+        # NOTE: the job stays queued until the runner reports its first progress: the
+        # runner admits one generation at a time, so a job may wait in its queue.
         task_id = TaskId(f"{job_id}-render")
         output_dir = self.store.work_dir(job_id) / "out"
         message = self.family.runner_task(job, task_id, output_dir)
