@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING, Self
 from urllib.parse import quote
 
+from skulk_cli.client_media import MediaCalls
 from skulk_cli.client_models import ModelCalls
 from skulk_cli.client_ops import OpsCalls
 from skulk_cli.client_plugins import PluginCalls
@@ -49,7 +50,7 @@ __all__ = [
 ]
 
 
-class SkulkClient(ModelCalls, PluginCalls, OpsCalls):
+class SkulkClient(ModelCalls, PluginCalls, OpsCalls, MediaCalls):
     """A typed client for the routes the CLI uses. Use it as a context manager."""
 
     def node_identity(self) -> JsonObject:

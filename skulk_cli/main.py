@@ -19,6 +19,7 @@ from skulk_cli.commands import (
     diagnostics_jobs,
     instances,
     logs,
+    media_jobs,
     models,
     operator,
     placement,
@@ -92,6 +93,8 @@ app.add_typer(trace.app, name="trace")
 app.command("top")(top.top)
 app.command("say")(speech.say)
 app.command("transcribe")(speech.transcribe)
+app.add_typer(media_jobs.video_app, name="video")
+app.add_typer(media_jobs.music_app, name="music")
 app.command("voices")(speech.voices)
 # The operational jobs (issue 40): store transfers, runner cancel, telemetry,
 # envelopes, connectivity, plugin proposals, setup operations and grants.

@@ -36,6 +36,7 @@ from skulk_daemon.fabric.transport import FabricBindError, FabricTransport, Fram
 from skulk_daemon.in_effect import LOG_LEVEL_ENV, StartFlags, in_effect
 from skulk_daemon.models.embedding_demo import with_embedding_demo
 from skulk_daemon.models.installed import load_installed_models
+from skulk_daemon.models.media_test_cards import with_media_test_cards
 from skulk_daemon.models.speech_demo import with_speech_demos
 from skulk_daemon.node.config_store import ConfigStore, load_config_file
 from skulk_daemon.node.eventlog import EventLog, EventLogCorrupt
@@ -168,8 +169,11 @@ def build_node(settings: Settings) -> Node:
         config_store=config_store,
         event_log=event_log,
         replayed=replayed,
-        installed_models=with_speech_demos(
-            with_embedding_demo(load_installed_models(models_dir), models_dir), models_dir
+        installed_models=with_media_test_cards(
+            with_speech_demos(
+                with_embedding_demo(load_installed_models(models_dir), models_dir), models_dir
+            ),
+            models_dir,
         ),
         models_dir=models_dir,
         snapshot=snapshot,

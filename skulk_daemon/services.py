@@ -20,6 +20,7 @@ from skulk_daemon.diagnostics.tracing import MasterTraces, Tracer, TraceStore
 from skulk_daemon.embeddings.service import EmbeddingService
 from skulk_daemon.fabric.cluster import ClusterAgent
 from skulk_daemon.hub.service import HubService
+from skulk_daemon.media.services import MediaServices
 from skulk_daemon.node.node import Node
 from skulk_daemon.node_admin.restart import RestartLatch
 from skulk_daemon.node_admin.service import NodeAdminService
@@ -56,6 +57,7 @@ class Services:
     hub: HubService | None = None
     plugins: ManagerAccess | None = None
     store: StoreService | None = None
+    media: MediaServices | None = None
 
     @classmethod
     def build(
@@ -123,4 +125,5 @@ class Services:
             hub=hub,
             plugins=ManagerAccess(node.settings.config_home),
             store=StoreService(node, hub),
+            media=MediaServices.build(node, worker, commands),
         )

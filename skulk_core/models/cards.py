@@ -12,6 +12,7 @@ from typing import Literal
 import msgspec
 
 from skulk_core.ids import ModelId
+from skulk_core.models.media_cards import MusicCard, VideoCard
 
 
 class Memory(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -43,6 +44,8 @@ class ModelTask(StrEnum):
     SPEECH_TO_TEXT = "SpeechToText"
     TEXT_TO_IMAGE = "TextToImage"
     IMAGE_TO_IMAGE = "ImageToImage"
+    TEXT_TO_VIDEO = "TextToVideo"
+    TEXT_TO_MUSIC = "TextToMusic"
 
 
 class ModelKind(StrEnum):
@@ -181,6 +184,9 @@ class ModelCard(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_
     # from v1 cards (their digests, and so their registry_card_id, do not change).
     artifact_bundle: ArtifactBundle | None = None
     companions: tuple[CompanionArtifact, ...] = ()
+    # Media job cards (TextToVideo, TextToMusic) declare their generation contract here.
+    video: VideoCard | None = None
+    music: MusicCard | None = None
 
 
 def served_kind(card: ModelCard) -> ModelKind:
@@ -189,3 +195,9 @@ def served_kind(card: ModelCard) -> ModelKind:
     if card.model_kind == ModelKind.BASE or card.chat_template is None:
         return ModelKind.BASE
     return ModelKind.INSTRUCT
+
+
+def is_directory_card(card: ModelCard) -> bool:
+    """Whether the card's engine loads its model directory rather than one GGUF file
+    (speech, video and music cards)."""
+    return card.audio is not None or card.video is not None or card.music is not None

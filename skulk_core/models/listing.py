@@ -14,6 +14,7 @@ from skulk_core.models.advisories import Advisory
 from skulk_core.models.card_digest import card_digest
 from skulk_core.models.cards import ModelCard, ModelKind, ModelTask, served_kind
 from skulk_core.models.catalog import CatalogEntry, CatalogSource
+from skulk_core.models.media_cards import MusicCard, VideoCard
 from skulk_core.models.signed_identity import (
     current_registry_identity,
     installed_verification,
@@ -30,6 +31,8 @@ TASK_CAPABILITIES: Final[dict[ModelTask, str]] = {
     ModelTask.SPEECH_TO_TEXT: "stt",
     ModelTask.TEXT_TO_IMAGE: "image",
     ModelTask.IMAGE_TO_IMAGE: "image",
+    ModelTask.TEXT_TO_VIDEO: "video",
+    ModelTask.TEXT_TO_MUSIC: "music",
 }
 # Capabilities that also become UI badges (``tags``), in badge order.
 TAG_CAPABILITIES: Final = ("vision", "thinking", "embedding", "tts", "stt", "optiq")
@@ -121,8 +124,10 @@ class ModelListItem(msgspec.Struct, frozen=True, kw_only=True):
     remote_code_approved_on_this_node: bool
     remote_code_automatically_trusted: bool
     audio: AudioInfo
-    music: None
-    video: None
+    music: MusicCard | None
+    """The text-to-music contract (family, lyric rule, seconds, wav); null otherwise."""
+    video: VideoCard | None
+    """The declared video generation contract; null for non-video cards."""
     license: LicenseInfo | None
     resolved_capabilities: ResolvedCapabilities
     runtime: RuntimeInfo
@@ -257,8 +262,8 @@ def model_list_item(entry: CatalogEntry) -> ModelListItem:
         # the release that installed it.
         remote_code_automatically_trusted=True,
         audio=_audio(card),
-        music=None,
-        video=None,
+        music=card.music,
+        video=card.video,
         license=None
         if license_ is None
         else LicenseInfo(

@@ -32,6 +32,7 @@ from skulk_daemon.api.hub import HubController
 from skulk_daemon.api.images import ImagesController
 from skulk_daemon.api.metrics import MetricsController
 from skulk_daemon.api.models import ModelsController
+from skulk_daemon.api.music import MusicController
 from skulk_daemon.api.node import NodeController
 from skulk_daemon.api.node_admin import NodeAdminController
 from skulk_daemon.api.ollama import OllamaController
@@ -48,6 +49,7 @@ from skulk_daemon.api.responses import ResponsesController
 from skulk_daemon.api.state import StateController
 from skulk_daemon.api.store import StoreController
 from skulk_daemon.api.traces import TracesController
+from skulk_daemon.api.videos import VideosController
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.hub.service import HubService
 from skulk_daemon.node_admin.service import NodeAdminService
@@ -90,6 +92,8 @@ CONTROLLERS = [
     HostNetworkController,
     StoreController,
     DashboardController,
+    VideosController,
+    MusicController,
 ]
 
 
@@ -137,6 +141,8 @@ def create_app(
     configurations = NodeConfigurations.for_node(services.node)
     configurations.attach_owners(owners)
 
+    media = services.media
+    assert media is not None, "Services.build makes the media job services"
     guard = AuthorityGuard(lambda: services.node.config)
     services.metrics.refusals = guard.refusals
     cors = services.node.config.api.cors_origins
@@ -167,10 +173,12 @@ def create_app(
             "registry": provider(registry),
             "plugins": provider(plugins),
             "configurations": provider(configurations),
+            "videos": provider(media.videos),
+            "music_jobs": provider(media.music),
         },
         exception_handlers=EXCEPTION_HANDLERS,
-        on_startup=[*on_startup, start_registry, store.start, owners.start],
-        on_shutdown=[owners.stop, stop_registry, store.stop, *on_shutdown],
+        on_startup=[*on_startup, start_registry, store.start, owners.start, media.start],
+        on_shutdown=[owners.stop, stop_registry, store.stop, media.stop, *on_shutdown],
         # The daemon configures logging once (serve.py); Litestar must not add its own.
         logging_config=None,
         openapi_config=OpenAPIConfig(

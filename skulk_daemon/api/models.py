@@ -29,6 +29,7 @@ from skulk_daemon.api.openapi import OPENAI, errors
 from skulk_daemon.authority.policy import Caller, Requirement
 from skulk_daemon.errors import ApiError
 from skulk_daemon.node.node import Node
+from skulk_daemon.system.media_settings import video_models_listed
 
 
 class AddCardRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -86,7 +87,15 @@ class ModelsController(Controller):
         responses=errors(OPENAI),
     )
     async def list_models(self, node: Node) -> ModelList:
-        return ModelList(data=tuple(model_list_item(entry) for entry in node.catalog().entries()))
+        listed = video_models_listed()
+        return ModelList(
+            data=tuple(
+                model_list_item(entry)
+                for entry in node.catalog().entries()
+                # Video cards are hidden unless SKULK_ENABLE_VIDEO_MODELS=true (spec).
+                if listed or entry.card.video is None
+            )
+        )
 
     @get(
         "/models/requirements",

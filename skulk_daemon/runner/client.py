@@ -41,6 +41,9 @@ from skulk_daemon.runner.protocol import (
     Failed,
     Generate,
     Load,
+    MediaProgress,
+    MediaRendered,
+    MediaTask,
     ParentMessage,
     Phase,
     ProtocolError,
@@ -59,6 +62,7 @@ from skulk_daemon.runner.routing import (
     ERROR_RUNNER_FAILED,
     Answer,
     PartSink,
+    ProgressSink,
     TaskRouter,
     runner_failed,
 )
@@ -290,10 +294,23 @@ class RunnerProcess:
             answer = await self._ask(task.task_id, task)
         finally:
             self._tasks.listen(task.task_id, None)
-        assert not isinstance(answer, Embedded), "the runner answered out of kind"
+        assert not isinstance(answer, Embedded | MediaRendered), "the runner answered out of kind"
         return answer
 
-    async def _ask(self, task_id: TaskId, message: Embed | RunnerSpeechTask) -> Answer:
+    async def media(
+        self, task: MediaTask, on_progress: ProgressSink = None
+    ) -> MediaRendered | ErrorChunk:
+        """Run one media job on a runner loaded in ``"render"`` mode; its progress goes
+        to ``on_progress``. Cancelling the caller cancels the task on the runner."""
+        self._tasks.listen_progress(task.task_id, on_progress)
+        try:
+            answer = await self._ask(task.task_id, task)
+        finally:
+            self._tasks.listen_progress(task.task_id, None)
+        assert isinstance(answer, MediaRendered | ErrorChunk), "the runner answered out of kind"
+        return answer
+
+    async def _ask(self, task_id: TaskId, message: Embed | RunnerSpeechTask | MediaTask) -> Answer:
         """Send a task answered by one message and wait for that answer."""
         if self._tasks.running(task_id):
             raise ValueError(f"task {task_id} is already running on this runner")
@@ -417,6 +434,8 @@ class RunnerProcess:
                 | Synthesized()
                 | Transcribed()
                 | SpeechPartial()
+                | MediaProgress()
+                | MediaRendered()
             ):
                 self._tasks.deliver(message)
             case Phase(phase=phase, detail=detail):

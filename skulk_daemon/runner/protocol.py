@@ -24,6 +24,8 @@ import msgspec
 from skulk_core.audio.subtitles import TranscriptSegment
 from skulk_core.chat.generation import ErrorChunk, FinishChunk, GenerationRequest, TokenChunk
 from skulk_core.ids import TaskId
+from skulk_core.media.music_wire import MusicSpec
+from skulk_core.media.video_wire import VideoSpec
 from skulk_core.models.cards import ModelTask
 from skulk_daemon.engines.base import DEFAULT_SLOTS
 
@@ -42,11 +44,12 @@ VERBOSE_ENV: Final = "SKULK_RUNNER_VERBOSE"
 """``1`` lets llama.cpp's own log through to the runner's stderr."""
 
 RunnerPhase = Literal["loading", "loaded", "warming_up", "ready", "shutting_down", "shutdown"]
-RunnerMode = Literal["generate", "embed", "rpc_donor", "speak", "transcribe"]
+RunnerMode = Literal["generate", "embed", "rpc_donor", "speak", "transcribe", "render"]
 """What a runner serves: text generation (``Generate``), embeddings (``Embed``), its
 memory to an RPC pool's driver (``"rpc_donor"``: no model, no tasks), speech synthesis
-(``Synthesize``) or speech to text (``Transcribe``); a speech runner's ``model_path``
-is its model directory."""
+(``Synthesize``) or speech to text (``Transcribe``), or media jobs (``"render"``:
+``RenderVideo``/``ComposeMusic``); a speech or media runner's ``model_path`` is its
+model directory."""
 
 ERROR_CANCELLED: Final = "cancelled"
 """The ``ErrorChunk`` code that ends a cancelled embedding task."""
@@ -204,6 +207,49 @@ class Transcribed(msgspec.Struct, frozen=True, kw_only=True, tag="transcribed"):
     segments: tuple[TranscriptSegment, ...] = ()
 
 
+class RenderVideo(msgspec.Struct, frozen=True, kw_only=True, tag="render_video"):
+    """Render one clip into ``output_dir`` (``video.mp4``, ``thumbnail.jpg``);
+    ``inputs`` are the attachments' files, in ``spec.attachments`` order. Answered by
+    :class:`MediaProgress` parts, then one :class:`MediaRendered` or ``ErrorChunk``."""
+
+    KIND: ClassVar[ModelTask] = ModelTask.TEXT_TO_VIDEO
+    task_id: TaskId
+    spec: VideoSpec
+    inputs: tuple[str, ...] = ()
+    output_dir: str
+
+
+class ComposeMusic(msgspec.Struct, frozen=True, kw_only=True, tag="compose_music"):
+    """Compose one piece into ``output_dir`` (``music.wav``); answered like
+    :class:`RenderVideo`."""
+
+    KIND: ClassVar[ModelTask] = ModelTask.TEXT_TO_MUSIC
+    task_id: TaskId
+    spec: MusicSpec
+    output_dir: str
+
+
+class MediaProgress(msgspec.Struct, frozen=True, kw_only=True, tag="media_progress"):
+    """A media task's approximate percent complete and its current phase."""
+
+    task_id: TaskId
+    progress: int
+    stage: Literal["encoding", "sampling", "decoding", "muxing"]
+
+
+class MediaRendered(msgspec.Struct, frozen=True, kw_only=True, tag="media_rendered"):
+    """The render report: the files written into the task's ``output_dir`` (the
+    container first) and the runner's timing. The files are the second plane: the
+    parent verifies them before the job completes."""
+
+    task_id: TaskId
+    files: tuple[str, ...]
+    steps: int
+    total_generation_time: float
+    peak_memory_bytes: int | None = None
+    engine: str
+
+
 class Cancel(msgspec.Struct, frozen=True, kw_only=True, tag="cancel"):
     task_id: TaskId
 
@@ -234,6 +280,8 @@ ParentMessage = (
     | Transcribe
     | TranscribeRealtime
     | RealtimeAudio
+    | RenderVideo
+    | ComposeMusic
     | Cancel
     | Shutdown
 )
@@ -247,7 +295,11 @@ RunnerMessage = (
     | Synthesized
     | Transcribed
     | SpeechPartial
+    | MediaProgress
+    | MediaRendered
 )
+MediaTask = RenderVideo | ComposeMusic
+"""A media job's task, answered from its one request message."""
 SpeechTask = Synthesize | Transcribe
 """A speech task answered from its one request message."""
 RunnerSpeechTask = SpeechTask | TranscribeRealtime
@@ -348,6 +400,7 @@ def serve_frames(
     cancel: Callable[[TaskId], None],
     speech: Callable[[RunnerSpeechTask], None] | None = None,
     audio: Callable[[RealtimeAudio], None] | None = None,
+    media: Callable[[MediaTask], None] | None = None,
 ) -> None:
     """The runner's main loop once it serves: hand each of the parent's frames to
     its handler until :class:`Shutdown` or the end of stdin (the parent is gone).
@@ -372,6 +425,10 @@ def serve_frames(
                 if audio is None:
                     raise ProtocolError("this runner serves no realtime transcription")
                 audio(packet)
+            case RenderVideo() | ComposeMusic() as job:
+                if media is None:
+                    raise ProtocolError("this runner serves no media jobs")
+                media(job)
             case Cancel(task_id=task_id):
                 cancel(task_id)
             case Shutdown():

@@ -16,17 +16,35 @@ from typing import Final
 from skulk_core.chat.generation import ErrorChunk, FinishChunk, TokenChunk
 from skulk_core.ids import TaskId
 from skulk_daemon.runner.inbound import TaskStream
-from skulk_daemon.runner.protocol import Embedded, SpeechPartial, Synthesized, Transcribed
+from skulk_daemon.runner.protocol import (
+    Embedded,
+    MediaProgress,
+    MediaRendered,
+    SpeechPartial,
+    Synthesized,
+    Transcribed,
+)
 
 ERROR_RUNNER_FAILED: Final = "runner_failed"
 ERROR_CONSUMER_TOO_SLOW: Final = "consumer_too_slow"
 
-Answer = Embedded | Synthesized | Transcribed | ErrorChunk
-"""What answers a task that gets one message back (an embedding or a speech task)."""
+Answer = Embedded | Synthesized | Transcribed | MediaRendered | ErrorChunk
+"""What answers a task that gets one message back (an embedding, a speech task or a
+media job)."""
 PartSink = Callable[[SpeechPartial], None] | None
 """Where a streamed speech task's parts go, in order (``None``: not streamed)."""
+ProgressSink = Callable[[MediaProgress], None] | None
+"""Where a media job's progress reports go."""
 TaskMessage = (
-    TokenChunk | FinishChunk | ErrorChunk | Embedded | Synthesized | Transcribed | SpeechPartial
+    TokenChunk
+    | FinishChunk
+    | ErrorChunk
+    | Embedded
+    | Synthesized
+    | Transcribed
+    | SpeechPartial
+    | MediaProgress
+    | MediaRendered
 )
 """A runner message that belongs to one task."""
 
@@ -49,6 +67,7 @@ class TaskRouter:
         # Tasks answered by one message (embeddings, speech), awaiting their answer.
         self._answers: dict[TaskId, asyncio.Future[Answer]] = {}
         self._partials: dict[TaskId, Callable[[SpeechPartial], None]] = {}
+        self._progress: dict[TaskId, Callable[[MediaProgress], None]] = {}
         # Tasks we stopped listening to; their messages are dropped until the
         # runner's terminal message for them arrives (see deliver).
         self._abandoned: set[TaskId] = set()
@@ -94,6 +113,13 @@ class TaskRouter:
         else:
             self._partials[task_id] = parts
 
+    def listen_progress(self, task_id: TaskId, progress: ProgressSink) -> None:
+        """Send a media job's progress to ``progress`` (None: stop)."""
+        if progress is None:
+            self._progress.pop(task_id, None)
+        else:
+            self._progress[task_id] = progress
+
     def abandon(self, task_id: TaskId) -> None:
         """Cancel a task nobody reads any more.
 
@@ -109,10 +135,16 @@ class TaskRouter:
 
     def deliver(self, message: TaskMessage) -> None:
         match message:
-            case TokenChunk(task_id=task_id) | SpeechPartial(task_id=task_id) if (
-                task_id in self._abandoned
-            ):
+            case (
+                TokenChunk(task_id=task_id)
+                | SpeechPartial(task_id=task_id)
+                | MediaProgress(task_id=task_id)
+            ) if task_id in self._abandoned:
                 pass
+            case MediaProgress(task_id=task_id):
+                report = self._progress.get(task_id)
+                if report is not None:
+                    report(message)
             case SpeechPartial(task_id=task_id):
                 deliver = self._partials.get(task_id)
                 if deliver is not None:
@@ -123,12 +155,14 @@ class TaskRouter:
                 | Embedded(task_id=task_id)
                 | Synthesized(task_id=task_id)
                 | Transcribed(task_id=task_id)
+                | MediaRendered(task_id=task_id)
             ) if task_id in self._abandoned:
                 self._abandoned.discard(task_id)
             case (
                 Embedded(task_id=task_id)
                 | Synthesized(task_id=task_id)
                 | Transcribed(task_id=task_id)
+                | MediaRendered(task_id=task_id)
             ):
                 self._answer(task_id, message)
             case TokenChunk(task_id=task_id):

@@ -23,6 +23,7 @@ import psutil
 
 from skulk_core.cluster.telemetry import Accelerator, HealthReason, NodeMemory, NodeSystem
 from skulk_core.models.cards import Memory
+from skulk_daemon.system.media_settings import media_backends
 
 # nvidia-smi normally answers in well under a second; a wedged driver can hang it
 # for minutes, and a telemetry tick must not wait on that. Same bound for sysctl.
@@ -273,7 +274,7 @@ def detect_backends(accelerator: Accelerator | None) -> tuple[str, ...]:
     del accelerator  # NOTE: kept in the signature for hardware-gated engines.
     engines = (BACKEND_LLAMA_CPP, BACKEND_MLX, BACKEND_CTRANSLATE2, BACKEND_ONNXRUNTIME)
     found = [name for name in engines if _findable(name)]
-    return tuple(sorted(found))
+    return tuple(sorted([*found, *media_backends()]))
 
 
 def detect_capability_conflicts(

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Final
 
 from skulk_core.ids import ModelId
-from skulk_core.models.cards import ModelTask
+from skulk_core.models.cards import ModelTask, is_directory_card
 from skulk_core.models.context_window import DEFAULT_CONTEXT_TOKENS
 from skulk_core.placement.backends import BACKEND_LLAMA_CPP
 from skulk_core.placement.local_fit import local_shortfall
@@ -58,8 +58,8 @@ class Launcher:
 
     def model_path(self, model_id: ModelId) -> Path | None:
         entry = self._node.catalog().get(model_id)
-        if entry is not None and entry.location is not None and entry.card.audio is not None:
-            # A speech runner loads its model directory (its engine knows the files).
+        if entry is not None and entry.location is not None and is_directory_card(entry.card):
+            # A speech or media runner loads its model directory (its engine knows the files).
             directory = Path(entry.location)
             return directory if directory.is_dir() else None
         if entry is None or entry.location is None or entry.card.gguf_file is None:
@@ -69,7 +69,8 @@ class Launcher:
 
     def runner_mode(self, model_id: ModelId) -> RunnerMode:
         """``"embed"`` for a card that embeds and does not generate text; ``"speak"``
-        or ``"transcribe"`` for a speech card that does not generate text."""
+        or ``"transcribe"`` for a speech card and ``"render"`` for a video or music card
+        that does not generate text."""
         entry = self._node.catalog().get(model_id)
         tasks = () if entry is None else entry.card.tasks
         if ModelTask.TEXT_EMBEDDING in tasks and ModelTask.TEXT_GENERATION not in tasks:
@@ -79,6 +80,8 @@ class Launcher:
                 return "speak"
             if ModelTask.SPEECH_TO_TEXT in tasks:
                 return "transcribe"
+            if ModelTask.TEXT_TO_VIDEO in tasks or ModelTask.TEXT_TO_MUSIC in tasks:
+                return "render"
         return "generate"
 
     async def load_for(

@@ -25,7 +25,8 @@ from skulk_daemon.engines.base import DEFAULT_SLOTS
 from skulk_daemon.hub.download import Downloads
 from skulk_daemon.node.node import Node
 from skulk_daemon.runner.client import Answer, PartSink
-from skulk_daemon.runner.protocol import Embedded, RunnerSpeechTask
+from skulk_daemon.runner.protocol import Embedded, MediaRendered, MediaTask, RunnerSpeechTask
+from skulk_daemon.runner.routing import ProgressSink
 from skulk_daemon.worker.flight import FlightRecorder
 from skulk_daemon.worker.launch import Launcher
 from skulk_daemon.worker.observers import GenerationWatch, TraceOpener
@@ -238,6 +239,25 @@ class Supervisor:
         assert runner.process is not None
         with self._tasks.open(runner, task.task_id, command_id, task.KIND) as outcome:
             result = await runner.process.speech(task, parts)
+            outcome.status = answer_status(result)
+            return result
+
+    async def media(
+        self,
+        instance_id: InstanceId,
+        task: MediaTask,
+        command_id: CommandId,
+        progress: ProgressSink = None,
+    ) -> MediaRendered | ErrorChunk:
+        """Run a media job on this node's runner for the instance, as one task in
+        ``/state`` (never its prompt or content); ``progress`` gets its reports.
+        Cancellable."""
+        runner = await self._serving_runner(instance_id, task.task_id)
+        if isinstance(runner, ErrorChunk):
+            return runner
+        assert runner.process is not None
+        with self._tasks.open(runner, task.task_id, command_id, task.KIND) as outcome:
+            result = await runner.process.media(task, progress)
             outcome.status = answer_status(result)
             return result
 

@@ -24,6 +24,8 @@ BODYLESS: Final = frozenset(
         "POST /v1/plugins/{plugin_id}/nodes/{node_id}/setup-operations/{operation_id}/resume",
         "POST /v1/plugins/{plugin_id}/nodes/{node_id}/proposal-operations/{operation_id}/resume",
         "POST /store/reconciliation/rescan",
+        "POST /v1/videos/{video_id}/cancel",
+        "POST /v1/music/{music_id}/cancel",
     }
 )
 """Operations with a method that may carry a body, which take none."""

@@ -84,8 +84,11 @@ def test_check_reports_changed_missing_and_obsolete_files(tmp_path: Path) -> Non
                 "transcribe",
                 "voices",
                 "connectivity",
+                "video",
+                "music",
             },
         ),
+        ("skulk video ''", {"create", "status", "download", "cancel"}),
         (
             "skulk diagnostics ''",
             {"node", "cluster", "timeline", "capture", "cancel", "telemetry", "envelopes"},

@@ -1,0 +1,1 @@
+"""Pure media job machinery and the video and music families' wire types."""
