@@ -2,8 +2,8 @@
 
 A daemon is started as the model store over a store path holding the demo GGUF
 (Gemma 3 270M Q4_K_M, hard-linked with its manifest and card, as
-``store_staging.py`` seeds it). ``POST /store/models/{id}/optimize`` (default target
-4.5 bpw, candidates 4 and 8) runs through the daemon's real path, polled to the end;
+``store_staging.py`` seeds it). ``POST /store/models/{id}/optimize`` (``--target-bpw``,
+default 4.5; candidates 4 and 8) runs through the daemon's real path, polled to the end;
 its wall time is reported. Then both files are loaded in this process with
 llama-cpp-python and, alternately (ABAB, ``--reps`` pairs after one discarded
 warm-up pair), each decodes ``--max-tokens`` greedy tokens from one completion-style
@@ -18,7 +18,8 @@ tensor's type counted at its nominal width).
 
 Diagnostic, no target. Run from the repository root::
 
-    .venv/bin/python -m bench.store_optimize [--reps 3] [--max-tokens 64] [--json]
+    .venv/bin/python -m bench.store_optimize [--reps 3] [--max-tokens 64] \
+        [--target-bpw 4.5] [--json]
 """
 
 from __future__ import annotations
@@ -60,9 +61,10 @@ POLL_SECONDS: Final = 1.0
 OPTIMIZE_TIMEOUT_SECONDS: Final = 1800.0
 
 
-def _optimize(daemon: LoggedDaemon) -> tuple[dict[str, Any], float]:
+def _optimize(daemon: LoggedDaemon, target_bpw: float) -> tuple[dict[str, Any], float]:
     started = time.monotonic()
-    answer = httpx.post(f"{daemon.url}/store/models/{MODEL_ID}/optimize", json={}, timeout=120)
+    body = {"target_bpw": target_bpw, "candidate_bits": [4, 8]}
+    answer = httpx.post(f"{daemon.url}/store/models/{MODEL_ID}/optimize", json=body, timeout=120)
     answer.raise_for_status()
     while time.monotonic() - started < OPTIMIZE_TIMEOUT_SECONDS:
         status = httpx.get(f"{daemon.url}/store/models/{MODEL_ID}/optimize/status", timeout=120)
@@ -138,6 +140,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--target-bpw", type=float, default=4.5)
     add_run_options(parser)
     args = parser.parse_args()
     load = wait_for_quiet(args.max_load)
@@ -156,7 +159,7 @@ def main() -> int:
             daemon.kill()
             _seed_store(root / "store", source)
             daemon.start()
-            job, seconds = _optimize(daemon)
+            job, seconds = _optimize(daemon, args.target_bpw)
         finally:
             daemon.kill()
         result = Path(job["resultPath"])

@@ -72,6 +72,7 @@ QUANTIZE_SHARE: Final = 0.95
 """Of a job's progress, the share llama.cpp's tensors make; publishing is the rest."""
 MAX_PROGRESS_LINE_BYTES: Final = 64 * 1024
 SPLIT_MARK: Final = "-00001-of-"
+FLOAT_TYPES: Final = frozenset({"F32", "F16", "BF16"})
 
 
 class OptimizeRefused(Exception):
@@ -296,6 +297,17 @@ class Optimizer:
             raise RuntimeError(error or f"llama.cpp's quantizer exited with status {code}")
 
 
+def _quantization(job: _Job, source: ModelCard) -> str:
+    """The card's quantization: the achieved width, the types used, and where the
+    weights came from (a quantized source loses a little against its floats)."""
+    types = sorted({c.ggml_type for c in job.plan.choices}, key=lambda t: NOMINAL_BITS[t])
+    said = f"OptiQ {job.plan.achieved_bpw} bpw ({'/'.join(t.name for t in types)})"
+    before = source.quantization
+    if before and before.upper() not in FLOAT_TYPES:
+        said += f", requantized from {before} (a little less exact than from the original)"
+    return said
+
+
 def _publish(
     job: _Job, source: ModelCard, staging: Path, name: str, target: Path
 ) -> InstalledModel:
@@ -304,7 +316,6 @@ def _publish(
     size = path.stat().st_size
     sha256, _ = file_digests(path)
     write_manifest(staging, (ManifestFile(path=name, size=size, sha256=sha256),))
-    types = sorted({c.ggml_type for c in job.plan.choices}, key=lambda t: NOMINAL_BITS[t])
     card = msgspec.structs.replace(
         source,
         model_id=ModelId(job.result_id),
@@ -313,7 +324,7 @@ def _publish(
         source_repository=None,
         source_revision=None,
         base_model=source.model_id,
-        quantization=f"OptiQ {job.plan.achieved_bpw} bpw ({'/'.join(t.name for t in types)})",
+        quantization=_quantization(job, source),
         display_name=(
             f"{source.display_name or source.model_id} (OptiQ {job.request.target_bpw:g} bpw)"
         ),

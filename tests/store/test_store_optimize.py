@@ -120,6 +120,7 @@ def test_optimize_the_demo_then_place_and_chat_with_the_result(
     listed = {m["id"]: m for m in daemon.get("/v1/models").json()["data"]}
     assert "optiq" in listed[RESULT]["tags"], listed[RESULT]
     assert listed[RESULT]["installed"] is True
+    assert "requantized from" in listed[RESULT]["quantization"], listed[RESULT]
     entries = daemon.get("/store/registry").json()["entries"]
     [entry] = [e for e in entries if e["model_id"] == RESULT]
     assert entry["total_bytes"] == result.stat().st_size
