@@ -3,6 +3,7 @@ kept through the loss of any node, the master included."""
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ import httpx
 import pytest
 
 from tests.daemon.serving import DEMO, PROMPT, wait_for
+from tests.daemon.tailnet import TAILNET_STATUS, fake_tailscale
 from tests.daemon_process import DaemonProcess
 
 pytestmark = pytest.mark.slow
@@ -53,15 +55,20 @@ def converged(daemons: list[DaemonProcess], members: int) -> dict[str, Any] | No
 
 
 def three_nodes(root: Path, models_dir: Path) -> Iterator[list[DaemonProcess]]:
+    """Nodes a, b and c; only c finds a ``tailscale`` CLI (a fake printing a running
+    status: there is no tailscale on this machine), so each node's tailnet identity
+    tells them apart."""
     first = DaemonProcess(root=root / "a", models_dir=models_dir, extra_env=FAST_ENV)
     nodes = [first]
+    tailnet_path = f"{fake_tailscale(root / 'bin')}{os.pathsep}{os.environ['PATH']}"
     for name in ("b", "c"):
+        env = {**FAST_ENV, "PATH": tailnet_path} if name == "c" else FAST_ENV
         nodes.append(
             DaemonProcess(
                 root=root / name,
                 models_dir=models_dir,
                 peers=[first.fabric_address],
-                extra_env=FAST_ENV,
+                extra_env=env,
             )
         )
     try:
@@ -307,3 +314,21 @@ def test_cluster_wide_config_reaches_every_node_without_the_token_in_state(
         30,
     )
     assert all(d.get("/config").json()["editing"]["secrets"]["hf_token"] for d in shared_cluster)
+
+
+def test_the_cluster_proxy_reports_the_selected_nodes_tailnet(
+    shared_cluster: list[DaemonProcess],
+) -> None:
+    wait_for(lambda: converged(shared_cluster, 3), "three nodes to converge", timeout=60)
+    plain, _, tailnet = shared_cluster
+    other = node_id(tailnet)
+    proxied = plain.get(f"/v1/diagnostics/cluster/{other}")
+    assert proxied.status_code == 200, proxied.text
+    bundle = proxied.json()
+    assert bundle["nodeId"] == other
+    assert bundle["tailscale"] == TAILNET_STATUS
+    # The node that served the request has no tailscale CLI: its own block says so.
+    own = plain.get("/v1/diagnostics/node").json()["tailscale"]
+    assert own["running"] is False and own["selfIp"] is None
+    back = tailnet.get(f"/v1/diagnostics/cluster/{node_id(plain)}").json()["tailscale"]
+    assert back["running"] is False
