@@ -104,6 +104,8 @@ def test_check_reports_changed_missing_and_obsolete_files(tmp_path: Path) -> Non
                 "cancel",
                 "storage",
                 "reconciliation",
+                "optimize",
+                "optimize-status",
             },
         ),
         ("skulk plugins proposals ''", {"list", "show", "approve", "status"}),
