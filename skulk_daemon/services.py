@@ -30,6 +30,7 @@ from skulk_daemon.plugins.access import ManagerAccess
 from skulk_daemon.registry.client import RegistryClient
 from skulk_daemon.speech.realtime_provider import register_realtime
 from skulk_daemon.speech.service import SpeechService
+from skulk_daemon.steward.service import StewardService
 from skulk_daemon.store.service import StoreService
 from skulk_daemon.telemetry.metrics import NodeMetrics
 from skulk_daemon.worker.supervisor import Supervisor
@@ -54,6 +55,7 @@ class Services:
     hub: HubService | None = None
     plugins: ManagerAccess | None = None
     store: StoreService | None = None
+    steward: StewardService | None = None
 
     @classmethod
     def build(
@@ -90,6 +92,9 @@ class Services:
             on_demand=on_demand,
         )
         hub = HubService(node)
+        diagnostics = DiagnosticsService(node, worker, cluster=cluster, capabilities=capabilities)
+        steward = StewardService(node, worker, commands, diagnostics)
+        chat.attach_steward(steward)
         if capabilities is not None:
             register_realtime(node, worker, commands, capabilities)
         return cls(
@@ -98,9 +103,7 @@ class Services:
             embeddings=embeddings,
             placement=placement,
             on_demand=on_demand,
-            diagnostics=DiagnosticsService(
-                node, worker, cluster=cluster, capabilities=capabilities
-            ),
+            diagnostics=diagnostics,
             metrics=NodeMetrics(node, worker, cluster),
             traces=TraceService(node, store),
             cluster=cluster,
@@ -114,4 +117,5 @@ class Services:
             hub=hub,
             plugins=ManagerAccess(node.settings.config_home),
             store=StoreService(node, hub),
+            steward=steward,
         )

@@ -83,6 +83,9 @@ class PlacementIntent(msgspec.Struct, frozen=True, kw_only=True, rename="camel")
     keep_alive_seconds: float | None = None
     """How long an on-demand instance stays once idle; ``None`` keeps it until removed.
     Ignored for explicit placements, which stay."""
+    system_role: str | None = None
+    """``"steward"`` for the intelligent fabric's hidden resident brain (placed and
+    removed by the master alone); ``None`` for every ordinary instance."""
 
 
 class StoreHost(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

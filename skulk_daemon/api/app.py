@@ -46,6 +46,7 @@ from skulk_daemon.api.realtime import REALTIME_HANDLERS
 from skulk_daemon.api.registry import RegistryController
 from skulk_daemon.api.responses import ResponsesController
 from skulk_daemon.api.state import StateController
+from skulk_daemon.api.steward import StewardController
 from skulk_daemon.api.store import StoreController
 from skulk_daemon.api.traces import TracesController
 from skulk_daemon.authority.policy import Requirement
@@ -89,6 +90,7 @@ CONTROLLERS = [
     PluginGrantsController,
     HostNetworkController,
     StoreController,
+    StewardController,
     DashboardController,
 ]
 
@@ -167,6 +169,7 @@ def create_app(
             "registry": provider(registry),
             "plugins": provider(plugins),
             "configurations": provider(configurations),
+            "steward": provider(services.steward),
         },
         exception_handlers=EXCEPTION_HANDLERS,
         on_startup=[*on_startup, start_registry, store.start, owners.start],

@@ -22,6 +22,7 @@ from skulk_core.models.requirements import (
 )
 from skulk_core.models.suggest import not_in_catalog
 from skulk_core.state.commands import AddCustomCard, RemoveCustomCard
+from skulk_core.steward.listing import steward_entries
 from skulk_daemon.api.authority import caller_of, declare
 from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.openapi import OPENAI, errors
@@ -57,7 +58,8 @@ class ModelsController(Controller):
         responses=errors(OPENAI),
     )
     async def list_models(self, node: Node) -> ModelList:
-        return ModelList(data=tuple(model_list_item(entry) for entry in node.catalog().entries()))
+        items = tuple(model_list_item(entry) for entry in node.catalog().entries())
+        return ModelList(data=items + steward_entries(node.config, node.catalog()))
 
     @get(
         "/models/requirements",
