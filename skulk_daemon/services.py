@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from skulk_core.ids import NodeId
 from skulk_daemon.capabilities.service import CapabilityService
 from skulk_daemon.chat.cancellation import ActiveCommands
 from skulk_daemon.chat.hooks import NO_HOOKS, ChatHooks
@@ -93,7 +94,11 @@ class Services:
         )
         hub = HubService(node)
         diagnostics = DiagnosticsService(node, worker, cluster=cluster, capabilities=capabilities)
-        steward = StewardService(node, worker, commands, diagnostics)
+
+        async def cancel_download(node_id: NodeId, model_id: str) -> None:
+            await hub.cancel_download(node_id, model_id)
+
+        steward = StewardService(node, worker, commands, diagnostics, cancel_download)
         chat.attach_steward(steward)
         if capabilities is not None:
             register_realtime(node, worker, commands, capabilities)

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 from skulk_core.ids import InstanceId, new_command_id
@@ -55,6 +56,8 @@ class StewardAgent:
         self.repairing = False
         """The placement disappeared (failed or deleted) and a new one is not yet placed."""
         self._loop: asyncio.Task[None] | None = None
+        self.also: list[Callable[[], Awaitable[None]]] = []
+        """Further master passes run on the same tick (the proposal dispatcher's)."""
         node.on_ordered(self._on_ordered)
 
     def start(self) -> None:
@@ -72,10 +75,11 @@ class StewardAgent:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(TICK_SECONDS)
-            try:
-                await self.tick()
-            except Exception:
-                log.exception("the steward pass failed")
+            for work in (self.tick, *self.also):
+                try:
+                    await work()
+                except Exception:
+                    log.exception("the steward pass failed")
 
     async def tick(self) -> None:
         node = self._node

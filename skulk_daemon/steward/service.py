@@ -28,6 +28,8 @@ from skulk_daemon.diagnostics.service import DiagnosticsService
 from skulk_daemon.errors import ApiError
 from skulk_daemon.node.node import Node
 from skulk_daemon.steward.agent import StewardAgent
+from skulk_daemon.steward.dispatch import CancelDownload, ProposalDispatcher
+from skulk_daemon.steward.proposals import ProposalBook
 from skulk_daemon.steward.read_tools import ReadTools
 from skulk_daemon.steward.turn import ProposalMaker, StewardTurn, TurnControl
 from skulk_daemon.worker.supervisor import Supervisor
@@ -49,6 +51,7 @@ class StewardService:
         worker: Supervisor,
         commands: ActiveCommands,
         diagnostics: DiagnosticsService | None = None,
+        cancel_download: CancelDownload | None = None,
     ) -> None:
         self._node = node
         self._worker = worker
@@ -56,8 +59,11 @@ class StewardService:
         self._tools = ReadTools(node, diagnostics)
         self._turns: set[CommandId] = set()
         self.agent = StewardAgent(node)
-        self.propose: ProposalMaker | None = None
-        """Set by the proposal book once it is attached (operator turns only)."""
+        self.proposals = ProposalBook(node)
+        self.dispatcher = ProposalDispatcher(node, cancel_download)
+        self.agent.also.append(self.dispatcher.tick)
+        self.propose: ProposalMaker | None = self.proposals.propose
+        """Creates proposals for operator-authority turns."""
 
     def start(self) -> None:
         """The master-side agent's loop (the daemon calls it once the loop runs)."""
@@ -65,6 +71,7 @@ class StewardService:
 
     async def close(self) -> None:
         await self.agent.close()
+        await self.dispatcher.close()
 
     def status(self) -> StewardStatus:
         fabric = self._node.config.intelligent_fabric

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final
@@ -57,8 +57,9 @@ MAX_EVIDENCE_CHARS: Final = 6000
 MAX_HISTORY_MESSAGES: Final = 12
 _INTERNAL_WORDS: Final = ("steward", "internal service", "resident model", "brain", "yourself")
 
-ProposalMaker = Callable[[str, dict[str, str]], str]
-"""Creates one inert proposal from a proposal tool's call; answers the tool result."""
+ProposalMaker = Callable[[str, dict[str, str], str], Awaitable[str]]
+"""Creates one inert proposal from a proposal tool's call and the trace so far; answers
+the tool's result."""
 
 
 @dataclass(slots=True)
@@ -232,7 +233,7 @@ class StewardTurn:
             called.add(tool)
             calls += 1
             if any(t.name == tool and t.proposal for t in self.surface) and self.propose:
-                result = bounded(self.propose(tool, arguments))
+                result = bounded(await self.propose(tool, arguments, "\n".join(self.evidence)))
             else:
                 result = await self.tools.run(tool, arguments, internal=internal)
             yield ReasoningDelta(self._trace(tool, arguments, result))
