@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 from skulk_cli.client_models import ModelCalls
 from skulk_cli.client_plugins import PluginCalls
+from skulk_cli.client_steward import StewardCalls
 from skulk_cli.node_http import (
     COMMAND_ID_HEADER,
     DEFAULT_API_URL,
@@ -48,7 +49,7 @@ __all__ = [
 ]
 
 
-class SkulkClient(ModelCalls, PluginCalls):
+class SkulkClient(ModelCalls, PluginCalls, StewardCalls):
     """A typed client for the routes the CLI uses. Use it as a context manager."""
 
     def node_identity(self) -> JsonObject:

@@ -27,6 +27,7 @@ from skulk_cli.commands import (
     serve,
     speech,
     status,
+    steward,
     store,
     top,
     trace,
@@ -89,6 +90,8 @@ app.command("top")(top.top)
 app.command("say")(speech.say)
 app.command("transcribe")(speech.transcribe)
 app.command("voices")(speech.voices)
+app.command("ask")(steward.ask)
+app.add_typer(steward.app, name="steward")
 
 
 def _print_version(value: bool) -> None:

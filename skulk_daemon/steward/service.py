@@ -28,6 +28,7 @@ from skulk_daemon.diagnostics.service import DiagnosticsService
 from skulk_daemon.errors import ApiError
 from skulk_daemon.node.node import Node
 from skulk_daemon.steward.agent import StewardAgent
+from skulk_daemon.steward.canary import Canary
 from skulk_daemon.steward.dispatch import CancelDownload, ProposalDispatcher
 from skulk_daemon.steward.proposals import ProposalBook
 from skulk_daemon.steward.read_tools import ReadTools
@@ -61,13 +62,19 @@ class StewardService:
         self.agent = StewardAgent(node)
         self.proposals = ProposalBook(node)
         self.dispatcher = ProposalDispatcher(node, cancel_download)
-        self.agent.also.append(self.dispatcher.tick)
+        self.canary = Canary(node, worker, commands, self.agent)
+        self.agent.also.extend([self.dispatcher.tick, self._probe])
         self.propose: ProposalMaker | None = self.proposals.propose
         """Creates proposals for operator-authority turns."""
 
     def start(self) -> None:
         """The master-side agent's loop (the daemon calls it once the loop runs)."""
         self.agent.start()
+
+    async def _probe(self) -> None:
+        status = self.status()
+        if status.ready:
+            await self.canary.tick(status.instance_id, status.steward_model)
 
     async def close(self) -> None:
         await self.agent.close()

@@ -83,6 +83,8 @@ def test_check_reports_changed_missing_and_obsolete_files(tmp_path: Path) -> Non
                 "say",
                 "transcribe",
                 "voices",
+                "ask",
+                "steward",
             },
         ),
         ("skulk diagnostics ''", {"node", "cluster", "timeline", "capture"}),

@@ -10,6 +10,9 @@ exact inventory answers), never the model's prose.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -162,6 +165,31 @@ def test_the_openai_sdk_streams_a_steward_turn(
         reasoning.append((delta.model_extra or {}).get("reasoning_content") or "")
     assert "".join(content).startswith("I currently have 1 node")
     assert "get_cluster_state (baseline)" in "".join(reasoning)
+
+
+def test_the_cli_asks_and_shows_the_status(steward: tuple[DaemonProcess, httpx.Response]) -> None:
+    daemon, _ = steward
+    asked = skulk(daemon, "ask", NODES_QUESTION)
+    assert asked.returncode == 0, asked.stderr
+    assert "get_cluster_state (baseline)" in asked.stdout
+    assert "I currently have 1 node" in asked.stdout
+    shown = skulk(daemon, "steward", "status", "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["state"] == "ready"
+    listed = skulk(daemon, "steward", "proposals", "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout) == {"proposals": []}
+    missing = skulk(daemon, "steward", "approve", "prop_missing")
+    assert missing.returncode == 1 and "not found" in missing.stderr
+
+
+def skulk(daemon: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "skulk_cli", "--api-url", daemon.url, *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "200"},
+        check=False,
+    )
 
 
 def test_turning_the_mode_off_tears_the_steward_down_and_404s_the_model(
