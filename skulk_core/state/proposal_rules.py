@@ -91,8 +91,12 @@ def decide_proposal(
                 return ProposalRefusal(
                     code=PROPOSAL_CONFLICT, message="the proposal has not reached its deadline"
                 )
-            if current.status == _S.DISPATCHED and status == _S.DISPATCHED and current.reissued:
-                return ProposalRefusal(code=PROPOSAL_CONFLICT, message="already reissued once")
+            # Only a promoted master's recovery re-records a dispatch, and only once.
+            redispatch = current.status == _S.DISPATCHED and status == _S.DISPATCHED
+            if redispatch and (current.reissued or not command.reissued):
+                return ProposalRefusal(
+                    code=PROPOSAL_CONFLICT, message="already dispatched (reissued at most once)"
+                )
             return [
                 ProposalChanged(
                     proposal_id=proposal_id,

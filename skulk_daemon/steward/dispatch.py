@@ -61,9 +61,12 @@ class ProposalDispatcher:
         self._cancel_download = cancel_download
         self._tasks: set[asyncio.Task[None]] = set()
         self._was_master = False
+        self._closed = False
         node.on_ordered(self._on_ordered)
 
     def _on_ordered(self, before: State, events: list[IndexedEvent]) -> None:
+        if self._closed:
+            return
         for indexed in events:
             event = indexed.event
             if isinstance(event, ProposalChanged) and event.status == ProposalStatus.APPROVED:
@@ -285,5 +288,6 @@ class ProposalDispatcher:
         log.info("proposal %s: reissued its missing effect", proposal.proposal_id)
 
     async def close(self) -> None:
+        self._closed = True
         for task in list(self._tasks):
             task.cancel()

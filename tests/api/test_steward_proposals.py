@@ -14,7 +14,8 @@ import pytest
 
 from skulk_core.ids import new_command_id
 from skulk_core.state.commands import CreateProposal
-from skulk_core.state.proposals import ProposalAction, StewardProposal
+from skulk_core.state.proposals import ProposalAction, ProposalStatus, StewardProposal
+from skulk_daemon.steward.dispatch import ProposalDispatcher
 from skulk_daemon.steward.proposals import ProposalBook
 from tests.api.in_process import AppNode
 from tests.daemon.serving import CONTEXT, DEMO, wait_for
@@ -106,9 +107,54 @@ def test_an_undecided_proposal_expires_at_its_deadline(app: AppNode) -> None:
     assert decide(app, record.proposal_id, True).status_code == 409
 
 
-def test_an_approved_stop_is_dispatched_and_stops_the_instance(
-    app: AppNode, instance_id: str
+def test_a_promoted_master_reissues_a_missing_effect_once(
+    app: AppNode, instance_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The master armed the dispatch, then died before its DeleteInstance: the next
+    master finds the instance still placed and deletes it, exactly once."""
+    portal = app._test_client.blocking_portal
+
+    async def dies_after_arming(self: ProposalDispatcher, proposal_id: str) -> None:
+        await self._change(
+            proposal_id, ProposalStatus.DISPATCHED, "armed", dispatch=new_command_id()
+        )
+
+    monkeypatch.setattr(ProposalDispatcher, "_dispatch", dies_after_arming)
+    pid = propose_stop(app)
+    assert decide(app, pid, True).status_code == 200
+    wait_for(lambda: proposal(app, pid)["status"] == "dispatched", "the armed dispatch", 30)
+    assert instance_id in app.get("/state").json()["instances"]
+    monkeypatch.undo()
+    promoted = ProposalDispatcher(app.node)
+    portal.call(promoted.tick)
+    portal.call(promoted.close)
+    assert proposal(app, pid)["outcome"] == "reissued by the promoted master"
+    wait_for(
+        lambda: instance_id not in app.get("/state").json()["instances"], "the reissued stop", 30
+    )
+    record = next(p for p in app.node.state.steward_proposals if p.proposal_id == pid)
+    assert record.reissued
+    # Another promotion finds the effect present and the reissue spent: nothing more.
+    again = ProposalDispatcher(app.node)
+    portal.call(again.tick)
+    portal.call(again.close)
+    assert proposal(app, pid)["status"] == "dispatched"
+
+
+@pytest.fixture(scope="module")
+def second_instance(app: AppNode) -> str:
+    placed = app.post(
+        "/place_instance", json={"model_id": DEMO, "min_nodes": 1, "context_tokens": CONTEXT}
+    )
+    assert placed.status_code == 200, placed.text
+    value: str = placed.json()["instance_id"]
+    return value
+
+
+def test_an_approved_stop_is_dispatched_and_stops_the_instance(
+    app: AppNode, second_instance: str
+) -> None:
+    instance_id = second_instance
     pid = propose_stop(app)
     accepted = decide(app, pid, True)
     assert accepted.status_code == 200, accepted.text

@@ -233,3 +233,24 @@ def test_the_audit_window_prunes_terminal_records_never_pending_ones() -> None:
     assert len(ids) == MAX_RECORDS
     # The oldest rejected record went; every pending one stayed.
     assert f"p{MAX_PENDING - 1}" not in ids and "p0" in ids and ids[-1] == "newest"
+
+
+def test_a_dispatch_is_recorded_once_and_reissued_at_most_once() -> None:
+    state = _create(State(), "p")
+    assert isinstance(state, State)
+    state = _change(state, "p", ProposalStatus.APPROVED)
+    assert isinstance(state, State)
+    state = _change(state, "p", ProposalStatus.DISPATCHED)
+    assert isinstance(state, State)
+    # A second ordinary dispatch of the same approval is refused.
+    assert isinstance(_change(state, "p", ProposalStatus.DISPATCHED), Refused)
+    reissue = ChangeProposal(
+        command_id=CommandId("r"),
+        proposal_id="p",
+        status=ProposalStatus.DISPATCHED,
+        observed_at=NOW,
+        reissued=True,
+    )
+    once = _run(state, reissue)
+    assert isinstance(once, State) and once.steward_proposals[0].reissued
+    assert isinstance(_run(once, reissue), Refused)
