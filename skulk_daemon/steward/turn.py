@@ -43,6 +43,7 @@ from skulk_daemon.chat.generation import CANCELLED_MESSAGE, KeepAlive, generatio
 from skulk_daemon.chat.task import ChatTask, JsonSchemaFormat, TaskMessage
 from skulk_daemon.chat.turn import ContentDelta, ReasoningDelta, TurnEnd, TurnError, TurnEvent
 from skulk_daemon.chat.turn import turn_events as parse_turn
+from skulk_daemon.errors import ApiError
 from skulk_daemon.node.node import Node
 from skulk_daemon.steward.read_tools import ReadTools
 from skulk_daemon.worker.supervisor import Supervisor
@@ -142,9 +143,15 @@ class StewardTurn:
 
     async def _generate(self, task: ChatTask, totals: _Totals) -> AsyncIterator[TurnEvent]:
         """One generation on the steward instance, its events parsed."""
-        admitted: Admitted = await asyncio.to_thread(
-            admit, self.node, task, pinned=self.instance_id
-        )
+        try:
+            admitted: Admitted = await asyncio.to_thread(
+                admit, self.node, task, pinned=self.instance_id
+            )
+        except ApiError as exc:
+            # NOTE: the response has begun; a steward that disappeared since the check
+            # (a repair at the wrong moment) ends the turn as an error chunk.
+            yield TurnError(exc.code, exc.message)
+            return
         self.control.step = admitted.command_id
         try:
             events = parse_turn(admitted, generation_events(self.worker, self.commands, admitted))

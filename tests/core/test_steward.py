@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 
+from skulk_core.cluster.routing import select_instance
 from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId
 from skulk_core.state.apply import apply
 from skulk_core.state.commands import ChangeProposal, CreateProposal
@@ -254,3 +255,17 @@ def test_a_dispatch_is_recorded_once_and_reissued_at_most_once() -> None:
     once = _run(state, reissue)
     assert isinstance(once, State) and once.steward_proposals[0].reissued
     assert isinstance(_run(once, reissue), Refused)
+
+
+def test_ordinary_requests_prefer_an_ordinary_instance_over_the_steward() -> None:
+    steward = _with_steward(State(), "a-steward", ready=True)
+    assert select_instance(steward, ModelId(BRAIN)) is not None  # the fallback
+    ordinary = _instance("z-ordinary")
+    runner = next(iter(ordinary.shard_assignments.runner_to_shard))
+    both = msgspec.structs.replace(
+        steward,
+        instances={**steward.instances, ordinary.instance_id: ordinary},
+        runners={**steward.runners, runner: RunnerReady()},
+    )
+    chosen = select_instance(both, ModelId(BRAIN))
+    assert chosen is not None and chosen.instance_id == "z-ordinary"
