@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import pytest
 from skulk_core.steward.tools import MAX_TOOL_RESULT_CHARS, PROPOSAL_TOOLS, READ_TOOLS
 from tests.daemon.serving import wait_for
 from tests.daemon_process import DaemonProcess
+from tests.extension_site import install_fixture, read_records, site_env, wait_record
 from tests.lazy_sdk import openai
 
 STEWARD = "skulk/steward"
@@ -35,7 +37,15 @@ def steward(
     tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
 ) -> Iterator[tuple[DaemonProcess, httpx.Response]]:
     """The daemon, and its answer to a steward turn asked the moment it started."""
-    daemon = DaemonProcess(root=tmp_path_factory.mktemp("steward"), models_dir=shared_models_dir)
+    root = tmp_path_factory.mktemp("steward")
+    # The middleware probe records what the chat hooks see of every steward turn.
+    site = root / "site"
+    install_fixture("middleware-probe", site)
+    daemon = DaemonProcess(
+        root=root / "node",
+        models_dir=shared_models_dir,
+        extra_env=site_env(site, SKULK_PROBE_OUT=str(root / "probe.jsonl")),
+    )
     daemon.config_home.mkdir(parents=True, exist_ok=True)
     (daemon.config_home / "skulk.yaml").write_text(CONFIG)
     daemon.start()
@@ -96,6 +106,23 @@ def test_standalone_inventory_questions_are_answered_exactly_without_generation(
     assert baseline["instances"] == []
     downloads = ask(daemon, "Are there any downloads in flight?").json()
     assert downloads["choices"][0]["message"]["content"].startswith("No downloads are in flight.")
+
+
+def test_middleware_sees_the_steward_turn_and_observes_its_answer_once(
+    steward: tuple[DaemonProcess, httpx.Response],
+) -> None:
+    daemon, _ = steward
+    records = daemon.root.parent / "probe.jsonl"
+    reply = ask(daemon, NODES_QUESTION)
+    command_id = reply.headers["X-Skulk-Command-Id"]
+    seen = wait_record(records, "observed", command_id=command_id)
+    assert seen["text"] == reply.json()["choices"][0]["message"]["content"]
+    assert seen["error"] is False
+    # The steward's own prompt is the instructions the middleware saw.
+    assert seen["system"] and seen["system"][0].startswith("You are Skulk")
+    time.sleep(1)  # a second observation of the same turn would have landed by now
+    observed = [r for r in read_records(records, "observed") if r["command_id"] == command_id]
+    assert len(observed) == 1
 
 
 def test_a_diagnostic_turn_shows_the_baseline_and_a_grammar_valid_bounded_call(
