@@ -28,6 +28,7 @@ from skulk_core.state.shards import (
     ShardAssignments,
 )
 from skulk_core.state.state import DownloadProgress, PlacementIntent, State, Topology
+from skulk_core.steward.evidence import node_names, resolve_node, version_status
 from skulk_core.steward.inventory import deterministic_answer
 from skulk_core.steward.lifecycle import (
     LifecycleState,
@@ -37,6 +38,7 @@ from skulk_core.steward.lifecycle import (
     steward_status,
 )
 from skulk_core.steward.tools import READ_TOOLS, bounded, step_schema
+from tests.core.test_health import reading
 
 BRAIN = "local/gemma-3-270m-q4_k_m"
 NODE = NodeId("node-a")
@@ -269,3 +271,23 @@ def test_ordinary_requests_prefer_an_ordinary_instance_over_the_steward() -> Non
     )
     chosen = select_instance(both, ModelId(BRAIN))
     assert chosen is not None and chosen.instance_id == "z-ordinary"
+
+
+def test_node_targets_resolve_by_unique_friendly_name_and_builds_are_reported_as_seen() -> None:
+    a, b, c = NodeId("id-a"), NodeId("id-b"), NodeId("id-c")
+    state = State(topology=Topology(nodes=(a, b, c)))
+    telemetry = {
+        a: reading(a, version="1.2.0", commit="abc1234"),
+        b: reading(b, version="1.2.0", commit="unknown"),
+    }
+    names = node_names(state, telemetry)
+    # The node without identity telemetry gets a safe fallback name, never its id.
+    assert names == {a: "id-a", b: "id-b", c: "node-1"}
+    assert resolve_node("id-a", names) == a
+    assert "no live node is named" in str(resolve_node("ghost", names))
+    twins = {a: "same", b: "same"}
+    assert "ambiguous" in str(resolve_node("same", twins))
+    versions = version_status(state, telemetry)
+    assert versions["nodes"][0] == {"name": "id-a", "version": "1.2.0", "commit": "abc1234"}
+    assert versions["nodes"][1]["commit"] is None  # "unknown" is a missing observation
+    assert versions["coverage"] == "partial" and versions["nodes_with_unknown_build"] == 1
