@@ -19,6 +19,7 @@ from skulk_cli.client_media import MediaCalls
 from skulk_cli.client_models import ModelCalls
 from skulk_cli.client_ops import OpsCalls
 from skulk_cli.client_plugins import PluginCalls
+from skulk_cli.client_steward import StewardCalls
 from skulk_cli.node_http import (
     COMMAND_ID_HEADER,
     DEFAULT_API_URL,
@@ -50,7 +51,7 @@ __all__ = [
 ]
 
 
-class SkulkClient(ModelCalls, PluginCalls, OpsCalls, MediaCalls):
+class SkulkClient(ModelCalls, PluginCalls, OpsCalls, MediaCalls, StewardCalls):
     """A typed client for the routes the CLI uses. Use it as a context manager."""
 
     def node_identity(self) -> JsonObject:

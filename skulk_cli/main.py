@@ -31,6 +31,7 @@ from skulk_cli.commands import (
     serve,
     speech,
     status,
+    steward,
     store,
     store_jobs,
     top,
@@ -109,6 +110,8 @@ app.command("connectivity")(connectivity.connectivity)
 plugins.app.add_typer(plugin_jobs.proposals_app, name="proposals")
 plugins.app.add_typer(plugin_jobs.setup_app, name="setup")
 plugins.app.add_typer(plugin_jobs.grants_app, name="grants")
+app.command("ask")(steward.ask)
+app.add_typer(steward.app, name="steward")
 
 
 def _print_version(value: bool) -> None:

@@ -229,6 +229,21 @@ class RegistryConfig(_Section, frozen=True, kw_only=True):
     root: str | None = None
 
 
+DEFAULT_STEWARD_BRAIN = "local/gemma-3-270m-q4_k_m"
+"""The steward's brain when none is configured: the packaged demo model."""
+
+
+class IntelligentFabricConfig(_Section, frozen=True, kw_only=True):
+    """Intelligent-fabric mode: the master keeps the steward placed (see the spec's
+    Intelligent Fabric); ``brain_model`` is any installed, tool-capable text card."""
+
+    enabled: bool = False
+    brain_model: str = DEFAULT_STEWARD_BRAIN
+    max_tool_calls: Annotated[int, msgspec.Meta(ge=1, le=8)] = 8
+    """Tool calls in one steward turn, the baseline included (the spec's bound is 8; a
+    slow CPU or a small brain answers sooner with fewer)."""
+
+
 class SkulkConfig(_Section, frozen=True, kw_only=True):
     hf_token: str | None = None
     api: ApiConfig = ApiConfig()
@@ -243,6 +258,7 @@ class SkulkConfig(_Section, frozen=True, kw_only=True):
     browser_tools: BrowserToolsConfig = BrowserToolsConfig()
     tracing: TracingConfig = TracingConfig()
     registry: RegistryConfig = RegistryConfig()
+    intelligent_fabric: IntelligentFabricConfig = IntelligentFabricConfig()
 
 
 class ConfigError(ValueError):

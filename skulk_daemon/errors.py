@@ -39,8 +39,12 @@ class ApiError(Exception):
         code: str,
         type: str | None = None,
         headers: dict[str, str] | None = None,
+        detail: object = None,
     ) -> None:
         super().__init__(message)
+        self.detail = detail
+        """Extra JSON the body carries beside the envelope as ``detail`` (the steward's
+        503 carries its status there)."""
         self.status_code = status_code
         self.message = message
         self.code = code

@@ -337,6 +337,8 @@ async def _serve(
         # new cluster): what needs a master (placement, tasks) waits for one itself.
         await node.start(wait=False)
         background.extend(run_node_loops(node, source, worker, stop))
+        if services.steward is not None:
+            services.steward.start()
         listener.start(app)
         log.info(
             "skulk node %s serving on http://%s:%d", node.node_id, settings.host, settings.api_port
@@ -356,6 +358,8 @@ async def _serve(
         guard.step("the repair agent to close")
         await repair.close()
         await keep_alive.close()
+        if services.steward is not None:
+            await services.steward.close()
         if services.on_demand is not None:
             await services.on_demand.close()
         guard.step("the runners to stop")

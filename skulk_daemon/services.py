@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from skulk_core.ids import NodeId
 from skulk_daemon.capabilities.service import CapabilityService
 from skulk_daemon.chat.cancellation import ActiveCommands
 from skulk_daemon.chat.hooks import NO_HOOKS, ChatHooks
@@ -32,6 +33,7 @@ from skulk_daemon.plugins.access import ManagerAccess
 from skulk_daemon.registry.client import RegistryClient
 from skulk_daemon.speech.realtime_provider import register_realtime
 from skulk_daemon.speech.service import SpeechService
+from skulk_daemon.steward.service import StewardService
 from skulk_daemon.store.service import StoreService
 from skulk_daemon.telemetry.field_queue import FieldQueue
 from skulk_daemon.telemetry.metrics import NodeMetrics
@@ -58,6 +60,7 @@ class Services:
     plugins: ManagerAccess | None = None
     store: StoreService | None = None
     media: MediaServices | None = None
+    steward: StewardService | None = None
 
     @classmethod
     def build(
@@ -95,11 +98,20 @@ class Services:
         )
         hub = HubService(node)
         worker.attach_downloads(hub.downloads)  # placement stages missing bytes
+        # One probe for the connectivity routes and the diagnostics bundle: one cache.
+        tailscale = TailscaleProbe()
+        diagnostics = DiagnosticsService(
+            node, worker, cluster=cluster, capabilities=capabilities, tailscale=tailscale
+        )
+
+        async def cancel_download(node_id: NodeId, model_id: str) -> None:
+            await hub.cancel_download(node_id, model_id)
+
+        steward = StewardService(node, worker, commands, diagnostics, cancel_download)
+        chat.attach_steward(steward)
         if capabilities is not None:
             register_realtime(node, worker, commands, capabilities)
         field_queue = FieldQueue(node)
-        # One probe for the connectivity routes and the diagnostics bundle: one cache.
-        tailscale = TailscaleProbe()
         worker.generation_listeners.append(field_queue.generation_ended)
         return cls(
             node=node,
@@ -107,9 +119,7 @@ class Services:
             embeddings=embeddings,
             placement=placement,
             on_demand=on_demand,
-            diagnostics=DiagnosticsService(
-                node, worker, cluster=cluster, capabilities=capabilities, tailscale=tailscale
-            ),
+            diagnostics=diagnostics,
             metrics=NodeMetrics(node, worker, cluster),
             traces=TraceService(node, store),
             cluster=cluster,
@@ -126,4 +136,5 @@ class Services:
             plugins=ManagerAccess(node.settings.config_home),
             store=StoreService(node, hub),
             media=MediaServices.build(node, worker, commands),
+            steward=steward,
         )

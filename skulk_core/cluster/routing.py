@@ -53,7 +53,9 @@ def select_instance(
     fingerprint: tuple[int, ...] = (),
     held: Mapping[InstanceId, frozenset[int]] | None = None,
 ) -> Instance | None:
-    """Ready or running before loading; then the longest held prefix of the prompt
+    """Ready or running before loading; then ordinary instances before a system one
+    (the resident steward serves its model's ordinary requests only as a fallback);
+    then the longest held prefix of the prompt
     (``fingerprint``, against what each instance is known to hold in ``held``) on a
     replica that is not saturated; then the fewest active text tasks; then id order."""
     active: Counter[InstanceId] = Counter(
@@ -61,7 +63,7 @@ def select_instance(
         for task in state.tasks.values()
         if task.task_status in (TaskStatus.PENDING, TaskStatus.RUNNING)
     )
-    best: tuple[int, int, int, str] | None = None
+    best: tuple[int, int, int, int, str] | None = None
     chosen: Instance | None = None
     for instance in state.instances.values():
         if instance.shard_assignments.model_id != model_id:
@@ -74,7 +76,9 @@ def select_instance(
         prefix = 0
         if fingerprint and held and load < SATURATED_TASKS:
             prefix = held_blocks(fingerprint, held.get(instance.instance_id, frozenset()))
-        key = (readiness, -prefix, load, instance.instance_id)
+        intent = state.placement_intents.get(instance.instance_id)
+        system = 1 if intent is not None and intent.system_role is not None else 0
+        key = (readiness, system, -prefix, load, instance.instance_id)
         if best is None or key < best:
             best, chosen = key, instance
     return chosen

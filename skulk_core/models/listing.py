@@ -136,6 +136,9 @@ class ModelListItem(msgspec.Struct, frozen=True, kw_only=True):
     architecture: str | None
     quantization: str | None
     card_digest: str
+    system_role: str | None = None
+    """``"steward"`` on the intelligent fabric's virtual model entry (``skulk/steward``),
+    absent on every ordinary model."""
 
 
 class ModelList(msgspec.Struct, frozen=True, kw_only=True):

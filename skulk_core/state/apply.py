@@ -22,6 +22,8 @@ from skulk_core.state.events import (
     MasterElected,
     NodeJoined,
     NodeLeft,
+    ProposalChanged,
+    ProposalCreated,
     RunnerStatusUpdated,
     StagingPurged,
     StoreHostAnnounced,
@@ -31,6 +33,7 @@ from skulk_core.state.events import (
     TaskStatusUpdated,
     TracingSet,
 )
+from skulk_core.state.proposal_rules import apply_proposal
 from skulk_core.state.state import (
     MAX_INSTANCE_FAILURES,
     MAX_REIGNS,
@@ -197,5 +200,7 @@ def _apply_event(state: State, event: Event) -> State:
             purges = {k: v for k, v in state.staging_purges.items() if k != model_id}
             purges[model_id] = purged_at
             return replace(state, staging_purges=dict(list(purges.items())[-MAX_STORE_EVICTIONS:]))
+        case ProposalCreated() | ProposalChanged():
+            return apply_proposal(state, event)
         case _:
             assert_never(event)

@@ -8,6 +8,7 @@ import msgspec
 
 from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId, TaskId
 from skulk_core.models.cards import ModelCard
+from skulk_core.state.proposals import ProposalStatus, StewardProposal
 from skulk_core.state.shards import Instance, RunnerStatus
 from skulk_core.state.state import (
     ClusterSettings,
@@ -148,6 +149,27 @@ class PurgeStaging(_Command, frozen=True, kw_only=True):
     purged_at: datetime
 
 
+class CreateProposal(_Command, frozen=True, kw_only=True):
+    """Record an inert steward proposal (refused when expired, too long-lived, or past
+    the pending bound)."""
+
+    proposal: StewardProposal
+    observed_at: datetime
+
+
+class ChangeProposal(_Command, frozen=True, kw_only=True):
+    """Move a proposal on: an operator's decision (from ``pending`` only, single use),
+    or the master's dispatch outcome, expiry or reissue."""
+
+    proposal_id: str
+    status: ProposalStatus
+    observed_at: datetime
+    decided_by: str | None = None
+    outcome: str | None = None
+    dispatch_command_id: CommandId | None = None
+    reissued: bool = False
+
+
 Command = (
     RegisterNode
     | RecordMasterElected
@@ -168,4 +190,6 @@ Command = (
     | AnnounceStoreHost
     | EvictStoreModel
     | PurgeStaging
+    | CreateProposal
+    | ChangeProposal
 )

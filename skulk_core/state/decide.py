@@ -16,8 +16,10 @@ from skulk_core.ids import InstanceId, ModelId, NodeId, stable_reference
 from skulk_core.state.commands import (
     AddCustomCard,
     AnnounceStoreHost,
+    ChangeProposal,
     Command,
     CreateInstance,
+    CreateProposal,
     DeleteInstance,
     EvictStoreModel,
     FinishTask,
@@ -57,6 +59,7 @@ from skulk_core.state.events import (
     TaskDeleted,
     TracingSet,
 )
+from skulk_core.state.proposal_rules import ProposalRefusal, decide_proposal
 from skulk_core.state.shards import RunnerIdle
 from skulk_core.state.state import (
     MAX_FAILURE_AFFECTED_NODES,
@@ -183,6 +186,11 @@ def decide(state: State, command: Command) -> list[Event] | Refused:
             return [StoreModelEvicted(model_id=model_id, evicted_at=evicted_at)]
         case PurgeStaging(model_id=model_id, purged_at=purged_at):
             return [StagingPurged(model_id=model_id, purged_at=purged_at)]
+        case CreateProposal() | ChangeProposal():
+            decided = decide_proposal(state, command)
+            if isinstance(decided, ProposalRefusal):
+                return Refused(code=decided.code, message=decided.message)
+            return decided
         case _:
             assert_never(command)
 

@@ -8,6 +8,7 @@ import msgspec
 
 from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId, TaskId
 from skulk_core.models.cards import ModelCard
+from skulk_core.state.proposals import ProposalStatus, StewardProposal
 from skulk_core.state.shards import Instance, RunnerStatus
 from skulk_core.state.state import (
     ClusterSettings,
@@ -129,6 +130,22 @@ class StagingPurged(_Event, frozen=True, kw_only=True):
     purged_at: datetime
 
 
+class ProposalCreated(_Event, frozen=True, kw_only=True):
+    proposal: StewardProposal
+
+
+class ProposalChanged(_Event, frozen=True, kw_only=True):
+    """A proposal moved on (decided, dispatched, failed, expired, reissued)."""
+
+    proposal_id: str
+    status: ProposalStatus
+    at: datetime
+    decided_by: str | None = None
+    outcome: str | None = None
+    dispatch_command_id: CommandId | None = None
+    reissued: bool = False
+
+
 Event = (
     NodeJoined
     | NodeLeft
@@ -150,6 +167,8 @@ Event = (
     | StoreHostAnnounced
     | StoreModelEvicted
     | StagingPurged
+    | ProposalCreated
+    | ProposalChanged
 )
 
 

@@ -9,6 +9,7 @@ import msgspec
 
 from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId, TaskId
 from skulk_core.models.cards import ModelCard
+from skulk_core.state.proposals import StewardProposal
 from skulk_core.state.shards import Instance, InstanceMeta, RunnerStatus, Sharding
 
 MAX_INSTANCE_FAILURES = 64
@@ -83,6 +84,9 @@ class PlacementIntent(msgspec.Struct, frozen=True, kw_only=True, rename="camel")
     keep_alive_seconds: float | None = None
     """How long an on-demand instance stays once idle; ``None`` keeps it until removed.
     Ignored for explicit placements, which stay."""
+    system_role: str | None = None
+    """``"steward"`` for the intelligent fabric's hidden resident brain (placed and
+    removed by the master alone); ``None`` for every ordinary instance."""
 
 
 class StoreHost(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -157,4 +161,6 @@ class State(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     election_term: int = 0
     reigns: tuple[Reign, ...] = ()
     """The latest :data:`MAX_REIGNS` reigns of this history, oldest first."""
+    steward_proposals: tuple[StewardProposal, ...] = ()
+    """The steward's action proposals, oldest first (see ``state/proposals.py``)."""
     last_event_applied_idx: int = -1

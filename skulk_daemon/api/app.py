@@ -47,6 +47,7 @@ from skulk_daemon.api.realtime import REALTIME_HANDLERS
 from skulk_daemon.api.registry import RegistryController
 from skulk_daemon.api.responses import ResponsesController
 from skulk_daemon.api.state import StateController
+from skulk_daemon.api.steward import StewardController
 from skulk_daemon.api.store import StoreController
 from skulk_daemon.api.traces import TracesController
 from skulk_daemon.api.videos import VideosController
@@ -91,6 +92,7 @@ CONTROLLERS = [
     PluginGrantsController,
     HostNetworkController,
     StoreController,
+    StewardController,
     DashboardController,
     VideosController,
     MusicController,
@@ -175,6 +177,7 @@ def create_app(
             "configurations": provider(configurations),
             "videos": provider(media.videos),
             "music_jobs": provider(media.music),
+            "steward": provider(services.steward),
         },
         exception_handlers=EXCEPTION_HANDLERS,
         on_startup=[*on_startup, start_registry, store.start, owners.start, media.start],

@@ -39,8 +39,11 @@ _STATUS_BY_REFUSAL = {
 
 
 def _respond(exc: ApiError) -> ErrorResponse:
+    body = error_body(exc.message, exc.type, exc.code)
+    if exc.detail is not None:
+        body["detail"] = exc.detail
     return Response(
-        content=error_body(exc.message, exc.type, exc.code),
+        content=body,
         status_code=exc.status_code,
         media_type=MediaType.JSON,
         headers=exc.headers,

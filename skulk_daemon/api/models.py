@@ -23,6 +23,7 @@ from skulk_core.models.requirements import (
 from skulk_core.models.suggest import not_in_catalog
 from skulk_core.state.commands import AddCustomCard, RemoveCustomCard
 from skulk_core.state.decide import CARD_CONFLICT
+from skulk_core.steward.listing import steward_entries
 from skulk_daemon.api.authority import caller_of, declare
 from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.openapi import OPENAI, errors
@@ -88,14 +89,13 @@ class ModelsController(Controller):
     )
     async def list_models(self, node: Node) -> ModelList:
         listed = video_models_listed()
-        return ModelList(
-            data=tuple(
-                model_list_item(entry)
-                for entry in node.catalog().entries()
-                # Video cards are hidden unless SKULK_ENABLE_VIDEO_MODELS=true (spec).
-                if listed or entry.card.video is None
-            )
+        items = tuple(
+            model_list_item(entry)
+            for entry in node.catalog().entries()
+            # Video cards are hidden unless SKULK_ENABLE_VIDEO_MODELS=true (spec).
+            if listed or entry.card.video is None
         )
+        return ModelList(data=items + steward_entries(node.config, node.catalog()))
 
     @get(
         "/models/requirements",

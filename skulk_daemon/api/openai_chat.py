@@ -10,7 +10,8 @@ from litestar.openapi.spec import Operation
 from litestar.response import Stream
 
 from skulk_core.ids import CommandId
-from skulk_daemon.api.authority import declare
+from skulk_core.steward.lifecycle import STEWARD_MODEL_ID
+from skulk_daemon.api.authority import caller_of, declare
 from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.openapi import (
     COMMAND_ID_HEADER,
@@ -23,7 +24,7 @@ from skulk_daemon.api.openapi import (
     json_of,
     sse_of,
 )
-from skulk_daemon.authority.policy import Requirement
+from skulk_daemon.authority.policy import Caller, Requirement
 from skulk_daemon.chat.openai_protocol import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -91,7 +92,15 @@ class OpenAIChatController(Controller):
         chat: ChatService,
     ) -> Stream:
         body = decode_chat_request(await request.body())
-        turn = await chat.open_turn(to_task(body))
+        if body.model == STEWARD_MODEL_ID:
+            operator = caller_of(request) in (
+                Caller.TRUSTED_FABRIC,
+                Caller.OPERATOR,
+                Caller.LOOPBACK,
+            )
+            turn = await chat.open_steward_turn(to_task(body), operator=operator)
+        else:
+            turn = await chat.open_turn(to_task(body))
         admitted, events = turn.admitted, turn.events
         headers = {"X-Skulk-Command-Id": admitted.command_id}
         if body.stream:
@@ -111,6 +120,8 @@ class OpenAIChatController(Controller):
         responses=errors(OPENAI, 404),
     )
     async def cancel(self, command_id: str, chat: ChatService) -> CommandCancelled:
+        steward = chat.is_steward_turn(CommandId(command_id))
         if not chat.cancel(CommandId(command_id)):
             raise ApiError(404, "Command not found or already completed", code="command_not_found")
-        return CommandCancelled(message="Command cancelled.", command_id=command_id)
+        message = "Steward turn cancelled." if steward else "Command cancelled."
+        return CommandCancelled(message=message, command_id=command_id)

@@ -178,7 +178,7 @@ class PlacementController(Controller):
         "/instance/{instance_id:str}",
         status_code=200,
         summary="Delete an instance",
-        responses=errors(OPENAI, 404, 503),
+        responses=errors(OPENAI, 404, 409, 503),
     )
     async def delete_instance(
         self, placement: PlacementService, instance_id: str

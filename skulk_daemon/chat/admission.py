@@ -171,8 +171,11 @@ def _render(task: ChatTask, card: ModelCard, offer: ToolOffer) -> str:
         raise bad_request(str(exc), code="invalid_messages") from None
 
 
-def admit(node: Node, task: ChatTask) -> Admitted:
-    """Validate ``task`` and build its engine request; raises :class:`ApiError`."""
+def admit(node: Node, task: ChatTask, *, pinned: InstanceId | None = None) -> Admitted:
+    """Validate ``task`` and build its engine request; raises :class:`ApiError`.
+
+    ``pinned`` serves it on that instance only (the steward's own steps): it never
+    falls back to a sibling, and a pin that is gone is refused as unavailable."""
     if not task.messages:
         raise bad_request("messages must not be empty")
     if task.max_tokens is not None and task.max_tokens <= 0:
@@ -186,7 +189,14 @@ def admit(node: Node, task: ChatTask) -> Admitted:
     if entry is not None and ModelTask.TEXT_GENERATION not in entry.card.tasks:
         raise bad_request(f"model {task.model} does not support text generation (TextGeneration)")
     model_id = ModelId(task.model)
-    instance = select_instance(node.state, model_id)
+    if pinned is not None:
+        instance = node.state.instances.get(pinned)
+        if instance is None or instance.shard_assignments.model_id != model_id:
+            raise ApiError(
+                503, f"instance {pinned} is no longer placed", code="instance_unavailable"
+            )
+    else:
+        instance = select_instance(node.state, model_id)
     if entry is None or instance is None:
         # A model the catalog does not know is most often a typo: name the close ones.
         typo = suggestion(task.model, node.catalog().by_id) if entry is None else ""
@@ -201,7 +211,7 @@ def admit(node: Node, task: ChatTask) -> Admitted:
     # With replicas, the one holding the longest prefix of this prompt serves it (one
     # instance needs no fingerprint: the hashes are only worth computing to choose).
     routed = None
-    if _replicas(node, model_id) > 1:
+    if pinned is None and _replicas(node, model_id) > 1:
         routed = select_instance(
             node.state, model_id, fingerprint=prompt_fingerprint(prompt), held=node.prefix_holders()
         )

@@ -18,14 +18,15 @@ from dataclasses import dataclass
 
 import msgspec
 
-from skulk_core.ids import CommandId
+from skulk_core.ids import CommandId, new_command_id
 from skulk_core.models.cards import ModelTask
 from skulk_core.models.catalog import Catalog
 from skulk_daemon.chat.admission import Admitted, admit
 from skulk_daemon.chat.cancellation import ActiveCommands
 from skulk_daemon.chat.generation import generation_events
 from skulk_daemon.chat.hooks import NO_HOOKS, ChatHooks, ObservedEvents
-from skulk_daemon.chat.task import ChatTask
+from skulk_daemon.chat.steward_seam import StewardTurns
+from skulk_daemon.chat.task import ChatTask, TaskMessage, as_history
 from skulk_daemon.chat.turn import TurnEvent, turn_events
 from skulk_daemon.errors import ApiError
 from skulk_daemon.node.node import Node
@@ -67,6 +68,7 @@ class ChatService:
         self._commands = commands if commands is not None else ActiveCommands()
         self._hooks = hooks
         self._on_demand = on_demand
+        self._steward: StewardTurns | None = None
 
     @property
     def commands(self) -> ActiveCommands:
@@ -76,6 +78,51 @@ class ChatService:
     def attach_hooks(self, hooks: ChatHooks) -> None:
         """Hook ``hooks`` into every turn opened from now on (extensions, once loaded)."""
         self._hooks = hooks
+
+    def attach_steward(self, steward: StewardTurns) -> None:
+        """Serve the reserved ``skulk/steward`` id with ``steward``'s turns."""
+        self._steward = steward
+
+    def is_steward_turn(self, command_id: CommandId) -> bool:
+        return self._steward is not None and self._steward.owns(command_id)
+
+    async def open_steward_turn(self, task: ChatTask, *, operator: bool) -> OpenedTurn:
+        """A turn of the reserved steward id, through the hooks (the spec's "Extensions
+        on a steward turn"): the middleware sees the steward's prompt as instructions
+        and the user/assistant history as input, and only those two are read back; a
+        transform that leaves no trailing user message is discarded whole. Client system
+        messages are ignored; ``operator`` arms the inert proposal tools."""
+        steward = self._steward
+        if steward is None:
+            raise ApiError(404, "this node serves no steward", code="model_not_found")
+        status = steward.check(task)
+        history = as_history(task.messages)
+        if not history or history[-1].role != "user":
+            raise ApiError(
+                400, "a steward turn needs a trailing user message", code="invalid_messages"
+            )
+        prompt = steward.system_prompt
+        canonical = ChatTask(
+            model=task.model, messages=(TaskMessage(role="system", content=prompt), *history)
+        )
+        transformed = await self._hooks.transform(canonical)
+        if transformed is not canonical:
+            system = "\n\n".join(
+                m.content for m in transformed.messages if m.role == "system" and m.content
+            )
+            changed = as_history(transformed.messages)
+            if changed and changed[-1].role == "user":
+                prompt, history = system or prompt, changed
+        effective = ChatTask(
+            model=task.model, messages=(TaskMessage(role="system", content=prompt), *history)
+        )
+        command_id = new_command_id()
+        admitted = steward.wire_admitted(command_id, status, task.include_usage)
+        events = steward.turn(
+            command_id, status, prompt, history, operator=operator, max_tokens=task.max_tokens
+        )
+        observed = self._hooks.observe_turn(effective, command_id, events)
+        return OpenedTurn(admitted=admitted, events=observed.events, _observed=observed)
 
     def catalog(self) -> Catalog:
         """The node's catalog, for formats that resolve a model name themselves."""

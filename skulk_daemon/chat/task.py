@@ -81,3 +81,13 @@ class ChatTask:
     """The messages' text is the prompt as written, with no chat template, whatever
     the card (``/v1/completions``, Ollama's ``raw`` generate: one user message)."""
     extra_template_args: dict[str, Any] = field(default_factory=dict)
+
+
+def as_history(messages: tuple[TaskMessage, ...]) -> tuple[TaskMessage, ...]:
+    """User and assistant turns with content, as text: a steward turn's conversation
+    (client system messages and tool turns are not part of it)."""
+    return tuple(
+        TaskMessage(role=m.role, content=m.content)
+        for m in messages
+        if m.role in ("user", "assistant") and m.content.strip()
+    )

@@ -53,7 +53,8 @@ class RepairAgent:
             failure = event.failure
             instance = before.instances.get(failure.instance_id)
             intent = before.placement_intents.get(failure.instance_id)
-            if instance is None or intent is None:
+            if instance is None or intent is None or intent.system_role is not None:
+                # A system instance (the steward) is repaired by its own agent.
                 continue
             request = repair_request(intent, failure.error_code, None)
             if request is None:

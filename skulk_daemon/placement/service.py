@@ -38,6 +38,7 @@ from skulk_core.placement.shapes import instance_meta_of, sharding_of
 from skulk_core.state.commands import CreateInstance, DeleteInstance
 from skulk_core.state.shards import Instance, RunnerStatus, Sharding
 from skulk_core.state.state import PlacementIntent
+from skulk_core.steward.lifecycle import is_steward
 from skulk_daemon.errors import ApiError
 from skulk_daemon.node.node import CommandRefused, Node
 from skulk_daemon.placement.protocol import (
@@ -227,6 +228,16 @@ class PlacementService:
 
     async def delete(self, instance_id: str) -> DeletionAccepted:
         instance = self._instance(instance_id)
+        if is_steward(self._node.state, instance.instance_id) and (
+            self._node.config.intelligent_fabric.enabled
+        ):
+            raise ApiError(
+                409,
+                f"instance {instance_id} is the steward, kept placed while intelligent-fabric "
+                "mode is enabled; disable the mode (intelligent_fabric.enabled) and the "
+                "fabric removes it",
+                code="steward_instance",
+            )
         command_id: CommandId = new_command_id()
         # A concurrent delete that wins the race makes the master refuse with
         # not_found, which the API answers as 404.

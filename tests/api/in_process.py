@@ -106,10 +106,14 @@ class AppNode(NodePaths):
         async def started() -> None:
             await node.start()
             background.extend(run_node_loops(node, source, worker, stop))
+            if services.steward is not None:
+                services.steward.start()
             await extensions.start()
 
         async def stopping() -> None:
             await extensions.stop()
+            if services.steward is not None:
+                await services.steward.close()
             stop.set()
             for task in background:
                 await task

@@ -86,6 +86,8 @@ def test_check_reports_changed_missing_and_obsolete_files(tmp_path: Path) -> Non
                 "connectivity",
                 "video",
                 "music",
+                "ask",
+                "steward",
             },
         ),
         ("skulk video ''", {"create", "status", "download", "cancel"}),
