@@ -15,6 +15,7 @@ from skulk_cli.commands import (
     chat,
     config,
     diagnostics,
+    image,
     instances,
     logs,
     models,
@@ -89,6 +90,7 @@ app.command("top")(top.top)
 app.command("say")(speech.say)
 app.command("transcribe")(speech.transcribe)
 app.command("voices")(speech.voices)
+app.command("image")(image.image)
 
 
 def _print_version(value: bool) -> None:

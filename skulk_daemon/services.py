@@ -20,6 +20,8 @@ from skulk_daemon.diagnostics.tracing import MasterTraces, Tracer, TraceStore
 from skulk_daemon.embeddings.service import EmbeddingService
 from skulk_daemon.fabric.cluster import ClusterAgent
 from skulk_daemon.hub.service import HubService
+from skulk_daemon.images.service import ImageService
+from skulk_daemon.images.store import ImageStore
 from skulk_daemon.node.node import Node
 from skulk_daemon.node_admin.restart import RestartLatch
 from skulk_daemon.node_admin.service import NodeAdminService
@@ -54,6 +56,7 @@ class Services:
     hub: HubService | None = None
     plugins: ManagerAccess | None = None
     store: StoreService | None = None
+    images: ImageService | None = None
 
     @classmethod
     def build(
@@ -114,4 +117,7 @@ class Services:
             hub=hub,
             plugins=ManagerAccess(node.settings.config_home),
             store=StoreService(node, hub),
+            images=ImageService(
+                node, worker, commands, ImageStore(node.settings.data_dir / "images")
+            ),
         )

@@ -40,11 +40,14 @@ from skulk_daemon.runner.protocol import (
     Embedded,
     Failed,
     Generate,
+    ImagePreview,
+    ImagesRendered,
     Load,
     ParentMessage,
     Phase,
     ProtocolError,
     RealtimeAudio,
+    RenderImages,
     RunnerMessage,
     RunnerPhase,
     RunnerSpeechTask,
@@ -59,6 +62,7 @@ from skulk_daemon.runner.routing import (
     ERROR_RUNNER_FAILED,
     Answer,
     PartSink,
+    PreviewSink,
     TaskRouter,
     runner_failed,
 )
@@ -68,6 +72,7 @@ __all__ = [
     "ERROR_RUNNER_FAILED",
     "Answer",
     "PartSink",
+    "PreviewSink",
     "RunnerExit",
     "RunnerFailed",
     "RunnerProcess",
@@ -281,7 +286,7 @@ class RunnerProcess:
 
     async def speech(
         self, task: RunnerSpeechTask, on_partial: PartSink = None
-    ) -> Synthesized | Transcribed | ErrorChunk:
+    ) -> Synthesized | Transcribed | ImagesRendered | ErrorChunk:
         """Run one speech task on a runner loaded in ``"speak"``/``"transcribe"`` mode;
         a streamed task's parts go to ``on_partial`` (in order) before the answer.
         Cancelling the caller cancels the task on the runner."""
@@ -293,7 +298,23 @@ class RunnerProcess:
         assert not isinstance(answer, Embedded), "the runner answered out of kind"
         return answer
 
-    async def _ask(self, task_id: TaskId, message: Embed | RunnerSpeechTask) -> Answer:
+    async def render(
+        self, task: RenderImages, on_preview: PreviewSink = None
+    ) -> ImagesRendered | ErrorChunk:
+        """Render images on a runner loaded in ``"image"`` mode; previews go to
+        ``on_preview`` (in order) before the answer. Cancelling the caller cancels the
+        task on the runner."""
+        self._tasks.preview(task.task_id, on_preview)
+        try:
+            answer = await self._ask(task.task_id, task)
+        finally:
+            self._tasks.preview(task.task_id, None)
+        assert isinstance(answer, ImagesRendered | ErrorChunk), "the runner answered out of kind"
+        return answer
+
+    async def _ask(
+        self, task_id: TaskId, message: Embed | RunnerSpeechTask | RenderImages
+    ) -> Answer:
         """Send a task answered by one message and wait for that answer."""
         if self._tasks.running(task_id):
             raise ValueError(f"task {task_id} is already running on this runner")
@@ -417,6 +438,8 @@ class RunnerProcess:
                 | Synthesized()
                 | Transcribed()
                 | SpeechPartial()
+                | ImagesRendered()
+                | ImagePreview()
             ):
                 self._tasks.deliver(message)
             case Phase(phase=phase, detail=detail):

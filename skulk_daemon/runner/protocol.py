@@ -42,11 +42,11 @@ VERBOSE_ENV: Final = "SKULK_RUNNER_VERBOSE"
 """``1`` lets llama.cpp's own log through to the runner's stderr."""
 
 RunnerPhase = Literal["loading", "loaded", "warming_up", "ready", "shutting_down", "shutdown"]
-RunnerMode = Literal["generate", "embed", "rpc_donor", "speak", "transcribe"]
+RunnerMode = Literal["generate", "embed", "rpc_donor", "speak", "transcribe", "image"]
 """What a runner serves: text generation (``Generate``), embeddings (``Embed``), its
 memory to an RPC pool's driver (``"rpc_donor"``: no model, no tasks), speech synthesis
 (``Synthesize``) or speech to text (``Transcribe``); a speech runner's ``model_path``
-is its model directory."""
+is its model directory, as is an image runner's (``"image"``: :class:`RenderImages`)."""
 
 ERROR_CANCELLED: Final = "cancelled"
 """The ``ErrorChunk`` code that ends a cancelled embedding task."""
@@ -203,6 +203,56 @@ class Transcribed(msgspec.Struct, frozen=True, kw_only=True, tag="transcribed"):
     segments: tuple[TranscriptSegment, ...] = ()
 
 
+class RenderImages(msgspec.Struct, frozen=True, kw_only=True, tag="render_images"):
+    """Render ``count`` images (edits: from ``init_image``, an encoded picture); answered
+    by one :class:`ImagesRendered` or ``ErrorChunk``. With ``previews`` > 0, that many
+    :class:`ImagePreview` per image come first. Image ``i`` uses ``seed + i``."""
+
+    KIND: ClassVar[ModelTask] = ModelTask.TEXT_TO_IMAGE
+    task_id: TaskId
+    prompt: str
+    negative_prompt: str = ""
+    width: int
+    height: int
+    count: int = 1
+    seed: int
+    steps: int
+    guidance: float
+    init_image: bytes | None = None
+    strength: float = 0.75
+    previews: int = 0
+    collect_stats: bool = False
+
+
+class ImagePreview(msgspec.Struct, frozen=True, kw_only=True, tag="image_preview"):
+    """An intermediate picture of image ``index`` (PNG), the ``number``-th of its previews."""
+
+    task_id: TaskId
+    index: int
+    number: int
+    png: bytes
+
+
+class ImageStats(msgspec.Struct, frozen=True, kw_only=True):
+    """What the engine measured of one render (the bench routes' ``generation_stats``)."""
+
+    load_seconds: float = 0.0
+    render_seconds: float
+    steps: int
+    images: int
+    seconds_per_step: float
+
+
+class ImagesRendered(msgspec.Struct, frozen=True, kw_only=True, tag="images_rendered"):
+    """Each image as a lossless PNG, in seed order; the API node re-encodes."""
+
+    task_id: TaskId
+    images: tuple[bytes, ...]
+    width: int
+    height: int
+    stats: ImageStats | None = None
+
+
 class Cancel(msgspec.Struct, frozen=True, kw_only=True, tag="cancel"):
     task_id: TaskId
 
@@ -233,6 +283,7 @@ ParentMessage = (
     | Transcribe
     | TranscribeRealtime
     | RealtimeAudio
+    | RenderImages
     | Cancel
     | Shutdown
 )
@@ -246,6 +297,8 @@ RunnerMessage = (
     | Synthesized
     | Transcribed
     | SpeechPartial
+    | ImagesRendered
+    | ImagePreview
 )
 SpeechTask = Synthesize | Transcribe
 """A speech task answered from its one request message."""
@@ -347,6 +400,7 @@ def serve_frames(
     cancel: Callable[[TaskId], None],
     speech: Callable[[RunnerSpeechTask], None] | None = None,
     audio: Callable[[RealtimeAudio], None] | None = None,
+    images: Callable[[RenderImages], None] | None = None,
 ) -> None:
     """The runner's main loop once it serves: hand each of the parent's frames to
     its handler until :class:`Shutdown` or the end of stdin (the parent is gone).
@@ -371,6 +425,10 @@ def serve_frames(
                 if audio is None:
                     raise ProtocolError("this runner serves no realtime transcription")
                 audio(packet)
+            case RenderImages() as render:
+                if images is None:
+                    raise ProtocolError("this runner renders no images")
+                images(render)
             case Cancel(task_id=task_id):
                 cancel(task_id)
             case Shutdown():

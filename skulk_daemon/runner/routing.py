@@ -16,17 +16,34 @@ from typing import Final
 from skulk_core.chat.generation import ErrorChunk, FinishChunk, TokenChunk
 from skulk_core.ids import TaskId
 from skulk_daemon.runner.inbound import TaskStream
-from skulk_daemon.runner.protocol import Embedded, SpeechPartial, Synthesized, Transcribed
+from skulk_daemon.runner.protocol import (
+    Embedded,
+    ImagePreview,
+    ImagesRendered,
+    SpeechPartial,
+    Synthesized,
+    Transcribed,
+)
 
 ERROR_RUNNER_FAILED: Final = "runner_failed"
 ERROR_CONSUMER_TOO_SLOW: Final = "consumer_too_slow"
 
-Answer = Embedded | Synthesized | Transcribed | ErrorChunk
-"""What answers a task that gets one message back (an embedding or a speech task)."""
+Answer = Embedded | Synthesized | Transcribed | ImagesRendered | ErrorChunk
+"""What answers a task that gets one message back (an embedding, a speech task, a render)."""
 PartSink = Callable[[SpeechPartial], None] | None
 """Where a streamed speech task's parts go, in order (``None``: not streamed)."""
+PreviewSink = Callable[[ImagePreview], None] | None
+"""Where a render's previews go, in order (``None``: none asked for)."""
 TaskMessage = (
-    TokenChunk | FinishChunk | ErrorChunk | Embedded | Synthesized | Transcribed | SpeechPartial
+    TokenChunk
+    | FinishChunk
+    | ErrorChunk
+    | Embedded
+    | Synthesized
+    | Transcribed
+    | SpeechPartial
+    | ImagesRendered
+    | ImagePreview
 )
 """A runner message that belongs to one task."""
 
@@ -49,6 +66,7 @@ class TaskRouter:
         # Tasks answered by one message (embeddings, speech), awaiting their answer.
         self._answers: dict[TaskId, asyncio.Future[Answer]] = {}
         self._partials: dict[TaskId, Callable[[SpeechPartial], None]] = {}
+        self._previews: dict[TaskId, Callable[[ImagePreview], None]] = {}
         # Tasks we stopped listening to; their messages are dropped until the
         # runner's terminal message for them arrives (see deliver).
         self._abandoned: set[TaskId] = set()
@@ -94,6 +112,13 @@ class TaskRouter:
         else:
             self._partials[task_id] = parts
 
+    def preview(self, task_id: TaskId, previews: PreviewSink) -> None:
+        """Send ``task_id``'s image previews to ``previews`` (None: stop)."""
+        if previews is None:
+            self._previews.pop(task_id, None)
+        else:
+            self._previews[task_id] = previews
+
     def abandon(self, task_id: TaskId) -> None:
         """Cancel a task nobody reads any more.
 
@@ -109,26 +134,34 @@ class TaskRouter:
 
     def deliver(self, message: TaskMessage) -> None:
         match message:
-            case TokenChunk(task_id=task_id) | SpeechPartial(task_id=task_id) if (
-                task_id in self._abandoned
-            ):
+            case (
+                TokenChunk(task_id=task_id)
+                | SpeechPartial(task_id=task_id)
+                | ImagePreview(task_id=task_id)
+            ) if task_id in self._abandoned:
                 pass
             case SpeechPartial(task_id=task_id):
                 deliver = self._partials.get(task_id)
                 if deliver is not None:
                     deliver(message)
+            case ImagePreview(task_id=task_id):
+                show = self._previews.get(task_id)
+                if show is not None:
+                    show(message)
             case (
                 FinishChunk(task_id=task_id)
                 | ErrorChunk(task_id=task_id)
                 | Embedded(task_id=task_id)
                 | Synthesized(task_id=task_id)
                 | Transcribed(task_id=task_id)
+                | ImagesRendered(task_id=task_id)
             ) if task_id in self._abandoned:
                 self._abandoned.discard(task_id)
             case (
                 Embedded(task_id=task_id)
                 | Synthesized(task_id=task_id)
                 | Transcribed(task_id=task_id)
+                | ImagesRendered(task_id=task_id)
             ):
                 self._answer(task_id, message)
             case TokenChunk(task_id=task_id):

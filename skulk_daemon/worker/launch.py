@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Final
 
 from skulk_core.ids import ModelId
-from skulk_core.models.cards import ModelTask
+from skulk_core.models.cards import ModelCard, ModelTask
 from skulk_core.models.context_window import DEFAULT_CONTEXT_TOKENS
 from skulk_core.placement.backends import BACKEND_LLAMA_CPP
 from skulk_core.placement.local_fit import local_shortfall
@@ -38,6 +38,13 @@ from skulk_daemon.worker.rpc_loads import (
 DONOR_POLL_SECONDS: Final = 0.25
 
 
+def _loads_directory(card: ModelCard) -> bool:
+    """Speech and image runners load a model directory, not one GGUF file."""
+    tasks = card.tasks
+    images = ModelTask.TEXT_TO_IMAGE in tasks or ModelTask.IMAGE_TO_IMAGE in tasks
+    return card.audio is not None or (images and ModelTask.TEXT_GENERATION not in tasks)
+
+
 class LaunchRefused(Exception):
     """This node will not start the runner; ``code`` goes to ``instanceFailures``."""
 
@@ -56,8 +63,8 @@ class Launcher:
 
     def model_path(self, model_id: ModelId) -> Path | None:
         entry = self._node.catalog().get(model_id)
-        if entry is not None and entry.location is not None and entry.card.audio is not None:
-            # A speech runner loads its model directory (its engine knows the files).
+        if entry is not None and entry.location is not None and _loads_directory(entry.card):
+            # A speech or image runner loads its model directory (its engine knows the files).
             directory = Path(entry.location)
             return directory if directory.is_dir() else None
         if entry is None or entry.location is None or entry.card.gguf_file is None:
@@ -77,6 +84,8 @@ class Launcher:
                 return "speak"
             if ModelTask.SPEECH_TO_TEXT in tasks:
                 return "transcribe"
+            if ModelTask.TEXT_TO_IMAGE in tasks or ModelTask.IMAGE_TO_IMAGE in tasks:
+                return "image"
         return "generate"
 
     async def load_for(

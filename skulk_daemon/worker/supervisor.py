@@ -23,8 +23,8 @@ from skulk_core.models.cards import ModelTask
 from skulk_core.state.shards import serving_node
 from skulk_daemon.engines.base import DEFAULT_SLOTS
 from skulk_daemon.node.node import Node
-from skulk_daemon.runner.client import Answer, PartSink
-from skulk_daemon.runner.protocol import Embedded, RunnerSpeechTask
+from skulk_daemon.runner.client import Answer, PartSink, PreviewSink
+from skulk_daemon.runner.protocol import Embedded, RenderImages, RunnerSpeechTask
 from skulk_daemon.worker.flight import FlightRecorder
 from skulk_daemon.worker.launch import Launcher
 from skulk_daemon.worker.observers import GenerationWatch, TraceOpener
@@ -232,6 +232,24 @@ class Supervisor:
         assert runner.process is not None
         with self._tasks.open(runner, task.task_id, command_id, task.KIND) as outcome:
             result = await runner.process.speech(task, parts)
+            outcome.status = answer_status(result)
+            return result
+
+    async def render(
+        self,
+        instance_id: InstanceId,
+        task: RenderImages,
+        command_id: CommandId,
+        previews: PreviewSink = None,
+    ) -> Answer:
+        """Render images on this node's runner for the instance, as one task in
+        ``/state`` (never its prompt or pictures); ``previews`` gets its previews."""
+        runner = await self._serving_runner(instance_id, task.task_id)
+        if isinstance(runner, ErrorChunk):
+            return runner
+        assert runner.process is not None
+        with self._tasks.open(runner, task.task_id, command_id, task.KIND) as outcome:
+            result = await runner.process.render(task, previews)
             outcome.status = answer_status(result)
             return result
 
