@@ -25,6 +25,7 @@ from skulk_core.cluster.routing import select_instance
 from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, new_command_id, new_task_id
 from skulk_core.models.cards import ModelTask
 from skulk_core.state.shards import serving_node
+from skulk_core.state.state import TaskStatus
 from skulk_daemon.chat.cancellation import ActiveCommands
 from skulk_daemon.embeddings.service import refusal
 from skulk_daemon.errors import ApiError
@@ -48,6 +49,7 @@ from skulk_daemon.worker.supervisor import Supervisor
 
 REMOTE_FAILURES: Final = frozenset({"node_lost", "stream_broken", "image_mismatch"})
 """How a render on another node's runner fails on the way (503: retry)."""
+LIVE_TASKS: Final = frozenset({TaskStatus.PENDING, TaskStatus.RUNNING})
 
 
 class RemoteImageRunner(Protocol):
@@ -72,6 +74,8 @@ class AdmittedImages:
     plan: ImagePlan
     task: RenderImages
     created: int
+    in_flight: int = 0
+    """The instance's tasks already running or queued when this one was admitted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,12 +122,18 @@ class ImageService:
             previews=plan.partial_images,
             collect_stats=bench,
         )
+        in_flight = sum(
+            1
+            for running in self._node.state.tasks.values()
+            if running.instance_id == instance_id and running.task_status in LIVE_TASKS
+        )
         return AdmittedImages(
             command_id=new_command_id(),
             instance_id=instance_id,
             plan=plan,
             task=render,
             created=int(time.time()),
+            in_flight=in_flight,
         )
 
     def _instance(self, model: str, task: ModelTask) -> InstanceId:
@@ -190,6 +200,9 @@ class ImageService:
                 steps=rendered.stats.steps,
                 images=rendered.stats.images,
                 model_load_seconds=rendered.stats.load_seconds,
+                # One render at a time per runner: requests queue, they never batch.
+                serving_batches=False,
+                in_flight_at_admission=admitted.in_flight,
             )
         return Rendered(response=response, stats=stats)
 
