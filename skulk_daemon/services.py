@@ -118,6 +118,10 @@ class Services:
             plugins=ManagerAccess(node.settings.config_home),
             store=StoreService(node, hub),
             images=ImageService(
-                node, worker, commands, ImageStore(node.settings.data_dir / "images")
+                node,
+                worker,
+                commands,
+                ImageStore(node.settings.data_dir / "images"),
+                remote=cluster.images if cluster is not None else None,
             ),
         )

@@ -62,6 +62,8 @@ class ImagePlan:
     guidance: float
     init_image: bytes | None = None
     strength: float = 0.75
+    auto_size: bool = False
+    """``size: auto``: the service renders at the card's native canvas instead."""
 
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
@@ -148,4 +150,5 @@ def plan_images(
         guidance=DEFAULT_GUIDANCE if guidance is None else guidance,
         init_image=edit_image if editing else None,
         strength=strength,
+        auto_size=size == "auto",
     )

@@ -17,13 +17,14 @@ import contextlib
 import io
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, Protocol
 
 from skulk_core.chat.generation import ErrorChunk
 from skulk_core.cluster.routing import select_instance
 from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, new_command_id, new_task_id
 from skulk_core.models.cards import ModelTask
+from skulk_core.models.image_cards import native_canvas
 from skulk_core.state.shards import serving_node
 from skulk_core.state.state import TaskStatus
 from skulk_daemon.chat.cancellation import ActiveCommands
@@ -107,6 +108,10 @@ class ImageService:
     def admit(self, plan: ImagePlan, *, editing: bool, bench: bool = False) -> AdmittedImages:
         task = ModelTask.IMAGE_TO_IMAGE if editing else ModelTask.TEXT_TO_IMAGE
         instance_id = self._instance(plan.model, task)
+        entry = self._node.catalog().get(plan.model)
+        if plan.auto_size and entry is not None:
+            width, height = native_canvas(entry.card)
+            plan = replace(plan, width=width, height=height, size=f"{width}x{height}")
         render = RenderImages(
             task_id=new_task_id(),
             prompt=plan.prompt,

@@ -31,7 +31,7 @@ def tiny_image_card(size_bytes: int) -> ModelCard:
         storage_size=Memory(in_bytes=size_bytes),
         n_layers=1,
         tasks=(ModelTask.TEXT_TO_IMAGE, ModelTask.IMAGE_TO_IMAGE),
-        architecture="sdxs-512-ds",
+        architecture="skulk-test-sdxs",
         compatible_backends=(BACKEND_SD_CPP,),
         quantization="q4_0",
         display_name="SDXS-512 layout, random weights (image pipeline test model)",

@@ -18,13 +18,16 @@ import pytest
 from typer.testing import CliRunner
 
 from skulk_cli.main import app
-from tests.daemon.serving import place
+from tests.daemon.serving import place, wait_for
+from tests.daemon.test_cluster import converged
 from tests.daemon_process import DaemonProcess
 from tests.lazy_sdk import openai
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("images")]
 
-FAST: dict[str, Any] = {"advanced_params": {"num_inference_steps": 1, "seed": 7}}
+FAST: dict[str, Any] = {"advanced_params": {"num_inference_steps": 1, "seed": 7, "guidance": 1.0}}
+SIZE = (64, 64)
+"""``size: auto`` on the test model (its card's architecture renders 64x64 natively)."""
 PNG: bytes = b"\x89PNG\r\n\x1a\n"
 
 
@@ -58,25 +61,21 @@ def picture(data: bytes) -> tuple[str, tuple[int, int]]:
 
 def test_generate_b64_renders_n_seeded_pngs(daemon: DaemonProcess, tiny_image_model: str) -> None:
     client = sdk(daemon)
-    first = client.images.generate(
-        model=tiny_image_model, prompt="a fox", n=2, size="512x512", extra_body=FAST
-    )
+    first = client.images.generate(model=tiny_image_model, prompt="a fox", n=2, extra_body=FAST)
     images = [base64.b64decode(datum.b64_json) for datum in first.data]
-    assert [picture(image) for image in images] == [("PNG", (512, 512))] * 2
+    assert [picture(image) for image in images] == [("PNG", SIZE)] * 2
     assert images[0] != images[1]  # image i renders with seed + i
     assert first.model_extra["seed"] == 7
-    again = client.images.generate(
-        model=tiny_image_model, prompt="a fox", n=1, size="512x512", extra_body=FAST
-    )
+    again = client.images.generate(model=tiny_image_model, prompt="a fox", n=1, extra_body=FAST)
     assert base64.b64decode(again.data[0].b64_json) == images[0]
     unseeded = client.images.generate(
         model=tiny_image_model,
         prompt="a fox",
         output_format="jpeg",
-        extra_body={"advanced_params": {"num_inference_steps": 1}},
+        extra_body={"advanced_params": {"num_inference_steps": 1, "guidance": 1.0}},
     )
     assert isinstance(unseeded.model_extra["seed"], int)  # assigned by the node
-    assert picture(base64.b64decode(unseeded.data[0].b64_json)) == ("JPEG", (512, 512))
+    assert picture(base64.b64decode(unseeded.data[0].b64_json)) == ("JPEG", SIZE)
 
 
 def test_url_answers_are_stored_on_the_api_node(
@@ -95,7 +94,7 @@ def test_url_answers_are_stored_on_the_api_node(
     fetched = httpx.get(url, timeout=30)
     assert fetched.status_code == 200
     assert fetched.headers["content-type"] == "image/webp"
-    assert picture(fetched.content) == ("WEBP", (512, 512))
+    assert picture(fetched.content) == ("WEBP", SIZE)
     listed = httpx.get(f"{daemon.url}/images", timeout=30).json()["data"]
     entry = next(item for item in listed if item["url"] == url)
     assert entry["content_type"] == "image/webp"
@@ -112,10 +111,9 @@ def test_edit_with_the_sdk(daemon: DaemonProcess, tiny_image_model: str) -> None
         model=tiny_image_model,
         image=("input.png", source.getvalue(), "image/png"),
         prompt="make it snow",
-        size="512x512",
-        extra_body={"advanced_params": '{"num_inference_steps": 2, "seed": 3}'},
+        extra_body={"advanced_params": '{"num_inference_steps": 2, "seed": 3, "guidance": 1.0}'},
     )
-    assert picture(base64.b64decode(edited.data[0].b64_json)) == ("PNG", (512, 512))
+    assert picture(base64.b64decode(edited.data[0].b64_json)) == ("PNG", SIZE)
     bad = httpx.post(
         f"{daemon.url}/v1/images/edits",
         data={"model": tiny_image_model, "prompt": "make it snow"},
@@ -133,7 +131,7 @@ def test_a_partial_image_stream(daemon: DaemonProcess, tiny_image_model: str) ->
         prompt="a fox",
         stream=True,
         partial_images=1,
-        extra_body={"advanced_params": {"num_inference_steps": 2, "seed": 1}},
+        extra_body={"advanced_params": {"num_inference_steps": 2, "seed": 1, "guidance": 1.0}},
     )
     events = list(stream)
     kinds = [event.type for event in events]
@@ -167,5 +165,67 @@ def test_skulk_image_writes_the_file(daemon: DaemonProcess, tmp_path: Path) -> N
         prog_name="skulk",
     )
     assert result.exit_code == 0, result.output
-    assert picture(output.read_bytes()) == ("PNG", (512, 512))
+    assert picture(output.read_bytes()) == ("PNG", SIZE)
     assert str(output) in result.output
+
+
+# -- another node's API ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def peer(
+    daemon: DaemonProcess, tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
+) -> Iterator[DaemonProcess]:
+    """A second node joining the first: the image instance stays on the first."""
+    node = DaemonProcess(
+        root=tmp_path_factory.mktemp("images-peer"),
+        models_dir=shared_models_dir,
+        peers=[daemon.fabric_address],
+        extra_env={"SKULK_ENABLE_IMAGE_MODELS": "true"},
+    )
+    node.start()
+    try:
+        wait_for(lambda: converged([daemon, node], 2), "two nodes to converge", timeout=90)
+        yield node
+    finally:
+        node.kill()
+
+
+def test_another_nodes_api_renders_on_the_serving_node(
+    daemon: DaemonProcess, peer: DaemonProcess, tiny_image_model: str
+) -> None:
+    client = sdk(peer)
+    made = client.images.generate(
+        model=tiny_image_model,
+        prompt="a fox",
+        response_format="url",
+        extra_body=FAST,
+    )
+    url = made.data[0].url
+    assert url.startswith(f"{peer.url}/images/")  # stored on the API node that answered
+    assert picture(httpx.get(url, timeout=30).content) == ("PNG", SIZE)
+    local = sdk(daemon).images.generate(model=tiny_image_model, prompt="a fox", extra_body=FAST)
+    remote = client.images.generate(model=tiny_image_model, prompt="a fox", extra_body=FAST)
+    assert base64.b64decode(remote.data[0].b64_json) == base64.b64decode(local.data[0].b64_json)
+    stream = client.images.generate(
+        model=tiny_image_model,
+        prompt="a fox",
+        stream=True,
+        partial_images=1,
+        extra_body={"advanced_params": {"num_inference_steps": 2, "seed": 1, "guidance": 1.0}},
+    )
+    assert [event.type for event in stream] == [
+        "image_generation.partial_image",
+        "image_generation.completed",
+    ]
+    from PIL import Image  # noqa: PLC0415
+
+    source = io.BytesIO()
+    Image.new("RGB", (64, 64), (10, 200, 10)).save(source, format="PNG")
+    edited = client.images.edit(
+        model=tiny_image_model,
+        image=("input.png", source.getvalue(), "image/png"),
+        prompt="make it snow",
+        extra_body={"advanced_params": '{"num_inference_steps": 2, "seed": 3, "guidance": 1.0}'},
+    )
+    assert picture(base64.b64decode(edited.data[0].b64_json)) == ("PNG", SIZE)
