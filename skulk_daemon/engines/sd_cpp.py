@@ -131,7 +131,50 @@ class StableDiffusionEngine:
             sent += 1
 
         interval = max(1, steps // (previews + 1)) if previews else 1
-        images = model.generate_image(
+        try:
+            images = self._generate(
+                model,
+                prompt=prompt,
+                negative_prompt=negative_prompt,
+                width=width,
+                height=height,
+                guidance=guidance,
+                steps=steps,
+                seed=seed,
+                init_image=init_image,
+                strength=strength,
+                previews=previews,
+                interval=interval,
+                preview=preview,
+            )
+        finally:
+            if previews:
+                _forget_preview_callback()
+        if not images:
+            raise RuntimeError("stable-diffusion.cpp returned no image")
+        return png_bytes(images[0])
+
+    @staticmethod
+    def _generate(
+        model: object,
+        *,
+        prompt: str,
+        negative_prompt: str,
+        width: int,
+        height: int,
+        guidance: float,
+        steps: int,
+        seed: int,
+        init_image: Image | None,
+        strength: float,
+        previews: int,
+        interval: int,
+        preview: Callable[[int, list[Image], bool], None],
+    ) -> list[Image]:
+        from stable_diffusion_cpp import StableDiffusion  # noqa: PLC0415
+
+        assert isinstance(model, StableDiffusion)
+        images: list[Image] = model.generate_image(
             prompt=prompt,
             negative_prompt=negative_prompt,
             width=width,
@@ -146,9 +189,19 @@ class StableDiffusionEngine:
             preview_interval=interval,
             preview_callback=preview if previews else None,
         )
-        if not images:
-            raise RuntimeError("stable-diffusion.cpp returned no image")
-        return png_bytes(images[0])
+        return images
+
+
+def _forget_preview_callback() -> None:
+    """Clear stable-diffusion.cpp's process-wide preview callback.
+
+    NOTE: the binding registers a ctypes callback for the call and never clears it;
+    once the call returns that callback is freed, and the next render (which would
+    still preview) jumps into freed memory: SIGSEGV. So a render with previews
+    always ends by registering none."""
+    from stable_diffusion_cpp import stable_diffusion_cpp as native  # noqa: PLC0415
+
+    native.sd_set_preview_callback(None, 0, 1, True, False, None)
 
 
 def open_image(data: bytes, width: int, height: int) -> Image:

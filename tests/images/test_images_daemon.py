@@ -48,8 +48,21 @@ def daemon(
         node.kill()
 
 
+_clients: list[Any] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _clients:
+        _clients.pop().close()
+
+
 def sdk(daemon: DaemonProcess) -> Any:
-    return openai.OpenAI(base_url=f"{daemon.url}/v1", api_key="unused", timeout=300)
+    """The official SDK on ``daemon`` (closed when the module ends)."""
+    client = openai.OpenAI(base_url=f"{daemon.url}/v1", api_key="unused", timeout=300)
+    _clients.append(client)
+    return client
 
 
 def picture(data: bytes) -> tuple[str, tuple[int, int]]:
@@ -139,6 +152,10 @@ def test_a_partial_image_stream(daemon: DaemonProcess, tiny_image_model: str) ->
     assert events[0].partial_image_index == 0
     for event in events:
         assert picture(base64.b64decode(event.b64_json))[0] == "PNG"
+    # The engine's preview hook outlives the render that set it: the next render,
+    # without previews, must not call into it (it once crashed the runner).
+    after = client.images.generate(model=tiny_image_model, prompt="a fox", extra_body=FAST)
+    assert picture(base64.b64decode(after.data[0].b64_json)) == ("PNG", SIZE)
 
 
 def test_bench_answers_stats_and_power(daemon: DaemonProcess, tiny_image_model: str) -> None:
