@@ -83,6 +83,7 @@ def test_check_reports_changed_missing_and_obsolete_files(tmp_path: Path) -> Non
                 "say",
                 "transcribe",
                 "voices",
+                "image",
             },
         ),
         ("skulk diagnostics ''", {"node", "cluster", "timeline", "capture"}),
