@@ -63,3 +63,20 @@ def _link_or_copy(source: Path, destination: Path) -> None:
     except OSError:
         shutil.copyfile(source, partial)
     os.replace(partial, destination)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m skulk_daemon.models.image_demo MODELS_DIR``: build and install it."""
+    import sys  # noqa: PLC0415
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m skulk_daemon.models.image_demo MODELS_DIR", file=sys.stderr)
+        return 2
+    installed = install_tiny_image_model(Path(args[0]).expanduser())
+    print(f"installed {installed.card.model_id} in {installed.location}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
