@@ -86,7 +86,10 @@ async def edit_form(fields: dict[str, str], files: dict[str, object]) -> EditFor
         values["output_compression"] = _int("output_compression", fields["output_compression"])
     if "stream" in fields:
         values["stream"] = _bool("stream", fields["stream"])
-    body = msgspec.convert(values, ImageGenerationRequest)
+    try:
+        body = msgspec.convert(values, ImageGenerationRequest)
+    except msgspec.ValidationError as exc:
+        raise _bad(f"invalid form: {exc}") from None
     if advanced is not None:
         body = msgspec.structs.replace(body, advanced_params=advanced)
     return EditForm(body=body, image=image, input_fidelity=fields.get("input_fidelity"))
