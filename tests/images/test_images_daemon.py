@@ -158,6 +158,32 @@ def test_a_partial_image_stream(daemon: DaemonProcess, tiny_image_model: str) ->
     assert picture(base64.b64decode(after.data[0].b64_json)) == ("PNG", SIZE)
 
 
+def test_cancel_ends_a_render_before_its_next_image(
+    daemon: DaemonProcess, tiny_image_model: str
+) -> None:
+    body = {
+        "model": tiny_image_model,
+        "prompt": "a fox",
+        "n": 4,
+        "stream": True,
+        "partial_images": 1,
+        "advanced_params": {"num_inference_steps": 2, "seed": 5, "guidance": 1.0},
+    }
+    with httpx.stream(
+        "POST", f"{daemon.url}/v1/images/generations", json=body, timeout=120
+    ) as response:
+        assert response.status_code == 200
+        command_id = response.headers["x-skulk-command-id"]
+        lines = response.iter_lines()
+        first = next(line for line in lines if line.startswith("data:"))
+        assert "image_generation.partial_image" in first
+        cancelled = httpx.post(f"{daemon.url}/v1/cancel/{command_id}", timeout=30)
+        assert cancelled.status_code == 200, cancelled.text
+        rest = [line for line in lines if line.startswith("data:")]
+    assert rest and '"type":"error"' in rest[-1] and "cancelled" in rest[-1]
+    assert not any("image_generation.completed" in line for line in rest)
+
+
 def test_bench_answers_stats_and_power(daemon: DaemonProcess, tiny_image_model: str) -> None:
     response = httpx.post(
         f"{daemon.url}/bench/images/generations",
