@@ -17,6 +17,7 @@ from skulk_cli.commands import (
     connectivity,
     diagnostics,
     diagnostics_jobs,
+    image,
     instances,
     logs,
     media_jobs,
@@ -112,6 +113,7 @@ plugins.app.add_typer(plugin_jobs.setup_app, name="setup")
 plugins.app.add_typer(plugin_jobs.grants_app, name="grants")
 app.command("ask")(steward.ask)
 app.add_typer(steward.app, name="steward")
+app.command("image")(image.image)
 
 
 def _print_version(value: bool) -> None:

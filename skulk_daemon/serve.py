@@ -315,6 +315,7 @@ async def _serve(
         raise
     agent.remote.attach(worker)
     agent.speech.attach(worker)
+    agent.images.attach(worker)
     worker.attach_remote(agent.remote)
     capabilities = CapabilityService(node, cluster=agent)
     agent.capabilities.attach(capabilities)

@@ -21,6 +21,8 @@ from skulk_daemon.diagnostics.tracing import MasterTraces, Tracer, TraceStore
 from skulk_daemon.embeddings.service import EmbeddingService
 from skulk_daemon.fabric.cluster import ClusterAgent
 from skulk_daemon.hub.service import HubService
+from skulk_daemon.images.service import ImageService
+from skulk_daemon.images.store import ImageStore
 from skulk_daemon.media.services import MediaServices
 from skulk_daemon.node.node import Node
 from skulk_daemon.node_admin.restart import RestartLatch
@@ -61,6 +63,7 @@ class Services:
     store: StoreService | None = None
     media: MediaServices | None = None
     steward: StewardService | None = None
+    images: ImageService | None = None
 
     @classmethod
     def build(
@@ -137,4 +140,11 @@ class Services:
             store=StoreService(node, hub),
             media=MediaServices.build(node, worker, commands),
             steward=steward,
+            images=ImageService(
+                node,
+                worker,
+                commands,
+                ImageStore(node.settings.data_dir / "images"),
+                remote=cluster.images if cluster is not None else None,
+            ),
         )

@@ -202,6 +202,38 @@ class RunSpeech(msgspec.Struct, frozen=True, kw_only=True, tag="run_speech"):
     job: SpeechJob
 
 
+class RenderJob(msgspec.Struct, frozen=True, kw_only=True, tag="render"):
+    """An image render for a remote runner (the runner's ``RenderImages``). An edit's
+    input image follows on the data plane (never here); the serving node checks it
+    against ``image_bytes``, ``image_frames`` and ``image_sha256`` (lowercase hex)."""
+
+    task_id: TaskId
+    prompt: str
+    negative_prompt: str = ""
+    width: int
+    height: int
+    count: int = 1
+    seed: int
+    steps: int
+    guidance: float
+    strength: float = 0.75
+    previews: int = 0
+    collect_stats: bool = False
+    image_bytes: int = 0
+    image_frames: int = 0
+    image_sha256: str = ""
+
+
+class RunImages(msgspec.Struct, frozen=True, kw_only=True, tag="run_images"):
+    """Serve a render on the node that hosts the instance's runner; the answer (and
+    any previews) come back to the owning (API) node as ``command_id``'s data stream.
+    ``CancelTask`` stops it."""
+
+    command_id: CommandId
+    instance_id: InstanceId
+    job: RenderJob
+
+
 class CapabilityDescribe(msgspec.Struct, frozen=True, kw_only=True, tag="cap_describe"):
     """Ask a node for its ready capability descriptors."""
 
@@ -344,6 +376,31 @@ class SynthesisDone(msgspec.Struct, frozen=True, kw_only=True, tag="synthesis_do
     sentences: int
 
 
+class ImagePart(msgspec.Struct, frozen=True, kw_only=True, tag="image_part"):
+    """Bytes of one PNG of a render's answer, at most :data:`MAX_SPEECH_FRAME_BYTES`:
+    image ``index``'s final picture (``number`` -1) or its ``number``-th preview;
+    ``last`` closes that picture."""
+
+    task_id: TaskId
+    index: int
+    number: int = -1
+    png: bytes
+    last: bool = True
+
+
+class ImagesDone(msgspec.Struct, frozen=True, kw_only=True, tag="images_done"):
+    """The render ended; its ``count`` pictures came before. The stats fields are the
+    runner's when it measured (a bench request)."""
+
+    task_id: TaskId
+    width: int
+    height: int
+    count: int
+    render_seconds: float | None = None
+    load_seconds: float = 0.0
+    steps: int = 0
+
+
 class TranscriptionDone(msgspec.Struct, frozen=True, kw_only=True, tag="transcription_done"):
     """The transcription ended; its segments and text came before."""
 
@@ -367,6 +424,8 @@ DataPayload = (
     | SpeechText
     | SynthesisDone
     | TranscriptionDone
+    | ImagePart
+    | ImagesDone
     | bytes
 )
 """What one data frame carries: a generation's chunk or run of tokens, a speech
@@ -402,6 +461,7 @@ Body = (
     | RunTask
     | CancelTask
     | RunSpeech
+    | RunImages
     | DataFrame
     | CapabilityDescribe
     | CapabilityDescribed
@@ -423,6 +483,7 @@ PLANE_OF: Final[dict[type, Plane]] = {
     RunTask: "control",
     CancelTask: "control",
     RunSpeech: "control",
+    RunImages: "control",
     DataFrame: "data",
     CapabilityDescribe: "control",
     CapabilityDescribed: "control",

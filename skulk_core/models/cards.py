@@ -199,5 +199,8 @@ def served_kind(card: ModelCard) -> ModelKind:
 
 def is_directory_card(card: ModelCard) -> bool:
     """Whether the card's engine loads its model directory rather than one GGUF file
-    (speech, video and music cards)."""
-    return card.audio is not None or card.video is not None or card.music is not None
+    (speech, image, video and music cards)."""
+    tasks = card.tasks
+    images = ModelTask.TEXT_TO_IMAGE in tasks or ModelTask.IMAGE_TO_IMAGE in tasks
+    media = card.audio is not None or card.video is not None or card.music is not None
+    return media or (images and ModelTask.TEXT_GENERATION not in tasks)

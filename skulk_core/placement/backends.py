@@ -13,6 +13,8 @@ BACKEND_CTRANSLATE2: Final = "ctranslate2"
 """faster-whisper's engine (speech to text)."""
 BACKEND_ONNXRUNTIME: Final = "onnxruntime"
 """ONNX voices (text to speech)."""
+BACKEND_SD_CPP: Final = "stable_diffusion_cpp"
+"""stable-diffusion.cpp (text to image, image to image)."""
 
 # Engines that allocate the whole KV window when they load the model. For them the
 # window is a commitment; MLX grows its cache per request instead.

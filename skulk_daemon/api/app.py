@@ -161,6 +161,7 @@ def create_app(
             "chat": provider(services.chat),
             "embeddings": provider(services.embeddings),
             "speech": provider(services.speech),
+            "images": provider(services.images),
             "placement": provider(services.placement),
             "diagnostics": provider(services.diagnostics),
             "metrics": provider(services.metrics),

@@ -18,7 +18,8 @@ from litestar.response import Stream
 from skulk_core.chat.generation import GenerationStats
 from skulk_daemon.api.authority import declare
 from skulk_daemon.api.connection import HttpRequest
-from skulk_daemon.api.images import IMAGE_DOC, IMAGE_NEVER_SUCCEEDS, refuse_image_request
+from skulk_daemon.api.embeddings import unless_disconnected
+from skulk_daemon.api.images import EDIT_DOC, GENERATION_DOC, read_edit, read_generation
 from skulk_daemon.api.openai_chat import LATE_ERROR, MAX_CHAT_BODY_BYTES
 from skulk_daemon.api.openapi import (
     COMMAND_ID_HEADER,
@@ -35,6 +36,14 @@ from skulk_daemon.chat.openai_request import decode_chat_request, to_task
 from skulk_daemon.chat.openai_wire import json_body, stats_fields
 from skulk_daemon.chat.service import ChatService
 from skulk_daemon.chat.turn import TurnEnd, TurnEvent
+from skulk_daemon.embeddings.service import STATUS_CANCELLED
+from skulk_daemon.errors import ApiError
+from skulk_daemon.images.protocol import (
+    MAX_EDIT_BODY_BYTES,
+    ImageGenerationStats,
+    ImagesResponse,
+)
+from skulk_daemon.images.service import AdmittedImages, ImageService
 from skulk_daemon.node.node import Node
 from skulk_daemon.telemetry.power import PowerMeter, PowerReading
 
@@ -56,6 +65,13 @@ class BenchCompletion(ChatCompletion, frozen=True, kw_only=True):
     writes it from the completion and :func:`power_usage`)."""
 
     generation_stats: GenerationStats
+    power_usage: PowerUsage | None
+
+
+class BenchImages(ImagesResponse, frozen=True, kw_only=True):
+    """What ``POST /bench/images/*`` answers."""
+
+    generation_stats: ImageGenerationStats
     power_usage: PowerUsage | None
 
 
@@ -114,14 +130,55 @@ class BenchController(Controller):
         )
 
     @post(
-        ["/bench/images/generations", "/bench/images/edits"],
+        "/bench/images/generations",
+        status_code=200,
+        summary="A non-streaming image generation plus generation stats and power usage",
+        responses=errors(OPENAI, 400, 404, 413, STATUS_CANCELLED, 503),
+        operation_class=GENERATION_DOC,
+    )
+    async def bench_generations(
+        self, request: HttpRequest, node: Node, images: ImageService
+    ) -> BenchImages:
+        admitted = await read_generation(request, images, bench=True)
+        return await _bench_images(request, node, images, admitted)
+
+    @post(
+        "/bench/images/edits",
         # Edits take multipart form data (the image), as OpenAI's do.
         opt=declare(Requirement.OPEN, json_body=False),
         status_code=200,
-        summary="Image benchmarks: the same admission as the ordinary image routes",
-        response_description=IMAGE_NEVER_SUCCEEDS,
-        responses=errors(OPENAI, 400, 404, 413),
-        operation_class=IMAGE_DOC,
+        summary="A non-streaming image edit plus generation stats and power usage",
+        request_max_body_size=MAX_EDIT_BODY_BYTES,
+        responses=errors(OPENAI, 400, 404, 413, STATUS_CANCELLED, 503),
+        operation_class=EDIT_DOC,
     )
-    async def bench_images(self, request: HttpRequest) -> None:
-        await refuse_image_request(request)
+    async def bench_edits(
+        self, request: HttpRequest, node: Node, images: ImageService
+    ) -> BenchImages:
+        admitted = await read_edit(request, images, bench=True)
+        return await _bench_images(request, node, images, admitted)
+
+
+async def _bench_images(
+    request: HttpRequest, node: Node, images: ImageService, admitted: AdmittedImages
+) -> BenchImages:
+    begin = await _meter.start()
+    outcome = await unless_disconnected(request, images.render(admitted, str(request.base_url)))
+    reading = await _meter.stop(begin)
+    if outcome is None:
+        raise ApiError(STATUS_CANCELLED, "the client disconnected", code="client_disconnected")
+    rendered = outcome[0]
+    stats = rendered.stats
+    if stats is None:
+        raise ApiError(500, "the runner measured nothing", code="engine_failed")
+    response = rendered.response
+    return BenchImages(
+        created=response.created,
+        data=response.data,
+        output_format=response.output_format,
+        quality=response.quality,
+        size=response.size,
+        seed=response.seed,
+        generation_stats=stats,
+        power_usage=power_usage(node, reading),
+    )

@@ -57,6 +57,7 @@ from skulk_core.cluster.fabric import (
     EventBatch,
     Header,
     PeerAddress,
+    RunImages,
     RunSpeech,
     RunTask,
     ShareHfToken,
@@ -82,6 +83,7 @@ from skulk_daemon.fabric.peers import (
     parse_peer,
 )
 from skulk_daemon.fabric.remote_capabilities import RemoteCapabilities
+from skulk_daemon.fabric.remote_images import RemoteImages
 from skulk_daemon.fabric.remote_speech import RemoteSpeech
 from skulk_daemon.fabric.remote_tasks import RemoteTasks
 from skulk_daemon.fabric.replicator import Replicator
@@ -126,6 +128,7 @@ class ClusterAgent:
         self.data = DataPlane(node.node_id, self._send_data)
         self.remote = RemoteTasks(self)
         self.speech = RemoteSpeech(self)
+        self.images = RemoteImages(self)
         self.capabilities = RemoteCapabilities(self)
         self.token_share = TokenShare(node, self.outbox)
         self.counters = LinkCounters()
@@ -185,6 +188,7 @@ class ClusterAgent:
         self.commands.close()
         await self.remote.close()
         await self.speech.close()
+        await self.images.close()
         await self.capabilities.close()
         await self.transport.close()
 
@@ -212,7 +216,9 @@ class ClusterAgent:
     def _send_data(self, owner: NodeId, frame: DataFrame) -> bool:
         return self.outbox.send(owner, frame)
 
-    def send_control(self, node_id: NodeId, body: RunTask | RunSpeech | CancelTask) -> bool:
+    def send_control(
+        self, node_id: NodeId, body: RunTask | RunSpeech | RunImages | CancelTask
+    ) -> bool:
         return self.outbox.send(node_id, body)
 
     def send_capability(self, node_id: NodeId, body: CapabilityMessage) -> bool:
@@ -345,9 +351,12 @@ class ClusterAgent:
                 self.remote.serve(header.origin, body)
             case RunSpeech():
                 self.speech.serve(header.origin, body)
+            case RunImages():
+                self.images.serve(header.origin, body)
             case CancelTask(command_id=command_id):
                 self.remote.stop(command_id)
                 self.speech.stop(command_id)
+                self.images.stop(command_id)
             case (
                 CapabilityDescribe()
                 | CapabilityDescribed()

@@ -21,6 +21,7 @@ from skulk_core.cluster.fabric import (
     CapabilityDescribed,
     CapabilityOpen,
     CapabilityOutcome,
+    RunImages,
     RunSpeech,
     RunTask,
 )
@@ -54,7 +55,9 @@ class FabricLink(Protocol):
     @property
     def counters(self) -> LinkCounters: ...
 
-    def send_control(self, node_id: NodeId, body: RunTask | RunSpeech | CancelTask) -> bool:
+    def send_control(
+        self, node_id: NodeId, body: RunTask | RunSpeech | RunImages | CancelTask
+    ) -> bool:
         """Send a task message to ``node_id``; False when it cannot be reached."""
         ...
 

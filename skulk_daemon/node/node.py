@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,6 +30,7 @@ from skulk_core.config import SkulkConfig
 from skulk_core.ids import InstanceId, ModelId, NodeId, new_command_id
 from skulk_core.models.cards import ModelCard
 from skulk_core.models.catalog import Catalog, InstalledModel, build_catalog
+from skulk_core.models.image_cards import visible_catalog
 from skulk_core.placement import ClusterFacts, cluster_facts
 from skulk_core.placement.ordering import admit_command
 from skulk_core.registry.format import VerifiedCatalog
@@ -172,13 +174,15 @@ class Node:
     def catalog(self) -> Catalog:
         signed = self.registry_catalog()
         if signed is None:
-            return build_catalog(self.installed_models, self._state.custom_model_cards)
-        return build_catalog(
-            self.installed_models,
-            self._state.custom_model_cards,
-            signed.cards,
-            signed.advisories,
-        )
+            catalog = build_catalog(self.installed_models, self._state.custom_model_cards)
+        else:
+            catalog = build_catalog(
+                self.installed_models,
+                self._state.custom_model_cards,
+                signed.cards,
+                signed.advisories,
+            )
+        return visible_catalog(catalog, os.environ)
 
     def view(self) -> ClusterView:
         state = self._state

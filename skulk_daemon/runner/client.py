@@ -40,6 +40,8 @@ from skulk_daemon.runner.protocol import (
     Embedded,
     Failed,
     Generate,
+    ImagePreview,
+    ImagesRendered,
     Load,
     MediaProgress,
     MediaRendered,
@@ -48,6 +50,7 @@ from skulk_daemon.runner.protocol import (
     Phase,
     ProtocolError,
     RealtimeAudio,
+    RenderImages,
     RunnerMessage,
     RunnerPhase,
     RunnerSpeechTask,
@@ -62,6 +65,7 @@ from skulk_daemon.runner.routing import (
     ERROR_RUNNER_FAILED,
     Answer,
     PartSink,
+    PreviewSink,
     ProgressSink,
     TaskRouter,
     runner_failed,
@@ -72,6 +76,7 @@ __all__ = [
     "ERROR_RUNNER_FAILED",
     "Answer",
     "PartSink",
+    "PreviewSink",
     "RunnerExit",
     "RunnerFailed",
     "RunnerProcess",
@@ -285,7 +290,7 @@ class RunnerProcess:
 
     async def speech(
         self, task: RunnerSpeechTask, on_partial: PartSink = None
-    ) -> Synthesized | Transcribed | ErrorChunk:
+    ) -> Synthesized | Transcribed | ImagesRendered | ErrorChunk:
         """Run one speech task on a runner loaded in ``"speak"``/``"transcribe"`` mode;
         a streamed task's parts go to ``on_partial`` (in order) before the answer.
         Cancelling the caller cancels the task on the runner."""
@@ -310,7 +315,23 @@ class RunnerProcess:
         assert isinstance(answer, MediaRendered | ErrorChunk), "the runner answered out of kind"
         return answer
 
-    async def _ask(self, task_id: TaskId, message: Embed | RunnerSpeechTask | MediaTask) -> Answer:
+    async def render(
+        self, task: RenderImages, on_preview: PreviewSink = None
+    ) -> ImagesRendered | ErrorChunk:
+        """Render images on a runner loaded in ``"image"`` mode; previews go to
+        ``on_preview`` (in order) before the answer. Cancelling the caller cancels the
+        task on the runner."""
+        self._tasks.preview(task.task_id, on_preview)
+        try:
+            answer = await self._ask(task.task_id, task)
+        finally:
+            self._tasks.preview(task.task_id, None)
+        assert isinstance(answer, ImagesRendered | ErrorChunk), "the runner answered out of kind"
+        return answer
+
+    async def _ask(
+        self, task_id: TaskId, message: Embed | RunnerSpeechTask | MediaTask | RenderImages
+    ) -> Answer:
         """Send a task answered by one message and wait for that answer."""
         if self._tasks.running(task_id):
             raise ValueError(f"task {task_id} is already running on this runner")
@@ -436,6 +457,8 @@ class RunnerProcess:
                 | SpeechPartial()
                 | MediaProgress()
                 | MediaRendered()
+                | ImagesRendered()
+                | ImagePreview()
             ):
                 self._tasks.deliver(message)
             case Phase(phase=phase, detail=detail):

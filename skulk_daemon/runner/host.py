@@ -136,6 +136,10 @@ def _serve(stdin: BinaryIO, outbox: _Outbox) -> int:
         from skulk_daemon.runner.media_mode import serve_media  # noqa: PLC0415 (as above)
 
         return serve_media(stdin, outbox.send, first)
+    if first.mode == "image":
+        from skulk_daemon.runner.image_mode import serve_images  # noqa: PLC0415 (see below)
+
+        return serve_images(stdin, outbox.send, first)
     gates: DriverGates | None = None
     if first.pool is not None:
         # NOTE: before llama.cpp is imported (its import starts a thread): the
@@ -190,6 +194,7 @@ def _serve(stdin: BinaryIO, outbox: _Outbox) -> int:
         ),
         cancel=engine.cancel,
         speech=lambda task: outbox.send(_wrong_mode(task.task_id, "serves no speech")),
+        images=lambda task: outbox.send(_wrong_mode(task.task_id, "renders no images")),
     )
     outbox.phase("shutting_down")
     if gates is not None:
@@ -259,6 +264,7 @@ def _serve_embeddings(stdin: BinaryIO, outbox: _Outbox, load: Load) -> int:
         embed=engine.submit,
         cancel=engine.cancel,
         speech=lambda task: outbox.send(_wrong_mode(task.task_id, "serves no speech")),
+        images=lambda task: outbox.send(_wrong_mode(task.task_id, "renders no images")),
     )
     outbox.phase("shutting_down")
     engine.unload()

@@ -44,12 +44,12 @@ VERBOSE_ENV: Final = "SKULK_RUNNER_VERBOSE"
 """``1`` lets llama.cpp's own log through to the runner's stderr."""
 
 RunnerPhase = Literal["loading", "loaded", "warming_up", "ready", "shutting_down", "shutdown"]
-RunnerMode = Literal["generate", "embed", "rpc_donor", "speak", "transcribe", "render"]
+RunnerMode = Literal["generate", "embed", "rpc_donor", "speak", "transcribe", "render", "image"]
 """What a runner serves: text generation (``Generate``), embeddings (``Embed``), its
 memory to an RPC pool's driver (``"rpc_donor"``: no model, no tasks), speech synthesis
-(``Synthesize``) or speech to text (``Transcribe``), or media jobs (``"render"``:
-``RenderVideo``/``ComposeMusic``); a speech or media runner's ``model_path`` is its
-model directory."""
+(``Synthesize``) or speech to text (``Transcribe``), media jobs (``"render"``:
+``RenderVideo``/``ComposeMusic``) or images (``"image"``: :class:`RenderImages`); a
+speech, media or image runner's ``model_path`` is its model directory."""
 
 ERROR_CANCELLED: Final = "cancelled"
 """The ``ErrorChunk`` code that ends a cancelled embedding task."""
@@ -250,6 +250,56 @@ class MediaRendered(msgspec.Struct, frozen=True, kw_only=True, tag="media_render
     engine: str
 
 
+class RenderImages(msgspec.Struct, frozen=True, kw_only=True, tag="render_images"):
+    """Render ``count`` images (edits: from ``init_image``, an encoded picture); answered
+    by one :class:`ImagesRendered` or ``ErrorChunk``. With ``previews`` > 0, that many
+    :class:`ImagePreview` per image come first. Image ``i`` uses ``seed + i``."""
+
+    KIND: ClassVar[ModelTask] = ModelTask.TEXT_TO_IMAGE
+    task_id: TaskId
+    prompt: str
+    negative_prompt: str = ""
+    width: int
+    height: int
+    count: int = 1
+    seed: int
+    steps: int
+    guidance: float
+    init_image: bytes | None = None
+    strength: float = 0.75
+    previews: int = 0
+    collect_stats: bool = False
+
+
+class ImagePreview(msgspec.Struct, frozen=True, kw_only=True, tag="image_preview"):
+    """An intermediate picture of image ``index`` (PNG), the ``number``-th of its previews."""
+
+    task_id: TaskId
+    index: int
+    number: int
+    png: bytes
+
+
+class ImageStats(msgspec.Struct, frozen=True, kw_only=True):
+    """What the engine measured of one render (the bench routes' ``generation_stats``)."""
+
+    load_seconds: float = 0.0
+    render_seconds: float
+    steps: int
+    images: int
+    seconds_per_step: float
+
+
+class ImagesRendered(msgspec.Struct, frozen=True, kw_only=True, tag="images_rendered"):
+    """Each image as a lossless PNG, in seed order; the API node re-encodes."""
+
+    task_id: TaskId
+    images: tuple[bytes, ...]
+    width: int
+    height: int
+    stats: ImageStats | None = None
+
+
 class Cancel(msgspec.Struct, frozen=True, kw_only=True, tag="cancel"):
     task_id: TaskId
 
@@ -282,6 +332,7 @@ ParentMessage = (
     | RealtimeAudio
     | RenderVideo
     | ComposeMusic
+    | RenderImages
     | Cancel
     | Shutdown
 )
@@ -297,6 +348,8 @@ RunnerMessage = (
     | SpeechPartial
     | MediaProgress
     | MediaRendered
+    | ImagesRendered
+    | ImagePreview
 )
 MediaTask = RenderVideo | ComposeMusic
 """A media job's task, answered from its one request message."""
@@ -401,6 +454,7 @@ def serve_frames(
     speech: Callable[[RunnerSpeechTask], None] | None = None,
     audio: Callable[[RealtimeAudio], None] | None = None,
     media: Callable[[MediaTask], None] | None = None,
+    images: Callable[[RenderImages], None] | None = None,
 ) -> None:
     """The runner's main loop once it serves: hand each of the parent's frames to
     its handler until :class:`Shutdown` or the end of stdin (the parent is gone).
@@ -429,6 +483,10 @@ def serve_frames(
                 if media is None:
                     raise ProtocolError("this runner serves no media jobs")
                 media(job)
+            case RenderImages() as render:
+                if images is None:
+                    raise ProtocolError("this runner renders no images")
+                images(render)
             case Cancel(task_id=task_id):
                 cancel(task_id)
             case Shutdown():

@@ -18,6 +18,8 @@ from skulk_core.ids import TaskId
 from skulk_daemon.runner.inbound import TaskStream
 from skulk_daemon.runner.protocol import (
     Embedded,
+    ImagePreview,
+    ImagesRendered,
     MediaProgress,
     MediaRendered,
     SpeechPartial,
@@ -28,13 +30,15 @@ from skulk_daemon.runner.protocol import (
 ERROR_RUNNER_FAILED: Final = "runner_failed"
 ERROR_CONSUMER_TOO_SLOW: Final = "consumer_too_slow"
 
-Answer = Embedded | Synthesized | Transcribed | MediaRendered | ErrorChunk
-"""What answers a task that gets one message back (an embedding, a speech task or a
-media job)."""
+Answer = Embedded | Synthesized | Transcribed | MediaRendered | ImagesRendered | ErrorChunk
+"""What answers a task that gets one message back (an embedding, a speech task, a
+media job or an image render)."""
 PartSink = Callable[[SpeechPartial], None] | None
 """Where a streamed speech task's parts go, in order (``None``: not streamed)."""
 ProgressSink = Callable[[MediaProgress], None] | None
 """Where a media job's progress reports go."""
+PreviewSink = Callable[[ImagePreview], None] | None
+"""Where a render's previews go, in order (``None``: none asked for)."""
 TaskMessage = (
     TokenChunk
     | FinishChunk
@@ -45,6 +49,8 @@ TaskMessage = (
     | SpeechPartial
     | MediaProgress
     | MediaRendered
+    | ImagesRendered
+    | ImagePreview
 )
 """A runner message that belongs to one task."""
 
@@ -68,6 +74,7 @@ class TaskRouter:
         self._answers: dict[TaskId, asyncio.Future[Answer]] = {}
         self._partials: dict[TaskId, Callable[[SpeechPartial], None]] = {}
         self._progress: dict[TaskId, Callable[[MediaProgress], None]] = {}
+        self._previews: dict[TaskId, Callable[[ImagePreview], None]] = {}
         # Tasks we stopped listening to; their messages are dropped until the
         # runner's terminal message for them arrives (see deliver).
         self._abandoned: set[TaskId] = set()
@@ -120,6 +127,13 @@ class TaskRouter:
         else:
             self._progress[task_id] = progress
 
+    def preview(self, task_id: TaskId, previews: PreviewSink) -> None:
+        """Send ``task_id``'s image previews to ``previews`` (None: stop)."""
+        if previews is None:
+            self._previews.pop(task_id, None)
+        else:
+            self._previews[task_id] = previews
+
     def abandon(self, task_id: TaskId) -> None:
         """Cancel a task nobody reads any more.
 
@@ -139,6 +153,7 @@ class TaskRouter:
                 TokenChunk(task_id=task_id)
                 | SpeechPartial(task_id=task_id)
                 | MediaProgress(task_id=task_id)
+                | ImagePreview(task_id=task_id)
             ) if task_id in self._abandoned:
                 pass
             case MediaProgress(task_id=task_id):
@@ -149,6 +164,10 @@ class TaskRouter:
                 deliver = self._partials.get(task_id)
                 if deliver is not None:
                     deliver(message)
+            case ImagePreview(task_id=task_id):
+                show = self._previews.get(task_id)
+                if show is not None:
+                    show(message)
             case (
                 FinishChunk(task_id=task_id)
                 | ErrorChunk(task_id=task_id)
@@ -156,6 +175,7 @@ class TaskRouter:
                 | Synthesized(task_id=task_id)
                 | Transcribed(task_id=task_id)
                 | MediaRendered(task_id=task_id)
+                | ImagesRendered(task_id=task_id)
             ) if task_id in self._abandoned:
                 self._abandoned.discard(task_id)
             case (
@@ -163,6 +183,7 @@ class TaskRouter:
                 | Synthesized(task_id=task_id)
                 | Transcribed(task_id=task_id)
                 | MediaRendered(task_id=task_id)
+                | ImagesRendered(task_id=task_id)
             ):
                 self._answer(task_id, message)
             case TokenChunk(task_id=task_id):

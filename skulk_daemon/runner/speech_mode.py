@@ -281,6 +281,7 @@ def serve_speech(stdin: BinaryIO, send: Send, load: Load) -> int:
         cancel=worker.cancel,
         speech=worker.submit,
         audio=inlets.feed,
+        images=lambda task: send(_error(task.task_id, ERROR_INVALID_REQUEST, "renders no images")),
     )
     send(Phase(phase="shutting_down"))
     worker.stop()

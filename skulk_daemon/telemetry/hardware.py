@@ -40,6 +40,7 @@ BACKEND_LLAMA_CPP = "llama_cpp"
 BACKEND_MLX = "mlx"
 BACKEND_CTRANSLATE2 = "ctranslate2"  # faster-whisper (speech to text)
 BACKEND_ONNXRUNTIME = "onnxruntime"  # ONNX voices (text to speech)
+BACKEND_SD_CPP = "stable_diffusion_cpp"  # stable-diffusion.cpp (images)
 
 GPU_DETECTION_DEGRADED = "gpu_detection_degraded"
 GPU_SERVING_DISABLED = "gpu_serving_disabled"
@@ -272,7 +273,13 @@ def detect_backends(accelerator: Accelerator | None) -> tuple[str, ...]:
     is offered whenever its package is installed, whatever the hardware.
     """
     del accelerator  # NOTE: kept in the signature for hardware-gated engines.
-    engines = (BACKEND_LLAMA_CPP, BACKEND_MLX, BACKEND_CTRANSLATE2, BACKEND_ONNXRUNTIME)
+    engines = (
+        BACKEND_LLAMA_CPP,
+        BACKEND_MLX,
+        BACKEND_CTRANSLATE2,
+        BACKEND_ONNXRUNTIME,
+        BACKEND_SD_CPP,
+    )
     found = [name for name in engines if _findable(name)]
     return tuple(sorted([*found, *media_backends()]))
 

@@ -59,7 +59,8 @@ class Launcher:
     def model_path(self, model_id: ModelId) -> Path | None:
         entry = self._node.catalog().get(model_id)
         if entry is not None and entry.location is not None and is_directory_card(entry.card):
-            # A speech or media runner loads its model directory (its engine knows the files).
+            # A speech, image or media runner loads its model directory (its engine knows
+            # the files).
             directory = Path(entry.location)
             return directory if directory.is_dir() else None
         if entry is None or entry.location is None or entry.card.gguf_file is None:
@@ -82,6 +83,8 @@ class Launcher:
                 return "transcribe"
             if ModelTask.TEXT_TO_VIDEO in tasks or ModelTask.TEXT_TO_MUSIC in tasks:
                 return "render"
+            if ModelTask.TEXT_TO_IMAGE in tasks or ModelTask.IMAGE_TO_IMAGE in tasks:
+                return "image"
         return "generate"
 
     async def load_for(

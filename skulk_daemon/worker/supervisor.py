@@ -24,8 +24,14 @@ from skulk_core.state.shards import serving_node
 from skulk_daemon.engines.base import DEFAULT_SLOTS
 from skulk_daemon.hub.download import Downloads
 from skulk_daemon.node.node import Node
-from skulk_daemon.runner.client import Answer, PartSink
-from skulk_daemon.runner.protocol import Embedded, MediaRendered, MediaTask, RunnerSpeechTask
+from skulk_daemon.runner.client import Answer, PartSink, PreviewSink
+from skulk_daemon.runner.protocol import (
+    Embedded,
+    MediaRendered,
+    MediaTask,
+    RenderImages,
+    RunnerSpeechTask,
+)
 from skulk_daemon.runner.routing import ProgressSink
 from skulk_daemon.worker.flight import FlightRecorder
 from skulk_daemon.worker.launch import Launcher
@@ -258,6 +264,24 @@ class Supervisor:
         assert runner.process is not None
         with self._tasks.open(runner, task.task_id, command_id, task.KIND) as outcome:
             result = await runner.process.media(task, progress)
+            outcome.status = answer_status(result)
+            return result
+
+    async def render(
+        self,
+        instance_id: InstanceId,
+        task: RenderImages,
+        command_id: CommandId,
+        previews: PreviewSink = None,
+    ) -> Answer:
+        """Render images on this node's runner for the instance, as one task in
+        ``/state`` (never its prompt or pictures); ``previews`` gets its previews."""
+        runner = await self._serving_runner(instance_id, task.task_id)
+        if isinstance(runner, ErrorChunk):
+            return runner
+        assert runner.process is not None
+        with self._tasks.open(runner, task.task_id, command_id, task.KIND) as outcome:
+            result = await runner.process.render(task, previews)
             outcome.status = answer_status(result)
             return result
 

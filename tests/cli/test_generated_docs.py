@@ -88,6 +88,7 @@ def test_check_reports_changed_missing_and_obsolete_files(tmp_path: Path) -> Non
                 "music",
                 "ask",
                 "steward",
+                "image",
             },
         ),
         ("skulk video ''", {"create", "status", "download", "cancel"}),

@@ -39,8 +39,12 @@ from skulk_core.cluster.fabric import (
     Elect,
     EventBatch,
     Header,
+    ImagePart,
+    ImagesDone,
     PeerAddress,
     Plane,
+    RenderJob,
+    RunImages,
     RunSpeech,
     RunTask,
     ShareHfToken,
@@ -271,6 +275,7 @@ def sample_bodies() -> list[Body]:
         *generation_bodies(),
         *capability_bodies(),
         *speech_bodies(),
+        *image_bodies(),
     ]
 
 
@@ -377,6 +382,27 @@ def speech_bodies() -> list[Body]:
             job=SynthesisJob(task_id=task, text="Hi.", seed=7),
         ),
         RunSpeech(command_id=command, instance_id=InstanceId("i1"), job=transcription),
+        *(
+            DataFrame(command_id=command, seq=seq, payload=payload)
+            for seq, payload in enumerate(payloads)
+        ),
+    ]
+
+
+def image_bodies() -> list[Body]:
+    """A remote render's messages: its job and answer pieces."""
+    command, task = CommandId("c4"), TaskId("t4")
+    job = RenderJob(
+        task_id=task, prompt="a fox", width=512, height=512, seed=7, steps=2, guidance=5.0
+    )
+    payloads = [
+        SpeechAccepted(task_id=task),
+        ImagePart(task_id=task, index=0, number=0, png=b"\x89PNG", last=True),
+        ImagePart(task_id=task, index=0, png=b"\x89PNG", last=False),
+        ImagesDone(task_id=task, width=512, height=512, count=1, render_seconds=1.5, steps=2),
+    ]
+    return [
+        RunImages(command_id=command, instance_id=InstanceId("i1"), job=job),
         *(
             DataFrame(command_id=command, seq=seq, payload=payload)
             for seq, payload in enumerate(payloads)

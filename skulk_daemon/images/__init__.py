@@ -1,0 +1,1 @@
+"""Image generation and editing: admission, dispatch, encoding, the stored-image cache."""
