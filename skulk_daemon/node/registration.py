@@ -10,7 +10,6 @@ against this node's own place in State (placement) waits for it with
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Final
@@ -54,8 +53,9 @@ class Registration:
         """Until a background registration is done, for at most :data:`WAIT_SECONDS`."""
         task = self._task
         if task is not None and not task.done():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(task), WAIT_SECONDS)
+            # NOTE: asyncio.wait, not wait_for: it neither cancels the registration
+            # when the caller gives up nor raises when it was cancelled (closing).
+            await asyncio.wait({task}, timeout=WAIT_SECONDS)
 
     def close(self) -> None:
         if self._task is not None:
