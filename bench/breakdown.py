@@ -55,7 +55,7 @@ from bench._common import (
     wait_for_quiet,
 )
 from bench.concurrency import DEFAULT_LLAMA_SERVER, SLOTS, llama_server
-from bench.single_stream import GEMMA_TURN
+from bench.single_stream import DEMO_PROMPT
 from skulk_core.chat.generation import EngineChunk, GenerationRequest, SamplingParams, TokenChunk
 from skulk_core.ids import TaskId
 from skulk_daemon.engines.llama_cpp import LlamaCppEngine, LlamaCppSettings, set_llama_logging
@@ -167,7 +167,7 @@ async def http_round(url: str, body: dict[str, Any], n: int) -> Tokens:
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     model_dir: Path = args.models_dir
-    prompt = GEMMA_TURN.format(prompt=args.prompt)  # what the daemon's template renders
+    prompt = DEMO_PROMPT.format(prompt=args.prompt)  # what the daemon's template renders
     body = chat_body(args.prompt, args.max_tokens)
     results: dict[str, dict[int, Measured]] = {}
     with skulk_serving(model_dir, args.context) as daemon:

@@ -5,11 +5,12 @@ Both serve the demo model (Gemma 3 270M Q4_K_M) with the same engine version
 ``bench/build_llama_server.sh``), the same number of slots (4), the same context
 per slot, the same threads (all cores), batch 512, continuous batching, a
 non-unified KV cache and a full-size SWA cache (Skulk's engine settings), and
-the same Jinja chat template. Both keep prompts between requests (the server's
+the same rendering of the turns (the demo is a base card: plain text, no chat
+template). Both keep prompts between requests (the server's
 prompt cache on, its default; Skulk reuses any common prefix by default).
 
 At each level N (default 1, 4, 8) N streaming chat completions with the same
-messages (each side applies the Gemma turn template), greedy, ``--max-tokens``
+messages (each side renders them as plain text), greedy, ``--max-tokens``
 tokens, are started at once. The aggregate decode rate of a round is every
 stream's tokens after its first, over the time from the earliest first token to
 the latest last token. Rounds alternate between the two servers (ABBA), both
@@ -61,7 +62,6 @@ from bench._common import (
     wait_for_quiet,
 )
 from bench._isolation import Isolation, Side, children_with, spread, spread_text
-from skulk_core.models.chat_templates import GEMMA3_CHAT_TEMPLATE
 from tests.daemon_process import free_port
 
 RATIO_TARGET: Final = 1.0
@@ -99,6 +99,13 @@ class Round:
         return median([s.ttft_s * 1000.0 for s in self.streams])
 
 
+PLAIN_PROMPT_TEMPLATE: Final = (
+    "{% for m in messages %}{% if not loop.first and m.role != 'assistant' %}"
+    "{{ '\\n' }}{% endif %}{{ m.content }}{% endfor %}"
+)
+"""What Skulk renders for the demo, a base card (``chat.prompt.plain_prompt``):
+the turns as written, each but a reply on a new line, no chat template. The
+server adds BOS as a token, as Skulk does."""
 PROMPT_CACHE_ON: Final = ("--cache-prompt", "--cache-ram", "8192", "--ctx-checkpoints", "32")
 """The server's own prompt-cache defaults, restated after :func:`llama_server`'s
 cache-off flags (the last of a repeated flag wins)."""
@@ -118,9 +125,9 @@ def llama_server(
         raise SystemExit(f"{binary} not found: run bench/build_llama_server.sh first")
     threads = str(cpu_count())
     port = free_port()
-    template = log_path.parent / "gemma3-chat-template.jinja"
+    template = log_path.parent / "plain-prompt-template.jinja"
     template.parent.mkdir(parents=True, exist_ok=True)
-    template.write_text(GEMMA3_CHAT_TEMPLATE)
+    template.write_text(PLAIN_PROMPT_TEMPLATE)
     argv = [
         str(binary),
         "--model", str(model),
@@ -135,9 +142,9 @@ def llama_server(
         "--threads-batch", threads,
         "--batch-size", str(N_BATCH),
         "--ubatch-size", str(N_BATCH),
-        # The demo GGUF carries no chat template: give the server the very Jinja
-        # template Skulk's demo card renders (it drops the leading BOS text and
-        # adds BOS as a token, as Skulk does: both see 40 prompt tokens).
+        # The demo is a base card: give the server a Jinja template that renders
+        # the turns as Skulk does (plain text; the server adds BOS as a token, as
+        # Skulk does: both see the same prompt tokens).
         "--jinja",
         "--chat-template-file", str(template),
         "--no-cache-prompt",

@@ -1,9 +1,10 @@
 """Multi-turn conversations: Skulk's prefix reuse against ``llama-server``'s prompt cache.
 
 Both serve the demo model with the settings of ``bench/concurrency.py`` (4 slots,
-the same threads, batch 512, non-unified KV, full-size SWA cache, the same Jinja
-chat template), except that the server keeps its prompt cache on, its default
-(``--cache-prompt``, RAM cache and context checkpoints at their defaults).
+the same threads, batch 512, non-unified KV, full-size SWA cache, the turns
+rendered as Skulk renders them for the demo's base card), except that the server
+keeps its prompt cache on, its default (``--cache-prompt``, RAM cache and context
+checkpoints at their defaults).
 
 1. **One conversation, 8 turns.** A ~230-token system prompt, then every turn
    adds ~150 tokens of user text and asks for a 24-token reply (streamed, greedy

@@ -1,15 +1,16 @@
 """One stream: Skulk's streaming HTTP API against raw llama-cpp-python in-process.
 
 Both sides run the demo model (Gemma 3 270M Q4_K_M) on the same prompt, rendered
-with the same Gemma turn format, greedy (temperature 0), ``--max-tokens`` tokens,
-all cores. Each repetition's prompt opens with its own number, so both sides
-prefill it whole (both reuse a common prefix, as every peer does: here only the
-turn template's opening). They run alternately, never at once, in an ABBA order,
-each side measured with the other quiescent (see ``bench/_isolation.py``: every
-run waits ``--gap`` seconds and until both sides' CPU time is flat, records the
-load average, and fails loudly when the idle side spent CPU while the other was
-measured). After ``--warmup`` discarded pairs, ``--reps`` pairs are measured and
-their medians compared, with each side's spread (p90, min-max):
+as Skulk renders it for the demo's base card (BOS and the text), greedy
+(temperature 0), ``--max-tokens`` tokens, all cores. Each repetition's prompt
+opens with its own number, so both sides prefill it whole (both reuse a common
+prefix, as every peer does: here only BOS and the prompt's first word). They run
+alternately, never at once, in an ABBA order, each side measured with the other
+quiescent (see ``bench/_isolation.py``: every run waits ``--gap`` seconds and
+until both sides' CPU time is flat, records the load average, and fails loudly
+when the idle side spent CPU while the other was measured). After ``--warmup``
+discarded pairs, ``--reps`` pairs are measured and their medians compared, with
+each side's spread (p90, min-max):
 
 * TTFT: raw, from just before tokenizing to the first generated token; Skulk,
   from sending the request to the first SSE frame carrying text.
@@ -55,8 +56,9 @@ from bench._isolation import Isolation, Side, native_threads, spread, spread_tex
 
 DECODE_RATIO_TARGET: Final = 0.98
 TTFT_DELTA_TARGET_MS: Final = 10.0
-# What Skulk's Gemma 3 chat template renders for one user message (BOS included).
-GEMMA_TURN: Final = "<bos><start_of_turn>user\n{prompt}<end_of_turn>\n<start_of_turn>model\n"
+# What Skulk renders for one user message to the demo, a base card: BOS and the
+# text as written, no chat template (``skulk_daemon.chat.prompt.plain_prompt``).
+DEMO_PROMPT: Final = "<bos>{prompt}"
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ class RawLlama:
         now = time.perf_counter
         started = now()
         tokens = llm.tokenize(
-            GEMMA_TURN.format(prompt=prompt).encode(), add_bos=False, special=True
+            DEMO_PROMPT.format(prompt=prompt).encode(), add_bos=False, special=True
         )
         # NOTE: no reset(): generate() reuses the longest prefix it still holds, as
         # Skulk's engine and llama-server do. Each repetition's prompt differs from

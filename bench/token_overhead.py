@@ -62,7 +62,7 @@ from bench._common import (
     skulk_serving,
     wait_for_quiet,
 )
-from bench.single_stream import GEMMA_TURN
+from bench.single_stream import DEMO_PROMPT
 from skulk_core.chat.generation import EngineChunk, GenerationRequest, SamplingParams, TokenChunk
 from skulk_core.ids import TaskId
 from skulk_daemon.engines import llama_cpp as engine_module
@@ -194,7 +194,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     except RuntimeError:
         with skulk_serving(args.models_dir, args.context):  # installs the demo model
             model = demo_model_path(args.models_dir)
-    prompt = GEMMA_TURN.format(prompt=args.prompt)
+    prompt = DEMO_PROMPT.format(prompt=args.prompt)
     harness = Harness(model, args.context, stub=args.stub_decode)
     figures: dict[str, Figures] = {}
     try:

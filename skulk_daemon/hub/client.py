@@ -18,25 +18,22 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Final, TypeVar, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, TypeVar, cast
 from urllib.parse import urlsplit
 
 import httpx2
-from huggingface_hub import HfApi, get_session, hf_hub_url, hf_raise_for_status
-from huggingface_hub.errors import (
-    EntryNotFoundError,
-    GatedRepoError,
-    HfHubHTTPError,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
-from huggingface_hub.file_download import HfFileMetadata, get_hf_file_metadata
-from huggingface_hub.hf_api import RepoFile as HfRepoFile
-from huggingface_hub.utils._headers import build_hf_headers
 
 from skulk_core.models.custom_cards import SOURCE_REVISION_PATTERN
 from skulk_core.models.gguf import GgufHeader, read_gguf_header
 from skulk_core.models.hub_cards import RepoFile
+
+if TYPE_CHECKING:
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub.file_download import HfFileMetadata
+
+# NOTE: huggingface_hub (most of a second of a daemon's start on a busy machine) is
+# imported by the first call that needs it, not when the daemon starts.
 
 DEFAULT_ENDPOINT: Final = "https://huggingface.co"
 TIMEOUT_SECONDS: Final = 30.0
@@ -76,9 +73,13 @@ class HubClient:
         return self.token or False
 
     def api(self) -> HfApi:
+        from huggingface_hub import HfApi  # noqa: PLC0415  (see the NOTE above)
+
         return HfApi(endpoint=self.endpoint, token=self._auth())
 
     def headers(self) -> dict[str, str]:
+        from huggingface_hub.utils._headers import build_hf_headers  # noqa: PLC0415
+
         return build_hf_headers(token=self._auth())
 
     def headers_for(self, url: str) -> dict[str, str]:
@@ -98,6 +99,14 @@ class HubClient:
 
     def call(self, repo_id: str, action: Callable[[], _T]) -> _T:
         """``action()``, with the Hub's refusals made into :class:`HubRefused`."""
+        from huggingface_hub.errors import (  # noqa: PLC0415  (see the NOTE above)
+            EntryNotFoundError,
+            GatedRepoError,
+            HfHubHTTPError,
+            RepositoryNotFoundError,
+            RevisionNotFoundError,
+        )
+
         try:
             return action()
         except GatedRepoError as exc:
@@ -183,6 +192,8 @@ class HubClient:
     def list_files(self, repo_id: str, commit: str) -> list[RepoFile]:
         """Every file of ``repo_id`` at ``commit``, with sizes and digests."""
 
+        from huggingface_hub.hf_api import RepoFile as HfRepoFile  # noqa: PLC0415
+
         def listing() -> list[RepoFile]:
             found: list[RepoFile] = []
             for item in self.api().list_repo_tree(repo_id, revision=commit, recursive=True):
@@ -203,6 +214,9 @@ class HubClient:
         return self.call(repo_id, listing)
 
     def file_metadata(self, repo_id: str, commit: str, path: str) -> HfFileMetadata:
+        from huggingface_hub import hf_hub_url  # noqa: PLC0415  (see the NOTE above)
+        from huggingface_hub.file_download import get_hf_file_metadata  # noqa: PLC0415
+
         url = hf_hub_url(repo_id, path, revision=commit, endpoint=self.endpoint)
         return self.call(
             repo_id,
@@ -211,6 +225,8 @@ class HubClient:
 
     @contextlib.contextmanager
     def _range(self, url: str, start: int, end: int) -> Iterator[httpx2.Response]:
+        from huggingface_hub import get_session, hf_raise_for_status  # noqa: PLC0415
+
         headers = {**self.headers_for(url), "Range": f"bytes={start}-{end}"}
         with get_session().stream(
             "GET", url, headers=headers, timeout=TIMEOUT_SECONDS, follow_redirects=True

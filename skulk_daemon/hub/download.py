@@ -36,9 +36,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, TypeVar, cast
 
-from huggingface_hub import constants as hf_constants
-from huggingface_hub.file_download import http_get
-
 from skulk_core.cluster.health import MODELS_DISK_FULL_BYTES
 from skulk_core.ids import ModelId, new_command_id
 from skulk_core.models.cards import ModelCard
@@ -58,8 +55,17 @@ TRANSFER_CHUNK_BYTES: Final = 1024 * 1024
 # NOTE: http_get reads the response in DOWNLOAD_CHUNK_SIZE pieces (10 MiB by default)
 # and calls the progress class once per piece, which is also when a cancel is seen.
 # 1 MiB pieces make progress and cancellation prompt on slow links; this process is
-# the only user of huggingface-hub in the daemon.
-hf_constants.DOWNLOAD_CHUNK_SIZE = TRANSFER_CHUNK_BYTES
+# the only user of huggingface-hub in the daemon. Set by :func:`_http_get`, which
+# imports huggingface-hub when a download first needs it, not at start-up.
+
+
+def _http_get() -> Any:
+    from huggingface_hub import constants as hf_constants  # noqa: PLC0415
+    from huggingface_hub.file_download import http_get  # noqa: PLC0415
+
+    hf_constants.DOWNLOAD_CHUNK_SIZE = TRANSFER_CHUNK_BYTES
+    return http_get
+
 
 PENDING: Final = "pending"
 IN_PROGRESS: Final = "in_progress"
@@ -374,6 +380,7 @@ class Downloads:
         job.current_bytes = resume
         headers = client.headers_for(meta.location)  # a CDN: the token stays with the Hub
         progress = _progress_class(self, job, loop, item)
+        http_get = _http_get()
         self._check_cancel(job)
         try:
             with partial.open("ab") as handle:

@@ -11,11 +11,9 @@ with the ``matched_file`` to pin.
 from __future__ import annotations
 
 import re
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
-from huggingface_hub import get_session, hf_raise_for_status
-from huggingface_hub.hf_api import ModelInfo
 
 from skulk_core.models.hub_cards import (
     SPLIT_PATTERN,
@@ -26,6 +24,9 @@ from skulk_core.models.hub_cards import (
     tag_values,
 )
 from skulk_daemon.hub.client import HubClient
+
+if TYPE_CHECKING:
+    from huggingface_hub.hf_api import ModelInfo
 
 MLX_AUTHOR: Final = "mlx-community"
 MAX_FALLBACK_SEARCHES: Final = 4
@@ -105,6 +106,10 @@ def _list(
     Hub a search hung instead of saying so. A search is interactive: it answers 502
     ("cannot reach the Hugging Face Hub") within :data:`SEARCH_TIMEOUT_SECONDS`.
     """
+    # NOTE: huggingface_hub is imported by the first search, not at start-up.
+    from huggingface_hub import get_session, hf_raise_for_status  # noqa: PLC0415
+    from huggingface_hub.hf_api import ModelInfo  # noqa: PLC0415
+
     params: list[tuple[str, str | int | float | bool | None]] = [
         # An empty query lists what is trending; text queries sort by downloads.
         ("sort", "downloads" if search else "trendingScore"),

@@ -35,7 +35,7 @@ from skulk_core.placement import ClusterFacts, cluster_facts
 from skulk_core.placement.ordering import admit_command
 from skulk_core.registry.format import VerifiedCatalog
 from skulk_core.state.apply import apply
-from skulk_core.state.commands import Command, RecordMasterElected, RegisterNode
+from skulk_core.state.commands import Command, RecordMasterElected
 from skulk_core.state.decide import Refused
 from skulk_core.state.events import IndexedEvent
 from skulk_core.state.state import State
@@ -44,6 +44,7 @@ from skulk_daemon.node.eventlog import EventLog
 from skulk_daemon.node.identity import NodeIdentity
 from skulk_daemon.node.master import Master, NotMaster
 from skulk_daemon.node.recovery import PartitionRecovery
+from skulk_daemon.node.registration import Registration
 from skulk_daemon.node.reports import Reports
 from skulk_daemon.node.snapshot import (
     SNAPSHOT_EVERY,
@@ -135,7 +136,9 @@ class Node:
         self._indexed_listeners: list[IndexedListener] = []
         self._ordered_listeners: list[OrderedListener] = []
         self._reports = Reports(self.submit, CommandRefused)
-        self._registering: asyncio.Task[None] | None = None
+        self.registration = Registration(
+            self.submit, identity.node_id, no_master=NoMaster, refused=CommandRefused
+        )
         self.master: Master | None = None
         self._retired: Master | None = None
         """The master this node last stepped down from: its in-flight writes finish
@@ -273,35 +276,10 @@ class Node:
     # -- commands ------------------------------------------------------------------
 
     async def start(self, *, wait: bool = True) -> None:
-        """Start reporting and register this node with the master. ``wait=False``
-        returns at once and registers in the background, however long the election
-        takes: the daemon serves its API (identity, health, OpenAPI, State as known)
-        meanwhile instead of waiting for a master first."""
+        """Start reporting and register with the master; ``wait=False`` registers in
+        the background (see :mod:`.registration`)."""
         self._reports.start()
-        if wait:
-            await self.submit(RegisterNode(command_id=new_command_id(), node_id=self.node_id))
-        else:
-            self._registering = asyncio.create_task(self._register(), name="node-register")
-
-    async def _register(self) -> None:
-        while True:
-            try:
-                await self.submit(RegisterNode(command_id=new_command_id(), node_id=self.node_id))
-                return
-            except NoMaster:
-                log.info("no master elected yet; this node registers once there is one")
-            except CommandRefused as exc:
-                log.error("the master refused to register this node: %s", exc)
-                return
-
-    async def registered(self) -> None:
-        """Until a background registration (``start(wait=False)``) is done, for at
-        most :data:`NO_MASTER_WAIT_SECONDS`: what plans against this node's own
-        place in State (placement) waits here rather than plan without it."""
-        task = self._registering
-        if task is not None and not task.done():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(task), NO_MASTER_WAIT_SECONDS)
+        await self.registration.start(wait=wait)
 
     def report(self, command: Command) -> None:
         """Submit ``command`` in the background, after every earlier report."""
@@ -451,8 +429,7 @@ class Node:
             self._applied.notify_all()
 
     def close(self) -> None:
-        if self._registering is not None:
-            self._registering.cancel()
+        self.registration.close()
         self._reports.close()
         if self.master is not None:
             self.master.close()

@@ -74,7 +74,7 @@ def _pending(result: object) -> bool:
 
 async def plan_when_informed(node: Node, attempt: Callable[[ClusterFacts], _T]) -> _T:
     """``attempt`` against this node's view, retried while placement info is pending."""
-    await node.registered()
+    await node.registration.done()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + PLACEMENT_INFO_WAIT_SECONDS
     result = attempt(node.placement_facts())
