@@ -20,7 +20,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Final
+from typing import Final, TypeVar
 
 import msgspec
 
@@ -166,6 +166,10 @@ class RunnerExit(msgspec.Struct, frozen=True, kw_only=True):
     code: str = ""
 
 
+_Sink = TypeVar("_Sink")
+"""What a task's parts go to (speech parts, media progress, image previews)."""
+
+
 class RunnerProcess:
     """A started runner. Build it with :meth:`start`; end it with :meth:`shutdown`."""
 
@@ -290,16 +294,12 @@ class RunnerProcess:
 
     async def speech(
         self, task: RunnerSpeechTask, on_partial: PartSink = None
-    ) -> Synthesized | Transcribed | ImagesRendered | ErrorChunk:
+    ) -> Synthesized | Transcribed | ErrorChunk:
         """Run one speech task on a runner loaded in ``"speak"``/``"transcribe"`` mode;
         a streamed task's parts go to ``on_partial`` (in order) before the answer.
         Cancelling the caller cancels the task on the runner."""
-        self._tasks.listen(task.task_id, on_partial)
-        try:
-            answer = await self._ask(task.task_id, task)
-        finally:
-            self._tasks.listen(task.task_id, None)
-        assert not isinstance(answer, Embedded | MediaRendered), "the runner answered out of kind"
+        answer = await self._ask_with(task, self._tasks.listen, on_partial)
+        assert isinstance(answer, Synthesized | Transcribed | ErrorChunk), "answered out of kind"
         return answer
 
     async def media(
@@ -307,11 +307,7 @@ class RunnerProcess:
     ) -> MediaRendered | ErrorChunk:
         """Run one media job on a runner loaded in ``"render"`` mode; its progress goes
         to ``on_progress``. Cancelling the caller cancels the task on the runner."""
-        self._tasks.listen_progress(task.task_id, on_progress)
-        try:
-            answer = await self._ask(task.task_id, task)
-        finally:
-            self._tasks.listen_progress(task.task_id, None)
+        answer = await self._ask_with(task, self._tasks.listen_progress, on_progress)
         assert isinstance(answer, MediaRendered | ErrorChunk), "the runner answered out of kind"
         return answer
 
@@ -321,13 +317,22 @@ class RunnerProcess:
         """Render images on a runner loaded in ``"image"`` mode; previews go to
         ``on_preview`` (in order) before the answer. Cancelling the caller cancels the
         task on the runner."""
-        self._tasks.preview(task.task_id, on_preview)
-        try:
-            answer = await self._ask(task.task_id, task)
-        finally:
-            self._tasks.preview(task.task_id, None)
+        answer = await self._ask_with(task, self._tasks.preview, on_preview)
         assert isinstance(answer, ImagesRendered | ErrorChunk), "the runner answered out of kind"
         return answer
+
+    async def _ask_with(
+        self,
+        task: RunnerSpeechTask | MediaTask | RenderImages,
+        listen: Callable[[TaskId, _Sink | None], None],
+        sink: _Sink | None,
+    ) -> Answer:
+        """:meth:`_ask`, with the task's parts sent to ``sink`` while it runs."""
+        listen(task.task_id, sink)
+        try:
+            return await self._ask(task.task_id, task)
+        finally:
+            listen(task.task_id, None)
 
     async def _ask(
         self, task_id: TaskId, message: Embed | RunnerSpeechTask | MediaTask | RenderImages
