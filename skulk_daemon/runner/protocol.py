@@ -47,6 +47,8 @@ RunnerMode = Literal["generate", "embed", "rpc_donor", "speak", "transcribe"]
 memory to an RPC pool's driver (``"rpc_donor"``: no model, no tasks), speech synthesis
 (``Synthesize``) or speech to text (``Transcribe``); a speech runner's ``model_path``
 is its model directory."""
+RunnerEngine = Literal["llama_cpp", "mlx"]
+"""The engine behind a ``"generate"`` runner."""
 
 ERROR_CANCELLED: Final = "cancelled"
 """The ``ErrorChunk`` code that ends a cancelled embedding task."""
@@ -97,6 +99,9 @@ class Load(msgspec.Struct, frozen=True, kw_only=True, tag="load"):
     """Reuse a reply's cells on the conversation's next turn (see ``_llama_slots``)."""
     settle_after: float | None = None
     """Idle seconds before a slot is settled (see ``llama_cpp``); ``None``: never."""
+    engine: RunnerEngine = "llama_cpp"
+    """Which engine serves ``"generate"`` mode: llama.cpp (``model_path`` is a GGUF
+    file) or MLX (``model_path`` is an MLX model directory)."""
 
 
 class Generate(msgspec.Struct, frozen=True, kw_only=True, tag="generate"):

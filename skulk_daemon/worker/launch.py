@@ -19,13 +19,13 @@ from typing import Final
 from skulk_core.ids import ModelId
 from skulk_core.models.cards import ModelTask
 from skulk_core.models.context_window import DEFAULT_CONTEXT_TOKENS
-from skulk_core.placement.backends import BACKEND_LLAMA_CPP
+from skulk_core.placement.backends import BACKEND_LLAMA_CPP, is_mlx_card
 from skulk_core.placement.local_fit import local_shortfall
 from skulk_core.placement.repair import MODEL_NOT_INSTALLED, PLACEMENT_REFUSED
 from skulk_core.placement.rpc_pool import RPC_DONOR_LOST
 from skulk_core.state.shards import Instance, LlamaRpcInstance, RpcDonorShardMetadata, ShardMetadata
 from skulk_daemon.node.node import Node
-from skulk_daemon.runner.protocol import Load, RunnerMode
+from skulk_daemon.runner.protocol import Load, RunnerEngine, RunnerMode
 from skulk_daemon.store.cache import mark_used
 from skulk_daemon.store.staging import Staging, StagingFailed
 from skulk_daemon.worker.rpc_loads import (
@@ -60,6 +60,10 @@ class Launcher:
             # A speech runner loads its model directory (its engine knows the files).
             directory = Path(entry.location)
             return directory if directory.is_dir() else None
+        if entry is not None and entry.location is not None and is_mlx_card(entry.card):
+            # An MLX runner loads the model directory (config, safetensors, tokenizer).
+            directory = Path(entry.location)
+            return directory if (directory / "config.json").is_file() else None
         if entry is None or entry.location is None or entry.card.gguf_file is None:
             return None
         path = Path(entry.location) / entry.card.gguf_file
@@ -78,6 +82,11 @@ class Launcher:
             if ModelTask.SPEECH_TO_TEXT in tasks:
                 return "transcribe"
         return "generate"
+
+    def runner_engine(self, model_id: ModelId) -> RunnerEngine:
+        """MLX for a card in MLX's layout, llama.cpp otherwise."""
+        entry = self._node.catalog().get(model_id)
+        return "mlx" if entry is not None and is_mlx_card(entry.card) else "llama_cpp"
 
     async def load_for(
         self, instance: Instance, shard: ShardMetadata, stopping: Callable[[], bool]
@@ -125,6 +134,7 @@ class Launcher:
             prompt_cache_bytes=self._node.config.inference.prompt_cache_mb * 1024**2,
             reuse_replies=self._node.config.inference.reuse_replies,
             settle_after=_seconds_or_off(self._node.config.inference.settle_idle_ms),
+            engine=self.runner_engine(model_id),
         )
 
     async def _stage(self, model_id: ModelId) -> Path | None:
