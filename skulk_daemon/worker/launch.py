@@ -103,6 +103,16 @@ class Launcher:
             if isinstance(made, str):
                 raise LaunchRefused("rpc_pool_invalid", made)
             return made
+        engine = self.runner_engine(model_id)
+        nodes = len(instance.shard_assignments.node_to_runner)
+        if engine == "mlx" and nodes > 1:
+            # NOTE: an MLX runner loads every layer; a ring would have each node serve
+            # the whole model alone. Refused until mx.distributed's ring backend is used.
+            raise LaunchRefused(
+                f"{PLACEMENT_REFUSED}:{node_id}",
+                f"MLX across nodes (MlxRing over mx.distributed) is not supported yet; "
+                f"place {model_id} on one node",
+            )
         path = self.model_path(model_id)
         if path is None:
             path = await self._stage(model_id)
@@ -134,7 +144,7 @@ class Launcher:
             prompt_cache_bytes=self._node.config.inference.prompt_cache_mb * 1024**2,
             reuse_replies=self._node.config.inference.reuse_replies,
             settle_after=_seconds_or_off(self._node.config.inference.settle_idle_ms),
-            engine=self.runner_engine(model_id),
+            engine=engine,
         )
 
     async def _stage(self, model_id: ModelId) -> Path | None:
