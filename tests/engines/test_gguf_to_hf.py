@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from skulk_core.ids import ModelId
 from skulk_core.models.cards import AudioCard, Memory, ModelCard
 from skulk_core.placement.backends import is_mlx_card
 from skulk_daemon.models.gguf_to_hf import ConversionError, GgufFile, hf_config, hf_name
@@ -31,16 +32,21 @@ def test_an_unknown_tensor_or_architecture_is_refused() -> None:
 
 def test_only_mlx_weights_go_to_the_mlx_engine() -> None:
     size = Memory(in_bytes=1)
-    gguf = ModelCard(model_id="a/b-GGUF", storage_size=size, n_layers=2, gguf_file="b.gguf")
-    mlx = ModelCard(
-        model_id="mlx-community/b-4bit", storage_size=size, n_layers=2, compatible_backends=("mlx",)
+    gguf = ModelCard(
+        model_id=ModelId("a/b-GGUF"), storage_size=size, n_layers=2, gguf_file="b.gguf"
     )
-    undeclared = ModelCard(model_id="c/d", storage_size=size, n_layers=2)
+    mlx = ModelCard(
+        model_id=ModelId("mlx-community/b-4bit"),
+        storage_size=size,
+        n_layers=2,
+        compatible_backends=("mlx",),
+    )
+    undeclared = ModelCard(model_id=ModelId("c/d"), storage_size=size, n_layers=2)
     assert not is_mlx_card(gguf)
     assert is_mlx_card(mlx)
     assert is_mlx_card(undeclared)  # safetensors weights: MLX's layout
     speech = ModelCard(
-        model_id="e/f",
+        model_id=ModelId("e/f"),
         storage_size=size,
         n_layers=1,
         audio=AudioCard(kind="stt"),
