@@ -175,7 +175,7 @@ class Scheduler:
                 caches=[cache] if cache is not None else None,
                 all_tokens=[pending.tokens[:cached]],
                 samplers=[sampler_for(params)],
-                logits_processors=[processors_for(params)],
+                logits_processors=[processors_for(params, pending.matcher)],
             )
             if params.seed is not None:
                 # NOTE: mlx-lm samples a batch from one global key; a seed makes a

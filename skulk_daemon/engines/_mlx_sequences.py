@@ -34,14 +34,6 @@ def refusal(params: SamplingParams) -> str | None:
         return "max_tokens must be positive"
     if not 0 <= params.top_logprobs <= MAX_TOP_LOGPROBS:
         return f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}"
-    if params.grammar is not None:
-        # NOTE: a grammar (JSON schema, forced tool call) is a guarantee llama.cpp's
-        # sampler gives token by token; the MLX engine has no grammar matcher yet, so
-        # it refuses rather than return output that might not match.
-        return (
-            "this model is served by the MLX engine, which cannot yet enforce a JSON "
-            "schema or a forced tool call; use a GGUF model (llama.cpp) for structured output"
-        )
     return None
 
 
@@ -70,27 +62,40 @@ def sampler_for(params: SamplingParams) -> Sampler:
     return make_sampler(params.temperature, top_p=top_p, min_p=params.min_p, top_k=params.top_k)
 
 
-def processors_for(params: SamplingParams) -> list[LogitsProcessor]:
-    return make_logits_processors(
+def processors_for(params: SamplingParams, matcher: object | None) -> list[LogitsProcessor]:
+    """Penalties first, then the grammar's mask (last, so nothing re-allows a token)."""
+    processors: list[LogitsProcessor] = make_logits_processors(
         repetition_penalty=params.repetition_penalty if params.repetition_penalty != 1.0 else None,
         repetition_context_size=params.repetition_context_size,
         presence_penalty=params.presence_penalty or None,
         frequency_penalty=params.frequency_penalty or None,
     )
+    if matcher is not None:
+        from skulk_daemon.engines._mlx_grammar import GrammarProcessor  # noqa: PLC0415
+
+        processors.append(GrammarProcessor(matcher))  # type: ignore[arg-type]
+    return processors
 
 
 class Pending:
     """A submitted request, tokenized, waiting for the scheduler."""
 
-    __slots__ = ("max_tokens", "request", "submitted_at", "tokens")
+    __slots__ = ("matcher", "max_tokens", "request", "submitted_at", "tokens")
 
     def __init__(
-        self, request: GenerationRequest, tokens: list[int], max_tokens: int, submitted_at: float
+        self,
+        request: GenerationRequest,
+        tokens: list[int],
+        max_tokens: int,
+        submitted_at: float,
+        matcher: object | None = None,
     ) -> None:
         self.request = request
         self.tokens = tokens
         self.max_tokens = max_tokens
         self.submitted_at = submitted_at
+        self.matcher = matcher
+        """The request's compiled grammar (an llguidance matcher), if it has one."""
 
 
 class CancelOrder:

@@ -8,8 +8,8 @@ stop strings, logprobs, prompt-prefix reuse and cancellation, and the same
 ``GenerationStats`` as the llama.cpp path. Runs on Metal on Apple Silicon and on
 the CPU build of MLX on Linux.
 
-A request with a grammar (a JSON schema or a forced tool call) is refused with
-``invalid_request``: this engine cannot yet guarantee the output matches.
+A request with a grammar (a JSON schema or a forced tool call) is held to it by an
+llguidance token mask (:mod:`._mlx_grammar`), as llama.cpp's grammar sampler holds it.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ class MlxEngine:
         self._on_fatal = on_fatal
         self._tokenizer: Any = None
         self._scheduler: Any = None
+        self._grammars: Any = None
         self._thread: threading.Thread | None = None
 
     def load(self) -> None:
@@ -66,6 +67,7 @@ class MlxEngine:
         try:
             from mlx_lm import load  # noqa: PLC0415
 
+            from skulk_daemon.engines._mlx_grammar import Grammars  # noqa: PLC0415
             from skulk_daemon.engines._mlx_scheduler import Scheduler  # noqa: PLC0415
         except (ImportError, OSError) as exc:
             raise EngineLoadError(f"cannot load MLX: {exc}") from exc
@@ -78,6 +80,7 @@ class MlxEngine:
         except (ValueError, OSError, KeyError) as exc:
             raise EngineLoadError(f"MLX cannot load {directory.name}: {exc}") from exc
         self._tokenizer = tokenizer
+        self._grammars = Grammars(tokenizer)
         self._scheduler = Scheduler(
             model, tokenizer, self._sink, self._settings.slots, self._on_fatal
         )
@@ -157,6 +160,15 @@ class MlxEngine:
         if refused is not None:
             self._error(task_id, ERROR_INVALID_REQUEST, refused)
             return
+        matcher = None
+        if request.sampling.grammar is not None:
+            from skulk_daemon.engines._mlx_grammar import GrammarError  # noqa: PLC0415
+
+            try:
+                matcher = self._grammars.matcher(request.sampling.grammar)
+            except GrammarError as exc:
+                self._error(task_id, ERROR_INVALID_REQUEST, str(exc))
+                return
         tokens = self._tokenize(request.prompt)
         if not tokens:
             self._error(task_id, ERROR_INVALID_REQUEST, "the prompt is empty")
@@ -165,7 +177,7 @@ class MlxEngine:
         if isinstance(budget, str):
             self._error(task_id, ERROR_CONTEXT_LENGTH_EXCEEDED, budget)
             return
-        scheduler.post(Pending(request, tokens, budget, time.perf_counter()))
+        scheduler.post(Pending(request, tokens, budget, time.perf_counter(), matcher))
 
     def cancel(self, task_id: TaskId) -> None:
         from skulk_daemon.engines._mlx_sequences import CancelOrder  # noqa: PLC0415

@@ -74,20 +74,31 @@ def test_openai_streams_and_stops_on_a_stop_sequence(node: DaemonProcess) -> Non
     assert reasons == ["stop"] or (reasons == ["length"] and len(chunks) > 1)
 
 
-def test_a_json_schema_is_refused_with_the_reason(node: DaemonProcess) -> None:
+def test_a_json_schema_and_a_tool_call_are_enforced(node: DaemonProcess) -> None:
     client = openai.OpenAI(base_url=f"{node.url}/v1", api_key="unused", max_retries=0)
-    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
-    with pytest.raises(openai.BadRequestError) as refused:
-        client.chat.completions.create(
-            model=MLX,
-            messages=[{"role": "user", "content": "a number"}],
-            max_tokens=8,
-            response_format={
-                "type": "json_schema",
-                "json_schema": {"name": "n", "schema": schema, "strict": True},
-            },
-        )
-    assert "MLX" in str(refused.value)
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    answer = client.chat.completions.create(
+        model=MLX,
+        messages=[{"role": "user", "content": "Is the sky blue?"}],
+        max_tokens=24,
+        temperature=0,
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "yes_no", "schema": schema, "strict": True},
+        },
+    )
+    assert isinstance(json.loads(answer.choices[0].message.content or "")["ok"], bool)
+    called = client.chat.completions.create(
+        model=MLX,
+        messages=[{"role": "user", "content": "Is the sky blue?"}],
+        max_tokens=48,
+        temperature=0,
+        tools=[{"type": "function", "function": {"name": "answer", "parameters": schema}}],
+        tool_choice={"type": "function", "function": {"name": "answer"}},
+    )
+    (call,) = called.choices[0].message.tool_calls or []
+    assert call.function.name == "answer"  # type: ignore[union-attr]
+    assert isinstance(json.loads(call.function.arguments)["ok"], bool)  # type: ignore[union-attr]
 
 
 def test_anthropic_and_ollama_answer(node: DaemonProcess) -> None:
