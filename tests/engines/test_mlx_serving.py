@@ -97,8 +97,8 @@ def test_a_json_schema_and_a_tool_call_are_enforced(node: DaemonProcess) -> None
         tool_choice={"type": "function", "function": {"name": "answer"}},
     )
     (call,) = called.choices[0].message.tool_calls or []
-    assert call.function.name == "answer"  # type: ignore[union-attr]
-    assert isinstance(json.loads(call.function.arguments)["ok"], bool)  # type: ignore[union-attr]
+    assert call.function.name == "answer"
+    assert isinstance(json.loads(call.function.arguments)["ok"], bool)
 
 
 def test_anthropic_and_ollama_answer(node: DaemonProcess) -> None:
