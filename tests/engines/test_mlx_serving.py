@@ -104,7 +104,10 @@ def test_a_json_schema_and_a_tool_call_are_enforced(node: DaemonProcess) -> None
 def test_anthropic_and_ollama_answer(node: DaemonProcess) -> None:
     client = anthropic.Anthropic(base_url=node.url, api_key="unused", max_retries=0)
     with client.messages.stream(
-        model=MLX, messages=[{"role": "user", "content": COUNTING}], max_tokens=4, temperature=0
+        model=MLX,
+        messages=[{"role": "user", "content": COUNTING}],
+        max_tokens=4,
+        extra_body={"temperature": 0},
     ) as stream:
         message = stream.get_final_message()
     client.close()
