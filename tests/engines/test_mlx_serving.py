@@ -62,8 +62,11 @@ def test_each_card_lands_on_its_own_engine(node: DaemonProcess) -> None:
     assert "mlx" in json.dumps(telemetry)
 
 
-def test_openai_streams_and_stops_on_a_stop_sequence(node: DaemonProcess) -> None:
+def test_openai_streams_and_stops_on_a_stop_sequence(
+    node: DaemonProcess, request: pytest.FixtureRequest
+) -> None:
     client = openai.OpenAI(base_url=f"{node.url}/v1", api_key="unused", max_retries=0)
+    request.addfinalizer(client.close)
     stream = client.completions.create(
         model=MLX, prompt=COUNTING, max_tokens=8, temperature=0, stop=[","], stream=True
     )
@@ -74,8 +77,11 @@ def test_openai_streams_and_stops_on_a_stop_sequence(node: DaemonProcess) -> Non
     assert reasons == ["stop"] or (reasons == ["length"] and len(chunks) > 1)
 
 
-def test_a_json_schema_and_a_tool_call_are_enforced(node: DaemonProcess) -> None:
+def test_a_json_schema_and_a_tool_call_are_enforced(
+    node: DaemonProcess, request: pytest.FixtureRequest
+) -> None:
     client = openai.OpenAI(base_url=f"{node.url}/v1", api_key="unused", max_retries=0)
+    request.addfinalizer(client.close)
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
     answer = client.chat.completions.create(
         model=MLX,
@@ -112,9 +118,13 @@ def test_anthropic_and_ollama_answer(node: DaemonProcess) -> None:
         message = stream.get_final_message()
     client.close()
     assert message.usage.output_tokens >= 1
-    reply = ollama.Client(host=f"{node.url}/ollama", timeout=300).generate(
-        model=MLX, prompt=COUNTING, options={"num_predict": 4, "temperature": 0}
-    )
+    local = ollama.Client(host=f"{node.url}/ollama", timeout=300)
+    try:
+        reply = local.generate(
+            model=MLX, prompt=COUNTING, options={"num_predict": 4, "temperature": 0}
+        )
+    finally:
+        local.close()
     assert reply.done
     assert reply.eval_count is not None and reply.eval_count >= 1
 
