@@ -17,5 +17,6 @@ PACKAGED_DEMO_IDS: Final = frozenset(
         ModelId("local/all-minilm-l6-v2"),
         ModelId("local/whisper-tiny.en"),
         ModelId("local/piper-en-us-joe-medium"),
+        ModelId("local/gemma-3-270m-mlx-4bit"),
     }
 )

@@ -46,5 +46,10 @@ def common_backend(card: ModelCard, offered_per_node: Sequence[Iterable[str]]) -
     return next((backend for backend in card_backends(card) if backend in shared), None)
 
 
+def is_mlx_card(card: ModelCard) -> bool:
+    """Whether MLX serves ``card``: its weights are MLX safetensors, not a GGUF file."""
+    return card.gguf_file is None and card.audio is None and BACKEND_MLX in card_backends(card)
+
+
 def reserves_context_at_load(backend: str) -> bool:
     return backend in RESERVING_BACKENDS

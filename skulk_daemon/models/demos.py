@@ -17,6 +17,7 @@ from skulk_core.models.catalog import InstalledModel
 from skulk_core.models.demo_ids import PACKAGED_DEMO_IDS
 from skulk_daemon.models.demo import DEMO_MODEL_ID, install_demo_model
 from skulk_daemon.models.embedding_demo import EMBEDDING_DEMO_MODEL_ID, install_embedding_demo
+from skulk_daemon.models.mlx_demo import MLX_DEMO_MODEL_ID, install_mlx_demo
 from skulk_daemon.models.packaged import install_lock, removed_marker
 from skulk_daemon.models.sidecar import SIDECAR_DIR, model_dir_name, sidecar_path
 from skulk_daemon.models.speech_demo import (
@@ -33,6 +34,7 @@ DEMO_INSTALLERS: Final[dict[ModelId, Installer]] = {
     EMBEDDING_DEMO_MODEL_ID: install_embedding_demo,
     WHISPER_MODEL_ID: install_whisper_demo,
     PIPER_MODEL_ID: install_piper_demo,
+    MLX_DEMO_MODEL_ID: install_mlx_demo,
 }
 
 

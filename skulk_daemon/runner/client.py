@@ -166,6 +166,15 @@ class RunnerExit(msgspec.Struct, frozen=True, kw_only=True):
     code: str = ""
 
 
+async def _set_within(event: asyncio.Event, grace_s: float) -> bool:
+    """Whether ``event`` is set within ``grace_s`` seconds (a runner's exit)."""
+    try:
+        await asyncio.wait_for(event.wait(), grace_s)
+    except TimeoutError:
+        return False
+    return True
+
+
 _Sink = TypeVar("_Sink")
 """What a task's parts go to (speech parts, media progress, image previews)."""
 
@@ -377,10 +386,10 @@ class RunnerProcess:
             self._shutdown_requested = True
             self._record("shutdown requested")
             self._send(Shutdown())
-            if not await self._exited_within(grace_s):
+            if not await _set_within(self._exited, grace_s):
                 self._record("no exit after Shutdown: SIGTERM")
                 self._signal(signal.SIGTERM)
-                if not await self._exited_within(grace_s):
+                if not await _set_within(self._exited, grace_s):
                     self._record("no exit after SIGTERM: SIGKILL")
                     self._signal(signal.SIGKILL)
         await self._exited.wait()
@@ -407,17 +416,10 @@ class RunnerProcess:
         with contextlib.suppress(ProcessLookupError):
             self._process.send_signal(signum)
 
-    async def _exited_within(self, grace_s: float) -> bool:
-        try:
-            await asyncio.wait_for(self._exited.wait(), grace_s)
-        except TimeoutError:
-            return False
-        return True
-
     async def _kill(self) -> None:
         # A runner that reported Failed exits by itself; let it, so its exit
         # status (not our SIGKILL) is what the flight record shows.
-        if self._failure is None or not await self._exited_within(FAILED_EXIT_GRACE_S):
+        if self._failure is None or not await _set_within(self._exited, FAILED_EXIT_GRACE_S):
             self._signal(signal.SIGKILL)
         await self._exited.wait()
 

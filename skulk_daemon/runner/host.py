@@ -140,6 +140,10 @@ def _serve(stdin: BinaryIO, outbox: _Outbox) -> int:
         from skulk_daemon.runner.image_mode import serve_images  # noqa: PLC0415 (see below)
 
         return serve_images(stdin, outbox.send, first)
+    if first.engine == "mlx":
+        from skulk_daemon.runner.mlx_mode import serve_mlx  # noqa: PLC0415 (see below)
+
+        return serve_mlx(stdin, outbox.send, first)
     gates: DriverGates | None = None
     if first.pool is not None:
         # NOTE: before llama.cpp is imported (its import starts a thread): the

@@ -50,6 +50,8 @@ memory to an RPC pool's driver (``"rpc_donor"``: no model, no tasks), speech syn
 (``Synthesize``) or speech to text (``Transcribe``), media jobs (``"render"``:
 ``RenderVideo``/``ComposeMusic``) or images (``"image"``: :class:`RenderImages`); a
 speech, media or image runner's ``model_path`` is its model directory."""
+RunnerEngine = Literal["llama_cpp", "mlx"]
+"""The engine behind a ``"generate"`` runner."""
 
 ERROR_CANCELLED: Final = "cancelled"
 """The ``ErrorChunk`` code that ends a cancelled embedding task."""
@@ -101,6 +103,9 @@ class Load(msgspec.Struct, frozen=True, kw_only=True, tag="load"):
     (see ``_llama_slots``); ``False``: the bit-exact mode."""
     settle_after: float | None = None
     """Idle seconds before a slot is settled (see ``llama_cpp``); ``None``: never."""
+    engine: RunnerEngine = "llama_cpp"
+    """Which engine serves ``"generate"`` mode: llama.cpp (``model_path`` is a GGUF
+    file) or MLX (``model_path`` is an MLX model directory)."""
 
 
 class Generate(msgspec.Struct, frozen=True, kw_only=True, tag="generate"):

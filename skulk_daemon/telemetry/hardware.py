@@ -24,6 +24,7 @@ import psutil
 from skulk_core.cluster.telemetry import Accelerator, HealthReason, NodeMemory, NodeSystem
 from skulk_core.models.cards import Memory
 from skulk_daemon.system.media_settings import media_backends
+from skulk_daemon.telemetry.mlx_probe import mlx_runs
 
 # nvidia-smi normally answers in well under a second; a wedged driver can hang it
 # for minutes, and a telemetry tick must not wait on that. Same bound for sysctl.
@@ -267,7 +268,8 @@ def _degraded(what: str) -> HealthReason:
 
 
 def detect_backends(accelerator: Accelerator | None) -> tuple[str, ...]:
-    """The engines this node can serve with, found without importing them.
+    """The engines this node can serve with, found without importing them
+    (MLX is also run once, in a child process: see :mod:`.mlx_probe`).
 
     ``accelerator`` is accepted so a caller can pass what it saw; today an engine
     is offered whenever its package is installed, whatever the hardware.
@@ -281,6 +283,8 @@ def detect_backends(accelerator: Accelerator | None) -> tuple[str, ...]:
         BACKEND_SD_CPP,
     )
     found = [name for name in engines if _findable(name)]
+    if BACKEND_MLX in found and not (_findable("mlx_lm") and mlx_runs()):
+        found.remove(BACKEND_MLX)  # installed, but the engine cannot run here
     return tuple(sorted([*found, *media_backends()]))
 
 

@@ -20,13 +20,13 @@ from typing import Final
 from skulk_core.ids import ModelId
 from skulk_core.models.cards import ModelTask, is_directory_card
 from skulk_core.models.context_window import DEFAULT_CONTEXT_TOKENS
-from skulk_core.placement.backends import BACKEND_LLAMA_CPP
+from skulk_core.placement.backends import BACKEND_LLAMA_CPP, is_mlx_card
 from skulk_core.placement.local_fit import local_shortfall
 from skulk_core.placement.repair import DOWNLOAD_FAILED, MODEL_NOT_INSTALLED, PLACEMENT_REFUSED
 from skulk_core.placement.rpc_pool import RPC_DONOR_LOST
 from skulk_core.state.shards import Instance, LlamaRpcInstance, RpcDonorShardMetadata, ShardMetadata
 from skulk_daemon.node.node import Node
-from skulk_daemon.runner.protocol import Load, RunnerMode
+from skulk_daemon.runner.protocol import Load, RunnerEngine, RunnerMode
 from skulk_daemon.store.cache import mark_used
 from skulk_daemon.store.staging import Staging, StagingFailed
 from skulk_daemon.worker.fetch import Fetched, FetchFailed, ModelFetch
@@ -63,6 +63,10 @@ class Launcher:
             # the files).
             directory = Path(entry.location)
             return directory if directory.is_dir() else None
+        if entry is not None and entry.location is not None and is_mlx_card(entry.card):
+            # An MLX runner loads the model directory (config, safetensors, tokenizer).
+            directory = Path(entry.location)
+            return directory if (directory / "config.json").is_file() else None
         if entry is None or entry.location is None or entry.card.gguf_file is None:
             return None
         path = Path(entry.location) / entry.card.gguf_file
@@ -87,6 +91,11 @@ class Launcher:
                 return "image"
         return "generate"
 
+    def runner_engine(self, model_id: ModelId) -> RunnerEngine:
+        """MLX for a card in MLX's layout, llama.cpp otherwise."""
+        entry = self._node.catalog().get(model_id)
+        return "mlx" if entry is not None and is_mlx_card(entry.card) else "llama_cpp"
+
     async def load_for(
         self, instance: Instance, shard: ShardMetadata, stopping: Callable[[], bool]
     ) -> Load | None:
@@ -102,6 +111,16 @@ class Launcher:
             if isinstance(made, str):
                 raise LaunchRefused("rpc_pool_invalid", made)
             return made
+        engine = self.runner_engine(model_id)
+        nodes = len(instance.shard_assignments.node_to_runner)
+        if engine == "mlx" and nodes > 1:
+            # NOTE: an MLX runner loads every layer; a ring would have each node serve
+            # the whole model alone. Refused until mx.distributed's ring backend is used.
+            raise LaunchRefused(
+                f"{PLACEMENT_REFUSED}:{node_id}",
+                f"MLX across nodes (MlxRing over mx.distributed) is not supported yet; "
+                f"place {model_id} on one node",
+            )
         path = self.model_path(model_id)
         if path is None:
             fetched = await self._fetch(model_id, stopping)
@@ -141,6 +160,7 @@ class Launcher:
             settle_after=None
             if inference.reuse_replies
             else _seconds_or_off(inference.settle_idle_ms),
+            engine=engine,
         )
 
     async def _fetch(self, model_id: ModelId, stopping: Callable[[], bool]) -> Fetched:

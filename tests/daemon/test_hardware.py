@@ -211,8 +211,33 @@ def test_installed_llama_cpp_is_offered_without_importing_it() -> None:
 
 
 def test_mlx_is_offered_only_when_installed() -> None:
-    installed = importlib.util.find_spec("mlx") is not None
+    installed = all(importlib.util.find_spec(name) is not None for name in ("mlx", "mlx_lm"))
     assert ("mlx" in detect_backends(None)) == installed
+
+
+def test_an_mlx_that_is_installed_but_cannot_run_is_not_offered(tmp_path: Path) -> None:
+    # A package named mlx whose native core fails to load, as a Linux `mlx` wheel
+    # without its CPU library does: found by name, useless as an engine.
+    broken = tmp_path / "mlx"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("")
+    (broken / "core.py").write_text("raise ImportError('libmlx.so: cannot open shared object')\n")
+    probe = (
+        "from skulk_daemon.telemetry.hardware import detect_backends\n"
+        "print(','.join(detect_backends(None)))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.getcwd()])}
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env=env,
+    )
+    backends = done.stdout.strip().split(",")
+    assert "llama_cpp" in backends
+    assert "mlx" not in backends
 
 
 def test_the_installed_llama_cpp_build_can_be_judged() -> None:

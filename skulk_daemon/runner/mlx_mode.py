@@ -1,0 +1,67 @@
+"""The ``"generate"`` runner when its engine is MLX (``Load.engine == "mlx"``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+from skulk_core.chat.generation import ERROR_INVALID_REQUEST, ErrorChunk
+from skulk_daemon.engines.base import EngineLoadError
+from skulk_daemon.runner.protocol import (
+    Failed,
+    Load,
+    Phase,
+    RunnerMessage,
+    serve_frames,
+)
+
+EXIT_FAILED = 1
+
+
+def serve_mlx(stdin: BinaryIO, send: Callable[[RunnerMessage], None], load: Load) -> int:
+    """Load the MLX model directory, warm it, serve Generate/Cancel until Shutdown."""
+    if load.pool is not None:
+        send(Failed(message="an MLX model cannot join a llama.cpp RPC pool"))
+        return EXIT_FAILED
+    from skulk_daemon.engines.mlx_engine import MlxEngine, MlxSettings  # noqa: PLC0415
+
+    def on_fatal(message: str) -> None:
+        send(Failed(message=message))
+        os._exit(EXIT_FAILED)
+
+    try:
+        settings = MlxSettings(
+            Path(load.model_path), context_tokens=load.context_tokens, slots=load.slots
+        )
+        engine = MlxEngine(settings, send, on_fatal=on_fatal)
+        engine.load()
+        send(Phase(phase="loaded"))
+        send(Phase(phase="warming_up"))
+        engine.warm_up()
+    except (EngineLoadError, ValueError) as exc:
+        send(Failed(message=str(exc)))
+        return EXIT_FAILED
+    send(Phase(phase="ready", detail="mlx"))
+
+    def refuse(task_id: object, what: str) -> None:
+        send(
+            ErrorChunk(
+                task_id=task_id,  # type: ignore[arg-type]
+                code=ERROR_INVALID_REQUEST,
+                message=f"this runner {what}",
+            )
+        )
+
+    serve_frames(
+        stdin,
+        generate=engine.submit,
+        embed=lambda task_id, _: refuse(task_id, "generates text; it does not embed"),
+        cancel=engine.cancel,
+        speech=lambda task: refuse(task.task_id, "serves no speech"),
+    )
+    send(Phase(phase="shutting_down"))
+    engine.unload()
+    send(Phase(phase="shutdown"))
+    return 0
