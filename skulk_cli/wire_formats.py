@@ -349,7 +349,17 @@ CLAUDE_STOP_REASONS = {
 
 class _ClaudeUsage(msgspec.Struct, frozen=True, kw_only=True):
     input_tokens: int | None = None
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
     output_tokens: int | None = None
+
+
+def _prompt_tokens(usage: _ClaudeUsage) -> int | None:
+    """The whole prompt: Anthropic's ``input_tokens`` leave out what was read from (or
+    written to) the prompt cache."""
+    if usage.input_tokens is None:
+        return None
+    return usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
 
 
 class _ClaudeMessage(msgspec.Struct, frozen=True, kw_only=True):
@@ -412,7 +422,7 @@ def claude_events(lines: Iterable[str]) -> Iterator[WireEvent]:
                 yield Finish(
                     reason=CLAUDE_STOP_REASONS.get(native, native),
                     native_reason=native,
-                    prompt_tokens=_first(end_usage.input_tokens, start_usage.input_tokens),
+                    prompt_tokens=_first(_prompt_tokens(end_usage), _prompt_tokens(start_usage)),
                     completion_tokens=_first(end_usage.output_tokens, start_usage.output_tokens),
                 )
                 return

@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import mlx.core as mx
 import numpy as np
@@ -62,6 +62,14 @@ class Counters:
         self.completed = 0
 
 
+class _Step(Protocol):
+    """What mlx-lm's batch generator answers for one sequence and one step."""
+
+    token: int
+    finish_reason: str | None
+    logprobs: object
+
+
 class Scheduler:
     """Owns the batch generator; only its thread touches MLX state."""
 
@@ -91,7 +99,7 @@ class Scheduler:
         self.waiting: collections.deque[Pending] = collections.deque()
         self.active: dict[int, Sequence] = {}
         self._uids: dict[TaskId, int] = {}
-        self._kept: collections.deque[tuple[list[int], list[Any]]] = collections.deque(
+        self._kept: collections.deque[tuple[list[int], list[object]]] = collections.deque(
             maxlen=PROMPT_CACHE_ENTRIES
         )
         self.counters = Counters()
@@ -189,9 +197,9 @@ class Scheduler:
             self.counters.prompt_tokens += len(pending.tokens) - cached
             self.counters.cached_tokens += cached
 
-    def _reuse(self, tokens: list[int]) -> tuple[list[int], list[Any] | None, int]:
+    def _reuse(self, tokens: list[int]) -> tuple[list[int], list[object] | None, int]:
         """``(prompt to prefill, cache to start from, tokens it already holds)``."""
-        best: tuple[list[int], list[Any]] | None = None
+        best: tuple[list[int], list[object]] | None = None
         for held, cache in self._kept:
             fits = len(held) < len(tokens) and tokens[: len(held)] == held
             if fits and (best is None or len(held) > len(best[0])):
@@ -216,7 +224,7 @@ class Scheduler:
             sequence.batched = sequence.batched or batched
             self._deliver(sequence, response)
 
-    def _deliver(self, sequence: Sequence, response: Any) -> None:
+    def _deliver(self, sequence: Sequence, response: _Step) -> None:
         token = int(response.token)
         if sequence.first_token_at is None:
             sequence.first_token_at = time.perf_counter()
@@ -275,7 +283,7 @@ class Scheduler:
         self.counters.completed += 1
         self._sink(sequence.finish(reason, stop))
 
-    def _keep(self, sequence: Sequence, cache: list[Any]) -> None:
+    def _keep(self, sequence: Sequence, cache: list[object]) -> None:
         held = [*sequence.pending.tokens, *sequence.generated]
         offset = getattr(cache[0], "offset", None) if cache else None
         if not isinstance(offset, int) or offset <= 0:

@@ -115,6 +115,7 @@ class PlacementService:
     async def previews(self, model_id: str, query: PreviewQuery) -> list[PlacementPreview]:
         """Every valid (and invalid, with why) placement of ``model_id``."""
         card = self.card(model_id)
+        await self._node.registration.done()  # this node's own place in State first
         # NOTE: pure but not free on a large cluster (every ring of every size is
         # weighed), so it runs off the event loop; it reads a snapshot, not the Node.
         return await asyncio.to_thread(

@@ -13,7 +13,7 @@ import json
 import re
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
@@ -119,7 +119,7 @@ class ReadTools:
             case _:
                 return _json({"error": f"unknown tool {tool!r}"})
 
-    def _catalog(self) -> dict[str, Any]:
+    def _catalog(self) -> dict[str, object]:
         placed = {i.shard_assignments.model_id for i in self._node.state.instances.values()}
         models = [
             {
