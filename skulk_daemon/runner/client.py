@@ -16,13 +16,10 @@ import contextlib
 import logging
 import os
 import signal
-import sys
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Final, TypeVar
-
-import msgspec
 
 from skulk_core.chat.generation import (
     EngineChunk,
@@ -34,7 +31,6 @@ from skulk_core.chat.generation import (
 from skulk_core.ids import TaskId
 from skulk_daemon.runner.inbound import StdoutReader
 from skulk_daemon.runner.protocol import (
-    PARENT_PID_ENV,
     Cancel,
     Embed,
     Embedded,
@@ -70,6 +66,15 @@ from skulk_daemon.runner.routing import (
     TaskRouter,
     runner_failed,
 )
+from skulk_daemon.runner.spawn import (
+    RunnerExit,
+    RunnerFailed,
+    exit_message,
+    runner_reaped,
+    runner_started,
+    spawn_runner,
+    spawned_runner_pids,
+)
 
 __all__ = [
     "ERROR_CONSUMER_TOO_SLOW",
@@ -97,73 +102,6 @@ STDERR_TAIL_LINES: Final = 20
 DEFAULT_SHUTDOWN_GRACE_S: Final = 10.0
 FAILED_EXIT_GRACE_S: Final = 5.0
 """How long a runner that reported ``Failed`` gets to exit before SIGKILL."""
-
-
-_alive: set[int] = set()
-"""The pids of the runners this daemon started and has not yet reaped."""
-
-
-def spawned_runner_pids() -> tuple[int, ...]:
-    """This daemon's runner processes, loading ones included, until each is reaped:
-    whose resident memory the node's telemetry reports. Safe from any thread (the
-    copy is one step under the GIL)."""
-    return tuple(_alive)
-
-
-async def spawn_runner(env: Mapping[str, str] | None) -> tuple[asyncio.subprocess.Process, int]:
-    """Start ``python -m skulk_daemon.runner`` with ``env`` over the daemon's own: the
-    process, and the read end of the pipe that is its stdout."""
-    # NOTE: ggml prints a backtrace on abort by attaching gdb, which takes
-    # seconds; an RPC driver whose donor vanished aborts, and should die fast.
-    child_env = {
-        "GGML_NO_BACKTRACE": "1",
-        **os.environ,
-        **(env or {}),
-        PARENT_PID_ENV: str(os.getpid()),
-    }
-    # NOTE: -P keeps the working directory (and a script's) off sys.path, and the
-    # runner starts in "/": a module planted where the daemon was started from can
-    # never be imported as part of the runner.
-    # NOTE: stdout is a pipe of our own, read by StdoutReader rather than the
-    # subprocess transport's StreamReader (see there).
-    stdout, runner_stdout = os.pipe()
-    try:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-P",
-            "-m",
-            "skulk_daemon.runner",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=runner_stdout,
-            stderr=asyncio.subprocess.PIPE,
-            env=child_env,
-            cwd="/",
-        )
-    except BaseException:
-        os.close(stdout)
-        raise
-    finally:
-        os.close(runner_stdout)
-    return process, stdout
-
-
-class RunnerFailed(RuntimeError):
-    """The runner could not start; the message is for an operator, ``code`` is the
-    runner's own failure code (see :class:`~skulk_daemon.runner.protocol.Failed`)."""
-
-    def __init__(self, message: str, code: str = "") -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class RunnerExit(msgspec.Struct, frozen=True, kw_only=True):
-    """How a runner ended. ``expected`` is true only after :meth:`RunnerProcess.shutdown`."""
-
-    pid: int
-    returncode: int
-    expected: bool
-    message: str
-    code: str = ""
 
 
 async def _set_within(event: asyncio.Event, grace_s: float) -> bool:
@@ -226,7 +164,7 @@ class RunnerProcess:
         first; cancelling ``start`` kills the runner.
         """
         process, stdout = await spawn_runner(env)
-        _alive.add(process.pid)
+        runner_started(process.pid)
         runner = cls(process, stdout, on_phase, on_exit, queue_chunks)
         try:
             runner._send(load)
@@ -448,7 +386,7 @@ class RunnerProcess:
                 self._failure = self._failure or f"the daemon stopped reading the runner: {error}"
                 self._signal(signal.SIGKILL)
         returncode = await self._process.wait()
-        _alive.discard(self._process.pid)
+        runner_reaped(self._process.pid)
         await self._stderr_task
         self._finish(returncode)
 
@@ -524,31 +462,3 @@ class RunnerProcess:
                 self._on_exit(self._exit)
             except Exception:
                 log.exception("on_exit callback failed")
-
-
-def exit_message(
-    pid: int,
-    returncode: int,
-    *,
-    shutdown_requested: bool,
-    failure: str | None,
-    last_log: str | None,
-) -> str:
-    """How a runner ended, for an operator: the signal or status, then the failure it
-    reported, or else (when it did not exit cleanly) its last log line."""
-    who = f"runner (pid {pid})"
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        message = f"{who} was killed by {name}"
-    elif returncode == 0:
-        message = f"{who} shut down" if shutdown_requested else f"{who} exited"
-    else:
-        message = f"{who} exited with status {returncode}"
-    if failure:
-        return f"{message}: {failure}"
-    if returncode != 0 and last_log is not None:
-        return f"{message}; last log line: {last_log}"
-    return message
