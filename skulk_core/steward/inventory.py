@@ -50,14 +50,12 @@ def deterministic_answer(
         )
     if _DOWNLOADS.match(text):
         inventory = download_inventory(state, names)
-        queued, moving = inventory["queued"], inventory["transferring"]
-        terminal = inventory["retained_terminal"]
+        queued, moving = inventory.queued, inventory.transferring
+        terminal = inventory.retained_terminal
         if queued + moving == 0:
             head = "No downloads are in flight."
         else:
-            items = "; ".join(
-                f"{d['model']} on {d['node']} ({d['status']})" for d in inventory["active"]
-            )
+            items = "; ".join(f"{d.model} on {d.node} ({d.status})" for d in inventory.active)
             head = (
                 f"{queued + moving} download(s) in flight ({queued} queued, "
                 f"{moving} transferring): {items}."

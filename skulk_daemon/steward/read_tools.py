@@ -9,7 +9,6 @@ returns carries a node id.
 from __future__ import annotations
 
 import functools
-import json
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,7 +31,7 @@ _WORD: Final = re.compile(r"[a-z0-9_]{3,}")
 
 
 def _json(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), default=str)
+    return msgspec.json.encode(value, enc_hook=str).decode()
 
 
 @functools.cache

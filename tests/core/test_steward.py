@@ -287,7 +287,7 @@ def test_node_targets_resolve_by_unique_friendly_name_and_builds_are_reported_as
     assert "no live node is named" in str(resolve_node("ghost", names))
     twins = {a: "same", b: "same"}
     assert "ambiguous" in str(resolve_node("same", twins))
-    versions = version_status(state, telemetry)
+    versions = msgspec.to_builtins(version_status(state, telemetry))
     assert versions["nodes"][0] == {"name": "id-a", "version": "1.2.0", "commit": "abc1234"}
     assert versions["nodes"][1]["commit"] is None  # "unknown" is a missing observation
     assert versions["coverage"] == "partial" and versions["nodes_with_unknown_build"] == 1
