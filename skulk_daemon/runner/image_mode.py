@@ -11,8 +11,6 @@ next image. Prompts and pictures never reach the log.
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,44 +37,19 @@ from skulk_daemon.runner.protocol import (
     RunnerMessage,
     serve_frames,
 )
+from skulk_daemon.runner.serial_worker import SerialWorker
 
 log = logging.getLogger("skulk.runner")
 EXIT_FAILED: Final = 1
 Send = Callable[[RunnerMessage], None]
 
 
-class ImageWorker:
+class ImageWorker(SerialWorker[RenderImages]):
     """One thread rendering tasks in order, each answered exactly once."""
 
     def __init__(self, engine: StableDiffusionEngine, send: Send) -> None:
         self._engine = engine
-        self._send = send
-        self._queue: queue.Queue[RenderImages | None] = queue.Queue()
-        self._cancelled: set[TaskId] = set()
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._loop, name="images", daemon=True)
-        self._thread.start()
-
-    def submit(self, task: RenderImages) -> None:
-        self._queue.put(task)
-
-    def cancel(self, task_id: TaskId) -> None:
-        with self._lock:
-            self._cancelled.add(task_id)
-
-    def stop(self) -> None:
-        self._queue.put(None)
-        self._thread.join()
-
-    def _is_cancelled(self, task_id: TaskId) -> bool:
-        with self._lock:
-            return task_id in self._cancelled
-
-    def _loop(self) -> None:
-        while (task := self._queue.get()) is not None:
-            self._send(self._answer(task))
-            with self._lock:
-                self._cancelled.discard(task.task_id)
+        super().__init__(send, "images")
 
     def _answer(self, task: RenderImages) -> RunnerMessage:
         task_id = task.task_id

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import shutil
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +35,7 @@ from skulk_daemon.runner.protocol import (
     RunnerMessage,
     serve_frames,
 )
+from skulk_daemon.runner.serial_worker import SerialWorker
 
 log = logging.getLogger("skulk.runner")
 EXIT_FAILED: Final = 1
@@ -62,38 +61,12 @@ def _delay(name: str) -> float:
         return 0.0
 
 
-class MediaWorker:
+class MediaWorker(SerialWorker[MediaTask]):
     """One thread serving the engine's jobs in order, each answered exactly once."""
 
     def __init__(self, engine: str, send: Send) -> None:
         self._engine = engine
-        self._send = send
-        self._queue: queue.Queue[MediaTask | None] = queue.Queue()
-        self._cancelled: set[TaskId] = set()
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._loop, name="media", daemon=True)
-        self._thread.start()
-
-    def submit(self, task: MediaTask) -> None:
-        self._queue.put(task)
-
-    def cancel(self, task_id: TaskId) -> None:
-        with self._lock:
-            self._cancelled.add(task_id)
-
-    def stop(self) -> None:
-        self._queue.put(None)
-        self._thread.join()
-
-    def _is_cancelled(self, task_id: TaskId) -> bool:
-        with self._lock:
-            return task_id in self._cancelled
-
-    def _loop(self) -> None:
-        while (task := self._queue.get()) is not None:
-            self._send(self._answer(task))
-            with self._lock:
-                self._cancelled.discard(task.task_id)
+        super().__init__(send, "media")
 
     def _answer(self, task: MediaTask) -> RunnerMessage:
         task_id = task.task_id
