@@ -1,7 +1,11 @@
 """Finding (issue #36, high): a 1.34 MB FLAC of two hours of silence took the whisper
 runner from 0.31 GB to 6.9 GB, since only the upload's bytes were bounded. Decoding now
 stops at the decoded-duration bound, so the bomb is refused with a 400 within seconds
-and the runner's peak RSS barely moves. Reproduced against a real daemon and its runner."""
+and the runner's peak RSS barely moves. Reproduced against a real daemon and its runner,
+in every container the speech paths decode (WAV, FLAC, MP3, Ogg/Opus, WebM/Opus), with
+headers that declare the length, hide it or understate it. (The realtime path takes raw
+PCM16, so its decoded size is its input's; its 64 MiB session bound is attacked in
+``test_realtime_slot``.)"""
 
 from __future__ import annotations
 
@@ -27,6 +31,57 @@ RATE = 8_000
 HEADROOM_BYTES = 256 * 1024 * 1024
 """How far the runner's peak RSS may rise over its peak before the bomb (the old decode
 took it up by 6.6 GB; the bound keeps decoding under ~60 MB of samples)."""
+
+
+CONTAINERS: dict[str, tuple[str, int]] = {
+    "wav": ("pcm_u8", 8_000),
+    "flac": ("flac", 8_000),
+    "mp3": ("libmp3lame", 8_000),
+    "ogg": ("libopus", 48_000),
+    "webm": ("libopus", 48_000),
+}
+"""Each container the speech paths take, with the cheapest codec an attacker would pick
+(8-bit WAV fits 54 minutes into the 25 MiB upload bound)."""
+BIT_RATES = {"libmp3lame": 8_000, "libopus": 6_000}
+MIME = {"wav": "audio/wav", "flac": "audio/flac", "mp3": "audio/mpeg", "ogg": "audio/ogg"}
+
+
+def silent(container: str, seconds: int) -> bytes:
+    """``seconds`` (a whole number of minutes) of mono silence in ``container``, made
+    fast: one minute is encoded and its packets are muxed again with shifted timestamps.
+    (A FLAC made this way declares one minute in its STREAMINFO: a header that lies.)"""
+    codec, rate = CONTAINERS[container]
+    out = io.BytesIO()
+    with av.open(out, mode="w", format=container) as muxer:
+        stream = muxer.add_stream(codec, rate=rate, layout="mono")
+        if codec in BIT_RATES:
+            stream.bit_rate = BIT_RATES[codec]
+        minute = np.zeros((1, rate * 60), dtype=np.int16)
+        frame = av.AudioFrame.from_ndarray(minute, format="s16", layout="mono")
+        frame.sample_rate = rate
+        packets = [*stream.encode(frame), *stream.encode(None)]
+        time_base = packets[0].time_base
+        assert time_base is not None
+        span = int(60 / time_base)
+        for k in range(seconds // 60):
+            for packet in packets:
+                again = av.Packet(bytes(packet))
+                again.stream = stream
+                again.time_base = time_base
+                again.pts = None if packet.pts is None else packet.pts + k * span
+                again.dts = None if packet.dts is None else packet.dts + k * span
+                again.duration = packet.duration
+                muxer.mux(again)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("container", CONTAINERS)
+def test_every_container_is_bounded_and_a_short_recording_still_decodes(container: str) -> None:
+    minute = decode_bounded(silent(container, 60), sample_rate=16_000)
+    assert abs(minute.size - 60 * 16_000) < 16_000, minute.size  # codec padding aside
+    over = silent(container, 3 * 60)
+    with pytest.raises(AudioTooLong):
+        decode_bounded(over, sample_rate=16_000, max_seconds=120)
 
 
 def silent_flac(seconds: int, *, declare_length: bool = True) -> bytes:
@@ -96,22 +151,55 @@ def peak_rss(pid: int) -> int:
     raise AssertionError("no VmHWM")
 
 
+def transcribe(daemon: DaemonProcess, name: str, audio: bytes, mime: str) -> float:
+    """Post ``audio`` for transcription, check it is refused as too long, and return the
+    seconds the refusal took."""
+    started = time.monotonic()
+    response = daemon.post(
+        "/v1/audio/transcriptions",
+        data={"model": STT},
+        files={"file": (name, audio, mime)},
+        timeout=60,
+    )
+    elapsed = time.monotonic() - started
+    assert response.status_code == 400, (name, response.text)
+    assert (
+        response.json()["error"]["message"]
+        == f"the audio is longer than {MAX_DECODED_SECONDS} seconds once decoded"
+    )
+    return elapsed
+
+
 def test_a_decompression_bomb_is_refused_before_the_runner_grows(
     daemon: DaemonProcess, bombs: tuple[bytes, bytes]
 ) -> None:
     (runner,) = runner_processes(daemon.process.pid if daemon.process else None)
     before = peak_rss(runner.pid)
     for bomb in bombs:
-        started = time.monotonic()
-        response = daemon.post(
-            "/v1/audio/transcriptions",
-            data={"model": STT},
-            files={"file": ("silence.flac", bomb, "audio/flac")},
-            timeout=60,
-        )
-        elapsed = time.monotonic() - started
-        assert response.status_code == 400, response.text
-        assert "longer than" in response.json()["error"]["message"]
+        elapsed = transcribe(daemon, "silence.flac", bomb, "audio/flac")
         assert elapsed < 30, elapsed
-    assert peak_rss(runner.pid) - before < HEADROOM_BYTES
+    grown = peak_rss(runner.pid) - before
+    print(f"flac bombs: runner peak RSS {before >> 20} MiB, grew {grown >> 20} MiB")
+    assert grown < HEADROOM_BYTES
     assert runner.is_running()  # refused, not crashed
+
+
+def test_every_container_just_past_the_bound_is_refused_in_bounded_time_and_memory(
+    daemon: DaemonProcess,
+) -> None:
+    # One minute past the bound, the longest an 8-bit WAV fits in the upload bound.
+    seconds = MAX_DECODED_SECONDS + 60
+    uploads = {container: silent(container, seconds) for container in CONTAINERS}
+    (runner,) = runner_processes(daemon.process.pid if daemon.process else None)
+    before = peak_rss(runner.pid)
+    for container, audio in uploads.items():
+        assert len(audio) < 25 * 1024 * 1024
+        elapsed = transcribe(
+            daemon, f"silence.{container}", audio, MIME.get(container, f"audio/{container}")
+        )
+        print(f"{container}: {len(audio)} bytes refused in {elapsed:.2f} s")
+        assert elapsed < 30, (container, elapsed)
+    grown = peak_rss(runner.pid) - before
+    print(f"every container: runner peak RSS {before >> 20} MiB, grew {grown >> 20} MiB")
+    assert grown < HEADROOM_BYTES
+    assert runner.is_running()
