@@ -5,7 +5,8 @@ more than MAX_INPUT_LAG_SECONDS behind the wall clock the turn fails with ``time
 the slot is free for the next session, and one address holds at most
 MAX_SESSIONS_PER_SOURCE sessions (so at most that many slots). Reproduced with real
 ``websockets`` clients, on this machine and from a network namespace, on a real daemon
-serving the Whisper demo."""
+serving the Whisper demo. The session's 64 MiB decoded-audio bound (issue #36 finding 1, the
+realtime path) is attacked here too, with peak RSS measured."""
 
 from __future__ import annotations
 
@@ -24,12 +25,19 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
+from skulk_core.audio.realtime_events import (
+    CLOSE_POLICY,
+    MAX_AUDIO_FRAME_BYTES,
+    MAX_SESSION_AUDIO_BYTES,
+)
 from skulk_core.extensions.capabilities import CapabilityStreamFrame, InlineMediaAttachment
 from skulk_daemon.speech.realtime_pacing import MAX_INPUT_LAG_SECONDS, InputStalled, paced
 from skulk_daemon.speech.realtime_sources import MAX_SESSIONS_PER_SOURCE
 from tests.daemon.serving import place
 from tests.daemon_process import DaemonProcess
+from tests.runner_processes import runner_processes
 from tests.security.lan import CGNAT_HOST, PRIVATE_HOST, Lan
+from tests.security.test_audio_bomb import peak_rss
 
 pytestmark = pytest.mark.slow
 
@@ -188,3 +196,35 @@ def test_pacing_ends_a_trickle_but_not_live_audio_or_a_busy_consumer() -> None:
     assert asyncio.run(taken(sent([(0.1, 0.1)] * 10))) == 10
     # Queued audio while the consumer is busy (a runner applying backpressure) is not late.
     assert asyncio.run(taken(sent([(0.0, 0.01)] * 5), busy=0.5)) == 5
+
+
+def test_a_session_past_its_decoded_audio_bound_is_closed_before_the_runner_grows(
+    daemon: DaemonProcess,
+) -> None:
+    # The realtime path's audio is raw PCM16 (no decompression: what arrives is what is
+    # decoded), so its bound is the session's: 64 MiB across every turn, then 1008.
+    (runner,) = runner_processes(daemon.process.pid if daemon.process else None)
+    assert daemon.process is not None
+    before, node_before = peak_rss(runner.pid), peak_rss(daemon.process.pid)
+    most = bytes(MAX_AUDIO_FRAME_BYTES)
+    started = time.monotonic()
+    with session(daemon) as socket:
+        try:
+            for _ in range(MAX_SESSION_AUDIO_BYTES // MAX_AUDIO_FRAME_BYTES + 1):
+                append(socket, most)
+        except ConnectionClosed:
+            pass  # closed while sending: the bound was hit
+        events, code = until_closed(socket, timeout=120)
+    elapsed = time.monotonic() - started
+    grown = peak_rss(runner.pid) - before
+    node_grown = peak_rss(daemon.process.pid) - node_before
+    print(f"64 MiB session: closed in {elapsed:.1f} s; peak RSS grew {grown >> 20} MiB (runner)")
+    print(f"and {node_grown >> 20} MiB (daemon, from {node_before >> 20} MiB)")
+    assert code == CLOSE_POLICY, events[-3:]
+    assert elapsed < 120
+    # What the daemon and its runner hold for one session is a small multiple of the
+    # bound (the audio in flight, its resampled copy, the socket's buffers), never more.
+    assert grown < 5 * MAX_SESSION_AUDIO_BYTES and node_grown < 5 * MAX_SESSION_AUDIO_BYTES
+    assert runner.is_running()
+    with session(daemon):  # the node still serves new sessions
+        pass
