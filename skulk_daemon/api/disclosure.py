@@ -17,6 +17,7 @@ import msgspec
 from skulk_core.cluster.remote_access import LocalAccess, RemoteAccess, TailscaleAccess
 from skulk_core.effective import hide_paths
 from skulk_core.store.answers import NodeStorage
+from skulk_core.wire import JsonValue
 from skulk_daemon.api.authority import TRUSTED_CALLERS, caller_of
 from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.node.config_store import EffectiveConfig
@@ -84,3 +85,22 @@ def remote_access_for(request: HttpRequest, access: RemoteAccess) -> RemoteAcces
         preferred_url=None,
         operator_url=None,
     )
+
+
+def identity_address_for(request: HttpRequest, address: str, hostname: str) -> str:
+    """``GET /node/identity``'s ``ipAddress``: for a public caller, the hostname (what
+    the route reports when the node has no non-loopback address), never a LAN one."""
+    return address if is_trusted(request) else hostname
+
+
+def state_for(request: HttpRequest, document: dict[str, JsonValue]) -> None:
+    """``GET /state`` for a public caller: no node's API URLs (``nodeResources[*].apiUrls``
+    name LAN and tailnet addresses; the diagnostics fan-out, which needs them, is for
+    the trusted fabric)."""
+    if is_trusted(request):
+        return
+    resources = document.get("nodeResources")
+    if isinstance(resources, dict):
+        for reading in resources.values():
+            if isinstance(reading, dict) and "apiUrls" in reading:
+                reading["apiUrls"] = []

@@ -8,6 +8,8 @@ import msgspec
 from litestar import Controller, MediaType, Response, get, post
 
 from skulk_daemon.api.authority import declare
+from skulk_daemon.api.connection import HttpRequest
+from skulk_daemon.api.disclosure import identity_address_for
 from skulk_daemon.api.openapi import OPENAI, errors
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.node.node import Node
@@ -44,10 +46,10 @@ class NodeController(Controller):
         summary="This node's id, hostname and preferred address",
         responses=errors(OPENAI),
     )
-    async def identity(self, node: Node) -> NodeIdentityResponse:
-        return NodeIdentityResponse(
-            node_id=node.node_id, hostname=socket.gethostname(), ip_address=preferred_ipv4()
-        )
+    async def identity(self, node: Node, request: HttpRequest) -> NodeIdentityResponse:
+        hostname = socket.gethostname()
+        address = identity_address_for(request, preferred_ipv4(), hostname)
+        return NodeIdentityResponse(node_id=node.node_id, hostname=hostname, ip_address=address)
 
     @get(
         "/onboarding",

@@ -27,6 +27,7 @@ from skulk_core.state.state import State, TaskStatus
 from skulk_core.wire import JsonValue, to_wire
 from skulk_daemon.api.authority import TRUSTED_CALLERS, caller_of, declare
 from skulk_daemon.api.connection import HttpRequest
+from skulk_daemon.api.disclosure import state_for
 from skulk_daemon.api.openapi import JSON, OPENAI, documented, errors, wire_of
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.node.eventlog import read_events
@@ -102,6 +103,7 @@ class StateController(Controller):
         document = render_state(view.state, view.telemetry, view.health, datetime.now(UTC))
         if caller_of(request) not in TRUSTED_CALLERS:
             without_command_ids(document)
+        state_for(request, document)
         return document
 
     @get(

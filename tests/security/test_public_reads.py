@@ -7,13 +7,18 @@ this machine still sees them, and browsing is for this machine only."""
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from skulk_daemon.api.authority import route_authority
+from skulk_daemon.authority.policy import Requirement
 from tests.daemon_process import DaemonProcess
-from tests.security.lan import PRIVATE_HOST, PUBLIC_HOST, Lan
+from tests.security.lan import CGNAT_HOST, PRIVATE_HOST, PUBLIC_HOST, Lan
+from tests.security.test_route_table import _routes
 
 pytestmark = pytest.mark.slow
 
@@ -53,10 +58,59 @@ def test_a_public_caller_reads_the_fields_without_host_paths_or_addresses(
 
 
 def test_only_this_machine_browses_directories(network: Lan, node: DaemonProcess) -> None:
-    for host in (PRIVATE_HOST, PUBLIC_HOST):
-        (listing,) = network.requests(
-            {"method": "GET", "url": f"http://{host}:{node.port}/filesystem/browse?path=/home"}
-        )
-        assert listing["status"] == 403, listing
-        assert "/home/" not in listing["body"]
+    temp = tempfile.gettempdir()
+    for host in (PRIVATE_HOST, CGNAT_HOST, PUBLIC_HOST):
+        for path in ("/home", temp):
+            (listing,) = network.requests(
+                {"method": "GET", "url": f"http://{host}:{node.port}/filesystem/browse?path={path}"}
+            )
+            assert listing["status"] == 403, listing
+            assert f"{path}/" not in listing["body"]
     assert node.get("/filesystem/browse", params={"path": "/tmp"}).status_code == 200
+
+
+NETWORK_READS = {"/models/search", "/models/gguf-quants", "/models/requirements"}
+"""Open reads that ask Hugging Face (no internet here) or need query parameters."""
+
+
+def test_no_open_read_shows_a_public_caller_host_paths_or_lan_addresses(
+    network: Lan, node: DaemonProcess
+) -> None:
+    # Every read a public caller may make (the open GET routes without path
+    # parameters), searched for what identifies this machine's disk or its network.
+    paths = [
+        route
+        for (method, route), handler in sorted(_routes().items())
+        if method == "GET"
+        and "{" not in route
+        and route not in NETWORK_READS
+        and (declared := route_authority(handler)) is not None
+        and declared.requirement is Requirement.OPEN
+    ]
+    assert len(paths) > 30
+    secrets = {
+        str(node.root),
+        str(node.models_dir),
+        str(node.config_home),
+        str(Path.home()) + "/",
+        tempfile.gettempdir() + "/",
+        PRIVATE_HOST,
+        CGNAT_HOST,
+    }
+    answers = network.requests(
+        *({"method": "GET", "url": f"http://{PUBLIC_HOST}:{node.port}{path}"} for path in paths)
+    )
+    leaks = [
+        (path, answer["status"], secret)
+        for path, answer in zip(paths, answers, strict=True)
+        for secret in secrets
+        if secret in answer["body"]
+    ]
+    assert leaks == [], leaks
+    failed = [
+        (path, answer["status"], answer["body"][:200])
+        for path, answer in zip(paths, answers, strict=True)
+        if answer["status"] is None
+        or (answer["status"] >= 500 and "store_not_configured" not in answer["body"])
+    ]
+    assert failed == []
