@@ -97,6 +97,8 @@ def test_one_address_cannot_hold_every_slot_and_trickles_are_cut(
         trickler.kill()
     results = json.loads(out)
     refused = [r for r in results if r["status"] == "503"]
+    ended = [r["ended"] for r in results if r["ended"] is not None]
+    print(f"trickles: {len(results)} opened, last ended at {max(ended, default=0):.1f} s")
     cut = [r for r in results if r["status"] == "408"]
     # Past the cap: answered 503 at once. Under it: cut by the body deadline (one or two
     # windows), long before the 4 KiB body would have trickled in (~2 hours).

@@ -43,6 +43,8 @@ class BadMember:
     bundle: bytes = b"{}"
     """What an honest member answers: a real node bundle (the app's own)."""
     authorizations: list[str | None] = field(default_factory=list)
+    posts: list[tuple[str, str | None]] = field(default_factory=list)
+    """Each POST's path and Authorization header (the runner-cancel proxy's)."""
     sent: int = 0
 
     def __post_init__(self) -> None:
@@ -60,6 +62,16 @@ class BadMember:
                     member.answer(self)
                 except (BrokenPipeError, ConnectionResetError):
                     return
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                member.posts.append((self.path, self.headers.get("Authorization")))
+                body = b'{"cancelled": false}'
+                self.send_response(404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -214,3 +226,41 @@ def test_the_api_key_goes_only_to_advertised_urls(
     redirect = members[NodeId("12D3KooWredirectmember")]
     assert redirect.authorizations  # the redirecting member was asked...
     assert members[NodeId("elsewhere")].authorizations == []  # ...its target never was
+
+
+@pytest.mark.parametrize(
+    "runner_id",
+    ["%2E%2E", "x%3F%2F..%2F..%2Fadmin%2Frestart", "x%23", "x%5C..%5Cadmin", "x%25"],
+    ids=["dot-dot", "query-walk", "fragment", "backslash", "escape"],
+)
+def test_the_runner_cancel_proxy_forwards_no_id_that_leaves_its_route(
+    app: AppNode, members: dict[NodeId, BadMember], runner_id: str
+) -> None:
+    # Issue #36, from reading: the proxy put the caller's runner id into the path it
+    # forwards with this node's key. Through the real route, an id that would walk the
+    # keyed request elsewhere is refused (400, or 404 where it is no route at all) and
+    # the member hears nothing.
+    honest = members[NodeId("12D3KooWhonestmember")]
+    honest.posts.clear()
+    answer = app.post(
+        f"/v1/diagnostics/cluster/12D3KooWhonestmember/runners/{runner_id}/cancel",
+        json={},
+        headers={"Authorization": f"Bearer {API_KEY}"},
+    )
+    assert answer.status_code in (400, 404), answer.text
+    assert answer.json()["error"]["message"]
+    assert honest.posts == []
+
+
+def test_a_well_formed_runner_id_is_proxied_with_the_key(
+    app: AppNode, members: dict[NodeId, BadMember]
+) -> None:
+    honest = members[NodeId("12D3KooWhonestmember")]
+    honest.posts.clear()
+    runner = "6f1c2b7e-3d4a-4b5c-9d8e-7f6a5b4c3d2e"
+    app.post(
+        f"/v1/diagnostics/cluster/12D3KooWhonestmember/runners/{runner}/cancel",
+        json={},
+        headers={"Authorization": f"Bearer {API_KEY}"},
+    )
+    assert honest.posts == [(f"/v1/diagnostics/node/runners/{runner}/cancel", f"Bearer {API_KEY}")]

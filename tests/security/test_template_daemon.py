@@ -87,8 +87,10 @@ def test_a_hostile_template_is_refused_in_bounded_time_and_memory(served: Daemon
         answer, seconds = _chat(served, attack)
         assert answer.status_code == 400, (attack, answer.text)
         assert answer.json()["error"]["code"] == "invalid_messages", answer.text
+        print(f"hostile template ({attack}): refused in {seconds:.2f} s")
         assert seconds < 5, (attack, seconds)
     grown = peak_rss_bytes(served.process.pid) - peak_before
+    print(f"hostile template: daemon peak RSS {peak_before >> 20} MiB, grew {grown >> 20} MiB")
     assert grown < 100 * 1024 * 1024, f"the daemon's peak RSS grew by {grown >> 20} MiB"
     # The same card still serves an ordinary turn.
     answer, _ = _chat(served, "Count: one, two, three,")
