@@ -180,3 +180,56 @@ def test_local_peers_are_never_capped_and_remote_ones_are_keyed_by_address() -> 
     assert http_server.source_of(("2001:db8::1", 1)) == http_server.source_of(
         ("2001:db8::ffff:2", 1)
     )
+
+
+def test_a_crowd_of_remote_addresses_leaves_loopback_its_reserve(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue #36 finding 4, scaled down: each address holds at most 2 connections and all
+    # remote addresses together at most 4 (the daemon's 64 and 960 of 1,024). Addresses
+    # 127.0.0.2-4 play three remote machines (source_of keys them as such); 127.0.0.1 is
+    # this machine.
+    monkeypatch.setattr(http_server, "MAX_CONNECTIONS_PER_SOURCE", 2)
+    monkeypatch.setattr(http_server, "MAX_REMOTE_CONNECTIONS", 4)
+    local = http_server.source_of
+
+    def keyed(client: tuple[str, int] | None) -> str | None:
+        return (
+            client[0]
+            if client and client[0].startswith("127.0.0.") and client[0] != "127.0.0.1"
+            else local(client)
+        )
+
+    monkeypatch.setattr(http_server, "source_of", keyed)
+
+    async def hold(port: int, source: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+        writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+        await writer.drain()
+        return reader, writer
+
+    async def refused(reader: asyncio.StreamReader) -> bool:
+        answer = await asyncio.wait_for(reader.read(), timeout=5)
+        return answer.startswith(b"HTTP/1.1 503 ") and b"too_many_connections" in answer
+
+    async def scenario() -> None:
+        async with serving(_hello) as port:
+            held = [await hold(port, source) for source in ("127.0.0.2",) * 2 + ("127.0.0.3",) * 2]
+            await asyncio.sleep(0.2)
+            # Past one address's cap, and past the crowd's (from an address with none).
+            over_one = await hold(port, "127.0.0.2")
+            over_crowd = await hold(port, "127.0.0.4")
+            held += [over_one, over_crowd]
+            assert await refused(over_one[0])
+            assert await refused(over_crowd[0])
+            # This machine is served meanwhile, many times over.
+            async with httpx.AsyncClient() as client:
+                for _ in range(8):
+                    answer = await client.get(f"http://127.0.0.1:{port}/")
+                    assert answer.status_code == 200
+            for _, writer in held:
+                writer.close()
+                with contextlib.suppress(ConnectionError):
+                    await writer.wait_closed()
+
+    asyncio.run(scenario())
