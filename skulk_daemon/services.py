@@ -29,6 +29,7 @@ from skulk_daemon.node_admin.restart import RestartLatch
 from skulk_daemon.node_admin.service import NodeAdminService
 from skulk_daemon.node_admin.tailscale import TailscaleProbe
 from skulk_daemon.operator.service import OperatorPairingService
+from skulk_daemon.placement.idle_clocks import IdleClocks
 from skulk_daemon.placement.on_demand import OnDemandLoader
 from skulk_daemon.placement.service import PlacementService
 from skulk_daemon.plugins.access import ManagerAccess
@@ -64,6 +65,7 @@ class Services:
     media: MediaServices | None = None
     steward: StewardService | None = None
     images: ImageService | None = None
+    idle_clocks: IdleClocks | None = None
 
     @classmethod
     def build(
@@ -147,4 +149,5 @@ class Services:
                 ImageStore(node.settings.data_dir / "images"),
                 remote=cluster.images if cluster is not None else None,
             ),
+            idle_clocks=IdleClocks(node),
         )

@@ -165,3 +165,28 @@ def idle_unloads(
         if seen is not None and now - seen >= keep:
             due.append(instance_id)
     return tuple(due)
+
+
+def expiries(
+    state: State, last_active: Mapping[InstanceId, float], now: float
+) -> dict[InstanceId, float | None]:
+    """When each placed instance would be unloaded if nobody used it again.
+
+    In the clock of ``last_active`` and ``now``. ``None``: never (an explicit
+    placement, or one kept forever). A busy or loading instance expires one
+    keep-alive from ``now``, as Ollama's ``/api/ps`` shows a model in use; an
+    instance without a clock yet counts as used ``now``.
+    """
+    busy = _active_instances(state)
+    found: dict[InstanceId, float | None] = {}
+    for instance_id in state.instances:
+        intent = state.placement_intents.get(instance_id)
+        keep = intent.keep_alive_seconds if intent is not None else None
+        if intent is None or not intent.on_demand or keep is None:
+            found[instance_id] = None
+            continue
+        seen = last_active.get(instance_id, now)
+        if instance_id in busy or not _serving(state, instance_id):
+            seen = now
+        found[instance_id] = seen + keep
+    return found

@@ -54,6 +54,7 @@ from skulk_daemon.api.videos import VideosController
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.hub.service import HubService
 from skulk_daemon.node_admin.service import NodeAdminService
+from skulk_daemon.placement.idle_clocks import IdleClocks
 from skulk_daemon.plugins.access import ManagerAccess
 from skulk_daemon.plugins.configuration import NodeConfigurations
 from skulk_daemon.plugins.owners.adapter import ManagedOwners
@@ -179,6 +180,7 @@ def create_app(
             "videos": provider(media.videos),
             "music_jobs": provider(media.music),
             "steward": provider(services.steward),
+            "idle_clocks": provider(services.idle_clocks or IdleClocks(services.node)),
         },
         exception_handlers=EXCEPTION_HANDLERS,
         on_startup=[*on_startup, start_registry, store.start, owners.start, media.start],

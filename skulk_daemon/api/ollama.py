@@ -71,6 +71,7 @@ from skulk_daemon.chat.service import ChatService, OpenedTurn
 from skulk_daemon.chat.task import ChatTask, TaskMessage
 from skulk_daemon.errors import ApiError, nested_too_deeply
 from skulk_daemon.node.node import CommandRefused, Node
+from skulk_daemon.placement.idle_clocks import IdleClocks
 
 log = logging.getLogger(__name__)
 
@@ -286,8 +287,8 @@ class OllamaController(Controller):
         summary="Models with a placed instance",
         responses=errors(OLLAMA),
     )
-    async def list_running(self, node: Node) -> OllamaPs:
-        return running(node.catalog(), node.state)
+    async def list_running(self, node: Node, idle_clocks: IdleClocks) -> OllamaPs:
+        return running(node.catalog(), node.state, idle_clocks.expires_at())
 
     @get(
         _paths("version"),

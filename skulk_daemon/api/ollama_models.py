@@ -8,11 +8,13 @@ that Skulk has no counterpart for carries a compatibility value the spec names
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
 import msgspec
 
+from skulk_core.ids import InstanceId
 from skulk_core.models.card_digest import card_digest
 from skulk_core.models.cards import ModelCard, ModelKind, ModelTask, served_kind
 from skulk_core.models.catalog import Catalog, CatalogEntry
@@ -25,7 +27,8 @@ COMPLETED_DOWNLOAD_STATUSES: Final = frozenset({"completed", "complete", "downlo
 DEFAULT_TAG: Final = ":latest"
 """Ollama clients add this tag to a bare name; Skulk ids carry no tags."""
 NEVER_EXPIRES: Final = "9999-12-31T23:59:59Z"
-"""A placed instance stays loaded until it is deleted: it has no idle expiry."""
+"""``expires_at`` of a model that stays loaded until it is deleted: placed explicitly,
+or on demand with a negative ``keep_alive``."""
 
 # A parameter-count label in a model name: "gemma-3-270m" → 270M, "Llama-3.2-1B" → 1B.
 _SIZE_LABEL = re.compile(r"(?:^|[-_/ .])(\d+(?:\.\d+)?)([mMbB])(?=$|[-_/ .])")
@@ -91,8 +94,9 @@ def find(catalog: Catalog, name: str) -> CatalogEntry | None:
     return entry
 
 
-def _rfc3339(unix_seconds: int) -> str:
-    return datetime.fromtimestamp(unix_seconds, UTC).isoformat().replace("+00:00", "Z")
+def _rfc3339(unix_seconds: float) -> str:
+    at = datetime.fromtimestamp(round(unix_seconds), UTC)
+    return at.isoformat().replace("+00:00", "Z")
 
 
 def parameter_size(card: ModelCard) -> str:
@@ -149,13 +153,24 @@ def tags(catalog: Catalog, state: State) -> OllamaTags:
     )
 
 
-def running(catalog: Catalog, state: State) -> OllamaPs:
-    """One item per model with an instance placed, however many instances it has."""
+def running(
+    catalog: Catalog, state: State, expires_at: Mapping[InstanceId, float | None]
+) -> OllamaPs:
+    """One item per model with an instance placed, however many instances it has.
+
+    ``expires_at`` is each instance's idle unload time (Unix seconds; ``None`` or
+    absent: never). A model stays loaded while any of its instances does, so its
+    ``expires_at`` is the latest of them.
+    """
     contexts: dict[str, int | None] = {}
-    for instance in state.instances.values():
+    expiry: dict[str, float | None] = {}
+    for instance_id, instance in state.instances.items():
         placed = instance.shard_assignments.model_id
         limit = instance.context_token_limit
         contexts[placed] = max(contexts.get(placed) or 0, limit or 0) or None
+        at = expires_at.get(instance_id)
+        earlier = expiry.get(placed, 0.0)
+        expiry[placed] = None if at is None or earlier is None else max(earlier, at)
     models: list[OllamaRunningModel] = []
     for model_id in sorted(contexts):
         entry = catalog.get(model_id)
@@ -167,12 +182,16 @@ def running(catalog: Catalog, state: State) -> OllamaPs:
                 size=0,
                 digest=_digest(entry.card) if entry is not None else "",
                 details=card_details,
-                expires_at=NEVER_EXPIRES,
+                expires_at=_expiry(expiry.get(model_id)),
                 size_vram=0,
                 context_length=contexts[model_id],
             )
         )
     return OllamaPs(models=tuple(models))
+
+
+def _expiry(unix_seconds: float | None) -> str:
+    return NEVER_EXPIRES if unix_seconds is None else _rfc3339(unix_seconds)
 
 
 def _unknown_details() -> OllamaDetails:

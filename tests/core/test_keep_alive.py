@@ -11,6 +11,7 @@ from skulk_core.ids import CommandId, InstanceId, ModelId, RunnerId, TaskId
 from skulk_core.placement.keep_alive import (
     MAX_KEEP_ALIVE_SECONDS,
     KeepAliveError,
+    expiries,
     idle_unloads,
     note_events,
     parse_keep_alive,
@@ -147,6 +148,17 @@ def test_a_busy_instance_stays_and_each_task_restarts_its_clock() -> None:
     done = _run(busy, TaskDeleted(task_id=task.task_id))
     assert idle_unloads(done, refresh(done, clocks, 79.0), 79.0) == ()
     assert idle_unloads(done, refresh(done, clocks, 80.0), 80.0) == (I1,)
+
+
+def test_expiry_is_the_last_use_plus_the_keep_alive_and_never_for_explicit_ones() -> None:
+    # What Ollama's /api/ps shows as expires_at.
+    idle = _placed(ON_DEMAND)
+    assert expiries(idle, {I1: 100.0}, now=130.0) == {I1: 160.0}
+    assert expiries(idle, {}, now=130.0) == {I1: 190.0}  # no clock yet: used now
+    assert expiries(_placed(ON_DEMAND, ready=False), {I1: 100.0}, now=130.0) == {I1: 190.0}
+    assert expiries(_placed(EXPLICIT), {I1: 100.0}, now=130.0) == {I1: None}
+    forever = _placed(msgspec.structs.replace(ON_DEMAND, keep_alive_seconds=None))
+    assert expiries(forever, {I1: 100.0}, now=130.0) == {I1: None}
 
 
 def test_set_keep_alive_changes_only_on_demand_instances() -> None:

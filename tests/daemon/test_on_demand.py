@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ pytestmark = pytest.mark.slow
 EMBEDDER = "local/all-minilm-l6-v2"
 KEEP_ALIVE_SECONDS = 2.0
 UNLOAD_TIMEOUT = 120.0
+NEVER = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +141,7 @@ def test_ollama_keep_alive_keeps_forever_and_zero_unloads(
     (intent,) = instances_of(daemon, DEMO).values()
     assert intent["onDemand"] is True
     assert intent.get("keepAliveSeconds") is None  # kept until removed
+    assert [m.expires_at for m in client.ps().models] == [NEVER]
 
     # The same model, kept for an hour from now on.
     client.chat(
@@ -153,6 +157,11 @@ def test_ollama_keep_alive_keeps_forever_and_zero_unloads(
         "the keep-alive to apply",
         30,
     )
+    # `ollama ps` shows when it will be unloaded: an hour after its last use.
+    (running,) = client.ps().models
+    assert running.expires_at is not None
+    left = running.expires_at.timestamp() - time.time()
+    assert 3600 - 120 < left <= 3601, running.expires_at
 
     # Ollama's unload: an empty generate with keep_alive 0.
     unload = client.generate(model=DEMO, prompt="", keep_alive=0)
