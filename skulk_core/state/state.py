@@ -50,6 +50,9 @@ class DownloadProgress(msgspec.Struct, frozen=True, kw_only=True, rename="camel"
     downloaded_bytes: int = 0
     total_bytes: int = 0
     error_message: str | None = None
+    attempt_id: str | None = None
+    """This transfer attempt's identity: a fresh one for every start or retry (``None``
+    for a record no transfer made, such as an already-installed model)."""
 
 
 class Connection(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

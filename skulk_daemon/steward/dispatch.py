@@ -36,7 +36,7 @@ from skulk_core.state.proposals import (
     StewardProposal,
 )
 from skulk_core.state.state import State
-from skulk_core.steward.lifecycle import is_steward
+from skulk_core.steward.lifecycle import ACTIVE_DOWNLOAD_STATUSES, is_steward
 from skulk_daemon.node.node import CommandRefused, Node
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,9 @@ log = logging.getLogger(__name__)
 KILL_SWITCH_ENV: Final = "SKULK_FABRIC_CAPABILITIES_DISABLE"
 RESTART_POLL_SECONDS: Final = 2.0
 
-CancelDownload = Callable[[NodeId, str], Awaitable[None]]
+CancelDownload = Callable[[NodeId, str, str], Awaitable[None]]
+"""Cancels one exact transfer attempt (node, model, attempt id) on its node, which
+repeats the attempt check; raises when that attempt is no longer in flight there."""
 
 
 def capabilities_disabled() -> bool:
@@ -174,16 +176,10 @@ class ProposalDispatcher:
                 await self._submit(create)
                 return "re-placement accepted"
             case ProposalAction.CANCEL_DOWNLOAD:
-                if self._cancel_download is None or proposal.node_id is None:
-                    raise _Failed("download cancellation is not available on this master")
-                moving = any(
-                    d.model_id == proposal.model_id and d.status in ("pending", "in_progress")
-                    for d in node.state.downloads.get(proposal.node_id, ())
-                )
-                if not moving:
-                    raise _Failed("the selected transfer finished or was replaced")
+                if not _attempt_in_flight(node.state, proposal):
+                    raise _Failed("the selected transfer attempt finished or was replaced")
                 await self._arm(proposal, dispatch, arm, "transfer cancellation")
-                await self._cancel_download(proposal.node_id, str(proposal.model_id))
+                await self._cancel(proposal)
                 return "cancellation accepted"
 
     async def _arm(
@@ -195,6 +191,17 @@ class ProposalDispatcher:
             proposal.proposal_id, ProposalStatus.DISPATCHED, f"{what} dispatched", dispatch=dispatch
         ):
             raise _Failed("the proposal changed before dispatch")
+
+    async def _cancel(self, proposal: StewardProposal) -> None:
+        """Forward the attempt-bound cancellation (after the armed record is indexed)."""
+        node_id, attempt = proposal.node_id, proposal.attempt_id
+        if self._cancel_download is None or node_id is None or attempt is None:
+            raise _Failed("download cancellation is not available on this master")
+        try:
+            await self._cancel_download(node_id, str(proposal.model_id), attempt)
+        except Exception as exc:  # the node's refusal (a retry replaced it) or no answer
+            message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+            raise _Failed(f"the node did not cancel the transfer attempt: {message}") from None
 
     async def _submit(self, command: CreateInstance | DeleteInstance) -> None:
         try:
@@ -255,7 +262,8 @@ class ProposalDispatcher:
             case ProposalAction.PLACE_MODEL | ProposalAction.RESTART_MODEL:
                 missing = InstanceId(dispatch) not in state.instances
             case ProposalAction.CANCEL_DOWNLOAD:
-                missing = False  # the node's own record says whether it still moves
+                # The exact attempt still moving: the forward never reached its node.
+                missing = _attempt_in_flight(state, proposal)
         if not missing:
             return
         if capabilities_disabled():
@@ -280,6 +288,8 @@ class ProposalDispatcher:
                     await self._submit(
                         DeleteInstance(command_id=dispatch, instance_id=proposal.instance_id)
                     )
+                case ProposalAction.CANCEL_DOWNLOAD:
+                    await self._cancel(proposal)
                 case _:
                     await self._submit(self._plan(proposal, dispatch))
         except _Failed as exc:
@@ -291,3 +301,15 @@ class ProposalDispatcher:
         self._closed = True
         for task in list(self._tasks):
             task.cancel()
+
+
+def _attempt_in_flight(state: State, proposal: StewardProposal) -> bool:
+    """Whether the proposal's exact transfer attempt is still queued or moving."""
+    if proposal.node_id is None or proposal.attempt_id is None:
+        return False
+    return any(
+        d.model_id == proposal.model_id
+        and d.attempt_id == proposal.attempt_id
+        and d.status in ACTIVE_DOWNLOAD_STATUSES
+        for d in state.downloads.get(proposal.node_id, ())
+    )

@@ -143,8 +143,8 @@ class ReadTools:
 
     async def _node_bundle(self, tool: str, name: str) -> str:
         target = evidence.resolve_node(name, self.names())
-        if isinstance(target, str):
-            return _json({"error": target})
+        if isinstance(target, evidence.Unresolved):
+            return _json({"error": target.reason})
         if self._diagnostics is None:
             return _json({"error": "node diagnostics are not available on this node"})
         if target == self._node.node_id:
