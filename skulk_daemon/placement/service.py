@@ -249,10 +249,14 @@ class PlacementService:
         return DeletionAccepted(command_id=command_id, instance_id=instance.instance_id)
 
     def _refuse_duplicate(self, model_id: str) -> None:
+        # The hidden steward (a system instance of its brain card) is no replica of the
+        # model for the user: it serves only skulk/steward and cannot be deleted.
+        state = self._node.state
         placed = sorted(
             str(instance_id)
-            for instance_id, instance in self._node.state.instances.items()
+            for instance_id, instance in state.instances.items()
             if instance.shard_assignments.model_id == model_id
+            and not is_steward(state, instance_id)
         )
         if placed:
             named = ", ".join(placed)

@@ -64,6 +64,8 @@ class ProposalDispatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._was_master = False
         self._closed = False
+        self._dispatching: set[str] = set()
+        """Approvals this master is carrying out (each at most once per process)."""
         node.on_ordered(self._on_ordered)
 
     def _on_ordered(self, before: State, events: list[IndexedEvent]) -> None:
@@ -94,7 +96,11 @@ class ProposalDispatcher:
         if not self._was_master:
             self._was_master = True
             for proposal in node.state.steward_proposals:
-                await self._recover(proposal, now)
+                if proposal.status == ProposalStatus.APPROVED:
+                    # Approved, never armed: the previous master died in between.
+                    self._spawn(self._dispatch(proposal.proposal_id, recovering=True))
+                else:
+                    await self._recover(proposal, now)
 
     async def _change(
         self,
@@ -122,12 +128,13 @@ class ProposalDispatcher:
             return False
         return True
 
-    async def _dispatch(self, proposal_id: str) -> None:
-        if not self._node.is_master:
+    async def _dispatch(self, proposal_id: str, *, recovering: bool = False) -> None:
+        if not self._node.is_master or proposal_id in self._dispatching:
             return
         proposal = find(self._node.state, proposal_id)
         if proposal is None or proposal.status != ProposalStatus.APPROVED:
             return
+        self._dispatching.add(proposal_id)
         if capabilities_disabled():
             await self._change(
                 proposal_id,
@@ -136,7 +143,9 @@ class ProposalDispatcher:
             )
             return
         try:
-            outcome = await self._carry_out(proposal, new_command_id(), arm=True)
+            outcome = await self._carry_out(
+                proposal, new_command_id(), arm=True, recovering=recovering
+            )
         except _Failed as exc:
             await self._change(proposal_id, ProposalStatus.FAILED, str(exc))
             return
@@ -152,7 +161,11 @@ class ProposalDispatcher:
             raise _Failed("the selected instance is no longer the one proposed")
         return iid
 
-    async def _carry_out(self, proposal: StewardProposal, dispatch: CommandId, *, arm: bool) -> str:
+    async def _carry_out(
+        self, proposal: StewardProposal, dispatch: CommandId, *, arm: bool, recovering: bool
+    ) -> str:
+        """Revalidate and dispatch; ``recovering``: a promoted master finishing an
+        approval its predecessor left unarmed (a restart's teardown may be done)."""
         node = self._node
         match proposal.action:
             case ProposalAction.STOP_MODEL:
@@ -166,11 +179,15 @@ class ProposalDispatcher:
                 await self._submit(create)
                 return "placement accepted"
             case ProposalAction.RESTART_MODEL:
-                iid = self._ordinary_instance(proposal)
+                torn_down = recovering and proposal.instance_id not in node.state.instances
+                iid = proposal.instance_id if torn_down else self._ordinary_instance(proposal)
+                assert iid is not None
                 card = node.state.instance_cards.get(iid)
                 if card is not None and node.catalog().get(card.model_id) is None:
                     raise _Failed("the captured model card is no longer in the catalog")
-                await self._submit(DeleteInstance(command_id=new_command_id(), instance_id=iid))
+                if not torn_down:
+                    teardown = DeleteInstance(command_id=new_command_id(), instance_id=iid)
+                    await self._submit(teardown)
                 create = await self._wait_for_capacity(proposal, dispatch, iid)
                 await self._arm(proposal, dispatch, arm, "re-placement after teardown")
                 await self._submit(create)

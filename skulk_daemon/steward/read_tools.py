@@ -142,7 +142,15 @@ class ReadTools:
         return _json({"nodes": members})
 
     async def _node_bundle(self, tool: str, name: str) -> str:
-        target = evidence.resolve_node(name, self.names())
+        """The named node's bundle, its node ids (any node's) told as friendly names."""
+        names = self.names()
+        text = await self._bundle_text(tool, name, names)
+        for node_id, friendly in names.items():
+            text = text.replace(node_id, friendly)
+        return text
+
+    async def _bundle_text(self, tool: str, name: str, names: dict[NodeId, str]) -> str:
+        target = evidence.resolve_node(name, names)
         if isinstance(target, evidence.Unresolved):
             return _json({"error": target.reason})
         if self._diagnostics is None:
