@@ -385,7 +385,8 @@ def merge_update(current: SkulkConfig, incoming: SkulkConfig, present: set[str])
     """Apply ``PUT /config``'s preservation rules.
 
     The update replaces the whole config, except that ``hf_token``, ``logging``,
-    ``experiments`` and ``model_trust`` keep their current values when the request
+    ``experiments``, ``model_trust`` and ``intelligent_fabric`` (cluster-wide, like
+    ``logging``) keep their current values when the request
     omits them (``present`` holds the top-level keys the request carried), and a
     blank ``hf_token`` never erases a stored one. ``cluster.key`` is a secret that
     GET never shows, so an update cannot be expected to carry it: it is kept too, and so
@@ -400,7 +401,7 @@ def merge_update(current: SkulkConfig, incoming: SkulkConfig, present: set[str])
     merged = incoming
     if "hf_token" not in present or not (incoming.hf_token or "").strip():
         merged = replace(merged, hf_token=current.hf_token)
-    for key in ("logging", "experiments", "model_trust"):
+    for key in ("logging", "experiments", "model_trust", "intelligent_fabric"):
         if key not in present:
             merged = replace(merged, **{key: getattr(current, key)})
     if merged.cluster.key is None and current.cluster.key is not None:

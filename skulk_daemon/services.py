@@ -109,8 +109,13 @@ class Services:
             node, worker, cluster=cluster, capabilities=capabilities, tailscale=tailscale
         )
 
-        async def cancel_download(node_id: NodeId, model_id: str) -> None:
-            await hub.cancel_download(node_id, model_id)
+        async def cancel_download(node_id: NodeId, model_id: str, attempt_id: str) -> None:
+            # The worker repeats the attempt check: a retry since approval is not cancelled.
+            if node_id == node.node_id:
+                await hub.cancel_download(node_id, model_id, attempt_id)
+            else:
+                path = f"/download/{node_id}/{model_id}"
+                await hub.forward(node_id, "DELETE", path, None, {"attempt_id": attempt_id})
 
         steward = StewardService(node, worker, commands, diagnostics, cancel_download)
         chat.attach_steward(steward)

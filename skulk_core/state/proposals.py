@@ -67,6 +67,8 @@ class StewardProposal(msgspec.Struct, frozen=True, kw_only=True, rename="camel")
     model_id: ModelId | None = None
     instance_id: InstanceId | None = None
     node_id: NodeId | None = None
+    attempt_id: str | None = None
+    """``cancel_download``: the exact transfer attempt selected (a retry is another)."""
     dispatch_command_id: CommandId | None = None
     dispatched_at: datetime | None = None
     reissued: bool = False

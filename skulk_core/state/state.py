@@ -50,6 +50,9 @@ class DownloadProgress(msgspec.Struct, frozen=True, kw_only=True, rename="camel"
     downloaded_bytes: int = 0
     total_bytes: int = 0
     error_message: str | None = None
+    attempt_id: str | None = None
+    """This transfer attempt's identity: a fresh one for every start or retry (``None``
+    for a record no transfer made, such as an already-installed model)."""
 
 
 class Connection(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -115,15 +118,27 @@ class Reign(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     first_idx: int
 
 
+class FabricMode(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """The ``intelligent_fabric`` config section as State carries it, cluster-wide."""
+
+    enabled: bool
+    brain_model: str
+    max_tool_calls: int
+
+
 class ClusterSettings(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """The cluster-wide keys of ``PUT /config`` every node applies to its own config.
 
     Secrets never enter State: a changed ``hf_token`` is recorded here only as a fresh
-    random ``hf_token_revision``; the token itself travels over the encrypted fabric."""
+    random ``hf_token_revision``; the token itself travels over the encrypted fabric.
+    ``None`` is a key never set cluster-wide (each node keeps its own value)."""
 
-    log_level: str
-    event_log: bool
+    log_level: str | None = None
+    event_log: bool | None = None
     hf_token_revision: str | None = None
+    intelligent_fabric: FabricMode | None = None
+    """Intelligent-fabric mode for the whole cluster: put through ``PUT /config`` on any
+    node, or published by the master from its own config when State has none yet."""
 
 
 class State(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

@@ -147,14 +147,24 @@ def node_names(state: State, telemetry: Telemetry) -> dict[NodeId, str]:
     return names
 
 
-def resolve_node(name: str, names: Mapping[NodeId, str]) -> NodeId | str:
-    """The node with exactly this friendly name, or why none can be chosen."""
+class Unresolved(msgspec.Struct, frozen=True, kw_only=True):
+    """Why no node can be chosen for a friendly name (safe to show: names, no ids)."""
+
+    reason: str
+
+
+def resolve_node(name: str, names: Mapping[NodeId, str]) -> NodeId | Unresolved:
+    """The node with exactly this friendly name, or why none can be chosen.
+
+    (``NodeId`` is a ``str``: callers tell the two apart with ``Unresolved``.)"""
     matches = [node for node, friendly in names.items() if friendly == name]
     if not matches:
         known = ", ".join(sorted(names.values())) or "none"
-        return f"no live node is named {name!r} (live nodes: {known})"
+        return Unresolved(reason=f"no live node is named {name!r} (live nodes: {known})")
     if len(matches) > 1:
-        return f"{len(matches)} live nodes are named {name!r}; the name is ambiguous"
+        return Unresolved(
+            reason=f"{len(matches)} live nodes are named {name!r}; the name is ambiguous"
+        )
     return matches[0]
 
 

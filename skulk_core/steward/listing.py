@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import msgspec
 
-from skulk_core.config import SkulkConfig
+from skulk_core.config import IntelligentFabricConfig
 from skulk_core.ids import ModelId
 from skulk_core.models.catalog import Catalog
 from skulk_core.models.listing import ModelListItem, model_list_item
 from skulk_core.steward.lifecycle import STEWARD_DISPLAY_NAME, STEWARD_MODEL_ID, STEWARD_ROLE
 
 
-def steward_entries(config: SkulkConfig, catalog: Catalog) -> tuple[ModelListItem, ...]:
+def steward_entries(fabric: IntelligentFabricConfig, catalog: Catalog) -> tuple[ModelListItem, ...]:
     """One entry while intelligent-fabric mode is on and its brain is in the catalog
     (the brain's capabilities, under the reserved id and the operator-facing name)."""
-    fabric = config.intelligent_fabric
     entry = catalog.get(ModelId(fabric.brain_model)) if fabric.enabled else None
     if entry is None:
         return ()

@@ -8,6 +8,7 @@ spec: it reads a path on this machine) only a direct loopback peer or the gatewa
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Final
 
@@ -117,6 +118,9 @@ def _status(node_id: str, progress: msgspec.Struct) -> DownloadStatus:
         total_bytes=progress.total_bytes,
         error=progress.error_message,
     )
+
+
+_ATTEMPT_ID: Final = re.compile(r"[0-9A-Za-z]{1,64}")
 
 
 def _relayed(answer: object) -> DownloadStatus:
@@ -257,13 +261,25 @@ class HubController(Controller):
         responses=errors(OPENAI, 400, 404, 409),
     )
     async def delete_download(
-        self, hub: HubService, node: Node, node_id: str, model_id: str
+        self,
+        hub: HubService,
+        node: Node,
+        node_id: str,
+        model_id: str,
+        attempt_id: str | None = None,
     ) -> DownloadStatus:
+        """``attempt_id`` (optional) binds the cancellation to one exact transfer attempt
+        (``/state`` downloads carry it): 409 when that attempt is no longer in flight."""
         alias = _model_id(model_id)
+        if attempt_id is not None and not _ATTEMPT_ID.fullmatch(attempt_id):
+            raise ApiError(
+                400, "attempt_id must be 1 to 64 letters or digits", code="invalid_attempt_id"
+            )
         if node_id != node.node_id:
             path = f"/download/{node_id}/{alias}"
-            return _relayed(await hub.forward(node_id, "DELETE", path, None))
-        found_node, progress = await hub.cancel_download(node_id, alias)
+            params = None if attempt_id is None else {"attempt_id": attempt_id}
+            return _relayed(await hub.forward(node_id, "DELETE", path, None, params))
+        found_node, progress = await hub.cancel_download(node_id, alias, attempt_id)
         return _status(found_node, progress)
 
     @get(

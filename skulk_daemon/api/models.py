@@ -24,6 +24,7 @@ from skulk_core.models.suggest import not_in_catalog
 from skulk_core.state.commands import AddCustomCard, RemoveCustomCard
 from skulk_core.state.decide import CARD_CONFLICT
 from skulk_core.steward.listing import steward_entries
+from skulk_core.steward.mode import effective_fabric
 from skulk_daemon.api.authority import caller_of, declare
 from skulk_daemon.api.connection import HttpRequest
 from skulk_daemon.api.openapi import OPENAI, errors
@@ -95,7 +96,12 @@ class ModelsController(Controller):
             # Video cards are hidden unless SKULK_ENABLE_VIDEO_MODELS=true (spec).
             if listed or entry.card.video is None
         )
-        return ModelList(data=items + steward_entries(node.config, node.catalog()))
+        return ModelList(
+            data=items
+            + steward_entries(
+                effective_fabric(node.state, node.config.intelligent_fabric), node.catalog()
+            )
+        )
 
     @get(
         "/models/requirements",

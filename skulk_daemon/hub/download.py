@@ -30,6 +30,7 @@ import os
 import shutil
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,6 +111,8 @@ class _Job:
     cancel: threading.Event = field(default_factory=threading.Event)
     task: asyncio.Task[None] | None = None
     last_report: float = 0.0
+    attempt_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """A fresh identity per job: a retry (a new start) is a new attempt."""
 
     @property
     def model_id(self) -> ModelId:
@@ -122,6 +125,7 @@ class _Job:
             downloaded_bytes=min(self.done_bytes + self.current_bytes, self.total_bytes),
             total_bytes=self.total_bytes,
             error_message=self.error,
+            attempt_id=self.attempt_id,
         )
 
 
@@ -251,6 +255,7 @@ class Downloads:
                     status=FAILED,
                     total_bytes=job.total_bytes,
                     error_message=message,
+                    attempt_id=job.attempt_id,
                 )
             )
             raise DownloadRefused(507, "insufficient_storage", message)
@@ -265,10 +270,13 @@ class Downloads:
             await asyncio.wait({job.task}, timeout=seconds)
         return job.progress()
 
-    async def cancel(self, model_id: str) -> DownloadProgress | None:
-        """Stop an active download, keeping its partial files; None if none is active."""
+    async def cancel(self, model_id: str, attempt_id: str | None = None) -> DownloadProgress | None:
+        """Stop an active download, keeping its partial files; None if none is active
+        (or, with ``attempt_id``, if the active one is another attempt)."""
         job = self._jobs.get(ModelId(model_id))
         if job is None or job.status not in (PENDING, IN_PROGRESS):
+            return None
+        if attempt_id is not None and job.attempt_id != attempt_id:
             return None
         job.cancel.set()
         if job.task is not None:

@@ -186,7 +186,14 @@ class HubService:
 
     # -- downloads and imports --------------------------------------------------------
 
-    async def forward(self, node_id: str, method: str, path: str, body: object) -> object:
+    async def forward(
+        self,
+        node_id: str,
+        method: str,
+        path: str,
+        body: object,
+        params: dict[str, str] | None = None,
+    ) -> object:
         """Ask ``node_id``'s own API (it downloads into its own models dir)."""
         target = NodeId(node_id)
         if target not in self._node.view().telemetry:
@@ -197,7 +204,13 @@ class HubService:
             )
         try:
             answer = await fanout.ask(
-                self._node, target, method, path, body=body, budget_seconds=FORWARD_SECONDS
+                self._node,
+                target,
+                method,
+                path,
+                body=body,
+                params=params,
+                budget_seconds=FORWARD_SECONDS,
             )
         except fanout.UnsafePath as exc:
             raise ApiError(400, str(exc), code="invalid_id") from None
@@ -235,9 +248,20 @@ class HubService:
         progress = await _guarded(lambda: self.downloads.start(entry.card))
         return self._node.node_id, progress
 
-    async def cancel_download(self, node_id: str, model_id: str) -> tuple[str, msgspec.Struct]:
+    async def cancel_download(
+        self, node_id: str, model_id: str, attempt_id: str | None = None
+    ) -> tuple[str, msgspec.Struct]:
+        """Cancel the active transfer, else delete the downloaded bytes; with
+        ``attempt_id``, cancel that exact attempt only (never a retry, never bytes)."""
         with refusals():
-            progress = await self.downloads.cancel(model_id)
+            progress = await self.downloads.cancel(model_id, attempt_id)
+            if progress is None and attempt_id is not None:
+                raise DownloadRefused(
+                    409,
+                    "attempt_replaced",
+                    f"transfer attempt {attempt_id} of {model_id} is no longer in flight on "
+                    "this node (it finished or a retry replaced it); nothing was cancelled",
+                )
             if progress is None:
                 progress = await self.downloads.delete(model_id)
         return self._node.node_id, progress

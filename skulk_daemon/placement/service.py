@@ -39,6 +39,7 @@ from skulk_core.state.commands import CreateInstance, DeleteInstance
 from skulk_core.state.shards import Instance, RunnerStatus, Sharding
 from skulk_core.state.state import PlacementIntent
 from skulk_core.steward.lifecycle import is_steward
+from skulk_core.steward.mode import effective_fabric
 from skulk_daemon.errors import ApiError
 from skulk_daemon.node.node import CommandRefused, Node
 from skulk_daemon.placement.protocol import (
@@ -230,7 +231,7 @@ class PlacementService:
     async def delete(self, instance_id: str) -> DeletionAccepted:
         instance = self._instance(instance_id)
         if is_steward(self._node.state, instance.instance_id) and (
-            self._node.config.intelligent_fabric.enabled
+            effective_fabric(self._node.state, self._node.config.intelligent_fabric).enabled
         ):
             raise ApiError(
                 409,
@@ -248,10 +249,14 @@ class PlacementService:
         return DeletionAccepted(command_id=command_id, instance_id=instance.instance_id)
 
     def _refuse_duplicate(self, model_id: str) -> None:
+        # The hidden steward (a system instance of its brain card) is no replica of the
+        # model for the user: it serves only skulk/steward and cannot be deleted.
+        state = self._node.state
         placed = sorted(
             str(instance_id)
-            for instance_id, instance in self._node.state.instances.items()
+            for instance_id, instance in state.instances.items()
             if instance.shard_assignments.model_id == model_id
+            and not is_steward(state, instance_id)
         )
         if placed:
             named = ", ".join(placed)

@@ -37,6 +37,8 @@ from skulk_core.steward.lifecycle import (
     is_steward,
     plan_steward,
 )
+from skulk_core.steward.mode import effective_fabric
+from skulk_daemon.fabric.cluster_settings import publish_fabric_mode
 from skulk_daemon.node.node import CommandRefused, Node
 
 log = logging.getLogger(__name__)
@@ -69,7 +71,10 @@ class StewardAgent:
             if isinstance(event, InstanceFailed) and is_steward(before, event.failure.instance_id):
                 self.repairing = True
             elif isinstance(event, InstanceDeleted) and is_steward(before, event.instance_id):
-                self.repairing = self._node.config.intelligent_fabric.enabled
+                node = self._node
+                self.repairing = effective_fabric(
+                    node.state, node.config.intelligent_fabric
+                ).enabled
                 self.canary_failures = 0
 
     async def _run(self) -> None:
@@ -85,7 +90,8 @@ class StewardAgent:
         node = self._node
         if not node.is_master:
             return
-        fabric = node.config.intelligent_fabric
+        await publish_fabric_mode(node)
+        fabric = effective_fabric(node.state, node.config.intelligent_fabric)
         actions = plan_steward(
             node.state,
             enabled=fabric.enabled,

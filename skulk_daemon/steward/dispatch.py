@@ -36,7 +36,7 @@ from skulk_core.state.proposals import (
     StewardProposal,
 )
 from skulk_core.state.state import State
-from skulk_core.steward.lifecycle import is_steward
+from skulk_core.steward.lifecycle import ACTIVE_DOWNLOAD_STATUSES, is_steward
 from skulk_daemon.node.node import CommandRefused, Node
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,9 @@ log = logging.getLogger(__name__)
 KILL_SWITCH_ENV: Final = "SKULK_FABRIC_CAPABILITIES_DISABLE"
 RESTART_POLL_SECONDS: Final = 2.0
 
-CancelDownload = Callable[[NodeId, str], Awaitable[None]]
+CancelDownload = Callable[[NodeId, str, str], Awaitable[None]]
+"""Cancels one exact transfer attempt (node, model, attempt id) on its node, which
+repeats the attempt check; raises when that attempt is no longer in flight there."""
 
 
 def capabilities_disabled() -> bool:
@@ -62,6 +64,8 @@ class ProposalDispatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._was_master = False
         self._closed = False
+        self._dispatching: set[str] = set()
+        """Approvals this master is carrying out (each at most once per process)."""
         node.on_ordered(self._on_ordered)
 
     def _on_ordered(self, before: State, events: list[IndexedEvent]) -> None:
@@ -92,7 +96,11 @@ class ProposalDispatcher:
         if not self._was_master:
             self._was_master = True
             for proposal in node.state.steward_proposals:
-                await self._recover(proposal, now)
+                if proposal.status == ProposalStatus.APPROVED:
+                    # Approved, never armed: the previous master died in between.
+                    self._spawn(self._dispatch(proposal.proposal_id, recovering=True))
+                else:
+                    await self._recover(proposal, now)
 
     async def _change(
         self,
@@ -120,12 +128,13 @@ class ProposalDispatcher:
             return False
         return True
 
-    async def _dispatch(self, proposal_id: str) -> None:
-        if not self._node.is_master:
+    async def _dispatch(self, proposal_id: str, *, recovering: bool = False) -> None:
+        if not self._node.is_master or proposal_id in self._dispatching:
             return
         proposal = find(self._node.state, proposal_id)
         if proposal is None or proposal.status != ProposalStatus.APPROVED:
             return
+        self._dispatching.add(proposal_id)
         if capabilities_disabled():
             await self._change(
                 proposal_id,
@@ -134,7 +143,9 @@ class ProposalDispatcher:
             )
             return
         try:
-            outcome = await self._carry_out(proposal, new_command_id(), arm=True)
+            outcome = await self._carry_out(
+                proposal, new_command_id(), arm=True, recovering=recovering
+            )
         except _Failed as exc:
             await self._change(proposal_id, ProposalStatus.FAILED, str(exc))
             return
@@ -150,7 +161,11 @@ class ProposalDispatcher:
             raise _Failed("the selected instance is no longer the one proposed")
         return iid
 
-    async def _carry_out(self, proposal: StewardProposal, dispatch: CommandId, *, arm: bool) -> str:
+    async def _carry_out(
+        self, proposal: StewardProposal, dispatch: CommandId, *, arm: bool, recovering: bool
+    ) -> str:
+        """Revalidate and dispatch; ``recovering``: a promoted master finishing an
+        approval its predecessor left unarmed (a restart's teardown may be done)."""
         node = self._node
         match proposal.action:
             case ProposalAction.STOP_MODEL:
@@ -164,26 +179,24 @@ class ProposalDispatcher:
                 await self._submit(create)
                 return "placement accepted"
             case ProposalAction.RESTART_MODEL:
-                iid = self._ordinary_instance(proposal)
+                torn_down = recovering and proposal.instance_id not in node.state.instances
+                iid = proposal.instance_id if torn_down else self._ordinary_instance(proposal)
+                assert iid is not None
                 card = node.state.instance_cards.get(iid)
                 if card is not None and node.catalog().get(card.model_id) is None:
                     raise _Failed("the captured model card is no longer in the catalog")
-                await self._submit(DeleteInstance(command_id=new_command_id(), instance_id=iid))
+                if not torn_down:
+                    teardown = DeleteInstance(command_id=new_command_id(), instance_id=iid)
+                    await self._submit(teardown)
                 create = await self._wait_for_capacity(proposal, dispatch, iid)
                 await self._arm(proposal, dispatch, arm, "re-placement after teardown")
                 await self._submit(create)
                 return "re-placement accepted"
             case ProposalAction.CANCEL_DOWNLOAD:
-                if self._cancel_download is None or proposal.node_id is None:
-                    raise _Failed("download cancellation is not available on this master")
-                moving = any(
-                    d.model_id == proposal.model_id and d.status in ("pending", "in_progress")
-                    for d in node.state.downloads.get(proposal.node_id, ())
-                )
-                if not moving:
-                    raise _Failed("the selected transfer finished or was replaced")
+                if not _attempt_in_flight(node.state, proposal):
+                    raise _Failed("the selected transfer attempt finished or was replaced")
                 await self._arm(proposal, dispatch, arm, "transfer cancellation")
-                await self._cancel_download(proposal.node_id, str(proposal.model_id))
+                await self._cancel(proposal)
                 return "cancellation accepted"
 
     async def _arm(
@@ -195,6 +208,17 @@ class ProposalDispatcher:
             proposal.proposal_id, ProposalStatus.DISPATCHED, f"{what} dispatched", dispatch=dispatch
         ):
             raise _Failed("the proposal changed before dispatch")
+
+    async def _cancel(self, proposal: StewardProposal) -> None:
+        """Forward the attempt-bound cancellation (after the armed record is indexed)."""
+        node_id, attempt = proposal.node_id, proposal.attempt_id
+        if self._cancel_download is None or node_id is None or attempt is None:
+            raise _Failed("download cancellation is not available on this master")
+        try:
+            await self._cancel_download(node_id, str(proposal.model_id), attempt)
+        except Exception as exc:  # the node's refusal (a retry replaced it) or no answer
+            message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+            raise _Failed(f"the node did not cancel the transfer attempt: {message}") from None
 
     async def _submit(self, command: CreateInstance | DeleteInstance) -> None:
         try:
@@ -255,7 +279,8 @@ class ProposalDispatcher:
             case ProposalAction.PLACE_MODEL | ProposalAction.RESTART_MODEL:
                 missing = InstanceId(dispatch) not in state.instances
             case ProposalAction.CANCEL_DOWNLOAD:
-                missing = False  # the node's own record says whether it still moves
+                # The exact attempt still moving: the forward never reached its node.
+                missing = _attempt_in_flight(state, proposal)
         if not missing:
             return
         if capabilities_disabled():
@@ -280,6 +305,8 @@ class ProposalDispatcher:
                     await self._submit(
                         DeleteInstance(command_id=dispatch, instance_id=proposal.instance_id)
                     )
+                case ProposalAction.CANCEL_DOWNLOAD:
+                    await self._cancel(proposal)
                 case _:
                     await self._submit(self._plan(proposal, dispatch))
         except _Failed as exc:
@@ -291,3 +318,15 @@ class ProposalDispatcher:
         self._closed = True
         for task in list(self._tasks):
             task.cancel()
+
+
+def _attempt_in_flight(state: State, proposal: StewardProposal) -> bool:
+    """Whether the proposal's exact transfer attempt is still queued or moving."""
+    if proposal.node_id is None or proposal.attempt_id is None:
+        return False
+    return any(
+        d.model_id == proposal.model_id
+        and d.attempt_id == proposal.attempt_id
+        and d.status in ACTIVE_DOWNLOAD_STATUSES
+        for d in state.downloads.get(proposal.node_id, ())
+    )

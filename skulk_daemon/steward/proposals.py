@@ -114,17 +114,24 @@ class ProposalBook:
                     return f"no proposal: {model} is not in the catalog"
             case ProposalAction.CANCEL_DOWNLOAD:
                 target = evidence.resolve_node(arguments.get("node_name", ""), names)
-                if isinstance(target, str):
-                    return f"no proposal: {target}"
-                moving = any(
-                    d.model_id == model and d.status in ACTIVE_DOWNLOAD_STATUSES
+                if isinstance(target, evidence.Unresolved):
+                    return f"no proposal: {target.reason}"
+                moving = [
+                    d
                     for d in state.downloads.get(target, ())
-                )
+                    if d.model_id == model and d.status in ACTIVE_DOWNLOAD_STATUSES
+                ]
                 if not moving:
                     return f"no proposal: no transfer of {model} is in flight on that node"
+                if moving[0].attempt_id is None:
+                    return (
+                        f"no proposal: the transfer of {model} on that node reports no attempt "
+                        "identity, so it cannot be cancelled exactly"
+                    )
                 proposal = msgspec.structs.replace(
                     proposal,
                     node_id=target,
+                    attempt_id=moving[0].attempt_id,
                     target_label=f"download of {model} on {names[target]}",
                 )
         try:

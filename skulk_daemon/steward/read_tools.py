@@ -142,9 +142,17 @@ class ReadTools:
         return _json({"nodes": members})
 
     async def _node_bundle(self, tool: str, name: str) -> str:
-        target = evidence.resolve_node(name, self.names())
-        if isinstance(target, str):
-            return _json({"error": target})
+        """The named node's bundle, its node ids (any node's) told as friendly names."""
+        names = self.names()
+        text = await self._bundle_text(tool, name, names)
+        for node_id, friendly in names.items():
+            text = text.replace(node_id, friendly)
+        return text
+
+    async def _bundle_text(self, tool: str, name: str, names: dict[NodeId, str]) -> str:
+        target = evidence.resolve_node(name, names)
+        if isinstance(target, evidence.Unresolved):
+            return _json({"error": target.reason})
         if self._diagnostics is None:
             return _json({"error": "node diagnostics are not available on this node"})
         if target == self._node.node_id:

@@ -19,6 +19,7 @@ from skulk_core.chat.generation import GenerationRequest, SamplingParams
 from skulk_core.chat.tools import NO_TOOLS
 from skulk_core.ids import CommandId, InstanceId, ModelId, new_task_id
 from skulk_core.steward.lifecycle import STEWARD_MODEL_ID, StewardStatus, steward_status
+from skulk_core.steward.mode import effective_fabric
 from skulk_core.steward.tools import tool_surface
 from skulk_daemon.chat.admission import Admitted
 from skulk_daemon.chat.cancellation import ActiveCommands
@@ -81,7 +82,7 @@ class StewardService:
         await self.dispatcher.close()
 
     def status(self) -> StewardStatus:
-        fabric = self._node.config.intelligent_fabric
+        fabric = effective_fabric(self._node.state, self._node.config.intelligent_fabric)
         return steward_status(
             self._node.state,
             enabled=fabric.enabled,
@@ -187,7 +188,9 @@ class StewardService:
             control=control,
             propose=self.propose if operator else None,
             answer_tokens=max_tokens,
-            max_tool_calls=self._node.config.intelligent_fabric.max_tool_calls,
+            max_tool_calls=effective_fabric(
+                self._node.state, self._node.config.intelligent_fabric
+            ).max_tool_calls,
         )
         self._turns.add(command_id)
         self._commands.register(command_id, control.cancel)

@@ -28,7 +28,7 @@ from skulk_core.state.shards import (
     ShardAssignments,
 )
 from skulk_core.state.state import DownloadProgress, PlacementIntent, State, Topology
-from skulk_core.steward.evidence import node_names, resolve_node, version_status
+from skulk_core.steward.evidence import Unresolved, node_names, resolve_node, version_status
 from skulk_core.steward.inventory import deterministic_answer
 from skulk_core.steward.lifecycle import (
     LifecycleState,
@@ -284,9 +284,11 @@ def test_node_targets_resolve_by_unique_friendly_name_and_builds_are_reported_as
     # The node without identity telemetry gets a safe fallback name, never its id.
     assert names == {a: "id-a", b: "id-b", c: "node-1"}
     assert resolve_node("id-a", names) == a
-    assert "no live node is named" in str(resolve_node("ghost", names))
+    ghost = resolve_node("ghost", names)
+    assert isinstance(ghost, Unresolved) and "no live node is named" in ghost.reason
     twins = {a: "same", b: "same"}
-    assert "ambiguous" in str(resolve_node("same", twins))
+    twin = resolve_node("same", twins)
+    assert isinstance(twin, Unresolved) and "ambiguous" in twin.reason
     versions = msgspec.to_builtins(version_status(state, telemetry))
     assert versions["nodes"][0] == {"name": "id-a", "version": "1.2.0", "commit": "abc1234"}
     assert versions["nodes"][1]["commit"] is None  # "unknown" is a missing observation

@@ -18,6 +18,9 @@ from typing import Any
 
 import pytest
 
+from skulk_core.steward.evidence import node_names
+from skulk_daemon.hub import download
+from skulk_daemon.steward.proposals import ProposalBook
 from tests.api.in_process import AppNode
 from tests.hub.conftest import ESCAPE, GATED, MLX, TINY, TINY_LLM, standard_repos
 from tests.hub.fake_hub import FakeHub, HubFile
@@ -494,6 +497,72 @@ def test_download_a_safetensors_model_with_its_configuration(app: AppNode) -> No
     # A second start observes the finished download instead of fetching again.
     again = start(app, TINY_LLM)
     assert again.json()["status"] == "completed"
+
+
+def _proposal(app: AppNode, proposal_id: str) -> dict[str, Any]:
+    listed = app.get("/v1/steward/proposals").json()["proposals"]
+    found: dict[str, Any] = next(p for p in listed if p["proposal_id"] == proposal_id)
+    return found
+
+
+def _propose_cancel(app: AppNode, model_id: str) -> str:
+    node = app.node
+    name = node_names(node.state, node.view().telemetry)[node.node_id]
+    arguments = {"model_id": model_id, "node_name": name, "rationale": "test"}
+    book = ProposalBook(node)
+    text = app._test_client.blocking_portal.call(book.propose, "cancel_download", arguments, "")
+    assert text.startswith("proposal prop_"), text
+    return text.split()[1]
+
+
+def test_cancel_download_proposals_are_bound_to_one_transfer_attempt(
+    app: AppNode, hub: FakeHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An approval cancels the exact attempt it names: after a retry replaced that
+    attempt the approval fails closed and the retry keeps moving; the worker itself
+    refuses a cancellation of a replaced attempt (409, nothing cancelled or deleted)."""
+    assert add(app, model_id=TINY, gguf_file="tiny-Q8_0.gguf").status_code == 200
+    if (p := _state_progress(app, TINY)) and p["status"] == "completed":
+        app.http.delete(f"/download/{app.node.node_id}/{TINY}")
+    url = f"/download/{app.node.node_id}/{TINY}"
+    # Small pieces: a cancel is seen within a quarter second, a transfer lasts ~12 s.
+    monkeypatch.setattr(download, "TRANSFER_CHUNK_BYTES", 64 * 1024)
+    hub.bytes_per_second = 256 * 1024
+    try:
+        assert start(app, TINY).status_code == 200
+        first = _wait(lambda: (p := _state_progress(app, TINY)) and p.get("attemptId"), "attempt")
+        stale = _propose_cancel(app, TINY)
+        # The operator cancels by hand and starts again: a retry, a new attempt.
+        assert app.http.delete(url).json()["status"] == "cancelled"
+        assert start(app, TINY).status_code == 200
+        retry = _wait(
+            lambda: (p := _state_progress(app, TINY)) and p["status"] == "in_progress" and p,
+            "the retry in /state",
+        )
+        assert retry["attemptId"] != first
+        refused = app.http.delete(url, params={"attempt_id": first})
+        assert refused.status_code == 409 and "no longer in flight" in error(refused)
+        assert app.http.delete(url, params={"attempt_id": "../x"}).status_code == 400
+
+        decided = app.post(f"/v1/steward/proposals/{stale}/decision", json={"approved": True})
+        assert decided.status_code == 200, decided.text
+        _wait(lambda: _proposal(app, stale)["status"] == "failed", "the stale approval to fail")
+        assert "finished or was replaced" in _proposal(app, stale)["outcome"]
+        moving = _state_progress(app, TINY)
+        assert moving is not None and moving["status"] == "in_progress"
+        assert moving["attemptId"] == retry["attemptId"]
+
+        current = _propose_cancel(app, TINY)
+        decided = app.post(f"/v1/steward/proposals/{current}/decision", json={"approved": True})
+        assert decided.status_code == 200, decided.text
+        _wait(lambda: _proposal(app, current)["status"] == "dispatched", "the dispatch")
+        _wait(
+            lambda: (p := _state_progress(app, TINY)) and p["status"] == "cancelled",
+            "the exact attempt cancelled",
+        )
+        assert first not in app.get("/v1/steward/proposals").text  # internal identity
+    finally:
+        hub.bytes_per_second = None
 
 
 def test_a_configured_token_is_used_and_never_shown(app: AppNode, hub: FakeHub) -> None:
