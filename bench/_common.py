@@ -251,6 +251,22 @@ def put_config(daemon: LoggedDaemon, body: dict[str, Any]) -> None:
         raise RuntimeError(f"PUT /config: {put.status_code} {put.text}")
 
 
+def place_ready(daemon: LoggedDaemon, model: str, **fields: object) -> str:
+    """Place ``model`` on ``daemon`` (``fields``: more ``/place_instance`` fields) and wait
+    until its runner is ready; the instance id."""
+    body = {"model_id": model, **fields}
+    placed = httpx.post(f"{daemon.url}/place_instance", json=body, timeout=60)
+    if placed.status_code != 200:
+        raise RuntimeError(f"place_instance {model}: {placed.status_code} {placed.text}")
+    instance_id: str = placed.json()["instance_id"]
+    _wait(
+        lambda: daemon.runner_status(instance_id) == "RunnerReady",
+        f"{model}'s runner to be ready",
+        daemon,
+    )
+    return instance_id
+
+
 @contextmanager
 def skulk_serving(
     models_dir: Path,
@@ -271,19 +287,7 @@ def skulk_serving(
                 raise RuntimeError(f"{exc}\n{daemon.log_tail()}") from None
             if config is not None:
                 put_config(daemon, config)
-            placed = httpx.post(
-                f"{daemon.url}/place_instance",
-                json={"model_id": DEMO_MODEL, "context_tokens": context_tokens},
-                timeout=60,
-            )
-            if placed.status_code != 200:
-                raise RuntimeError(f"place_instance: {placed.status_code} {placed.text}")
-            instance_id: str = placed.json()["instance_id"]
-            _wait(
-                lambda: daemon.runner_status(instance_id) == "RunnerReady",
-                "the runner to be ready",
-                daemon,
-            )
+            place_ready(daemon, DEMO_MODEL, context_tokens=context_tokens)
             yield daemon
         finally:
             daemon.kill()

@@ -28,12 +28,13 @@ import httpx
 if __package__ in (None, ""):  # `python bench/images.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._abba import abba
 from bench._common import (
-    READY_TIMEOUT_S,
     LoggedDaemon,
     add_run_options,
     machine,
     median,
+    place_ready,
     print_json,
     wait_for_quiet,
 )
@@ -41,18 +42,6 @@ from bench._common import (
 TARGET: Final = 0.97
 PROMPT: Final = "a lighthouse on a cliff at dusk, rain sweeping in from the sea"
 SEED: Final = 1234
-
-
-def _place(daemon: LoggedDaemon, model: str) -> None:
-    placed = httpx.post(f"{daemon.url}/place_instance", json={"model_id": model}, timeout=60)
-    if placed.status_code != 200:
-        raise RuntimeError(f"place_instance {model}: {placed.status_code} {placed.text}")
-    instance_id = placed.json()["instance_id"]
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while daemon.runner_status(instance_id) != "RunnerReady":
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{model} never became ready\n{daemon.log_tail()}")
-        time.sleep(0.2)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,7 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     args.models_dir.mkdir(parents=True, exist_ok=True)
     installed = install_tiny_image_model(args.models_dir)
     model = str(TINY_IMAGE_MODEL_ID)
-    speeds: dict[str, list[float]] = {"skulk": [], "direct": []}
     same_image: list[bool] = []
     with tempfile.TemporaryDirectory(prefix="skulk-bench-") as root:
         daemon = LoggedDaemon(
@@ -87,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         try:
             daemon.start()
-            _place(daemon, model)
+            place_ready(daemon, model)
             engine = StableDiffusionEngine(Path(installed.location), None)
             engine.load()
             engine.warm_up()
@@ -122,14 +110,12 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     return 1 / (time.perf_counter() - started)
 
-                sides = {"skulk": skulk, "direct": direct}
-                for rep in range(args.warmup + args.reps):
-                    order = ("skulk", "direct") if rep % 2 == 0 else ("direct", "skulk")
-                    measured = {side: sides[side]() for side in order}
-                    if rep >= args.warmup:
-                        for side, speed in measured.items():
-                            speeds[side].append(speed)
-                        same_image.append(pictures["skulk"] == pictures["direct"])
+                speeds = abba(
+                    {"": {"skulk": skulk, "direct": direct}},
+                    warmup=args.warmup,
+                    reps=args.reps,
+                    after=lambda: same_image.append(pictures["skulk"] == pictures["direct"]),
+                )
         finally:
             daemon.kill()
     m = {side: median(values) for side, values in speeds.items()}

@@ -33,12 +33,13 @@ import httpx
 if __package__ in (None, ""):  # `python bench/speech.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._abba import abba
 from bench._common import (
-    READY_TIMEOUT_S,
     LoggedDaemon,
     add_run_options,
     machine,
     median,
+    place_ready,
     print_json,
     wait_for_quiet,
 )
@@ -64,18 +65,6 @@ def _timed(work: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - started, result
 
 
-def _place(daemon: LoggedDaemon, model: str) -> None:
-    placed = httpx.post(f"{daemon.url}/place_instance", json={"model_id": model}, timeout=60)
-    if placed.status_code != 200:
-        raise RuntimeError(f"place_instance {model}: {placed.status_code} {placed.text}")
-    instance_id = placed.json()["instance_id"]
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while daemon.runner_status(instance_id) != "RunnerReady":
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{model} never became ready\n{daemon.log_tail()}")
-        time.sleep(0.2)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     add_run_options(parser)
@@ -94,20 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     threads = os.cpu_count() or 1
-    speeds: dict[str, list[float]] = {
-        "tts_skulk": [],
-        "tts_direct": [],
-        "stt_skulk": [],
-        "stt_direct": [],
-    }
     same_text: list[bool] = []
     args.models_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="skulk-bench-") as root:
         daemon = LoggedDaemon(root=Path(root), models_dir=args.models_dir)
         try:
             daemon.start()
-            _place(daemon, TTS)
-            _place(daemon, STT)
+            place_ready(daemon, TTS)
+            place_ready(daemon, STT)
             voice = PiperVoice.open(args.models_dir / model_dir_name(PIPER_MODEL_ID), threads)
             whisper = WhisperModel(
                 str(args.models_dir / model_dir_name(WHISPER_MODEL_ID)),
@@ -163,23 +146,15 @@ def main(argv: list[str] | None = None) -> int:
                     spent, texts["direct"] = _timed(run)
                     return audio_seconds / spent
 
-                sides = {
-                    "tts_skulk": tts_skulk,
-                    "tts_direct": tts_direct,
-                    "stt_skulk": stt_skulk,
-                    "stt_direct": stt_direct,
-                }
-                for rep in range(args.warmup + args.reps):
-                    ab = ("skulk", "direct") if rep % 2 == 0 else ("direct", "skulk")
-                    measured = {
-                        f"{kind}_{side}": sides[f"{kind}_{side}"]()
-                        for kind in ("tts", "stt")
-                        for side in ab
-                    }
-                    if rep >= args.warmup:
-                        for name, speed in measured.items():
-                            speeds[name].append(speed)
-                        same_text.append(texts["skulk"] == texts["direct"])
+                speeds = abba(
+                    {
+                        "tts": {"skulk": tts_skulk, "direct": tts_direct},
+                        "stt": {"skulk": stt_skulk, "direct": stt_direct},
+                    },
+                    warmup=args.warmup,
+                    reps=args.reps,
+                    after=lambda: same_text.append(texts["skulk"] == texts["direct"]),
+                )
         finally:
             daemon.kill()
     m = {name: median(values) for name, values in speeds.items()}

@@ -11,12 +11,12 @@ import msgspec
 from litestar import Controller, delete, get, post
 from litestar.response import File
 
-from skulk_core.media.jobs import LIST_LIMIT_DEFAULT, JobRefused
+from skulk_core.media.jobs import LIST_LIMIT_DEFAULT
 from skulk_core.media.music_wire import MusicDeleted, MusicList, MusicObject, MusicRequest
 from skulk_daemon.api.authority import declare
 from skulk_daemon.api.connection import HttpRequest
+from skulk_daemon.api.job_refusals import JOB_REFUSALS
 from skulk_daemon.api.openapi import OPENAI, documented, errors, raw_of
-from skulk_daemon.api.videos import refused
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.errors import ApiError
 from skulk_daemon.media.music_service import MusicService
@@ -29,6 +29,7 @@ _REQUEST: Final = msgspec.json.Decoder(MusicRequest)
 class MusicController(Controller):
     tags = ("Music",)
     opt = declare(Requirement.OPEN)
+    exception_handlers = JOB_REFUSALS
 
     @post(
         "/v1/music",
@@ -46,26 +47,17 @@ class MusicController(Controller):
             raise ApiError(422, f"invalid music request: {exc}", code="invalid_request") from None
         except msgspec.DecodeError as exc:
             raise ApiError(400, f"the body is not JSON: {exc}", code="invalid_json") from None
-        try:
-            return music_jobs.create(body)
-        except JobRefused as exc:
-            raise refused(exc) from None
+        return music_jobs.create(body)
 
     @get("/v1/music", summary="List music jobs", responses=errors(OPENAI, 400))
     async def list_music(
         self, music_jobs: MusicService, limit: int = LIST_LIMIT_DEFAULT, after: str | None = None
     ) -> MusicList:
-        try:
-            return music_jobs.list(limit, after)
-        except JobRefused as exc:
-            raise refused(exc) from None
+        return music_jobs.list(limit, after)
 
     @get("/v1/music/{music_id:str}", summary="Poll a music job", responses=errors(OPENAI, 404))
     async def get_music(self, music_id: str, music_jobs: MusicService) -> MusicObject:
-        try:
-            return music_jobs.get(music_id)
-        except JobRefused as exc:
-            raise refused(exc) from None
+        return music_jobs.get(music_id)
 
     @delete(
         "/v1/music/{music_id:str}",
@@ -74,10 +66,7 @@ class MusicController(Controller):
         responses=errors(OPENAI, 404),
     )
     async def delete_music(self, music_id: str, music_jobs: MusicService) -> MusicDeleted:
-        try:
-            music_jobs.delete(music_id)
-        except JobRefused as exc:
-            raise refused(exc) from None
+        music_jobs.delete(music_id)
         return MusicDeleted(id=music_id)
 
     @post(
@@ -87,10 +76,7 @@ class MusicController(Controller):
         responses=errors(OPENAI, 404),
     )
     async def cancel_music(self, music_id: str, music_jobs: MusicService) -> MusicObject:
-        try:
-            return music_jobs.cancel(music_id)
-        except JobRefused as exc:
-            raise refused(exc) from None
+        return music_jobs.cancel(music_id)
 
     @get(
         "/v1/music/{music_id:str}/content",
@@ -99,10 +85,7 @@ class MusicController(Controller):
         operation_class=documented(ok={"audio/wav": raw_of(description="the WAV", binary=True)}),
     )
     async def music_content(self, music_id: str, music_jobs: MusicService) -> File:
-        try:
-            content = music_jobs.content(music_id)
-        except JobRefused as exc:
-            raise refused(exc) from None
+        content = music_jobs.content(music_id)
         return File(
             path=content.path, media_type=content.media_type, content_disposition_type="inline"
         )

@@ -13,7 +13,7 @@ from litestar import Controller, delete, get, post
 from litestar.datastructures import UploadFile
 from litestar.response import File
 
-from skulk_core.media.jobs import LIST_LIMIT_DEFAULT, JobRefused
+from skulk_core.media.jobs import LIST_LIMIT_DEFAULT
 from skulk_core.media.video_admission import MAX_UPLOAD_BYTES
 from skulk_core.media.video_wire import (
     Attachment,
@@ -25,6 +25,7 @@ from skulk_core.media.video_wire import (
 )
 from skulk_daemon.api.authority import declare
 from skulk_daemon.api.connection import HttpRequest
+from skulk_daemon.api.job_refusals import JOB_REFUSALS
 from skulk_daemon.api.openapi import OPENAI, documented, errors, raw_of
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.errors import ApiError
@@ -53,10 +54,6 @@ _FLOATS: Final = (
     "control_end",
 )
 _REQUEST: Final = msgspec.json.Decoder(VideoRequest)
-
-
-def refused(exc: JobRefused) -> ApiError:
-    return ApiError(exc.status, exc.message, code=exc.code)
 
 
 def _bad(message: str) -> ApiError:
@@ -126,6 +123,7 @@ async def _multipart(request: HttpRequest) -> tuple[VideoRequest, list[tuple[Att
 class VideosController(Controller):
     tags = ("Videos",)
     opt = declare(Requirement.OPEN)
+    exception_handlers = JOB_REFUSALS
 
     @post(
         "/v1/videos",
@@ -148,10 +146,7 @@ class VideosController(Controller):
                 body, uploads = _REQUEST.decode(await request.body()), []
             except msgspec.DecodeError as exc:
                 raise _bad(f"invalid video request: {exc}") from None
-        try:
-            return videos.create(body, uploads)
-        except JobRefused as exc:
-            raise refused(exc) from None
+        return videos.create(body, uploads)
 
     @get(
         "/v1/videos",
@@ -165,10 +160,7 @@ class VideosController(Controller):
         after: str | None = None,
         order: Literal["asc", "desc"] = "desc",
     ) -> VideoList:
-        try:
-            return videos.list(limit, after, order)
-        except JobRefused as exc:
-            raise refused(exc) from None
+        return videos.list(limit, after, order)
 
     @get(
         "/v1/videos/{video_id:str}",
@@ -176,10 +168,7 @@ class VideosController(Controller):
         responses=errors(OPENAI, 404),
     )
     async def get_video(self, video_id: str, videos: VideoService) -> VideoObject:
-        try:
-            return videos.get(video_id)
-        except JobRefused as exc:
-            raise refused(exc) from None
+        return videos.get(video_id)
 
     @delete(
         "/v1/videos/{video_id:str}",
@@ -188,10 +177,7 @@ class VideosController(Controller):
         responses=errors(OPENAI, 404),
     )
     async def delete_video(self, video_id: str, videos: VideoService) -> VideoDeleted:
-        try:
-            videos.delete(video_id)
-        except JobRefused as exc:
-            raise refused(exc) from None
+        videos.delete(video_id)
         return VideoDeleted(id=video_id)
 
     @post(
@@ -201,10 +187,7 @@ class VideosController(Controller):
         responses=errors(OPENAI, 404),
     )
     async def cancel_video(self, video_id: str, videos: VideoService) -> VideoObject:
-        try:
-            return videos.cancel(video_id)
-        except JobRefused as exc:
-            raise refused(exc) from None
+        return videos.cancel(video_id)
 
     @get(
         "/v1/videos/{video_id:str}/content",
@@ -220,10 +203,7 @@ class VideosController(Controller):
     async def video_content(
         self, video_id: str, videos: VideoService, variant: str = "video"
     ) -> File:
-        try:
-            content = videos.content(video_id, variant)
-        except JobRefused as exc:
-            raise refused(exc) from None
+        content = videos.content(video_id, variant)
         return File(
             path=content.path, media_type=content.media_type, content_disposition_type="inline"
         )

@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from skulk_core.chat.generation import (
     EngineChunk,
@@ -32,23 +32,15 @@ from skulk_core.chat.generation import (
 )
 from skulk_core.cluster.fabric import CancelTask, RunTask, TokenRun
 from skulk_core.ids import CommandId, InstanceId, NodeId, TaskId
-from skulk_daemon.fabric.data_plane import ChunkSender, StreamBroken
+from skulk_daemon.fabric.data_plane import ChunkSender
+from skulk_daemon.fabric.relay_frames import relay_error as _error
+from skulk_daemon.fabric.remote_relay import FrameLost, cancel_all, next_frame
 
 if TYPE_CHECKING:
     from skulk_daemon.fabric.link import FabricLink
     from skulk_daemon.worker.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
-
-LIVENESS_CHECK_SECONDS: Final = 1.0
-"""How often a waiting owner checks that the serving node is still heard from."""
-FIRST_FRAME_SECONDS: Final = 30.0
-"""How long a serving node may take to accept a task before the owner gives up
-(it waits up to this for a loading runner)."""
-
-
-def _error(task_id: TaskId, code: str, message: str) -> ErrorChunk:
-    return ErrorChunk(task_id=task_id, code=code, message=message)
 
 
 @dataclass(slots=True)
@@ -93,36 +85,15 @@ class RemoteTasks:
                 ended = True
                 yield _error(task_id, "instance_unavailable", f"node {node} cannot be reached")
                 return
-            started = time.monotonic()
-            first = True
+            since: float | None = time.monotonic()
             while True:
                 try:
-                    # NOTE: a frame already queued is taken without arming a timer;
-                    # the timeout is only for waiting.
-                    if stream.ready():
-                        payload = await stream.next()
-                    else:
-                        async with asyncio.timeout(LIVENESS_CHECK_SECONDS):
-                            payload = await stream.next()
-                except TimeoutError:
-                    if not agent.is_live(node):
-                        ended = True
-                        yield _error(
-                            task_id, "node_lost", f"node {node} serving this request went away"
-                        )
-                        return
-                    if first and time.monotonic() - started > FIRST_FRAME_SECONDS:
-                        ended = True
-                        yield _error(
-                            task_id, "instance_unavailable", f"node {node} did not start the task"
-                        )
-                        return
-                    continue
-                except StreamBroken as exc:
+                    payload = await next_frame(agent, node, stream, since=since, what="tokens")
+                except FrameLost as lost:
                     ended = True
-                    yield _error(task_id, "stream_broken", f"tokens from {node} were lost: {exc}")
+                    yield _error(task_id, lost.code, lost.message)
                     return
-                first = False
+                since = None
                 match payload:
                     case TokenChunk():
                         yield payload
@@ -205,9 +176,4 @@ class RemoteTasks:
             self._worker.cancel(serving.instance_id, serving.task_id)
 
     async def close(self) -> None:
-        tasks = [s.task for s in self._serving.values()]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_all([serving.task for serving in self._serving.values()])

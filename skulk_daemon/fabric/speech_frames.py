@@ -10,12 +10,10 @@ Nothing here waits or decides; :mod:`skulk_daemon.fabric.remote_speech` does.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from skulk_core.audio.subtitles import TranscriptSegment
-from skulk_core.chat.generation import ErrorChunk
 from skulk_core.cluster.fabric import (
     MAX_SPEECH_FRAME_BYTES,
     DataPayload,
@@ -28,7 +26,8 @@ from skulk_core.cluster.fabric import (
     TranscriptionDone,
     TranscriptionJob,
 )
-from skulk_core.ids import CommandId, NodeId, TaskId
+from skulk_core.ids import TaskId
+from skulk_daemon.fabric.relay_frames import ForeignFrame, FrameSender, announce, send_other, split
 from skulk_daemon.runner.client import Answer, PartSink
 from skulk_daemon.runner.protocol import (
     SpeechPartial,
@@ -38,9 +37,6 @@ from skulk_daemon.runner.protocol import (
     Transcribe,
     Transcribed,
 )
-
-if TYPE_CHECKING:
-    from skulk_daemon.fabric.link import FabricLink
 
 MAX_TEXT_CHARS: Final = MAX_SPEECH_FRAME_BYTES // 4
 """Characters of transcript per frame (UTF-8 takes at most 4 bytes a character)."""
@@ -59,11 +55,12 @@ def job_of(task: SpeechTask) -> SpeechJob:
                 stream=task.stream,
             )
         case Transcribe():
+            size, frames, sha256 = announce(task.audio)
             return TranscriptionJob(
                 task_id=task.task_id,
-                audio_bytes=len(task.audio),
-                audio_frames=len(split(task.audio)),
-                audio_sha256=hashlib.sha256(task.audio).hexdigest(),
+                audio_bytes=size,
+                audio_frames=frames,
+                audio_sha256=sha256,
                 language=task.language,
                 prompt=task.prompt,
                 temperature=task.temperature,
@@ -96,11 +93,6 @@ def task_of(job: SpeechJob, audio: bytes) -> SpeechTask:
             )
 
 
-def split(data: bytes, size: int = MAX_SPEECH_FRAME_BYTES) -> list[bytes]:
-    """``data`` in pieces of at most ``size`` bytes (at least one piece)."""
-    return [data[start : start + size] for start in range(0, len(data), size)] or [b""]
-
-
 class Assembly:
     """The owner's view of an answer as its pieces arrive."""
 
@@ -111,6 +103,22 @@ class Assembly:
         self._pcm = bytearray()
         self._segments: list[TranscriptSegment] = []
         self._text: list[str] = []
+
+    def take(self, payload: DataPayload) -> Answer | None:
+        match payload:
+            case SpeechAudio():
+                self.audio(payload)
+            case SpeechSegment():
+                self.segment(payload)
+            case SpeechText():
+                self.text(payload)
+            case SynthesisDone():
+                return self.synthesized(payload)
+            case TranscriptionDone():
+                return self.transcribed(payload)
+            case _:
+                raise ForeignFrame
+        return None
 
     def audio(self, piece: SpeechAudio) -> None:
         if piece.index < 0:
@@ -151,27 +159,6 @@ class Assembly:
             duration=done.duration,
             segments=tuple(self._segments),
         )
-
-
-class FrameSender:
-    """Numbers one command's frames to ``node`` (the owner, or a serving node)."""
-
-    def __init__(self, link: FabricLink, node: NodeId, command_id: CommandId) -> None:
-        self._link = link
-        self._node = node
-        self._command_id = command_id
-        self._seq = 0
-        self.failed = False
-
-    def send(self, payload: DataPayload, *, final: bool = False) -> bool:
-        if self.failed:
-            return False
-        sent = self._link.data.send(self._node, self._command_id, self._seq, payload, final=final)
-        if not sent:
-            self.failed = True
-            return False
-        self._seq += 1
-        return True
 
 
 def part_sink(sender: FrameSender, task_id: TaskId, lost: Callable[[], None]) -> PartSink:
@@ -225,9 +212,5 @@ def send_answer(sender: FrameSender, answer: Answer) -> bool:
                 task_id=task_id, language=answer.language, duration=answer.duration
             )
             return sender.send(closing, final=True)
-        case ErrorChunk():
-            return sender.send(answer, final=True)
         case _:
-            message = "the runner answered out of kind"
-            failure = ErrorChunk(task_id=answer.task_id, code="engine_failed", message=message)
-            return sender.send(failure, final=True)
+            return send_other(sender, answer)

@@ -18,7 +18,7 @@ import io
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
-from typing import Final, Protocol
+from typing import Final
 
 from skulk_core.chat.generation import ErrorChunk
 from skulk_core.cluster.routing import select_instance
@@ -46,26 +46,12 @@ from skulk_daemon.images.store import ImageStore
 from skulk_daemon.node.node import Node
 from skulk_daemon.runner.client import Answer, PreviewSink
 from skulk_daemon.runner.protocol import ImagePreview, ImagesRendered, RenderImages
+from skulk_daemon.runner.remote import RemoteRunner
 from skulk_daemon.worker.supervisor import Supervisor
 
 REMOTE_FAILURES: Final = frozenset({"node_lost", "stream_broken", "image_mismatch"})
 """How a render on another node's runner fails on the way (503: retry)."""
 LIVE_TASKS: Final = frozenset({TaskStatus.PENDING, TaskStatus.RUNNING})
-
-
-class RemoteImageRunner(Protocol):
-    """Renders on another node's runner (the fabric's remote images)."""
-
-    async def render(
-        self,
-        node: NodeId,
-        instance_id: InstanceId,
-        task: RenderImages,
-        command_id: CommandId,
-        previews: PreviewSink = None,
-    ) -> Answer: ...
-
-    def cancel(self, node: NodeId, command_id: CommandId) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +83,7 @@ class ImageService:
         commands: ActiveCommands,
         store: ImageStore,
         *,
-        remote: RemoteImageRunner | None = None,
+        remote: RemoteRunner[RenderImages, ImagePreview] | None = None,
     ) -> None:
         self._node = node
         self._worker = worker
@@ -173,7 +159,7 @@ class ImageService:
         if host is not None and remote is not None:
             self._commands.register(command_id, lambda: remote.cancel(host, command_id))
             try:
-                return await remote.render(host, instance_id, task, command_id, previews)
+                return await remote.run(host, instance_id, task, command_id, previews)
             finally:
                 self._commands.finish(command_id)
         worker = self._worker

@@ -10,7 +10,7 @@ from typing import Final
 import msgspec
 
 from skulk_core.ids import TaskId
-from skulk_core.media.jobs import Job, JobFamily, JobRefused, ListOrder, present
+from skulk_core.media.jobs import Job, JobFamily, JobRefused, Page, present
 from skulk_core.media.music_wire import (
     MAX_SEED,
     MUSIC_CONTENT_TYPE,
@@ -25,7 +25,8 @@ from skulk_core.media.music_wire import (
 from skulk_core.models.cards import ModelTask
 from skulk_daemon.engines.test_music import MUSIC_FILE
 from skulk_daemon.media.containers import ContainerRejected, verify_music
-from skulk_daemon.media.jobs_service import Content, MediaJobs
+from skulk_daemon.media.family_service import FamilyService
+from skulk_daemon.media.jobs_service import Content
 from skulk_daemon.runner.protocol import ComposeMusic, MediaRendered, MediaTask
 
 _SPEC: Final = msgspec.json.Decoder(MusicSpec)
@@ -77,11 +78,16 @@ def music_object(job: Job) -> MusicObject:
     )
 
 
-class MusicService:
+class MusicService(FamilyService[MusicObject, MusicList]):
     """``/v1/music*`` below the HTTP layer."""
 
-    def __init__(self, jobs: MediaJobs) -> None:
-        self.jobs = jobs
+    def _object(self, job: Job) -> MusicObject:
+        return music_object(job)
+
+    def _list(self, data: tuple[MusicObject, ...], page: Page) -> MusicList:
+        return MusicList(
+            data=data, first_id=page.first_id, last_id=page.last_id, has_more=page.has_more
+        )
 
     def create(self, request: MusicRequest) -> MusicObject:
         card = self.jobs.card(request.model)
@@ -90,25 +96,6 @@ class MusicService:
         spec = music_spec(request, card.music, secrets.randbelow(MAX_SEED + 1))
         job = self.jobs.create(request.model, msgspec.Raw(msgspec.json.encode(spec)))
         return music_object(job)
-
-    def get(self, music_id: str) -> MusicObject:
-        return music_object(self.jobs.get(music_id))
-
-    def list(self, limit: int, after: str | None) -> MusicList:
-        order: ListOrder = "desc"
-        page = self.jobs.page(limit, after, order)
-        return MusicList(
-            data=tuple(music_object(job) for job in page.data),
-            first_id=page.first_id,
-            last_id=page.last_id,
-            has_more=page.has_more,
-        )
-
-    def cancel(self, music_id: str) -> MusicObject:
-        return music_object(self.jobs.cancel(music_id))
-
-    def delete(self, music_id: str) -> None:
-        self.jobs.delete(music_id)
 
     def content(self, music_id: str) -> Content:
         return self.jobs.content(music_id, MUSIC_FILE, MUSIC_CONTENT_TYPE)

@@ -10,7 +10,7 @@ from typing import Final
 import msgspec
 
 from skulk_core.ids import TaskId
-from skulk_core.media.jobs import Job, JobFamily, JobRefused, ListOrder, present
+from skulk_core.media.jobs import Job, JobFamily, JobRefused, Page, present
 from skulk_core.media.video_admission import MAX_SEED, video_spec
 from skulk_core.media.video_wire import (
     THUMBNAIL_CONTENT_TYPE,
@@ -27,7 +27,8 @@ from skulk_core.media.video_wire import (
 from skulk_core.models.cards import ModelTask
 from skulk_daemon.engines.test_video import THUMBNAIL_FILE, VIDEO_FILE
 from skulk_daemon.media.containers import ContainerRejected, verify_video
-from skulk_daemon.media.jobs_service import Content, MediaJobs
+from skulk_daemon.media.family_service import FamilyService
+from skulk_daemon.media.jobs_service import Content
 from skulk_daemon.runner.protocol import MediaRendered, MediaTask, RenderVideo
 
 _SPEC: Final = msgspec.json.Decoder(VideoSpec)
@@ -98,11 +99,16 @@ def video_object(job: Job) -> VideoObject:
     )
 
 
-class VideoService:
+class VideoService(FamilyService[VideoObject, VideoList]):
     """``/v1/videos*`` below the HTTP layer."""
 
-    def __init__(self, jobs: MediaJobs) -> None:
-        self.jobs = jobs
+    def _object(self, job: Job) -> VideoObject:
+        return video_object(job)
+
+    def _list(self, data: tuple[VideoObject, ...], page: Page) -> VideoList:
+        return VideoList(
+            data=data, first_id=page.first_id, last_id=page.last_id, has_more=page.has_more
+        )
 
     def create(
         self,
@@ -117,24 +123,6 @@ class VideoService:
         inputs = [(f"input-{index}", data) for index, (_, data) in enumerate(uploads)]
         job = self.jobs.create(request.model, msgspec.Raw(msgspec.json.encode(spec)), inputs)
         return video_object(job)
-
-    def get(self, video_id: str) -> VideoObject:
-        return video_object(self.jobs.get(video_id))
-
-    def list(self, limit: int, after: str | None, order: ListOrder) -> VideoList:
-        page = self.jobs.page(limit, after, order)
-        return VideoList(
-            data=tuple(video_object(job) for job in page.data),
-            first_id=page.first_id,
-            last_id=page.last_id,
-            has_more=page.has_more,
-        )
-
-    def cancel(self, video_id: str) -> VideoObject:
-        return video_object(self.jobs.cancel(video_id))
-
-    def delete(self, video_id: str) -> None:
-        self.jobs.delete(video_id)
 
     def content(self, video_id: str, variant: str) -> Content:
         if variant == "thumbnail":

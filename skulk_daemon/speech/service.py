@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final
 
 from skulk_core.audio.formats import (
     DEFAULT_SPEECH_FORMAT,
@@ -62,6 +62,7 @@ from skulk_daemon.runner.protocol import (
     Transcribe,
     Transcribed,
 )
+from skulk_daemon.runner.remote import RemoteRunner
 from skulk_daemon.speech.encode import encode_pcm
 from skulk_daemon.speech.protocol import (
     SpeechRequest,
@@ -74,21 +75,6 @@ from skulk_daemon.worker.supervisor import Supervisor
 MAX_SEED: Final = 2**32 - 1
 REMOTE_FAILURES: Final = frozenset({"node_lost", "stream_broken", "audio_mismatch"})
 """How a task on another node's runner fails on the way (503: retry)."""
-
-
-class RemoteSpeechRunner(Protocol):
-    """Speech tasks on another node's runner (the fabric's remote speech)."""
-
-    async def run(
-        self,
-        node: NodeId,
-        instance_id: InstanceId,
-        task: SpeechTask,
-        command_id: CommandId,
-        parts: PartSink = None,
-    ) -> Answer: ...
-
-    def cancel(self, node: NodeId, command_id: CommandId) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +126,7 @@ class SpeechService:
         worker: Supervisor,
         commands: ActiveCommands,
         *,
-        remote: RemoteSpeechRunner | None = None,
+        remote: RemoteRunner[SpeechTask, SpeechPartial] | None = None,
     ) -> None:
         self._node = node
         self._worker = worker

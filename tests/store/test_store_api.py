@@ -13,9 +13,7 @@ digest does not match: nothing is published.
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
-import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -34,73 +32,15 @@ from skulk_daemon.store.staging import (
     stage_dir,
 )
 from tests.api.in_process import AppNode
-from tests.daemon_process import free_port
-from tests.hub.conftest import TINY, standard_repos
+from tests.hub.conftest import TINY
 from tests.hub.fake_hub import FakeHub
-
-GGUF = "tiny-Q4_K_M.gguf"
-
-
-@pytest.fixture(scope="module")
-def hub() -> Iterator[FakeHub]:
-    with FakeHub(standard_repos()) as served:
-        previous = os.environ.get("HF_ENDPOINT")
-        os.environ["HF_ENDPOINT"] = served.url
-        try:
-            yield served
-        finally:
-            if previous is None:
-                os.environ.pop("HF_ENDPOINT", None)
-            else:
-                os.environ["HF_ENDPOINT"] = previous
-
-
-@pytest.fixture(scope="module")
-def store_port() -> int:
-    return free_port()
-
-
-@pytest.fixture(scope="module")
-def app(
-    hub: FakeHub, tmp_path_factory: pytest.TempPathFactory, models_dir: Path, store_port: int
-) -> Iterator[AppNode]:
-    root = tmp_path_factory.mktemp("store-app")
-    config = (
-        "model_store:\n"
-        "  store_host: true\n"
-        f"  store_path: {root / 'canonical'}\n"
-        f"  store_port: {store_port}\n"
-    )
-    with AppNode(root=root, models_dir=models_dir, config_yaml=config) as node:
-        wait(lambda: node.get("/state").json().get("storeHosts"), "the store role in State")
-        yield node
-
-
-@pytest.fixture(scope="module")
-def stored(app: AppNode) -> str:
-    """TINY, added and fetched into the store."""
-    added = app.post("/models/add", json={"model_id": TINY, "gguf_file": GGUF}, timeout=60)
-    assert added.status_code == 200, added.text
-    started = app.post(f"/store/models/{TINY}/download", json={}, timeout=60)
-    assert started.status_code == 200, started.text
-    assert started.json()["status"] in ("in_progress", "complete"), started.text
-    wait(lambda: status(app)["status"] == "complete", "the store download")
-    return TINY
+from tests.store.store_app import GGUF, wait
 
 
 @pytest.fixture(scope="module")
 def transport(store_port: int) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=f"http://127.0.0.1:{store_port}", timeout=30) as client:
         yield client
-
-
-def wait(check: Any, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def status(app: AppNode) -> dict[str, Any]:

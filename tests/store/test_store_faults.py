@@ -14,10 +14,8 @@ request and publishes a verified copy.
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,8 +32,9 @@ from skulk_daemon.store import cache
 from skulk_daemon.store.staging import Staging, StagingFailed, stage_dir
 from tests.api.in_process import AppNode
 from tests.daemon_process import free_port
-from tests.hub.conftest import TINY, standard_repos
+from tests.hub.conftest import TINY
 from tests.hub.fake_hub import FakeHub
+from tests.store.store_app import store_host_config, wait
 
 GGUF = "tiny-Q4_K_M.gguf"
 CUT_AFTER_BYTES = 700 * 1024
@@ -115,30 +114,11 @@ class DyingRelay:
 
 
 @pytest.fixture(scope="module")
-def hub() -> Iterator[FakeHub]:
-    with FakeHub(standard_repos()) as served:
-        previous = os.environ.get("HF_ENDPOINT")
-        os.environ["HF_ENDPOINT"] = served.url
-        try:
-            yield served
-        finally:
-            if previous is None:
-                os.environ.pop("HF_ENDPOINT", None)
-            else:
-                os.environ["HF_ENDPOINT"] = previous
-
-
-@pytest.fixture(scope="module")
 def app(
     hub: FakeHub, tmp_path_factory: pytest.TempPathFactory, models_dir: Path
 ) -> Iterator[AppNode]:
     root = tmp_path_factory.mktemp("store-faults")
-    config = (
-        "model_store:\n"
-        "  store_host: true\n"
-        f"  store_path: {root / 'canonical'}\n"
-        f"  store_port: {free_port()}\n"
-    )
+    config = store_host_config(root, free_port())
     with AppNode(root=root, models_dir=models_dir, config_yaml=config) as node:
         wait(lambda: node.get("/state").json().get("storeHosts"), "the store role in State")
         added = node.post("/models/add", json={"model_id": TINY, "gguf_file": GGUF}, timeout=60)
@@ -146,15 +126,6 @@ def app(
         assert node.post(f"/store/models/{TINY}/download", json={}).status_code == 200
         wait(lambda: status(node) == "complete", "the store download")
         yield node
-
-
-def wait(check: Any, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def status(app: AppNode) -> str:

@@ -8,9 +8,6 @@ store. What succeeds (the demo model optimized, placed and chatting) is in
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -19,68 +16,8 @@ import httpx
 import pytest
 
 from tests.api.in_process import AppNode
-from tests.daemon_process import free_port
-from tests.hub.conftest import TINY, standard_repos
-from tests.hub.fake_hub import FakeHub
-
-GGUF = "tiny-Q4_K_M.gguf"
-
-
-@pytest.fixture(scope="module")
-def hub() -> Iterator[FakeHub]:
-    with FakeHub(standard_repos()) as served:
-        previous = os.environ.get("HF_ENDPOINT")
-        os.environ["HF_ENDPOINT"] = served.url
-        try:
-            yield served
-        finally:
-            if previous is None:
-                os.environ.pop("HF_ENDPOINT", None)
-            else:
-                os.environ["HF_ENDPOINT"] = previous
-
-
-@pytest.fixture(scope="module")
-def store_port() -> int:
-    return free_port()
-
-
-@pytest.fixture(scope="module")
-def app(
-    hub: FakeHub, tmp_path_factory: pytest.TempPathFactory, models_dir: Path, store_port: int
-) -> Iterator[AppNode]:
-    root = tmp_path_factory.mktemp("optimize-app")
-    config = (
-        "model_store:\n"
-        "  store_host: true\n"
-        f"  store_path: {root / 'canonical'}\n"
-        f"  store_port: {store_port}\n"
-    )
-    with AppNode(root=root, models_dir=models_dir, config_yaml=config) as node:
-        wait(lambda: node.get("/state").json().get("storeHosts"), "the store role in State")
-        yield node
-
-
-@pytest.fixture(scope="module")
-def stored(app: AppNode) -> str:
-    added = app.post("/models/add", json={"model_id": TINY, "gguf_file": GGUF}, timeout=60)
-    assert added.status_code == 200, added.text
-    started = app.post(f"/store/models/{TINY}/download", json={}, timeout=60)
-    assert started.status_code == 200, started.text
-    wait(
-        lambda: app.get(f"/store/models/{TINY}/download/status").json()["status"] == "complete",
-        "the store download",
-    )
-    return TINY
-
-
-def wait(check: Any, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.hub.conftest import TINY
+from tests.store.store_app import GGUF
 
 
 def error(answer: httpx.Response) -> dict[str, Any]:

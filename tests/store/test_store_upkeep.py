@@ -47,9 +47,10 @@ from skulk_daemon.store.staging import Staging, StagingFailed, stage_dir
 from skulk_daemon.store.tombstones import TOMBSTONES_NAME
 from tests.api.in_process import AppNode
 from tests.daemon_process import free_port
-from tests.hub.conftest import TINY, TINY_LLM, standard_repos
+from tests.hub.conftest import TINY, TINY_LLM
 from tests.hub.fake_hub import FakeHub
 from tests.security.test_route_table import _routes
+from tests.store.store_app import store_host_config, wait
 
 GGUF = "tiny-Q4_K_M.gguf"
 MIB = 1024**2
@@ -57,29 +58,9 @@ BUDGET_MIB = 5
 
 
 @pytest.fixture(scope="module")
-def hub() -> Iterator[FakeHub]:
-    with FakeHub(standard_repos()) as served:
-        previous = os.environ.get("HF_ENDPOINT")
-        os.environ["HF_ENDPOINT"] = served.url
-        try:
-            yield served
-        finally:
-            if previous is None:
-                os.environ.pop("HF_ENDPOINT", None)
-            else:
-                os.environ["HF_ENDPOINT"] = previous
-
-
-@pytest.fixture(scope="module")
 def layout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     root = tmp_path_factory.mktemp("store-upkeep")
-    config = (
-        "model_store:\n"
-        "  store_host: true\n"
-        f"  store_path: {root / 'canonical'}\n"
-        f"  store_port: {free_port()}\n"
-        f"  staging_budget_gb: {BUDGET_MIB / 1024}\n"
-    )
+    config = store_host_config(root, free_port(), f"  staging_budget_gb: {BUDGET_MIB / 1024}\n")
     return root, config
 
 
@@ -110,15 +91,6 @@ def fetch_into_store(app: AppNode) -> None:
     started = app.post(f"/store/models/{TINY}/download", json={}, timeout=60)
     assert started.status_code == 200, started.text
     wait(lambda: status(app)["status"] == "complete", "the store download")
-
-
-def wait(check: Any, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def status(app: AppNode) -> dict[str, Any]:
