@@ -9,37 +9,8 @@ from typer._click.core import Context as ClickContext
 from typer._completion_classes import completion_init
 from typer.core import TyperOption
 
-from skulk_cli.client import DEFAULT_API_URL
-from skulk_cli.commands import (
-    bench,
-    chat,
-    config,
-    connectivity,
-    diagnostics,
-    diagnostics_jobs,
-    image,
-    instances,
-    logs,
-    media_jobs,
-    models,
-    operator,
-    placement,
-    plugin_jobs,
-    plugins,
-    registry,
-    restart,
-    run,
-    serve,
-    speech,
-    status,
-    steward,
-    store,
-    store_jobs,
-    top,
-    trace,
-)
-from skulk_cli.context import CliContext
-from skulk_core.version import SKULK_VERSION
+from skulk_cli.lazy_commands import LazyGroup
+from skulk_cli.node_http import DEFAULT_API_URL
 
 PROG_NAME = "skulk"
 
@@ -72,52 +43,16 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
     # Help paragraphs reflow to the terminal; `code` spans render as code.
     rich_markup_mode="markdown",
+    cls=LazyGroup,
 )
-app.command("serve")(serve.serve)
-app.command("status")(status.status)
-app.add_typer(models.app, name="models")
-app.add_typer(registry.app, name="registry")
-app.add_typer(store.app, name="store")
-app.add_typer(plugins.app, name="plugins")
-app.command("previews")(placement.previews)
-app.command("place")(placement.place)
-app.add_typer(instances.app, name="instances")
-app.command("run")(run.run)
-app.command("chat")(chat.chat)
-app.command("bench")(bench.bench)
-app.add_typer(config.app, name="config")
-app.add_typer(operator.app, name="operator")
-app.command("doctor")(diagnostics.doctor)
-app.add_typer(diagnostics.app, name="diagnostics")
-app.command("restart")(restart.restart)
-app.command("logs")(logs.logs)
-app.add_typer(trace.app, name="trace")
-app.command("top")(top.top)
-app.command("say")(speech.say)
-app.command("transcribe")(speech.transcribe)
-app.add_typer(media_jobs.video_app, name="video")
-app.add_typer(media_jobs.music_app, name="music")
-app.command("voices")(speech.voices)
-# The operational jobs (issue 40): store transfers, runner cancel, telemetry,
-# envelopes, connectivity, plugin proposals, setup operations and grants.
-store.app.command("download")(store_jobs.download)
-store.app.command("cancel")(store_jobs.cancel)
-store.app.command("storage")(store_jobs.storage)
-store.app.command("reconciliation")(store_jobs.reconciliation)
-diagnostics.app.command("cancel")(diagnostics_jobs.cancel)
-diagnostics.app.command("telemetry")(diagnostics_jobs.telemetry)
-diagnostics.app.command("envelopes")(diagnostics_jobs.envelopes)
-app.command("connectivity")(connectivity.connectivity)
-plugins.app.add_typer(plugin_jobs.proposals_app, name="proposals")
-plugins.app.add_typer(plugin_jobs.setup_app, name="setup")
-plugins.app.add_typer(plugin_jobs.grants_app, name="grants")
-app.command("ask")(steward.ask)
-app.add_typer(steward.app, name="steward")
-app.command("image")(image.image)
+# The commands themselves are `skulk_cli.lazy_commands.COMMANDS`, each imported when
+# it runs: `skulk --help` lists them without importing any.
 
 
 def _print_version(value: bool) -> None:
     if value:
+        from skulk_core.version import SKULK_VERSION  # noqa: PLC0415 (importlib.metadata: slow)
+
         print(f"{PROG_NAME} {SKULK_VERSION}")
         raise typer.Exit()
 
@@ -159,12 +94,16 @@ def root(
 
     With no command, `skulk` runs this machine's node, exactly like `skulk serve`.
     """
+    from skulk_cli.context import CliContext  # noqa: PLC0415 (not needed for --help)
+
     ctx.obj = CliContext(
         api_url=api_url.rstrip("/"), json_output=json_output, operator=operator_mode
     )
     if ctx.invoked_subcommand is None:
         if operator_mode:
             raise typer.BadParameter("give a command to send, e.g. `skulk --operator status`")
+        from skulk_cli.commands import serve  # noqa: PLC0415 (lazy, as every command)
+
         serve.exec_daemon(serve.NodeOptions())
 
 
