@@ -447,6 +447,7 @@ def test_every_named_control_in_the_issue_has_its_role(chat: Tab, talker: Daemon
     page.route("**/v1/models", as_vision)
     page.reload()
     model = page.get_by_role("combobox", name="Select chat model")
+    expect(model).to_have_value(DEMO)
     served = {m["id"] for m in talker.get("/v1/models").json()["data"]}
     values = model.locator("option").evaluate_all("options => options.map(o => o.value)")
     assert values == [DEMO] and set(values) <= served
@@ -470,6 +471,7 @@ def test_every_named_control_in_the_issue_has_its_role(chat: Tab, talker: Daemon
     expect(page.get_by_role("article", name="Assistant message")).to_have_count(1)
     # "Stop recording" replaces "Start recording" while the microphone is open:
     # test_the_microphone_is_transcribed_live walks it with a fake microphone.
+    page.unroute("**/v1/models", as_vision)
 
     # Models ("Find Models"): the search box and each model's actions.
     page.goto(f"{talker.url}/catalog")
