@@ -160,3 +160,17 @@ def test_the_shipped_files_are_all_in_the_manifest() -> None:
     assert {f"pages/{p}.js" for p in ("cluster", "node", "chat", "settings")} <= set(
         manifest.paths()
     )
+
+
+def test_every_stylesheet_block_is_closed() -> None:
+    # An unclosed @media swallows every rule after it: the pages below it lose their
+    # layout at desktop width while a phone still looks right.
+    for sheet in STATIC_DIR.rglob("*.css"):
+        text = re.sub(r"/\*.*?\*/", "", sheet.read_text(), flags=re.S)
+        depth = 0
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.lstrip().startswith("@media"):
+                assert depth == 0, f"{sheet.name}:{number}: @media inside an open block"
+            depth += line.count("{") - line.count("}")
+            assert depth >= 0, f"{sheet.name}:{number}: a block closed twice"
+        assert depth == 0, f"{sheet.name}: {depth} block(s) never closed"

@@ -126,8 +126,11 @@ def satellite(node_id: str, title: str, status: str, observed_at: str) -> dict[s
 def test_capability_satellites_hang_off_their_host(two_nodes: Cluster, tab: Tab) -> None:
     # No plugin owner runs in this suite: the real /state is answered with two
     # satellites added to the first member, as a host running them reports them.
+    # Every surface is a loopback URL: it opens only from a browser on its host, so the
+    # page (opened over loopback from the first member) links the first member's and
+    # says why it cannot open the second's.
     page = tab.page
-    host = two_nodes.node_ids[0]
+    host, other = two_nodes.node_ids
     now = datetime.now(UTC)
 
     def with_satellites(route: Route) -> None:
@@ -137,7 +140,8 @@ def test_capability_satellites_hang_off_their_host(two_nodes: Cluster, tab: Tab)
             host: [
                 satellite(host, "Studio", "ready", now.isoformat()),
                 satellite(host, "Archive", "degraded", (now - timedelta(minutes=5)).isoformat()),
-            ]
+            ],
+            other: [satellite(other, "Relay", "ready", now.isoformat())],
         }
         route.fulfill(response=response, json=state)
 
@@ -149,9 +153,10 @@ def test_capability_satellites_hang_off_their_host(two_nodes: Cluster, tab: Tab)
         "rel", "noopener noreferrer"
     )
     expect(satellites.get_by_text("degraded, not heard from recently")).to_be_visible()
-    expect(
-        page.get_by_role("list", name=f"Capability nodes on {two_nodes.names[1]}")
-    ).to_have_count(0)
+    remote = page.get_by_role("list", name=f"Capability nodes on {two_nodes.names[1]}")
+    expect(remote.get_by_text("unreachable from this browser", exact=True)).to_be_visible()
+    expect(remote).to_contain_text(f"Open it from a browser on {two_nodes.names[1]}")
+    expect(remote.get_by_role("link")).to_have_count(0)
 
 
 def test_a_failed_runner_shows_why(two_nodes: Cluster, tab: Tab) -> None:

@@ -5,7 +5,8 @@ A person finds the demo models in the catalog with their tags, searches the hub,
 picks a quant and downloads it (progress visible, then installed), launches the demo
 model from its placement previews, is refused deleting a placed model's files with
 what to do, opens chat with it, and on Downloads watches, cancels and retries a
-transfer. A hub that cannot be reached is shown as such.
+transfer. A hub that cannot be reached is shown as such. One journey does it all on one model:
+search, download, launch, chat.
 """
 
 from __future__ import annotations
@@ -234,6 +235,41 @@ def test_downloads_shows_cancels_and_retries_a_transfer(
     finally:
         httpx.delete(f"{node.url}/download/{me}/{DEMO_REPO}", timeout=30)
         hub.bytes_per_second = None
+    assert tab.console.errors == []
+
+
+def test_a_searched_model_downloads_launches_and_chats(node: DaemonProcess, tab: Tab) -> None:
+    # The whole journey on one model, through the page only: found by search on the
+    # local hub, one quant downloaded, placed from its previews, then chatted with.
+    page = tab.page
+    page.goto(f"{node.url}/catalog")
+    page.get_by_role("searchbox", name="Search models").fill("gemma-3-270m")
+    result = page.get_by_role("list", name="Search results").get_by_role("article", name=DEMO_REPO)
+    quant = result.get_by_role("combobox", name=f"Quantization for {DEMO_REPO}")
+    expect(quant.locator("option")).to_have_count(1)
+    result.get_by_role("button", name=f"Download {DEMO_REPO}").click()
+    card = page.get_by_role("list", name="Model catalog").get_by_role("article", name=DEMO_REPO)
+    expect(card.get_by_text("installed", exact=True)).to_be_visible(timeout=120_000)
+
+    card.get_by_role("button", name=f"Launch {DEMO_REPO}").click()
+    launch = page.get_by_role("dialog", name=f"Launch {DEMO_REPO}")
+    launch.get_by_role("button", name=f"Place {DEMO_REPO}").click()
+    expect(launch.get_by_role("status")).to_contain_text("ready", timeout=120_000)
+    instances = node.get("/state").json()["instances"]
+    try:
+        launch.get_by_role("button", name="Close").click()
+        card.get_by_role("button", name=f"Chat with {DEMO_REPO}").click()
+        expect(page.get_by_label("Select chat model")).to_have_value(DEMO_REPO)
+        page.get_by_label("Max tokens").fill("8")
+        page.get_by_label("Chat message").fill("The capital of France is")
+        page.get_by_role("button", name="Send message").click()
+        reply = page.get_by_role("article", name="Assistant message")
+        expect(page.get_by_role("button", name="Stop")).to_be_hidden(timeout=300_000)
+        expect(reply.locator(".chat-text")).not_to_have_text("")
+        expect(page.get_by_role("alert")).to_have_count(0)
+    finally:
+        for instance_id in instances:
+            httpx.delete(f"{node.url}/instance/{instance_id}", timeout=30)
     assert tab.console.errors == []
 
 

@@ -5,6 +5,7 @@ the connection, and collapses its navigation on a phone."""
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 import pytest
 from playwright.sync_api import expect
@@ -15,6 +16,13 @@ from tests.daemon_process import DaemonProcess
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 
 NAV = ["Cluster", "Models", "Chat", "Downloads", "Traces", "Performance", "Plugins"]
+ALLOWED_SOURCES = {"'self'", "'none'", "data:", "blob:"}
+"""Every source a CSP directive may name: the node itself, nothing, or in-page data."""
+WATCH_CSP = """
+  window.__violations = [];
+  document.addEventListener("securitypolicyviolation", (e) =>
+    window.__violations.push(`${e.violatedDirective} ${e.blockedURI}`));
+"""
 
 
 def test_the_page_loads_clean_under_its_csp(one_node: DaemonProcess, tab: Tab) -> None:
@@ -136,3 +144,74 @@ def test_the_page_loads_by_the_name_localhost(one_node: DaemonProcess, tab: Tab)
     expect(page.get_by_role("status")).to_have_text(re.compile("Connected"))
     expect(page.get_by_role("article", name="solo")).to_be_visible()
     assert tab.console.errors == []
+
+
+def test_the_csp_is_strict_and_every_page_keeps_to_it(one_node: DaemonProcess, tab: Tab) -> None:
+    page = tab.page
+    response = page.goto(f"{one_node.url}/")
+    assert response is not None
+    policy = {
+        name: sources
+        for name, *sources in (
+            part.split() for part in response.headers["content-security-policy"].split(";")
+        )
+    }
+    # No inline script or style, no eval, no third-party origin, nothing framed or based.
+    assert set(policy) >= {"default-src", "script-src", "style-src", "object-src", "base-uri"}
+    assert policy["script-src"] == ["'self'"] and policy["style-src"] == ["'self'"]
+    assert policy["object-src"] == ["'none'"] and policy["frame-ancestors"] == ["'none'"]
+    for name, sources in policy.items():
+        assert set(sources) <= ALLOWED_SOURCES, f"{name} allows {sources}"
+
+    origins: set[str] = set()
+    page.on("request", lambda r: origins.add("{0.scheme}://{0.netloc}".format(urlsplit(r.url))))
+    page.add_init_script(WATCH_CSP)
+    page.goto(f"{one_node.url}/cluster")
+    # Through every page and the Settings dialog in one document, so what a page draws
+    # late is still watched when the test looks.
+    for name in NAV:
+        page.get_by_role("navigation").get_by_role("link", name=name, exact=True).click()
+        expect(page.get_by_role("main").get_by_role("heading", name=name, level=1)).to_be_visible()
+        inline = page.evaluate(
+            """() => [...document.querySelectorAll("*")].flatMap((el) => [
+                 ...(el.tagName === "SCRIPT" && !el.src ? ["<script> without src"] : []),
+                 ...[...el.attributes].filter((a) => /^on/i.test(a.name)).map((a) => a.name),
+               ])"""
+        )
+        assert inline == [], f"{name} has inline script: {inline}"
+    page.get_by_role("button", name="Settings").click()
+    settings = page.get_by_role("dialog", name="Settings")
+    expect(settings.get_by_role("button", name="Save")).to_be_visible()
+    page.keyboard.press("Escape")
+    # Nothing the pages drew needed what the policy refuses.
+    assert page.evaluate("window.__violations") == []
+    assert origins == {one_node.url}, "the page reached beyond its own node"
+    assert tab.console.errors == []
+
+
+def test_settings_keeps_the_keyboard_inside_and_gives_it_back(
+    one_node: DaemonProcess, tab: Tab
+) -> None:
+    page = tab.page
+    page.goto(f"{one_node.url}/cluster")
+    opener = page.get_by_role("button", name="Settings")
+    for _ in range(20):
+        page.keyboard.press("Tab")
+        if opener.evaluate("el => el === document.activeElement"):
+            break
+    expect(opener).to_be_focused()
+    page.keyboard.press("Enter")
+    dialog = page.get_by_role("dialog", name="Settings")
+    expect(dialog.get_by_role("button", name="Save")).to_be_visible()
+    inside = "() => document.activeElement?.closest('dialog')?.id === 'settings-dialog'"
+    controls = dialog.evaluate(
+        "d => d.querySelectorAll('a[href],button,input,select,textarea,summary').length"
+    )
+    # Round the dialog's controls and past its end both ways: focus never leaves it.
+    for key in ("Tab", "Shift+Tab"):
+        for _ in range(controls + 3):
+            page.keyboard.press(key)
+            assert page.evaluate(inside), f"{key} left the open dialog"
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+    expect(opener).to_be_focused()

@@ -34,6 +34,7 @@
 import { api, ApiError } from "./api.js";
 import { h, replace } from "./dom.js";
 import { Connection, createLive } from "./live.js";
+import { trapDialogFocus } from "./focus_trap.js";
 
 /** The route table: path pattern (":name" segments are params) -> page module and
  * title. The server answers index.html for each of these paths
@@ -236,6 +237,7 @@ live.subscribe((state) => {
   document.getElementById("cluster-name").textContent = name;
 });
 
+trapDialogFocus();
 live.start();
 render();
 // First run: a welcome over the landing page until this node's onboarding is complete.

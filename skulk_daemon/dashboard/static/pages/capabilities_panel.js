@@ -5,6 +5,7 @@
 // reading older than 90 s shows as not heard from recently (the API drops it at the
 // same age).
 import { formatAge, h, replace } from "../dom.js";
+import { surfaceReach } from "../surface_reach.js";
 
 export const STALE_AFTER_MS = 90_000;
 
@@ -28,7 +29,7 @@ export function capabilityRows(state) {
   return rows.sort((a, b) => a.host.localeCompare(b.host) || title(a).localeCompare(title(b)));
 }
 
-function surfaces(node) {
+function surfaces(node, reachFrom) {
   const list = (node.surfaces || []).filter((s) => s.url);
   if (!list.length) return "—";
   return h(
@@ -36,12 +37,14 @@ function surfaces(node) {
     { class: "plain-list" },
     list.map((s) => {
       const name = s.title || node.title || node.pluginId;
+      if (s.ready === false) return h("li", null, h("span", { class: "muted" }, `${name} (not ready)`));
+      const { url, hint } = surfaceReach(s.url, reachFrom);
       return h(
         "li",
         null,
-        s.ready === false
-          ? h("span", { class: "muted" }, `${name} (not ready)`)
-          : h("a", { href: s.url, target: "_blank", rel: "noopener noreferrer" }, `Open ${name}`),
+        url
+          ? h("a", { href: url, target: "_blank", rel: "noopener noreferrer" }, `Open ${name}`)
+          : [h("span", { class: "badge warn" }, `${name}: unreachable from this browser`), " ", h("span", { class: "muted" }, hint)],
       );
     }),
   );
@@ -88,7 +91,10 @@ function actions(host, node, view) {
     "ul",
     { class: "plain-list" },
     list.map((a) => {
-      if (a.kind === "link" && a.url) return h("li", null, h("a", { href: a.url, target: "_blank", rel: "noopener noreferrer" }, a.title));
+      if (a.kind === "link" && a.url) {
+        const { url, hint } = surfaceReach(a.url, { hostNodeId: host, servingNodeId: view.ownId ?? null, hostName });
+        return h("li", null, url ? h("a", { href: url, target: "_blank", rel: "noopener noreferrer" }, a.title) : [a.title, " ", h("span", { class: "muted" }, hint)]);
+      }
       if (a.kind !== "descriptor") return h("li", null, a.title);
       if (host !== view.ownId) return h("li", null, a.title, h("span", { class: "muted" }, ` (runs from ${hostName}'s own dashboard)`));
       const key = actionKey(host, node, a);
@@ -124,7 +130,7 @@ function row({ host, node }, view, now) {
     ),
     h("td", null, String(node.operationsActive ?? 0)),
     h("td", null, node.version, h("br"), h("span", { class: "muted" }, node.bundleId)),
-    h("td", null, surfaces(node)),
+    h("td", null, surfaces(node, { hostNodeId: host, servingNodeId: view.ownId ?? null, hostName })),
     h("td", null, actions(host, node, view)),
     h("td", null, Number.isFinite(observed) ? h("time", { datetime: node.observedAt, title: formatAge(node.observedAt, now) }, new Date(observed).toLocaleTimeString()) : "—"),
   );

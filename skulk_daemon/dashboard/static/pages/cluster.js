@@ -2,16 +2,8 @@
 // links), its capability satellites, and the placed instances with their runners,
 // live from ctx.live (/state).
 import { errorBox, formatAge, formatBytes, h, replace } from "../dom.js";
+import { surfaceReach } from "../surface_reach.js";
 import { readCluster } from "./cluster_model.js";
-
-function safeUrl(url) {
-  try {
-    const parsed = new URL(url);
-    return parsed.protocol === "http:" || parsed.protocol === "https:" ? parsed.href : null;
-  } catch {
-    return null;
-  }
-}
 
 function memoryRow(member) {
   if (member.memoryTotal === null) return [h("dt", null, "Memory"), h("dd", null, "not reported")];
@@ -34,18 +26,21 @@ function acceleratorText(acc) {
   return `${acc.count > 1 ? `${acc.count}× ` : ""}${acc.vendor} ${acc.name}${vram}`;
 }
 
-function satellite(sat) {
+function satellite(sat, member, servingNodeId) {
   const title = sat.title || sat.pluginId;
-  const links = (sat.surfaces || [])
-    .map((surface) => ({ surface, url: safeUrl(surface.url) }))
-    .filter(({ surface, url }) => url && surface.ready)
-    .map(({ url }) => h("a", { href: url, target: "_blank", rel: "noopener noreferrer" }, `Open ${title}`));
+  const reach = (sat.surfaces || [])
+    .filter((surface) => surface.ready && surface.url)
+    .map((surface) => surfaceReach(surface.url, { hostNodeId: member.id, servingNodeId, hostName: member.name }));
   return h(
     "li",
     { class: ["satellite", sat.stale && "stale"] },
     h("span", null, title),
     h("span", { class: ["badge", sat.status] }, sat.stale ? `${sat.status}, not heard from recently` : sat.status),
-    ...links,
+    ...reach.map(({ url, hint }) =>
+      url
+        ? h("a", { href: url, target: "_blank", rel: "noopener noreferrer" }, `Open ${title}`)
+        : [h("span", { class: "badge warn" }, "unreachable from this browser"), h("span", { class: "muted satellite-hint" }, hint)],
+    ),
   );
 }
 
@@ -69,7 +64,7 @@ function linksText(member, model, names) {
   return model.members.length > 1 ? "no link to another member" : "no other member";
 }
 
-function memberCard(member, model, names, ctx) {
+function memberCard(member, model, names, ctx, servingNodeId) {
   const term = model.term;
   const headingId = `node-${member.id}`;
   const healthTone = member.health === "ok" ? "ok" : member.health;
@@ -106,7 +101,7 @@ function memberCard(member, model, names, ctx) {
         ? h("ul", { class: "reasons", "aria-label": `Health reasons for ${member.name}` }, member.reasons.map((r) => h("li", null, `${r.message} — ${r.remediation}`)))
         : null,
       member.satellites.length
-        ? [h("h4", { class: "muted" }, "Capability nodes"), h("ul", { class: "satellites", "aria-label": `Capability nodes on ${member.name}` }, member.satellites.map(satellite))]
+        ? [h("h4", { class: "muted" }, "Capability nodes"), h("ul", { class: "satellites", "aria-label": `Capability nodes on ${member.name}` }, member.satellites.map((sat) => satellite(sat, member, servingNodeId)))]
         : null,
       member.runners.length
         ? [h("h4", { class: "muted" }, "Runners"), h("ul", { class: "runners", "aria-label": `Runners on ${member.name}` }, member.runners.map(runnerItem))]
@@ -197,6 +192,7 @@ export async function mount(root, ctx) {
     h("section", { "aria-labelledby": "instances-heading" }, h("h2", { id: "instances-heading" }, "Instances"), instances),
   );
   let latest = null;
+  let servingNodeId = null;
   const redrawLinks = () => latest && drawLinks(svg, list, latest.links);
 
   const render = (state) => {
@@ -217,13 +213,21 @@ export async function mount(root, ctx) {
       stat(model.instances.length, model.instances.length === 1 ? "instance" : "instances"),
       stat(`${ready}/${runnerCount}`, "runners ready"),
     );
-    replace(list, ...model.members.map((m) => memberCard(m, model, names, ctx)));
+    replace(list, ...model.members.map((m) => memberCard(m, model, names, ctx, servingNodeId)));
     replace(instances, instancesTable(model.instances));
     if (focusKey) list.querySelector(`[data-focus-key="${CSS.escape(focusKey)}"]`)?.focus();
     redrawLinks();
   };
 
   const offState = ctx.live.subscribe(render);
+  // Which node answers this page: a loopback surface opens only from its own host.
+  ctx.api
+    .get("/node_id", { signal: ctx.signal })
+    .then((id) => {
+      servingNodeId = id;
+      if (ctx.live.state) render(ctx.live.state);
+    })
+    .catch(() => {});
   const offStatus = ctx.live.onStatus((s, error) => {
     if (s !== "unreachable") replace(status);
     else if (!ctx.live.state) replace(status, errorBox(`The node did not answer: ${error?.message || "unreachable"}. Retrying.`));
