@@ -12,7 +12,7 @@ import struct
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import httpx
 import pytest
@@ -104,6 +104,8 @@ def chat(mic_browser: Browser, talker: DaemonProcess) -> Iterator[Tab]:
     try:
         yield Tab(page, console)
     finally:
+        # A test's routes may be mid-fetch (the page polls /v1/models): let them go.
+        page.unroute_all(behavior="ignoreErrors")
         context.close()
 
 
@@ -415,6 +417,72 @@ def test_a_failure_mid_stream_is_shown_not_kept(chat: Tab) -> None:
     expect(page.get_by_role("article", name="Assistant message")).to_have_count(0)
 
 
+def test_web_tools_run_the_models_call_and_send_the_result_back(
+    chat: Tab, talker: DaemonProcess
+) -> None:
+    # The demo model calls no tools, so its first answer is the node's wire format for a
+    # call, replayed; the page then runs it (the search answer is canned: the suite
+    # reaches no search engine) and the follow-up goes to the real node with the call
+    # and its result in the conversation, which the demo model answers.
+    page = chat.page
+
+    def with_tools(route: Route) -> None:
+        listing = route.fetch().json()
+        for item in listing["data"]:
+            if item["id"] == DEMO:
+                item["resolved_capabilities"]["supports_tools"] = True
+        route.fulfill(json=listing)
+
+    call = {"index": 0, "id": "call-1", "type": "function"}
+    call["function"] = {"name": "web_search", "arguments": json.dumps({"query": "skulk"})}
+    asks = {
+        "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": "tool_calls"}]
+    }
+    sent: list[dict[str, Any]] = []
+
+    def first_asks_for_a_search(route: Route) -> None:
+        sent.append(json.loads(route.request.post_data or "{}"))
+        if len(sent) > 1:
+            route.continue_()
+            return
+        body = f"data: {json.dumps({'id': 'cmd-tool', 'model': DEMO, **asks})}\n\ndata: [DONE]\n\n"
+        route.fulfill(status=200, headers={"Content-Type": "text/event-stream"}, body=body)
+
+    found = {"query": "skulk", "provider": "test", "results": []}
+    found["results"] = [{"title": "Skulk", "url": "https://example.org/skulk", "snippet": "A"}]
+    searched: list[object] = []
+
+    def search(route: Route) -> None:
+        searched.append(json.loads(route.request.post_data or "{}"))
+        route.fulfill(json=found)
+
+    page.route("**/v1/models", with_tools)
+    page.route("**/v1/chat/completions", first_asks_for_a_search)
+    page.route("**/v1/tools/**", search)
+    page.reload()
+    tools = page.get_by_role("checkbox", name="Web tools")
+    expect(tools).not_to_be_checked()  # on by default only for GPT-OSS
+    tools.check()
+    send(page, PROMPT)
+    result = page.get_by_role("article", name="Tool result")
+    expect(result).to_contain_text("Searched the web for “skulk”: 1 result.")
+    finished(page)
+    assert searched == [{"query": "skulk"}]
+    offered = [t["function"]["name"] for t in sent[0]["tools"]]
+    assert offered == ["web_search", "open_url", "extract_page"]
+    *_, asked, answered = sent[1]["messages"]
+    assert asked["tool_calls"][0]["id"] == "call-1"
+    assert answered["role"] == "tool" and answered["tool_call_id"] == "call-1"
+    assert json.loads(answered["content"]) == found
+    replies = page.get_by_role("article", name="Assistant message")
+    expect(replies).to_have_count(2)
+    expect(replies.first).to_contain_text("Asked to use web_search.")
+    assert replies.last.locator(".chat-text").inner_text().strip()
+    page.reload()
+    expect(page.get_by_role("article", name="Tool result")).to_contain_text("“skulk”")
+    assert chat.console.errors == []
+
+
 def tab_to(page: Page, target: Locator, limit: int = 60) -> None:
     """Presses Tab until ``target`` has the focus, as a keyboard user would."""
     for _ in range(limit):
@@ -428,7 +496,7 @@ def test_the_keyboard_alone_writes_and_sends_a_message(chat: Tab) -> None:
     page = chat.page
     tab_to(page, page.get_by_label("Max tokens"))
     page.keyboard.press("ControlOrMeta+A")
-    page.keyboard.type(SHORT)
+    page.keyboard.type("1000")
     tab_to(page, page.get_by_role("textbox", name="Chat message"))
     page.keyboard.type(PROMPT)
     send_button = page.get_by_role("button", name="Send message")
@@ -436,6 +504,7 @@ def test_the_keyboard_alone_writes_and_sends_a_message(chat: Tab) -> None:
     expect(send_button).to_be_focused()
     page.keyboard.press("Enter")
     expect(page.get_by_role("article", name="User message")).to_have_text(re.compile(PROMPT))
+    page.get_by_role("button", name="Stop").click()  # the reply is not what this tests
     finished(page)
     assert chat.console.errors == []
 
@@ -471,7 +540,7 @@ def test_every_named_control_in_the_issue_has_its_role(chat: Tab, talker: Daemon
     expect(page.get_by_role("article", name="Assistant message")).to_have_count(1)
     # "Stop recording" replaces "Start recording" while the microphone is open:
     # test_the_microphone_is_transcribed_live walks it with a fake microphone.
-    page.unroute("**/v1/models", as_vision)
+    page.unroute("**/v1/models", as_vision)  # the catalog below is the real one
 
     # Models ("Find Models"): the search box and each model's actions.
     page.goto(f"{talker.url}/catalog")

@@ -2,11 +2,10 @@
 real daemon pointed at the suite's local Hugging Face server (tests/hub/fake_hub.py).
 
 A person finds the demo models in the catalog with their tags, searches the hub,
-picks a quant and downloads it (progress visible, then installed), launches the demo
-model from its placement previews, is refused deleting a placed model's files with
-what to do, opens chat with it, and on Downloads watches, cancels and retries a
-transfer. A hub that cannot be reached is shown as such. One journey does it all on one model:
-search, download, launch, chat.
+picks a quant and downloads it (progress visible, then installed), and on Downloads
+watches, cancels and retries a transfer. One journey does it all on one model: search,
+download, launch from its placement previews, be refused deleting its files while it
+is placed (with what to do), chat. A hub that cannot be reached is shown as such.
 """
 
 from __future__ import annotations
@@ -159,53 +158,6 @@ def test_search_pick_a_quant_and_download(node: DaemonProcess, hub: FakeHub, tab
     assert tab.console.errors == []
 
 
-def test_launch_places_then_delete_is_refused_and_chat_opens(node: DaemonProcess, tab: Tab) -> None:
-    page = tab.page
-    previews = node.get("/instance/previews", params={"model_id": DEMO}).json()["previews"]
-    invalid = [p for p in previews if p.get("error")]
-    page.goto(f"{node.url}/catalog")
-    catalog = page.get_by_role("list", name="Model catalog")
-    card = catalog.get_by_role("article", name=DEMO)
-    card.get_by_role("button", name=f"Launch {DEMO}").click()
-    launch = page.get_by_role("dialog", name=f"Launch {DEMO}")
-    choice = launch.get_by_role("radio").first
-    expect(choice).to_be_checked()
-    expect(choice).to_be_focused()
-    memory = launch.get_by_role("list", name="Memory per node").first
-    expect(memory.get_by_text(re.compile(rf"^{NODE_NAME}: \d"))).to_be_visible()
-    if invalid:
-        launch.get_by_text(re.compile(r"placements? that cannot run")).click()
-        reasons = launch.get_by_role("list", name="Placements that cannot run")
-        expect(reasons.get_by_role("listitem")).to_have_count(len(invalid))
-        expect(reasons).to_contain_text(str(invalid[0]["error"]))
-    launch.get_by_role("button", name=f"Place {DEMO}").click()
-    expect(launch.get_by_role("status")).to_contain_text("ready", timeout=120_000)
-    instance_id = next(iter(node.get("/state").json()["instances"]))
-    try:
-        expect(launch.get_by_role("status")).to_contain_text(instance_id)
-        launch.get_by_role("button", name="Close").click()
-        expect(card.get_by_text("placed · ready")).to_be_visible()
-
-        # Deleting a placed model's files is refused, and the page says what to do.
-        card.get_by_role("button", name=f"Delete {DEMO}").click()
-        confirm = page.get_by_role("dialog", name=f"Delete {DEMO}?")
-        expect(confirm.get_by_role("button", name="Cancel")).to_be_focused()
-        confirm.get_by_role("button", name="Delete files").click()
-        alert = confirm.get_by_role("alert")
-        expect(alert).to_contain_text(f"placed as instance {instance_id}")
-        expect(alert).to_contain_text("Stop the instance first")
-        page.keyboard.press("Escape")
-        expect(confirm).to_have_count(0)
-        expect(card.get_by_text("installed", exact=True)).to_be_visible()
-
-        card.get_by_role("button", name=f"Chat with {DEMO}").click()
-        expect(page).to_have_url(f"{node.url}/chat?model={DEMO.replace('/', '%2F')}")
-        expect(page.get_by_role("heading", name="Chat", level=1)).to_be_visible()
-    finally:
-        assert httpx.delete(f"{node.url}/instance/{instance_id}", timeout=30).status_code == 200
-    assert tab.console.errors == []
-
-
 def test_downloads_shows_cancels_and_retries_a_transfer(
     node: DaemonProcess, hub: FakeHub, tab: Tab
 ) -> None:
@@ -240,7 +192,8 @@ def test_downloads_shows_cancels_and_retries_a_transfer(
 
 def test_a_searched_model_downloads_launches_and_chats(node: DaemonProcess, tab: Tab) -> None:
     # The whole journey on one model, through the page only: found by search on the
-    # local hub, one quant downloaded, placed from its previews, then chatted with.
+    # local hub, one quant downloaded, placed from its previews, its files' deletion
+    # refused while placed (with what to do), then chatted with.
     page = tab.page
     page.goto(f"{node.url}/catalog")
     page.get_by_role("searchbox", name="Search models").fill("gemma-3-270m")
@@ -251,14 +204,41 @@ def test_a_searched_model_downloads_launches_and_chats(node: DaemonProcess, tab:
     card = page.get_by_role("list", name="Model catalog").get_by_role("article", name=DEMO_REPO)
     expect(card.get_by_text("installed", exact=True)).to_be_visible(timeout=120_000)
 
+    previews = node.get("/instance/previews", params={"model_id": DEMO_REPO}).json()["previews"]
+    invalid = [p for p in previews if p.get("error")]
     card.get_by_role("button", name=f"Launch {DEMO_REPO}").click()
     launch = page.get_by_role("dialog", name=f"Launch {DEMO_REPO}")
+    choice = launch.get_by_role("radio").first
+    expect(choice).to_be_checked()
+    expect(choice).to_be_focused()
+    memory = launch.get_by_role("list", name="Memory per node").first
+    expect(memory.get_by_text(re.compile(rf"^{NODE_NAME}: \d"))).to_be_visible()
+    if invalid:
+        launch.get_by_text(re.compile(r"placements? that cannot run")).click()
+        reasons = launch.get_by_role("list", name="Placements that cannot run")
+        expect(reasons.get_by_role("listitem")).to_have_count(len(invalid))
+        expect(reasons).to_contain_text(str(invalid[0]["error"]))
     launch.get_by_role("button", name=f"Place {DEMO_REPO}").click()
     expect(launch.get_by_role("status")).to_contain_text("ready", timeout=120_000)
-    instances = node.get("/state").json()["instances"]
+    [instance_id] = node.get("/state").json()["instances"]
     try:
+        expect(launch.get_by_role("status")).to_contain_text(instance_id)
         launch.get_by_role("button", name="Close").click()
+        expect(card.get_by_text("placed · ready")).to_be_visible()
+
+        card.get_by_role("button", name=f"Delete {DEMO_REPO}").click()
+        confirm = page.get_by_role("dialog", name=f"Delete {DEMO_REPO}?")
+        expect(confirm.get_by_role("button", name="Cancel")).to_be_focused()
+        confirm.get_by_role("button", name="Delete files").click()
+        alert = confirm.get_by_role("alert")
+        expect(alert).to_contain_text(f"placed as instance {instance_id}")
+        expect(alert).to_contain_text("Stop the instance first")
+        page.keyboard.press("Escape")
+        expect(confirm).to_have_count(0)
+        expect(card.get_by_text("installed", exact=True)).to_be_visible()
+
         card.get_by_role("button", name=f"Chat with {DEMO_REPO}").click()
+        expect(page).to_have_url(f"{node.url}/chat?model={DEMO_REPO.replace('/', '%2F')}")
         expect(page.get_by_label("Select chat model")).to_have_value(DEMO_REPO)
         page.get_by_label("Max tokens").fill("8")
         page.get_by_label("Chat message").fill("The capital of France is")
@@ -268,8 +248,7 @@ def test_a_searched_model_downloads_launches_and_chats(node: DaemonProcess, tab:
         expect(reply.locator(".chat-text")).not_to_have_text("")
         expect(page.get_by_role("alert")).to_have_count(0)
     finally:
-        for instance_id in instances:
-            httpx.delete(f"{node.url}/instance/{instance_id}", timeout=30)
+        assert httpx.delete(f"{node.url}/instance/{instance_id}", timeout=30).status_code == 200
     assert tab.console.errors == []
 
 

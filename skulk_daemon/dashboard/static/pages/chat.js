@@ -3,12 +3,14 @@
 // /v1/cancel/{id}, images for vision models, and speech: a draft spoken through
 // /v1/audio/speech, replies spoken on finish ("Auto"), and the microphone transcribed
 // into the draft (/v1/realtime when the model and node offer it, else
-// /v1/audio/transcriptions). Follows the page contract at the top of static/app.js.
+// /v1/audio/transcriptions), and web tools for models that call tools (chat_tools.js).
+// Follows the page contract at the top of static/app.js.
 
 import { h, replace, errorBox } from "../dom.js";
 import { chatModels, playableFormat } from "./chat_models.js";
 import { load, save, newConversation, titleOf, toOpenAI } from "./chat_store.js";
 import { streamChat } from "./chat_stream.js";
+import { MAX_TOOL_ROUNDS, WEB_TOOLS, runToolCall, webToolsByDefault } from "./chat_tools.js";
 import { messageView, conversationList, attachmentList } from "./chat_view.js";
 import { synthesize, realtimeAdvertised, microphoneProblem, startBatchRecording, startRealtimeRecording } from "./chat_speech.js";
 
@@ -35,6 +37,9 @@ export async function mount(root, ctx) {
   // -- the page's elements ------------------------------------------------------------
   const modelSelect = h("select", { id: "chat-model", "aria-label": "Select chat model", onChange: onModelChange });
   const maxTokens = h("input", { id: "chat-max-tokens", type: "number", min: "1", max: "32768", step: "1", value: String(DEFAULT_MAX_TOKENS), inputmode: "numeric" });
+  const toolsBox = h("input", { type: "checkbox", id: "chat-web-tools" });
+  const toolsLabel = h("label", { class: "chat-auto", hidden: true, title: "Let the model search the web and read pages, through this node's /v1/tools endpoints" }, toolsBox, " Web tools");
+  let toolsFor = null; // the model whose default "Web tools" was last applied
   const modelStatus = h("p", { class: "chat-model-status muted", role: "status", "aria-live": "polite" });
   const list = h("div", { class: "chat-list" });
   const log = h("div", { class: "chat-log", role: "log", "aria-label": "Messages", "aria-live": "off", tabindex: "0" });
@@ -81,7 +86,7 @@ export async function mount(root, ctx) {
       h(
         "section",
         { class: "chat-main", "aria-label": "Conversation" },
-        h("div", { class: "chat-toolbar" }, h("label", { for: "chat-model" }, "Model"), modelSelect, h("label", { for: "chat-max-tokens" }, "Max tokens"), maxTokens),
+        h("div", { class: "chat-toolbar" }, h("label", { for: "chat-model" }, "Model"), modelSelect, h("label", { for: "chat-max-tokens" }, "Max tokens"), maxTokens, toolsLabel),
         modelStatus,
         log,
         errorSlot,
@@ -203,6 +208,11 @@ export async function mount(root, ctx) {
     const model = selected();
     draft.placeholder = model ? `Message ${model.id}` : "No chat model is ready";
     attachBox.hidden = !model?.vision;
+    toolsLabel.hidden = !model?.tools;
+    if (model && model.id !== toolsFor) {
+      toolsFor = model.id;
+      toolsBox.checked = webToolsByDefault(model);
+    }
     if (!model?.vision && pendingImages.length) {
       pendingImages = [];
       drawAttachments();
@@ -303,7 +313,7 @@ export async function mount(root, ctx) {
     await generate(conv.id);
   }
 
-  async function generate(conversationId) {
+  async function generate(conversationId, round = 0) {
     const conv = store.conversations.find((c) => c.id === conversationId);
     const model = selected();
     if (!conv || !model || active) return;
@@ -318,9 +328,11 @@ export async function mount(root, ctx) {
     active = { controller, commandId: null, stopped: false, conversationId };
     updateBusy();
     progress.textContent = "Generating a reply…";
+    const tools = model.tools && toolsBox.checked ? { tools: WEB_TOOLS } : {};
+    let followUp = false;
     try {
       const result = await streamChat(
-        { model: model.id, messages: toOpenAI(conv.messages), max_tokens: Number.isFinite(limit) && limit > 0 ? limit : DEFAULT_MAX_TOKENS },
+        { model: model.id, messages: toOpenAI(conv.messages), max_tokens: Number.isFinite(limit) && limit > 0 ? limit : DEFAULT_MAX_TOKENS, ...tools },
         {
           signal: controller.signal,
           onStart: (id) => {
@@ -335,14 +347,22 @@ export async function mount(root, ctx) {
         },
       );
       reply.finishReason = result.finishReason;
+      const calls = tools.tools && result.finishReason === "tool_calls" ? result.toolCalls.filter((c) => c.name) : [];
+      if (calls.length) reply.toolCalls = calls;
       finishReply(conv, reply, view);
-      progress.textContent = "Reply finished.";
-      if (autoBox.checked && !ttsRow.hidden && reply.content.trim()) speakText(reply.content);
+      if (calls.length) {
+        followUp = await answerToolCalls(conv, calls, controller.signal);
+      } else {
+        progress.textContent = "Reply finished.";
+        if (autoBox.checked && !ttsRow.hidden && reply.content.trim()) speakText(reply.content);
+      }
     } catch (error) {
       if (error?.name === "AbortError") {
         if (signal.aborted) return;
-        reply.stopped = true;
-        finishReply(conv, reply, view);
+        if (!conv.messages.includes(reply)) {
+          reply.stopped = true;
+          finishReply(conv, reply, view);
+        }
         progress.textContent = "Stopped.";
       } else {
         view.article.remove();
@@ -354,6 +374,33 @@ export async function mount(root, ctx) {
       active = null;
       if (!signal.aborted) updateBusy();
     }
+    if (!followUp || signal.aborted) return;
+    if (round + 1 < MAX_TOOL_ROUNDS) await generate(conversationId, round + 1);
+    else showError(`The model asked for tools ${MAX_TOOL_ROUNDS} times in a row; send a message to go on.`, null);
+  }
+
+  /** Runs the reply's tool calls in order, each answered by a tool message (a call
+   * cut short by Stop is answered as stopped). Resolves whether to ask again. */
+  async function answerToolCalls(conv, calls, callSignal) {
+    let stopped = false;
+    for (const call of calls) {
+      let out = { content: JSON.stringify({ error: "stopped by the user" }), summary: `${call.name}: stopped.` };
+      if (!stopped) {
+        progress.textContent = `Running ${call.name}…`;
+        try {
+          out = await runToolCall(api, call, { signal: callSignal });
+        } catch (error) {
+          if (error?.name !== "AbortError") throw error;
+          stopped = true;
+        }
+      }
+      const message = { role: "tool", name: call.name, toolCallId: call.id, content: out.content, summary: out.summary };
+      conv.messages.push(message);
+      log.append(messageView(message).article);
+    }
+    persist();
+    if (stopped) progress.textContent = "Stopped.";
+    return !stopped;
   }
 
   function finishReply(conv, reply, view) {

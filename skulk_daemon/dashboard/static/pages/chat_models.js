@@ -40,6 +40,7 @@ export function describe(item) {
     name: item.name || item.id,
     chat: capabilities.includes("text"),
     vision: Boolean(caps(item).supports_vision),
+    tools: Boolean(caps(item).supports_tools),
     thinking: Boolean(caps(item).supports_thinking),
     tts: Boolean(caps(item).supports_speech_synthesis),
     stt: Boolean(caps(item).supports_transcription),

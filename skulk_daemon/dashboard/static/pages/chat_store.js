@@ -12,7 +12,7 @@ export function newConversation(modelId = null) {
 }
 
 function valid(message) {
-  return message && (message.role === "user" || message.role === "assistant") && typeof message.content === "string";
+  return message && ["user", "assistant", "tool"].includes(message.role) && typeof message.content === "string";
 }
 
 export function load(storage = window.localStorage) {
@@ -69,6 +69,11 @@ export function toOpenAI(messages) {
         role: "user",
         content: [{ type: "text", text: m.content }, ...m.images.map((url) => ({ type: "image_url", image_url: { url } }))],
       };
+    }
+    if (m.role === "tool") return { role: "tool", tool_call_id: m.toolCallId, content: m.content };
+    if (m.toolCalls?.length) {
+      const calls = m.toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } }));
+      return { role: "assistant", content: m.content || null, tool_calls: calls };
     }
     return { role: m.role, content: m.content };
   });

@@ -3,6 +3,7 @@
 // (the X-Skulk-Command-Id header), so Stop can cancel before the first token.
 
 import { ApiError } from "../api.js";
+import { mergeToolCalls } from "./chat_tools.js";
 
 function errorOf(body, status) {
   const err = body && typeof body === "object" ? body.error : null;
@@ -13,7 +14,7 @@ function errorOf(body, status) {
 }
 
 /** Streams one completion. onStart(commandId) once the node accepted it; onDelta({content,
- * reasoning}) per chunk. Resolves {finishReason, usage}; rejects with ApiError (a refusal
+ * reasoning}) per chunk. Resolves {finishReason, usage, toolCalls}; rejects with ApiError (a refusal
  * or an error envelope mid-stream) or AbortError (signal). */
 export async function streamChat(body, { signal, onStart, onDelta }) {
   let response;
@@ -41,7 +42,7 @@ export async function streamChat(body, { signal, onStart, onDelta }) {
   }
   let commandId = response.headers.get("X-Skulk-Command-Id");
   if (commandId) onStart(commandId);
-  const result = { finishReason: null, usage: null };
+  const result = { finishReason: null, usage: null, toolCalls: [] };
   const reader = response.body.getReader();
   const decoder = new TextDecoder();
   let buffer = "";
@@ -65,6 +66,7 @@ export async function streamChat(body, { signal, onStart, onDelta }) {
     for (const choice of chunk.choices || []) {
       const delta = choice.delta || {};
       if (delta.content || delta.reasoning_content) onDelta({ content: delta.content || "", reasoning: delta.reasoning_content || "" });
+      if (delta.tool_calls) mergeToolCalls(result.toolCalls, delta.tool_calls);
       if (choice.finish_reason) result.finishReason = choice.finish_reason;
     }
     if (chunk.usage) result.usage = chunk.usage;

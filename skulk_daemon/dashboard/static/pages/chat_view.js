@@ -3,10 +3,14 @@
 
 import { h } from "../dom.js";
 
-/** One message as an article named "User message" or "Assistant message". */
+const LABELS = { user: "User message", tool: "Tool result" };
+
+/** One message as an article named "User message", "Assistant message" or, for what a
+ * web tool answered, "Tool result" (its summary shown; the model got the JSON). */
 export function messageView(message, { streaming = false, onSpeak = null } = {}) {
   const isUser = message.role === "user";
-  const text = h("div", { class: "chat-text" }, message.content);
+  const isTool = message.role === "tool";
+  const text = h("div", { class: "chat-text" }, isTool ? message.summary || message.content : message.content);
   const reasoningText = h("div", { class: "chat-reasoning-text" }, message.reasoning || "");
   const reasoning = h(
     "details",
@@ -15,14 +19,14 @@ export function messageView(message, { streaming = false, onSpeak = null } = {})
     reasoningText,
   );
   const note = h("p", { class: "chat-note muted" }, noteOf(message));
-  const speak = !isUser && onSpeak
+  const speak = !isUser && !isTool && onSpeak
     ? h("button", { type: "button", class: "chat-speak", onClick: () => onSpeak(message.content), disabled: streaming }, "Speak reply")
     : null;
   const article = h(
     "article",
-    { class: ["chat-message", isUser ? "chat-user" : "chat-assistant"], "aria-label": isUser ? "User message" : "Assistant message", "aria-busy": streaming ? "true" : null },
-    h("p", { class: "chat-role muted" }, isUser ? "You" : message.model || "Assistant"),
-    isUser ? null : reasoning,
+    { class: ["chat-message", isUser ? "chat-user" : isTool ? "chat-tool" : "chat-assistant"], "aria-label": LABELS[message.role] || "Assistant message", "aria-busy": streaming ? "true" : null },
+    h("p", { class: "chat-role muted" }, isUser ? "You" : isTool ? `Tool: ${message.name}` : message.model || "Assistant"),
+    isUser || isTool ? null : reasoning,
     text,
     (message.images || []).length ? h("div", { class: "chat-images" }, message.images.map((src) => h("img", { src, alt: "Attached image" }))) : null,
     message.imagesDropped ? h("p", { class: "muted" }, `${message.imagesDropped} attached image(s) were not kept: the browser's storage is full.`) : null,
@@ -53,6 +57,7 @@ export function messageView(message, { streaming = false, onSpeak = null } = {})
 function noteOf(message) {
   if (message.role !== "assistant") return "";
   if (message.stopped) return "Stopped.";
+  if (message.toolCalls?.length) return `Asked to use ${message.toolCalls.map((c) => c.name).join(", ")}.`;
   if (message.finishReason === "length") return "Reached the token limit.";
   if (!message.content && !message.reasoning && message.finishReason) return "The model answered nothing.";
   return "";
