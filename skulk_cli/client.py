@@ -24,6 +24,7 @@ from skulk_cli.node_http import (
     COMMAND_ID_HEADER,
     DEFAULT_API_URL,
     DEFAULT_TIMEOUT_SECONDS,
+    DIAGNOSTICS_TIMEOUT_SECONDS,
     PLACEMENT_TIMEOUT_SECONDS,
     JsonObject,
     SkulkApiError,
@@ -32,6 +33,7 @@ from skulk_cli.node_http import (
     api_error,
     describe_transport,
     generation_timeout,
+    unreachable,
 )
 
 if TYPE_CHECKING:
@@ -69,7 +71,8 @@ class SkulkClient(ModelCalls, PluginCalls, OpsCalls, MediaCalls, StewardCalls):
     def diagnostics(self, node_id: str | None = None) -> JsonObject:
         """``GET /v1/diagnostics/node``, or another member's through ``/cluster/{id}``."""
         path = "/v1/diagnostics/node" if node_id is None else f"/v1/diagnostics/cluster/{node_id}"
-        return self._request("GET", path)
+        # The bundle asks every runner: a runner still loading answers late.
+        return self._request("GET", path, timeout=DIAGNOSTICS_TIMEOUT_SECONDS)
 
     def restart(
         self,
@@ -278,7 +281,7 @@ class ReplyStream:
         try:
             response = self._opener.__enter__()
         except httpx.TransportError as exc:
-            raise SkulkUnreachable(self._url, describe_transport(exc)) from exc
+            raise unreachable(self._url, exc) from exc
         self._response = response
         try:
             if response.is_error:

@@ -94,11 +94,18 @@ def node_client(cli: CliContext) -> Iterator[SkulkClient]:
         with SkulkClient(cli.api_url) as client:
             yield client
     except SkulkUnreachable as exc:
-        console.error(
-            f"No Skulk node answering at {cli.api_url} ({exc.reason}).",
-            hint="Start one with `skulk serve`, or point --api-url (or SKULK_API_URL) "
-            "at a running node.",
-        )
+        if exc.busy:
+            console.error(
+                f"The node at {cli.api_url} took the request but did not answer in time.",
+                hint="It is busy (a model loading, or a loaded machine): try again in a "
+                "moment; `skulk logs` shows what it is doing.",
+            )
+        else:
+            console.error(
+                f"No Skulk node answering at {cli.api_url} ({exc.reason}).",
+                hint="Start one with `skulk serve`, or point --api-url (or SKULK_API_URL) "
+                "at a running node.",
+            )
         raise typer.Exit(EXIT_REFUSED) from None
     except SkulkApiError as exc:
         console.error(*hints.explain(exc))

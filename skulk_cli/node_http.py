@@ -17,6 +17,7 @@ DEFAULT_API_URL = "http://localhost:52415"
 # Control-plane reads answer from memory; a node that takes longer is wedged or gone.
 DEFAULT_TIMEOUT_SECONDS = 10.0
 STORE_TIMEOUT_SECONDS = 60.0
+DIAGNOSTICS_TIMEOUT_SECONDS = 30.0
 # Placement (and its preview) waits up to 15 s on the node for freshly gossiped
 # cluster info before answering 503, so it gets more than that.
 PLACEMENT_TIMEOUT_SECONDS = 30.0
@@ -50,12 +51,17 @@ class SkulkApiError(Exception):
 
 
 class SkulkUnreachable(Exception):
-    """Nothing answered at the API URL (refused, unresolvable, timed out, reset)."""
+    """Nothing answered at the API URL (refused, unresolvable, timed out, reset).
 
-    def __init__(self, base_url: str, reason: str) -> None:
+    ``busy``: the node took the request but sent no answer in time (a read timeout),
+    which is a slow node, not a missing one.
+    """
+
+    def __init__(self, base_url: str, reason: str, *, busy: bool = False) -> None:
         super().__init__(f"{base_url}: {reason}")
         self.base_url = base_url
         self.reason = reason
+        self.busy = busy
 
 
 class UnexpectedResponseError(Exception):
@@ -108,7 +114,7 @@ class NodeHttp:
         try:
             response = self._http.get(path, timeout=DEFAULT_TIMEOUT_SECONDS)
         except httpx.TransportError as exc:
-            raise SkulkUnreachable(self.base_url, describe_transport(exc)) from exc
+            raise unreachable(self.base_url, exc) from exc
         if response.is_error:
             raise api_error(response)
         return response.text
@@ -130,7 +136,7 @@ class NodeHttp:
                 method, path, json=json, data=data, files=files, timeout=generation_timeout()
             )
         except httpx.TransportError as exc:
-            raise SkulkUnreachable(self.base_url, describe_transport(exc)) from exc
+            raise unreachable(self.base_url, exc) from exc
         if response.is_error:
             raise api_error(response)
         return response
@@ -153,7 +159,7 @@ class NodeHttp:
                 method, path, json=body, params=params, timeout=timeout, headers=headers
             )
         except httpx.TransportError as exc:
-            raise SkulkUnreachable(self.base_url, describe_transport(exc)) from exc
+            raise unreachable(self.base_url, exc) from exc
         if response.is_error:
             raise api_error(response)
         if not response.content:
@@ -182,6 +188,14 @@ def api_error(response: httpx.Response) -> SkulkApiError:
     message, code = error_details(response)
     failure = response.headers.get(PLACEMENT_FAILURE_HEADER)
     return SkulkApiError(response.status_code, message, code, failure)
+
+
+def unreachable(base_url: str, exc: httpx.TransportError) -> SkulkUnreachable:
+    """What a failed request means: nothing there, or a node too busy to answer."""
+    import httpx  # noqa: PLC0415 - loaded by SkulkClient already
+
+    busy = isinstance(exc, httpx.ReadTimeout)
+    return SkulkUnreachable(base_url, describe_transport(exc), busy=busy)
 
 
 def describe_transport(exc: httpx.TransportError) -> str:

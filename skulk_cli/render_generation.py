@@ -57,7 +57,7 @@ _STATS_COLUMNS: tuple[tuple[str, _Field, int], ...] = (
     ("First token ms", lambda s: s.time_to_first_token_ms, 1),
     ("Gen tokens", lambda s: s.generation_tokens, 0),
     ("Gen tok/s", lambda s: s.generation_tps, 1),
-    ("Batched", lambda s: s.serving_batches, 0),
+    ("Batch", lambda s: s.serving_batches, 0),
     ("In flight", lambda s: s.in_flight_at_admission, 0),
 )
 
@@ -67,6 +67,9 @@ def _figure(value: float | None, decimals: int) -> str:
         return "-"
     if decimals == 0 and float(value).is_integer():
         return f"{int(value):,}"
+    if abs(value) >= 1000:
+        # A decimal says nothing at this size, and would not fit 80 columns.
+        return f"{round(value):,}"
     return f"{value:,.{max(decimals, 1)}f}"
 
 

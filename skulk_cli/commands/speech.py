@@ -293,14 +293,16 @@ def voices(
     if not found:
         console.show(no_voices(known, answered))
         return
-    table = Table("Voice", "Name", "Model", "Kind", "Languages")
+    table = Table("Voice", "Name", "Kind", "Languages")
+    # The model id is what `skulk say MODEL` takes: whole, never cut at 80 columns.
+    table.add_column("Model", no_wrap=True, min_width=max(len(str(v.get("model"))) for v in found))
     for voice in found:
         languages = voice.get("preferred_languages")
         table.add_row(
             str(voice.get("id")),
             str(voice.get("name")),
-            str(voice.get("model")),
             str(voice.get("kind")),
             ", ".join(map(str, languages)) if isinstance(languages, list) else "",
+            str(voice.get("model")),
         )
     console.show(table)

@@ -311,6 +311,19 @@ def test_bench_runs_adds_a_mean_row(node: FakeNode) -> None:
     assert "Power n/a: not measurable on this node." in flat(out)
 
 
+def test_bench_fits_80_columns_on_a_slow_machine(node: FakeNode) -> None:
+    slow = {"time_to_first_token_ms": 12096.3, "prompt_tps": 1234.4}
+    node.routes[("POST", "/bench/chat/completions")] = (200, bench_response(slow))
+
+    result = run("--api-url", node.url, "bench", MODEL, env={"COLUMNS": "80"})
+
+    assert result.exit_code == 0, result.output
+    out = plain(result.stdout)
+    assert "…" not in out and max(len(line) for line in out.splitlines()) <= 80
+    cells = [c.strip() for c in line_with(out, "│ 1 ").split("│")[1:-1]]
+    assert cells[2:4] == ["1,234", "12,096"]  # whole figures from 1,000 up
+
+
 def test_bench_without_a_power_reading_says_so(node: FakeNode) -> None:
     node.routes[("POST", "/bench/chat/completions")] = (200, bench_response(power=None))
 
