@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from skulk_core.ids import CommandId
 from skulk_daemon.steward import canary
 from skulk_daemon.steward.service import StewardService
 from tests.api.in_process import AppNode
@@ -63,7 +64,7 @@ def _deltas(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def _settled(app: AppNode, command_id: str) -> None:
     """The turn is over on the server, its runner idle, and no step starts afterwards."""
-    wait_for(lambda: not steward(app).owns(command_id), "the turn to end", timeout=30)
+    wait_for(lambda: not steward(app).owns(CommandId(command_id)), "the turn to end", timeout=30)
     instance_id = status(app)["instance_id"]
     wait_idle(app, instance_id)
     time.sleep(1.0)
@@ -81,7 +82,7 @@ def test_cancelling_a_turn_by_its_command_id_stops_the_investigation(app: AppNod
         command_id = response.headers["X-Skulk-Command-Id"]
         lines = _deltas(sse_lines(response))
         next(d for _, d in lines if "(baseline)" in (d.get("reasoning_content") or ""))
-        assert steward(app).owns(command_id)
+        assert steward(app).owns(CommandId(command_id))
         cancelled = app.http.post(f"/v1/cancel/{command_id}")
         assert cancelled.status_code == 200, cancelled.text
         assert cancelled.json() == {"message": "Steward turn cancelled.", "command_id": command_id}
@@ -111,7 +112,7 @@ def test_a_client_going_away_mid_turn_stops_the_investigation(app: AppNode) -> N
         command_id = response.headers["X-Skulk-Command-Id"]
         lines = _deltas(sse_lines(response))
         next(d for _, d in lines if "(baseline)" in (d.get("reasoning_content") or ""))
-        assert steward(app).owns(command_id)
+        assert steward(app).owns(CommandId(command_id))
     # Closed before the answer: the server hears the disconnect and cancels the turn.
     _settled(app, command_id)
     # The steward answers the next question as usual.
