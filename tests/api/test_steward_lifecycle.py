@@ -19,6 +19,7 @@ import pytest
 
 from skulk_core.ids import CommandId
 from skulk_daemon.steward import canary
+from skulk_daemon.steward.proposals import ProposalBook
 from skulk_daemon.steward.service import StewardService
 from tests.api.in_process import AppNode
 from tests.daemon.serving import sse_lines, wait_for, wait_idle
@@ -119,6 +120,17 @@ def test_a_client_going_away_mid_turn_stops_the_investigation(app: AppNode) -> N
     quick = {"model": STEWARD, "messages": [{"role": "user", "content": "How many nodes?"}]}
     answered = app.post("/v1/chat/completions", json=quick, timeout=60)
     assert answered.status_code == 200, answered.text
+
+
+def test_the_steward_itself_is_never_a_proposal_target(app: AppNode) -> None:
+    """Only the hidden steward runs its brain model here: stop and restart find no
+    ordinary instance, so no proposal is recorded."""
+    book = ProposalBook(app.node)
+    arguments = {"model_id": status(app)["steward_model"], "rationale": "test"}
+    for tool in ("stop_model", "restart_model"):
+        text = app._test_client.blocking_portal.call(book.propose, tool, arguments, "")
+        assert text.startswith("no proposal:") and "system instances are never eligible" in text
+    assert app.get("/v1/steward/proposals").json()["proposals"] == []
 
 
 def test_three_failed_liveness_probes_replace_the_steward(
