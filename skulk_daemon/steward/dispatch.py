@@ -268,6 +268,7 @@ class ProposalDispatcher:
         if (
             proposal.status != ProposalStatus.DISPATCHED
             or proposal.reissued
+            or proposal.effect_seen
             or proposal.dispatched_at is None
             or proposal.dispatch_command_id is None
             or now - proposal.dispatched_at > RECOVERY_WINDOW

@@ -5,6 +5,7 @@ operator decides it over HTTP, and the master dispatches, refuses or expires it.
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -233,3 +234,36 @@ def test_a_promoted_master_dispatches_an_approval_never_armed(
     wait_for(lambda: proposal(app, pid)["status"] == "dispatched", "the dispatch", 30)
     portal.call(promoted.close)
     wait_for(lambda: instance not in _demo_instances(app), "the stop", 30)
+    # The promotion reissued nothing else: the place proposal's instance, torn down by
+    # the restart since, was an effect already applied, not a missing one.
+    time.sleep(1.0)
+    assert _demo_instances(app) == set()
+
+
+def test_the_kill_switch_fails_a_promoted_masters_recovery_closed(
+    app: AppNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    placed = app.post(
+        "/place_instance", json={"model_id": DEMO, "min_nodes": 1, "context_tokens": CONTEXT}
+    )
+    assert placed.status_code == 200, placed.text
+    instance = placed.json()["instance_id"]
+
+    async def dies_after_arming(self: ProposalDispatcher, proposal_id: str) -> None:
+        await self._change(
+            proposal_id, ProposalStatus.DISPATCHED, "armed", dispatch=new_command_id()
+        )
+
+    monkeypatch.setattr(ProposalDispatcher, "_dispatch", dies_after_arming)
+    pid = _propose(app, "stop_model")
+    assert decide(app, pid, True).status_code == 200
+    wait_for(lambda: proposal(app, pid)["status"] == "dispatched", "the armed dispatch", 30)
+    monkeypatch.undo()
+    monkeypatch.setenv("SKULK_FABRIC_CAPABILITIES_DISABLE", "1")
+    promoted = ProposalDispatcher(app.node)
+    portal = app._test_client.blocking_portal
+    portal.call(promoted.tick)
+    portal.call(promoted.close)
+    failed = proposal(app, pid)
+    assert failed["status"] == "failed" and "recovery failed closed" in failed["outcome"]
+    assert instance in _demo_instances(app)
