@@ -33,7 +33,7 @@ from skulk_core.state.events import (
     TaskStatusUpdated,
     TracingSet,
 )
-from skulk_core.state.proposal_rules import apply_proposal
+from skulk_core.state.proposal_rules import apply_proposal, note_instance_effect
 from skulk_core.state.state import (
     MAX_INSTANCE_FAILURES,
     MAX_REIGNS,
@@ -126,14 +126,15 @@ def _apply_event(state: State, event: Event) -> State:
             cards = state.instance_cards
             if card is not None:
                 cards = {**cards, instance.instance_id: card}
-            return replace(
+            placed = replace(
                 state,
                 instances={**state.instances, instance.instance_id: instance},
                 placement_intents=intents,
                 instance_cards=cards,
             )
+            return note_instance_effect(placed, created=instance.instance_id)
         case InstanceDeleted(instance_id=instance_id):
-            return _without_instance(state, instance_id)
+            return note_instance_effect(_without_instance(state, instance_id), deleted=instance_id)
         case KeepAliveSet(instance_id=instance_id, keep_alive_seconds=seconds):
             intent = state.placement_intents.get(instance_id)
             if intent is None:

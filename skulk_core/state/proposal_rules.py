@@ -13,6 +13,7 @@ from datetime import datetime
 
 import msgspec
 
+from skulk_core.ids import InstanceId
 from skulk_core.state.commands import ChangeProposal, CreateProposal
 from skulk_core.state.events import Event, ProposalChanged, ProposalCreated
 from skulk_core.state.proposals import (
@@ -21,6 +22,7 @@ from skulk_core.state.proposals import (
     MAX_RECORDS,
     RECOVERY_WINDOW,
     TERMINAL,
+    ProposalAction,
     ProposalStatus,
     StewardProposal,
 )
@@ -162,3 +164,30 @@ def _changed(proposal: StewardProposal, event: ProposalChanged) -> StewardPropos
             fields["dispatched_at"] = event.at
         fields["reissued"] = proposal.reissued or event.reissued
     return msgspec.structs.replace(proposal, **fields)
+
+
+def note_instance_effect(
+    state: State, *, created: InstanceId | None = None, deleted: InstanceId | None = None
+) -> State:
+    """Mark the dispatched proposals whose effect this instance event is."""
+
+    def hit(p: StewardProposal) -> bool:
+        if p.status != _S.DISPATCHED or p.effect_seen:
+            return False
+        if created is not None and str(p.dispatch_command_id) == str(created):
+            return True
+        return (
+            deleted is not None
+            and p.action == ProposalAction.STOP_MODEL
+            and (p.instance_id == deleted)
+        )
+
+    if not any(hit(p) for p in state.steward_proposals):
+        return state
+    return msgspec.structs.replace(
+        state,
+        steward_proposals=tuple(
+            msgspec.structs.replace(p, effect_seen=True) if hit(p) else p
+            for p in state.steward_proposals
+        ),
+    )

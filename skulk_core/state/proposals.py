@@ -72,6 +72,10 @@ class StewardProposal(msgspec.Struct, frozen=True, kw_only=True, rename="camel")
     dispatch_command_id: CommandId | None = None
     dispatched_at: datetime | None = None
     reissued: bool = False
+    effect_seen: bool = False
+    """The dispatched effect was applied (an instance created under the dispatch's id,
+    or the stopped instance deleted): a promoted master never reissues it, even once a
+    later action removed what it made."""
 
 
 class ProposalView(msgspec.Struct, frozen=True, kw_only=True):

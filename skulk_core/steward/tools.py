@@ -98,24 +98,66 @@ def tool_surface(*, proposals: bool) -> tuple[StewardTool, ...]:
     return READ_TOOLS + PROPOSAL_TOOLS if proposals else READ_TOOLS
 
 
+class _Schema(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):
+    """The subset of JSON Schema a step uses (what llama.cpp's grammar builder reads)."""
+
+
+class StringSchema(
+    _Schema,
+    frozen=True,
+    kw_only=True,
+    omit_defaults=True,
+    rename="camel",
+    tag_field="type",
+    tag="string",
+):
+    """A string argument (``type`` is written as the tag, unset bounds are left out)."""
+
+    enum: tuple[str, ...] | None = None
+    min_length: int | None = None
+    max_length: int | None = None
+
+
+class ConstSchema(_Schema, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):
+    const: str
+
+
+class ObjectSchema(
+    _Schema,
+    frozen=True,
+    kw_only=True,
+    omit_defaults=False,
+    rename="camel",
+    tag_field="type",
+    tag="object",
+):
+    """A closed object: every field is written, since the grammar needs
+    ``additionalProperties: false`` said."""
+
+    properties: dict[str, StringSchema | ConstSchema | ObjectSchema]
+    required: tuple[str, ...]
+    additional_properties: bool = False
+
+
+class AnyOfSchema(_Schema, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):
+    any_of: tuple[ObjectSchema, ...]
+
+
 def _argument_schema(
     name: str, node_names: tuple[str, ...], model_ids: tuple[str, ...]
-) -> dict[str, Any]:
+) -> StringSchema:
     if name == "node_name":
-        return (
-            {"type": "string", "enum": list(node_names)}
-            if node_names
-            else {"type": "string", "maxLength": 64}
-        )
+        return StringSchema(enum=node_names) if node_names else StringSchema(max_length=64)
     if name == "model_id":
-        return (
-            {"type": "string", "enum": list(model_ids)}
-            if model_ids
-            else {"type": "string", "maxLength": 128}
-        )
+        return StringSchema(enum=model_ids) if model_ids else StringSchema(max_length=128)
     if name == "rationale":
-        return {"type": "string", "minLength": 1, "maxLength": 160}
-    return {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS}
+        return StringSchema(min_length=1, max_length=160)
+    return StringSchema(min_length=1, max_length=MAX_QUERY_CHARS)
+
+
+def _closed(properties: dict[str, StringSchema | ConstSchema | ObjectSchema]) -> ObjectSchema:
+    """An object with exactly these properties, all required."""
+    return ObjectSchema(properties=properties, required=tuple(properties))
 
 
 def step_schema(
@@ -129,37 +171,22 @@ def step_schema(
     """The JSON Schema of one step: exactly one of the tools (or ``answer``), with its
     arguments. Names and ids are enums of what exists now, so a call cannot name a
     node or model the evidence does not contain. A tool without arguments already in
-    ``called`` is left out: calling it again would add no evidence."""
-    choices: list[dict[str, Any]] = []
+    ``called`` is left out: calling it again would add no evidence. Built from the
+    typed schema Structs above, returned as the JSON document the grammar reads."""
+    choices: list[ObjectSchema] = []
     if allow_answer:
-        choices.append(
-            {
-                "type": "object",
-                "properties": {"tool": {"const": ANSWER}},
-                "required": ["tool"],
-                "additionalProperties": False,
-            }
-        )
+        choices.append(_closed({"tool": ConstSchema(const=ANSWER)}))
     for tool in tools:
         if not tool.arguments and tool.name in called:
             continue
         if not node_names and "node_name" in tool.arguments:
             continue  # nothing to name: the tool cannot be called
-        arguments = {
-            "type": "object",
-            "properties": {a: _argument_schema(a, node_names, model_ids) for a in tool.arguments},
-            "required": list(tool.arguments),
-            "additionalProperties": False,
-        }
-        choices.append(
-            {
-                "type": "object",
-                "properties": {"tool": {"const": tool.name}, "arguments": arguments},
-                "required": ["tool", "arguments"],
-                "additionalProperties": False,
-            }
-        )
-    return {"anyOf": choices}
+        arguments = _closed({a: _argument_schema(a, node_names, model_ids) for a in tool.arguments})
+        choices.append(_closed({"tool": ConstSchema(const=tool.name), "arguments": arguments}))
+    document: dict[str, Any] = msgspec.json.decode(
+        msgspec.json.encode(AnyOfSchema(any_of=tuple(choices)))
+    )
+    return document
 
 
 def bounded(text: str, limit: int = MAX_TOOL_RESULT_CHARS) -> str:

@@ -180,8 +180,10 @@ class ProposalDispatcher:
                 return "placement accepted"
             case ProposalAction.RESTART_MODEL:
                 torn_down = recovering and proposal.instance_id not in node.state.instances
-                iid = proposal.instance_id if torn_down else self._ordinary_instance(proposal)
-                assert iid is not None
+                chosen = proposal.instance_id if torn_down else self._ordinary_instance(proposal)
+                if chosen is None:
+                    raise _Failed("the proposal names no instance")
+                iid = chosen
                 card = node.state.instance_cards.get(iid)
                 if card is not None and node.catalog().get(card.model_id) is None:
                     raise _Failed("the captured model card is no longer in the catalog")
@@ -266,6 +268,7 @@ class ProposalDispatcher:
         if (
             proposal.status != ProposalStatus.DISPATCHED
             or proposal.reissued
+            or proposal.effect_seen
             or proposal.dispatched_at is None
             or proposal.dispatch_command_id is None
             or now - proposal.dispatched_at > RECOVERY_WINDOW

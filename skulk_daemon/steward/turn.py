@@ -152,11 +152,20 @@ class StewardTurn:
             # (a repair at the wrong moment) ends the turn as an error chunk.
             yield TurnError(exc.code, exc.message)
             return
+        if self.control.cancelled:  # cancelled while the step waited for admission
+            yield TurnError("cancelled", CANCELLED_MESSAGE)
+            return
         self.control.step = admitted.command_id
+        stopped = False
         try:
             events = parse_turn(admitted, generation_events(self.worker, self.commands, admitted))
             async with contextlib.aclosing(events):  # type: ignore[type-var]
                 async for event in events:
+                    if self.control.cancelled and not stopped:
+                        # NOTE: a cancel that came before the step's generation registered
+                        # its command reached nothing; the step's events (keep-alives
+                        # included) repeat it here, so the step stops within a tick.
+                        stopped = self.commands.cancel(admitted.command_id)
                     if isinstance(event, TurnEnd):
                         totals.prompt_tokens += event.prompt_tokens
                         totals.completion_tokens += event.completion_tokens
@@ -230,6 +239,9 @@ class StewardTurn:
             if step[0] == ANSWER:
                 yield ReasoningDelta("[step] the evidence suffices; answering\n")
                 break
+            if self.control.cancelled:  # the step finished as the turn was cancelled
+                yield TurnError("cancelled", CANCELLED_MESSAGE)
+                return
             tool, arguments = step
             key = f"{tool} {json.dumps(arguments, sort_keys=True, separators=(',', ':'))}"
             if key in seen:

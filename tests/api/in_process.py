@@ -60,6 +60,7 @@ class AppNode(NodePaths):
     port: int = field(default_factory=free_port)
     """The API port the node believes it has (nothing is bound)."""
     node: Node = field(init=False)
+    services: Services = field(init=False)
     http: httpx.Client = field(init=False)
     _test_client: TestClient[Litestar] = field(init=False)
     _transport: AppTransport = field(init=False)
@@ -100,6 +101,7 @@ class AppNode(NodePaths):
             builtins=builtin_providers(node, services, capabilities),
         )
         services.chat.attach_hooks(extensions.chat)
+        self.services = services
         background: list[asyncio.Task[None]] = []
         stop = asyncio.Event()
 

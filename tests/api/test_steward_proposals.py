@@ -5,6 +5,7 @@ operator decides it over HTTP, and the master dispatches, refuses or expires it.
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -172,3 +173,97 @@ def test_a_public_caller_cannot_read_or_decide_proposals(app: AppNode) -> None:
         "/v1/steward/proposals/prop_x/decision", json={"approved": True}, headers=public
     )
     assert refused.status_code == 403
+
+
+def _propose(app: AppNode, tool: str) -> str:
+    book = ProposalBook(app.node)
+    arguments = {"model_id": DEMO, "rationale": "test"}
+    text = app._test_client.blocking_portal.call(book.propose, tool, arguments, "[tool] trace")
+    assert text.startswith("proposal prop_"), text
+    return text.split()[1]
+
+
+def _demo_instances(app: AppNode) -> set[str]:
+    instances = app.get("/state").json()["instances"]
+    return {
+        iid
+        for iid, body in instances.items()
+        if next(iter(body.values()))["shardAssignments"]["modelId"] == DEMO
+    }
+
+
+def test_approved_place_and_restart_are_dispatched_through_the_planner(app: AppNode) -> None:
+    """Last in the module (the earlier tests stopped their instances): an approved
+    place_model runs the normal planner; an approved restart_model tears the exact
+    instance down and places the model again once its capacity is released."""
+    assert _demo_instances(app) == set()
+    placing = _propose(app, "place_model")
+    assert decide(app, placing, True).status_code == 200
+    wait_for(lambda: proposal(app, placing)["status"] == "dispatched", "the placement", 30)
+    assert proposal(app, placing)["outcome"] == "placement by the normal planner dispatched"
+    (placed,) = wait_for(lambda: _demo_instances(app), "the placed instance", 30)
+
+    restarting = _propose(app, "restart_model")
+    assert proposal(app, restarting)["target"].startswith(f"model {DEMO} on ")
+    assert decide(app, restarting, True).status_code == 200
+    wait_for(lambda: proposal(app, restarting)["status"] == "dispatched", "the re-placement", 60)
+    assert proposal(app, restarting)["outcome"] == "re-placement after teardown dispatched"
+    (replaced,) = wait_for(lambda: _demo_instances(app), "the re-placed instance", 30)
+    assert replaced != placed
+    assert placed not in app.get("/state").json()["instances"]
+
+
+def test_a_promoted_master_dispatches_an_approval_never_armed(
+    app: AppNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The master died between the replicated approval and arming it: the next master
+    carries the approval out (after the restart test, one ordinary instance is left)."""
+    (instance,) = _demo_instances(app)
+
+    async def dies_before_arming(self: ProposalDispatcher, proposal_id: str) -> None:
+        return None
+
+    monkeypatch.setattr(ProposalDispatcher, "_dispatch", dies_before_arming)
+    pid = _propose(app, "stop_model")
+    assert decide(app, pid, True).status_code == 200
+    wait_for(lambda: proposal(app, pid)["status"] == "approved", "the approval", 30)
+    monkeypatch.undo()
+    promoted = ProposalDispatcher(app.node)
+    portal = app._test_client.blocking_portal
+    portal.call(promoted.tick)
+    wait_for(lambda: proposal(app, pid)["status"] == "dispatched", "the dispatch", 30)
+    portal.call(promoted.close)
+    wait_for(lambda: instance not in _demo_instances(app), "the stop", 30)
+    # The promotion reissued nothing else: the place proposal's instance, torn down by
+    # the restart since, was an effect already applied, not a missing one.
+    time.sleep(1.0)
+    assert _demo_instances(app) == set()
+
+
+def test_the_kill_switch_fails_a_promoted_masters_recovery_closed(
+    app: AppNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    placed = app.post(
+        "/place_instance", json={"model_id": DEMO, "min_nodes": 1, "context_tokens": CONTEXT}
+    )
+    assert placed.status_code == 200, placed.text
+    instance = placed.json()["instance_id"]
+
+    async def dies_after_arming(self: ProposalDispatcher, proposal_id: str) -> None:
+        await self._change(
+            proposal_id, ProposalStatus.DISPATCHED, "armed", dispatch=new_command_id()
+        )
+
+    monkeypatch.setattr(ProposalDispatcher, "_dispatch", dies_after_arming)
+    pid = _propose(app, "stop_model")
+    assert decide(app, pid, True).status_code == 200
+    wait_for(lambda: proposal(app, pid)["status"] == "dispatched", "the armed dispatch", 30)
+    monkeypatch.undo()
+    monkeypatch.setenv("SKULK_FABRIC_CAPABILITIES_DISABLE", "1")
+    promoted = ProposalDispatcher(app.node)
+    portal = app._test_client.blocking_portal
+    portal.call(promoted.tick)
+    portal.call(promoted.close)
+    failed = proposal(app, pid)
+    assert failed["status"] == "failed" and "recovery failed closed" in failed["outcome"]
+    assert instance in _demo_instances(app)

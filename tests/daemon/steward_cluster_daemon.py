@@ -65,5 +65,5 @@ if __name__ == "__main__":
 
     turn.StewardTurn._generate = _generate  # type: ignore[method-assign]
     if os.environ.get(HOLD_ENV) == "1":
-        ProposalDispatcher._arm = _arm_then_hold  # type: ignore[method-assign]
+        ProposalDispatcher._arm = _arm_then_hold  # type: ignore[method-assign,assignment]
     sys.exit(main())

@@ -135,7 +135,7 @@ def test_the_mode_put_on_one_node_is_the_clusters_and_every_node_agrees(
     assert put.status_code == 200, put.text
 
     def agreed() -> dict[str, Any] | None:
-        statuses = [d.get("/v1/steward").json() for d in cluster.values()]
+        statuses: list[dict[str, Any]] = [d.get("/v1/steward").json() for d in cluster.values()]
         first = statuses[0]
         if not first["ready"] or any(s != first for s in statuses[1:]):
             return None
