@@ -7,10 +7,23 @@ rounds so that drift (heat, caches, a neighbour's load) falls on both alike."""
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Mapping
+
+from bench._common import add_run_options
 
 Measure = Callable[[], float]
 """One measurement: a speed (work per wall second)."""
+
+
+def abba_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A benchmark's parser: the run options, ``--reps`` measured rounds and
+    ``--warmup`` rounds not counted; the description is the docstring's first line."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n", 1)[0])
+    add_run_options(parser)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
+    return parser
 
 
 def side_name(kind: str, side: str) -> str:

@@ -16,7 +16,6 @@ Run from the repository root::
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
@@ -28,10 +27,9 @@ import httpx
 if __package__ in (None, ""):  # `python bench/images.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._abba import abba
+from bench._abba import abba, abba_parser
 from bench._common import (
     LoggedDaemon,
-    add_run_options,
     machine,
     median,
     place_ready,
@@ -45,10 +43,7 @@ SEED: Final = 1234
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    add_run_options(parser)
-    parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=1)
+    parser = abba_parser(__doc__)
     parser.add_argument("--steps", type=int, default=4)
     # The test model's native canvas (64x64) keeps a run to minutes on a 2-core machine;
     # --size 512 measures a spec-sized render (minutes per image there).

@@ -17,7 +17,6 @@ Run from the repository root::
 
 from __future__ import annotations
 
-import argparse
 import io
 import os
 import sys
@@ -33,10 +32,9 @@ import httpx
 if __package__ in (None, ""):  # `python bench/speech.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._abba import abba
+from bench._abba import abba, abba_parser
 from bench._common import (
     LoggedDaemon,
-    add_run_options,
     machine,
     median,
     place_ready,
@@ -66,10 +64,7 @@ def _timed(work: Callable[[], Any]) -> tuple[float, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    add_run_options(parser)
-    parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=1)
+    parser = abba_parser(__doc__)
     args = parser.parse_args(argv)
     load = wait_for_quiet(args.max_load)
     # NOTE: imported here so `--help` stays fast; these are the engines the runners use.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final, NamedTuple, Protocol
 
 from skulk_core.chat.generation import ErrorChunk
 from skulk_core.cluster.fabric import MAX_SPEECH_FRAME_BYTES, DataPayload
@@ -57,24 +57,30 @@ class ForeignFrame(Exception):
     """A frame of a kind this task's answer never carries."""
 
 
-@dataclass(frozen=True, slots=True)
-class Upload:
-    """An input a job announces; the serving node checks what arrives against it."""
+class Announced(NamedTuple):
+    """An input as its job announces it; the serving node checks what arrives."""
 
     size: int
     frames: int
     sha256: str
+    """Lowercase hex."""
+
+
+@dataclass(frozen=True, slots=True)
+class InputKind:
+    """What one kind of task's input is (an edit's image, a transcription's audio)."""
+
     limit: int
-    """The most bytes an input of this kind may have."""
+    """The most bytes such an input may have."""
     what: str
     """What it is, for errors ("audio", "image")."""
     mismatch: str
     """The error code when what arrived is not what was announced."""
 
 
-def announce(data: bytes) -> tuple[int, int, str]:
-    """An input's size, frame count and SHA-256 (lowercase hex), as a job carries them."""
-    return len(data), len(split(data)), hashlib.sha256(data).hexdigest()
+def announce(data: bytes) -> Announced:
+    """An input's size, frame count and SHA-256, as a job carries them."""
+    return Announced(len(data), len(split(data)), hashlib.sha256(data).hexdigest())
 
 
 class Assembler(Protocol):

@@ -22,7 +22,7 @@ from skulk_daemon.fabric.image_frames import (
     send_png,
     task_of,
 )
-from skulk_daemon.fabric.relay_frames import Assembler, FrameSender, Upload
+from skulk_daemon.fabric.relay_frames import Announced, Assembler, FrameSender, InputKind
 from skulk_daemon.fabric.remote_relay import RemoteRelay
 from skulk_daemon.runner.client import Answer, PreviewSink
 from skulk_daemon.runner.protocol import ImagePreview, RenderImages
@@ -49,6 +49,7 @@ class RemoteImages(RemoteRelay[RunImages, RenderImages, ImageWorker, ImagePrevie
 
     ANSWER = "pictures"
     TASK = "render"
+    INPUT = InputKind(limit=MAX_INIT_IMAGE_BYTES, what="image", mismatch=ERROR_IMAGE_MISMATCH)
 
     def _message(
         self, command_id: CommandId, instance_id: InstanceId, task: RenderImages
@@ -64,18 +65,11 @@ class RemoteImages(RemoteRelay[RunImages, RenderImages, ImageWorker, ImagePrevie
     def _assembler(self, task_id: TaskId, sink: PreviewSink) -> Assembler:
         return Pictures(task_id, sink)
 
-    def _announced(self, message: RunImages) -> Upload | None:
+    def _announced(self, message: RunImages) -> Announced | None:
         job = message.job
         if not job.image_bytes:
             return None
-        return Upload(
-            size=job.image_bytes,
-            frames=job.image_frames,
-            sha256=job.image_sha256,
-            limit=MAX_INIT_IMAGE_BYTES,
-            what="image",
-            mismatch=ERROR_IMAGE_MISMATCH,
-        )
+        return Announced(job.image_bytes, job.image_frames, job.image_sha256)
 
     def _task(self, message: RunImages, upload: bytes | None) -> RenderImages:
         return task_of(message.job, upload)

@@ -51,10 +51,11 @@ from skulk_daemon.fabric.relay_frames import (
     ERROR_NODE_LOST,
     ERROR_STREAM_BROKEN,
     ERROR_UNAVAILABLE,
+    Announced,
     Assembler,
     ForeignFrame,
     FrameSender,
-    Upload,
+    InputKind,
     relay_error,
     split,
 )
@@ -155,6 +156,8 @@ class RemoteRelay(ABC, Generic[MessageT, TaskT, WorkerT, PartT]):
     """What the answer's frames carry, for errors ("audio", "pictures")."""
     TASK: ClassVar[str]
     """What one task is, for the log ("speech task", "render")."""
+    INPUT: ClassVar[InputKind]
+    """What a task's input is, when it has one."""
 
     def __init__(self, link: FabricLink) -> None:
         self._link = link
@@ -181,7 +184,7 @@ class RemoteRelay(ABC, Generic[MessageT, TaskT, WorkerT, PartT]):
     def _assembler(self, task_id: TaskId, sink: Sink[PartT]) -> Assembler: ...
 
     @abstractmethod
-    def _announced(self, message: MessageT) -> Upload | None:
+    def _announced(self, message: MessageT) -> Announced | None:
         """The input the serving node waits for before the task can run."""
 
     @abstractmethod
@@ -285,19 +288,19 @@ class RemoteRelay(ABC, Generic[MessageT, TaskT, WorkerT, PartT]):
         command_id = message.command_id
         if command_id in self._serving:
             return
-        upload = self._announced(message)
+        announced = self._announced(message)
         # The input's frames follow this message on the same connection: the stream
         # must exist before this returns.
         inbound = (
             None
-            if upload is None
+            if announced is None
             else self._link.data.open(
                 command_id,
-                upload.limit // MAX_SPEECH_FRAME_BYTES + UPLOAD_SLACK_FRAMES,
+                self.INPUT.limit // MAX_SPEECH_FRAME_BYTES + UPLOAD_SLACK_FRAMES,
                 sender=owner,
             )
         )
-        task = asyncio.create_task(self._serve(owner, message, upload, inbound))
+        task = asyncio.create_task(self._serve(owner, message, announced, inbound))
         self._serving[command_id] = _Serving(task, message.instance_id, message.job.task_id)
         task.add_done_callback(lambda _: self._serving.pop(command_id, None))
 
@@ -305,7 +308,7 @@ class RemoteRelay(ABC, Generic[MessageT, TaskT, WorkerT, PartT]):
         self,
         owner: NodeId,
         message: MessageT,
-        upload: Upload | None,
+        announced: Announced | None,
         inbound: DataStream | None,
     ) -> None:
         command_id, task_id = message.command_id, message.job.task_id
@@ -318,8 +321,10 @@ class RemoteRelay(ABC, Generic[MessageT, TaskT, WorkerT, PartT]):
                 return
             sender.send(SpeechAccepted(task_id=task_id))
             data = None
-            if upload is not None and inbound is not None:
-                received = await receive_upload(self._link, owner, inbound, task_id, upload)
+            if announced is not None and inbound is not None:
+                received = await receive_upload(
+                    self._link, owner, inbound, task_id, announced, kind=self.INPUT
+                )
                 if isinstance(received, ErrorChunk):
                     sender.send(received, final=True)
                     return
@@ -407,11 +412,17 @@ class RemoteRelay(ABC, Generic[MessageT, TaskT, WorkerT, PartT]):
 
 
 async def receive_upload(
-    link: FabricLink, owner: NodeId, inbound: DataStream, task_id: TaskId, upload: Upload
+    link: FabricLink,
+    owner: NodeId,
+    inbound: DataStream,
+    task_id: TaskId,
+    upload: Announced,
+    *,
+    kind: InputKind,
 ) -> bytes | ErrorChunk:
     """The task's input, as it arrives from ``owner``, checked against the job."""
-    what, mismatch = upload.what, upload.mismatch
-    if not 0 < upload.size <= upload.limit:
+    what, mismatch = kind.what, kind.mismatch
+    if not 0 < upload.size <= kind.limit:
         return relay_error(task_id, mismatch, f"an upload of {upload.size} bytes is refused")
     data = bytearray()
     frames = 0

@@ -17,7 +17,7 @@ from typing import Final, Protocol
 from skulk_core.audio.formats import MAX_AUDIO_UPLOAD_BYTES
 from skulk_core.cluster.fabric import RunSpeech, TranscriptionJob
 from skulk_core.ids import CommandId, InstanceId, TaskId
-from skulk_daemon.fabric.relay_frames import Assembler, FrameSender, Upload
+from skulk_daemon.fabric.relay_frames import Announced, Assembler, FrameSender, InputKind
 from skulk_daemon.fabric.remote_relay import RemoteRelay
 from skulk_daemon.fabric.speech_frames import Assembly, job_of, part_sink, send_answer, task_of
 from skulk_daemon.runner.client import Answer, PartSink
@@ -45,6 +45,7 @@ class RemoteSpeech(RemoteRelay[RunSpeech, SpeechTask, SpeechWorker, SpeechPartia
 
     ANSWER = "audio"
     TASK = "speech task"
+    INPUT = InputKind(limit=MAX_AUDIO_UPLOAD_BYTES, what="audio", mismatch=ERROR_AUDIO_MISMATCH)
 
     def _message(
         self, command_id: CommandId, instance_id: InstanceId, task: SpeechTask
@@ -60,18 +61,11 @@ class RemoteSpeech(RemoteRelay[RunSpeech, SpeechTask, SpeechWorker, SpeechPartia
     def _assembler(self, task_id: TaskId, sink: PartSink) -> Assembler:
         return Assembly(task_id, sink)
 
-    def _announced(self, message: RunSpeech) -> Upload | None:
+    def _announced(self, message: RunSpeech) -> Announced | None:
         job = message.job
         if not isinstance(job, TranscriptionJob):
             return None
-        return Upload(
-            size=job.audio_bytes,
-            frames=job.audio_frames,
-            sha256=job.audio_sha256,
-            limit=MAX_AUDIO_UPLOAD_BYTES,
-            what="audio",
-            mismatch=ERROR_AUDIO_MISMATCH,
-        )
+        return Announced(job.audio_bytes, job.audio_frames, job.audio_sha256)
 
     def _task(self, message: RunSpeech, upload: bytes | None) -> SpeechTask:
         return task_of(message.job, upload or b"")

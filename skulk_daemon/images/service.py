@@ -157,17 +157,11 @@ class ImageService:
         host = self._remote_host(instance_id)
         remote = self._remote
         if host is not None and remote is not None:
-            self._commands.register(command_id, lambda: remote.cancel(host, command_id))
-            try:
+            with self._commands.running(command_id, lambda: remote.cancel(host, command_id)):
                 return await remote.run(host, instance_id, task, command_id, previews)
-            finally:
-                self._commands.finish(command_id)
         worker = self._worker
-        self._commands.register(command_id, lambda: worker.cancel(instance_id, task.task_id))
-        try:
+        with self._commands.running(command_id, lambda: worker.cancel(instance_id, task.task_id)):
             return await worker.render(instance_id, task, command_id, previews)
-        finally:
-            self._commands.finish(command_id)
 
     async def render(self, admitted: AdmittedImages, base_url: str) -> Rendered:
         """Run the render and answer it as one JSON body."""

@@ -35,13 +35,14 @@ from skulk_daemon.runner.protocol import (
     Phase,
     RenderImages,
     RunnerMessage,
-    serve_frames,
 )
 from skulk_daemon.runner.serial_worker import SerialWorker
 
 log = logging.getLogger("skulk.runner")
 EXIT_FAILED: Final = 1
 Send = Callable[[RunnerMessage], None]
+DOES: Final = "renders images; it does not generate text, embed or speak"
+"""What this runner answers a request of another kind."""
 
 
 class ImageWorker(SerialWorker[RenderImages]):
@@ -130,16 +131,6 @@ def serve_images(stdin: BinaryIO, send: Send, load: Load) -> int:
         return EXIT_FAILED
     send(Phase(phase="ready"))
     worker = ImageWorker(engine, send)
-    what = "renders images; it does not generate text, embed or speak"
-    serve_frames(
-        stdin,
-        generate=lambda request: send(_error(request.task_id, ERROR_INVALID_REQUEST, what)),
-        embed=lambda task_id, _: send(_error(task_id, ERROR_INVALID_REQUEST, what)),
-        cancel=worker.cancel,
-        speech=lambda task: send(_error(task.task_id, ERROR_INVALID_REQUEST, what)),
-        images=worker.submit,
+    return worker.serve(
+        stdin, "renders images; it does not generate text, embed or speak", images=worker.submit
     )
-    send(Phase(phase="shutting_down"))
-    worker.stop()
-    send(Phase(phase="shutdown"))
-    return 0

@@ -33,7 +33,6 @@ from skulk_daemon.runner.protocol import (
     Phase,
     RenderVideo,
     RunnerMessage,
-    serve_frames,
 )
 from skulk_daemon.runner.serial_worker import SerialWorker
 
@@ -41,6 +40,8 @@ log = logging.getLogger("skulk.runner")
 EXIT_FAILED: Final = 1
 ENGINE_FILE: Final = "engine.json"
 Send = Callable[[RunnerMessage], None]
+DOES: Final = "serves media jobs, not text, embeddings or speech"
+"""What this runner answers a request of another kind."""
 Stage = Literal["encoding", "sampling", "decoding", "muxing"]
 
 
@@ -167,16 +168,6 @@ def serve_media(stdin: BinaryIO, send: Send, load: Load) -> int:
     send(Phase(phase="warming_up"))
     send(Phase(phase="ready"))
     worker = MediaWorker(engine, send)
-    what = "serves media jobs, not text, embeddings or speech"
-    serve_frames(
-        stdin,
-        generate=lambda request: send(_error(request.task_id, ERROR_INVALID_REQUEST, what)),
-        embed=lambda task_id, _: send(_error(task_id, ERROR_INVALID_REQUEST, what)),
-        cancel=worker.cancel,
-        speech=lambda task: send(_error(task.task_id, ERROR_INVALID_REQUEST, what)),
-        media=worker.submit,
+    return worker.serve(
+        stdin, "serves media jobs, not text, embeddings or speech", media=worker.submit
     )
-    send(Phase(phase="shutting_down"))
-    worker.stop()
-    send(Phase(phase="shutdown"))
-    return 0

@@ -341,10 +341,8 @@ ParentMessage = (
     | Cancel
     | Shutdown
 )
-RunnerMessage = (
-    Phase
-    | Failed
-    | TokenChunk
+TaskMessage = (
+    TokenChunk
     | FinishChunk
     | ErrorChunk
     | Embedded
@@ -356,6 +354,8 @@ RunnerMessage = (
     | ImagesRendered
     | ImagePreview
 )
+"""A runner message that belongs to one task."""
+RunnerMessage = Phase | Failed | TaskMessage
 MediaTask = RenderVideo | ComposeMusic
 """A media job's task, answered from its one request message."""
 SpeechTask = Synthesize | Transcribe

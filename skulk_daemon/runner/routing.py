@@ -24,6 +24,7 @@ from skulk_daemon.runner.protocol import (
     MediaRendered,
     SpeechPartial,
     Synthesized,
+    TaskMessage,
     Transcribed,
 )
 
@@ -39,20 +40,6 @@ ProgressSink = Callable[[MediaProgress], None] | None
 """Where a media job's progress reports go."""
 PreviewSink = Callable[[ImagePreview], None] | None
 """Where a render's previews go, in order (``None``: none asked for)."""
-TaskMessage = (
-    TokenChunk
-    | FinishChunk
-    | ErrorChunk
-    | Embedded
-    | Synthesized
-    | Transcribed
-    | SpeechPartial
-    | MediaProgress
-    | MediaRendered
-    | ImagesRendered
-    | ImagePreview
-)
-"""A runner message that belongs to one task."""
 
 
 def runner_failed(task_id: TaskId, message: str) -> ErrorChunk:

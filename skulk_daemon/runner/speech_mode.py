@@ -12,8 +12,6 @@ next sentence or segment. Audio and text never reach the log.
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, Final, Protocol
@@ -40,6 +38,7 @@ from skulk_daemon.runner.protocol import (
     serve_frames,
 )
 from skulk_daemon.runner.realtime import RealtimeInlets
+from skulk_daemon.runner.serial_worker import SerialWorker
 
 log = logging.getLogger("skulk.runner")
 WARM_UP_SAMPLES: Final = 16_000
@@ -181,45 +180,26 @@ class _Transcriber:
             raise Refused(str(exc)) from None
 
 
-class SpeechWorker:
-    """One thread serving a backend's tasks in order, each answered exactly once."""
+class SpeechWorker(SerialWorker[RunnerSpeechTask]):
+    """One thread serving a backend's tasks in order, each answered exactly once; a
+    cancel also wakes a realtime task waiting for audio."""
 
     def __init__(
         self, backend: SpeechBackend, send: Send, inlets: RealtimeInlets | None = None
     ) -> None:
+        # NOTE: set before the base starts the thread that reads them.
         self._backend = backend
-        self._send = send
         self._inlets = inlets
-        self._queue: queue.Queue[RunnerSpeechTask | None] = queue.Queue()
-        self._cancelled: set[TaskId] = set()
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._loop, name="speech", daemon=True)
-        self._thread.start()
-
-    def submit(self, task: RunnerSpeechTask) -> None:
-        self._queue.put(task)
+        super().__init__(send, "speech")
 
     def cancel(self, task_id: TaskId) -> None:
-        with self._lock:
-            self._cancelled.add(task_id)
+        super().cancel(task_id)
         if self._inlets is not None:
             self._inlets.wake(task_id)
 
-    def stop(self) -> None:
-        self._queue.put(None)
-        self._thread.join()
-
-    def _is_cancelled(self, task_id: TaskId) -> bool:
-        with self._lock:
-            return task_id in self._cancelled
-
-    def _loop(self) -> None:
-        while (task := self._queue.get()) is not None:
-            self._send(self._answer(task))
-            with self._lock:
-                self._cancelled.discard(task.task_id)
-            if self._inlets is not None and isinstance(task, TranscribeRealtime):
-                self._inlets.forget(task.task_id)
+    def _finished(self, task: RunnerSpeechTask) -> None:
+        if self._inlets is not None and isinstance(task, TranscribeRealtime):
+            self._inlets.forget(task.task_id)
 
     def _partial_sender(self, task_id: TaskId) -> Partial:
         index = 0

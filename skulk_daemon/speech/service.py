@@ -361,16 +361,10 @@ class SpeechService:
         host = self._remote_host(instance_id)
         remote = self._remote
         if host is not None and remote is not None:
-            self._commands.register(command_id, lambda: remote.cancel(host, command_id))
-            try:
+            with self._commands.running(command_id, lambda: remote.cancel(host, command_id)):
                 return await remote.run(host, instance_id, task, command_id, parts)
-            finally:
-                self._commands.finish(command_id)
-        self._commands.register(command_id, lambda: worker.cancel(instance_id, task_id))
-        try:
+        with self._commands.running(command_id, lambda: worker.cancel(instance_id, task_id)):
             return await worker.speech(instance_id, task, command_id, parts)
-        finally:
-            self._commands.finish(command_id)
 
     def _remote_host(self, instance_id: InstanceId) -> NodeId | None:
         """The node serving ``instance_id`` when that is not this one."""

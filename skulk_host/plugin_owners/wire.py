@@ -48,7 +48,7 @@ import socket
 import stat
 import struct
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 import msgspec
 
@@ -111,18 +111,7 @@ ErrorCode = Literal[
     "timeout",
     "busy",
 ]
-ERROR_CODES: Final = frozenset(
-    {
-        "unknown_node",
-        "unsupported",
-        "refused",
-        "malformed",
-        "too_large",
-        "provider_error",
-        "timeout",
-        "busy",
-    }
-)
+ERROR_CODES: Final[frozenset[str]] = frozenset(get_args(ErrorCode))
 
 
 class OwnerUnavailable(Exception):

@@ -29,10 +29,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -417,3 +420,17 @@ class _Handler(BaseHTTPRequestHandler):
                     time.sleep(len(chunk) / rate)
         except (BrokenPipeError, ConnectionResetError):
             return
+
+
+@contextmanager
+def pointed_at(hub: FakeHub) -> Iterator[FakeHub]:
+    """``HF_ENDPOINT`` names ``hub`` for the block (as it was after)."""
+    previous = os.environ.get("HF_ENDPOINT")
+    os.environ["HF_ENDPOINT"] = hub.url
+    try:
+        yield hub
+    finally:
+        if previous is None:
+            os.environ.pop("HF_ENDPOINT", None)
+        else:
+            os.environ["HF_ENDPOINT"] = previous

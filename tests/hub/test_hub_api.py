@@ -23,7 +23,7 @@ from skulk_daemon.hub import download
 from skulk_daemon.steward.proposals import ProposalBook
 from tests.api.in_process import AppNode
 from tests.hub.conftest import ESCAPE, GATED, MLX, TINY, TINY_LLM, standard_repos
-from tests.hub.fake_hub import FakeHub, HubFile
+from tests.hub.fake_hub import FakeHub, HubFile, pointed_at
 from tests.hub.gguf_files import tiny_gguf
 
 KNOWN_TOKEN = "hf_knownbutnotaccepted0000000000"
@@ -32,20 +32,15 @@ GOOD_TOKEN = "hf_acceptedtheterms000000000000"
 
 @pytest.fixture(scope="module")
 def hub() -> Iterator[FakeHub]:
-    with FakeHub(
-        standard_repos(),
-        authorized_tokens=frozenset({GOOD_TOKEN}),
-        known_tokens=frozenset({KNOWN_TOKEN}),
-    ) as served:
-        previous = os.environ.get("HF_ENDPOINT")
-        os.environ["HF_ENDPOINT"] = served.url
-        try:
-            yield served
-        finally:
-            if previous is None:
-                os.environ.pop("HF_ENDPOINT", None)
-            else:
-                os.environ["HF_ENDPOINT"] = previous
+    with (
+        FakeHub(
+            standard_repos(),
+            authorized_tokens=frozenset({GOOD_TOKEN}),
+            known_tokens=frozenset({KNOWN_TOKEN}),
+        ) as served,
+        pointed_at(served),
+    ):
+        yield served
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ app, pointed at the fake hub, with the tiny GGUF fetched into its store."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -12,7 +11,7 @@ from typing import Any
 
 from tests.api.in_process import AppNode
 from tests.hub.conftest import TINY, standard_repos
-from tests.hub.fake_hub import FakeHub
+from tests.hub.fake_hub import FakeHub, pointed_at
 
 GGUF = "tiny-Q4_K_M.gguf"
 
@@ -20,16 +19,8 @@ GGUF = "tiny-Q4_K_M.gguf"
 @contextmanager
 def fake_hub() -> Iterator[FakeHub]:
     """The fake hub, with ``HF_ENDPOINT`` pointing at it while it serves."""
-    with FakeHub(standard_repos()) as served:
-        previous = os.environ.get("HF_ENDPOINT")
-        os.environ["HF_ENDPOINT"] = served.url
-        try:
-            yield served
-        finally:
-            if previous is None:
-                os.environ.pop("HF_ENDPOINT", None)
-            else:
-                os.environ["HF_ENDPOINT"] = previous
+    with FakeHub(standard_repos()) as served, pointed_at(served):
+        yield served
 
 
 def wait(check: Callable[[], Any], what: str, timeout: float = 60, poll: float = 0.1) -> None:

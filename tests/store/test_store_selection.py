@@ -13,7 +13,6 @@ store's registry and ``/v1/models`` say which card and verification each came un
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,7 +45,8 @@ from skulk_core.registry.format import (
 from tests.api.in_process import AppNode
 from tests.daemon_process import free_port
 from tests.hub.conftest import TINY, standard_repos
-from tests.hub.fake_hub import FakeHub
+from tests.hub.fake_hub import FakeHub, pointed_at
+from tests.store.store_app import store_host_config, wait
 
 GGUF = "tiny-Q4_K_M.gguf"
 PROJECTOR = "mmproj-tiny-F16.gguf"
@@ -155,29 +155,16 @@ def setup(tmp_path_factory: pytest.TempPathFactory, models_dir: Path) -> Iterato
     signed = next(c for c in catalog.cards if c.model_id == SIGNED)
     root = tmp_path_factory.mktemp("store-selection")
     port = free_port()
-    config = (
-        "model_store:\n"
-        "  store_host: true\n"
-        f"  store_path: {root / 'canonical'}\n"
-        f"  store_port: {port}\n"
-    )
-    with FakeHub(repos) as hub:
-        previous = os.environ.get("HF_ENDPOINT")
-        os.environ["HF_ENDPOINT"] = hub.url
-        try:
-            with AppNode(root=root, models_dir=models_dir, config_yaml=config) as app:
-                catalogs = [catalog]
-                app.node.registry_catalog = lambda: catalogs[-1]
-                deadline = time.monotonic() + 60
-                while not app.get("/state").json().get("storeHosts"):
-                    assert time.monotonic() < deadline, "the store role never reached State"
-                    time.sleep(0.1)
-                yield Setup(app, port, signed, catalogs)
-        finally:
-            if previous is None:
-                os.environ.pop("HF_ENDPOINT", None)
-            else:
-                os.environ["HF_ENDPOINT"] = previous
+    config = store_host_config(root, port)
+    with (
+        FakeHub(repos) as hub,
+        pointed_at(hub),
+        AppNode(root=root, models_dir=models_dir, config_yaml=config) as app,
+    ):
+        catalogs = [catalog]
+        app.node.registry_catalog = lambda: catalogs[-1]
+        wait(lambda: app.get("/state").json().get("storeHosts"), "the store role in State")
+        yield Setup(app, port, signed, catalogs)
 
 
 MALFORMED: list[tuple[dict[str, Any], str]] = [
