@@ -5,12 +5,19 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests import log_secrets
 from tests.daemon.serving import place
 from tests.daemon_process import DaemonFactory, DaemonProcess
+
+if TYPE_CHECKING:
+    from tests.xdist_scheduling import ModuleOrGroupScheduling
+
+SCHEDULER: pytest.StashKey[ModuleOrGroupScheduling] = pytest.StashKey()
+"""The controller's scheduler, under ``--dist loadgroup``."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -41,7 +48,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
         return None
     from tests.xdist_scheduling import ModuleOrGroupScheduling  # noqa: PLC0415 - xdist only
 
-    return ModuleOrGroupScheduling(config, log)  # type: ignore[arg-type]
+    scheduler = ModuleOrGroupScheduling(config, log)
+    config.stash[SCHEDULER] = scheduler
+    return scheduler
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The controller keeps each unit's duration for the next run's order."""
+    scheduler = session.config.stash.get(SCHEDULER, None)
+    if scheduler is not None:
+        from tests.xdist_scheduling import remember  # noqa: PLC0415 - xdist only
+
+        remember(session.config, scheduler)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,4 +1,5 @@
-"""How ``pytest -n`` shares the suite between workers: whole modules, and named groups.
+"""How ``pytest -n`` shares the suite between workers: whole modules and named groups,
+the longest first.
 
 Most modules share one daemon, app or model per module, so a module split between two
 workers would start it twice; xdist's ``loadgroup`` keeps ``xdist_group`` marks together
@@ -10,17 +11,133 @@ The groups: ``plugin_runtime`` (the modules sharing the session's staged manager
 runtime, staged once on one worker), ``network`` (network namespaces on fixed private
 addresses and mDNS on loopback's shared 5353) and ``timing`` (tests that bound how long
 something takes: never two of them at once).
+
+Order: xdist hands units out in its queue's order, by test count, so a unit of a few
+long tests (a cluster module, the schemathesis run) could start last and keep one worker
+busy long after the other ran dry. Here the queue runs longest first (LPT), each unit
+weighed by what it took last time: the controller sums each unit's test durations
+(setup, call and teardown) and keeps them in pytest's cache (``.pytest_cache``) at the
+end of the run. Without a cache (a fresh checkout, CI) :data:`SECONDS` weighs the units
+measured for #35, and any other unit weighs its test count.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Final
+
+import pytest
 from xdist.scheduler import LoadScopeScheduling
+from xdist.workermanage import WorkerController
+
+CACHE_KEY: Final = "skulk/xdist-unit-seconds"
+"""The cache entry: ``{unit: [seconds, tests]}`` of every unit that ran to its end."""
+
+UNLISTED_SECONDS_PER_TEST: Final = 0.25
+"""What a unit with no measurement weighs per test (most modules are pure and quick)."""
+
+SECONDS: Final[dict[str, float]] = {
+    # Groups: their tests/daemon members measured, the rest estimated.
+    "timing": 300,
+    "network": 250,
+    "plugin_runtime": 150,
+    "browser": 120,
+    "images": 60,
+    # Modules measured (tests/daemon on 2 cores shared ~4x, scaled to a quiet machine).
+    "tests/daemon/test_cluster.py": 120,
+    "tests/daemon/test_cluster_routing.py": 114,
+    "tests/daemon/test_on_demand.py": 109,
+    "tests/daemon/test_node_restart.py": 102,
+    "tests/daemon/test_node_process.py": 99,
+    "tests/daemon/test_extensions_chat.py": 74,
+    "tests/daemon/test_cli_model_lifecycle.py": 73,
+    "tests/daemon/test_cli_against_daemon.py": 60,
+    "tests/daemon/test_node_logs.py": 59,
+    "tests/daemon/test_steward.py": 57,
+    "tests/daemon/test_capabilities_cluster.py": 48,
+    "tests/daemon/test_on_demand_cluster.py": 38,
+    "tests/daemon/test_cli_formats_against_daemon.py": 38,
+    "tests/daemon/test_replica_routing.py": 37,
+    "tests/daemon/test_cluster_capacity.py": 35,
+    "tests/daemon/test_completions_daemon.py": 31,
+    # The slowest items of the last quiet full run (closing note of the previous session).
+    "tests/api/test_openapi_contract.py": 60,
+    "tests/engines/test_mlx_serving.py": 60,
+    "tests/registry/test_daemon.py": 53,
+    # Few items, long ones: strict mypy over the whole tree (cold in CI), the import walk.
+    "tests/test_quality_gates.py": 90,
+    "tests/test_layering.py": 40,
+}
+"""Seconds per unit (every test's setup, call and teardown), for a run with no cache."""
 
 
 class ModuleOrGroupScheduling(LoadScopeScheduling):
+    def __init__(self, config: pytest.Config, log: object | None = None) -> None:
+        super().__init__(config, log)
+        self.previous = previous_seconds(config)
+        self.sizes: dict[str, int] = {}
+        self.spent: Counter[str] = Counter()
+        self.done: Counter[str] = Counter()
+
     def _split_scope(self, nodeid: str) -> str:
         # NOTE: an "@" inside a parametrize id ends before its "]"; only one after it
         # is the group xdist appended.
         if nodeid.rfind("@") > nodeid.rfind("]"):
             return nodeid.rsplit("@", maxsplit=1)[-1]
         return nodeid.split("::", 1)[0]
+
+    def _assign_work_unit(self, node: WorkerController) -> None:
+        # The base class fills the queue (by test count) before its first assignment.
+        if not self.sizes:
+            self.sizes = {scope: len(tests) for scope, tests in self.workqueue.items()}
+            units = sorted(self.workqueue.items(), key=lambda unit: -self.weight(unit[0]))
+            self.workqueue.clear()
+            self.workqueue.update(units)
+        super()._assign_work_unit(node)
+
+    def mark_test_complete(
+        self, node: WorkerController, item_index: int, duration: float = 0
+    ) -> None:
+        scope = self._split_scope(self.registered_collections[node][item_index])
+        self.spent[scope] += duration
+        self.done[scope] += 1
+        super().mark_test_complete(node, item_index, duration)
+
+    def weight(self, scope: str) -> float:
+        """A unit's expected seconds: last run's (scaled to its test count now), the
+        table's, else by its test count."""
+        tests = self.sizes.get(scope, 0)
+        if scope in self.previous:
+            seconds, then = self.previous[scope]
+            return seconds * tests / max(then, 1)
+        return SECONDS.get(scope, UNLISTED_SECONDS_PER_TEST * tests)
+
+    def finished_units(self) -> dict[str, list[float]]:
+        """``{unit: [seconds, tests]}`` of the units whose every test ran."""
+        return {
+            scope: [round(self.spent[scope], 2), size]
+            for scope, size in self.sizes.items()
+            if self.done[scope] == size
+        }
+
+
+def previous_seconds(config: pytest.Config) -> dict[str, tuple[float, int]]:
+    cache = getattr(config, "cache", None)
+    stored = cache.get(CACHE_KEY, {}) if cache is not None else {}
+    found: dict[str, tuple[float, int]] = {}
+    if isinstance(stored, dict):
+        for scope, entry in stored.items():
+            if isinstance(entry, list) and len(entry) == 2:
+                found[str(scope)] = (float(entry[0]), int(entry[1]))
+    return found
+
+
+def remember(config: pytest.Config, scheduler: ModuleOrGroupScheduling) -> None:
+    """Keep this run's unit durations in the cache for the next run's order."""
+    cache = getattr(config, "cache", None)
+    if cache is None:
+        return
+    stored = cache.get(CACHE_KEY, {})
+    merged = dict(stored) if isinstance(stored, dict) else {}
+    merged.update(scheduler.finished_units())
+    cache.set(CACHE_KEY, merged)

@@ -1,7 +1,8 @@
 """The MLX engine on real MLX (the CPU build here), through a real daemon and the SDKs.
 
-The MLX demo is the packaged Gemma GGUF converted to MLX 4-bit once per session
-(minutes of CPU on a busy machine), then one daemon serves it beside the GGUF demo.
+The MLX demo is the packaged Gemma GGUF converted to MLX 4-bit (minutes of CPU on a busy
+machine) once per checkout (``tests/model_cache.py``), then one daemon serves it beside the
+GGUF demo.
 The demo is a base model: prompts are completion-style and no exact text is asserted.
 """
 
@@ -14,11 +15,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from skulk_daemon.models.mlx_demo import MLX_DEMO_MODEL_ID, install_mlx_demo, mlx_installed
+from skulk_daemon.models.mlx_demo import MLX_DEMO_MODEL_ID, mlx_installed
 from skulk_daemon.telemetry.mlx_probe import mlx_runs
 from tests.daemon.serving import DEMO, place
 from tests.daemon_process import DaemonProcess
 from tests.lazy_sdk import anthropic, ollama, openai
+from tests.model_cache import mlx_demo_model
 
 pytestmark = [
     pytest.mark.slow,
@@ -31,10 +33,8 @@ COUNTING = "1, 2, 3, 4, 5, 6,"
 
 
 @pytest.fixture(scope="session")
-def mlx_demo(shared_models_dir: Path) -> Path:
-    installed = install_mlx_demo(shared_models_dir)
-    assert installed is not None and installed.location is not None
-    return Path(installed.location)
+def mlx_demo(request: pytest.FixtureRequest, shared_models_dir: Path) -> Path:
+    return mlx_demo_model(request.config.rootpath / ".pytest_cache", shared_models_dir)
 
 
 @pytest.fixture(scope="module")
