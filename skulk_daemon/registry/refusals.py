@@ -5,7 +5,6 @@ from __future__ import annotations
 from enum import StrEnum
 
 import urllib3
-from tuf.api import exceptions
 
 
 class RefusalReason(StrEnum):
@@ -25,6 +24,8 @@ class RefusalReason(StrEnum):
 
 def classify(exc: BaseException) -> tuple[RefusalReason, str]:
     """The reason and a one-line explanation for a failed refresh."""
+    from tuf.api import exceptions  # noqa: PLC0415 (python-tuf loads where it runs: issue 43)
+
     detail = str(exc) or type(exc).__name__
     match exc:
         case exceptions.ExpiredMetadataError():
