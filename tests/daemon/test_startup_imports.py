@@ -1,5 +1,6 @@
 """The node starts without loading what only some requests use (issue 43): audio and
-video codecs, numpy, the HTML parser and python-tuf (with urllib3) load where they run."""
+video codecs, numpy, the HTML parser, python-tuf (with urllib3) and the OpenTelemetry SDK
+load where they run."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFERRED = ("numpy", "av", "bs4", "tuf", "urllib3")
+DEFERRED = ("numpy", "av", "bs4", "tuf", "urllib3", "opentelemetry")
 
 
 def test_importing_the_daemon_loads_no_codec_parser_or_tuf() -> None:
