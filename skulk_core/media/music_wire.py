@@ -11,6 +11,8 @@ from skulk_core.media.jobs import JobError, JobRefused, JobStatus
 from skulk_core.models.media_cards import MusicCard
 
 MUSIC_CONTENT_TYPE: Final = "audio/wav"
+MUSIC_FILE: Final = "music.wav"
+"""What a music job's runner writes (the test engine and the service agree on it)."""
 MAX_MUSIC_SECONDS: Final = 120
 """The global ceiling on a music job's length, whatever the card allows."""
 MAX_PROMPT_CHARS: Final = 8000

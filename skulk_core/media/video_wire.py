@@ -12,6 +12,9 @@ from skulk_core.models.media_cards import VideoMode
 
 VIDEO_CONTENT_TYPE: Final = "video/mp4"
 THUMBNAIL_CONTENT_TYPE: Final = "image/jpeg"
+VIDEO_FILE: Final = "video.mp4"
+"""What a video job's runner writes (the test engine and the service agree on it)."""
+THUMBNAIL_FILE: Final = "thumbnail.jpg"
 AttachmentRole = Literal[
     "first_frame", "last_frame", "keyframe", "reference", "control", "mask", "source_video"
 ]

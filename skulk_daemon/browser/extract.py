@@ -22,9 +22,6 @@ from bs4.element import CData, NavigableString, PageElement, PreformattedString,
 warnings.filterwarnings("ignore", category=MarkupResemblesLocatorWarning)
 warnings.filterwarnings("ignore", category=XMLParsedAsHTMLWarning)
 
-MIN_MAX_CHARS = 500
-MAX_MAX_CHARS = 50_000
-DEFAULT_MAX_CHARS = 12_000
 MAX_TITLE_CHARS = 300
 # An <article> shorter than this is a teaser card, not the page's content.
 MIN_ARTICLE_CHARS = 140

@@ -6,7 +6,6 @@ from typing import Annotated
 
 import msgspec
 
-from skulk_daemon.browser.extract import DEFAULT_MAX_CHARS, MAX_MAX_CHARS, MIN_MAX_CHARS
 from skulk_daemon.browser.fetch import MAX_URL_CHARS
 from skulk_daemon.browser.search.base import (
     DEFAULT_TOP_K,
@@ -24,6 +23,12 @@ Url = Annotated[
         description="An absolute http:// or https:// URL.",
     ),
 ]
+
+# extract_page's bounds on the text it returns (kept here, not beside the extractor,
+# so the wire types load without BeautifulSoup).
+MIN_MAX_CHARS = 500
+MAX_MAX_CHARS = 50_000
+DEFAULT_MAX_CHARS = 12_000
 
 
 class WebSearchRequest(msgspec.Struct, frozen=True, kw_only=True):

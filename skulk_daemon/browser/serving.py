@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import re
+from typing import TYPE_CHECKING
 
 from skulk_core.config import BrowserToolsConfig
 from skulk_daemon.browser.content import ContentKind, decode_text, kind_of
 from skulk_daemon.browser.errors import InvalidRequest, UnsupportedContent, UpstreamStatus
-from skulk_daemon.browser.extract import ReadablePage, clip, page_title, parse_html, readable_html
 from skulk_daemon.browser.fetch import PROVIDER, FetchedPage, FetchSettings, fetch
 from skulk_daemon.browser.protocol import (
     ExtractPageRequest,
@@ -19,6 +19,12 @@ from skulk_daemon.browser.protocol import (
     WebSearchResponse,
 )
 from skulk_daemon.browser.search import search_provider
+
+if TYPE_CHECKING:
+    from skulk_daemon.browser.extract import ReadablePage
+
+# NOTE: ``extract`` (BeautifulSoup) is imported where a page is read, not when the
+# daemon starts: bs4 and soupsieve were about a thirtieth of its import time (issue 43).
 
 # extract_page reads at most this much of a body (decoded); the rest is never read.
 MAX_BODY_BYTES = 5 * 1024 * 1024
@@ -52,6 +58,8 @@ async def open_url(request: OpenUrlRequest, settings: FetchSettings) -> OpenUrlR
     page = await fetch(request.url, settings, body_limit)
     title = None
     if page.body and kind_of(page.content_type, page.body) is ContentKind.HTML:
+        from skulk_daemon.browser.extract import page_title, parse_html  # noqa: PLC0415
+
         # NOTE: parsing is CPU work; it runs off the event loop.
         title = await asyncio.to_thread(lambda: page_title(parse_html(page.body, page.charset)))
     return OpenUrlResponse(
@@ -80,6 +88,8 @@ async def extract_page(request: ExtractPageRequest, settings: FetchSettings) -> 
             "(open_url reports its metadata)"
         )
     readable = await asyncio.to_thread(_readable, page, kind)
+    from skulk_daemon.browser.extract import clip  # noqa: PLC0415 (see the note above)
+
     text, clipped = clip(readable.text, request.max_chars)
     return ExtractPageResponse(
         url=request.url,
@@ -93,6 +103,12 @@ async def extract_page(request: ExtractPageRequest, settings: FetchSettings) -> 
 
 
 def _readable(page: FetchedPage, kind: ContentKind) -> ReadablePage:
+    from skulk_daemon.browser.extract import (  # noqa: PLC0415 (see the note above)
+        ReadablePage,
+        parse_html,
+        readable_html,
+    )
+
     if kind is ContentKind.HTML:
         return readable_html(parse_html(page.body, page.charset))
     lines = (line.rstrip() for line in decode_text(page.body, page.charset).split("\n"))

@@ -1,9 +1,10 @@
 """Drive one admitted generation and shape its chunks for the wire.
 
-A pump task moves engine chunks into a queue; the response reads the queue with a
-timeout so a request still waiting for a slot sends keep-alives, and so a client
-that disconnects is noticed (the response generator is closed, which cancels the
-runner task at once).
+A pump task moves engine chunks into a :class:`~skulk_daemon.chat.handoff.Handoff`;
+the response takes all that arrived at each wake-up, or a keep-alive tick after
+:data:`KEEPALIVE_SECONDS` without any, so a request still waiting for a slot sends
+keep-alives, and so a client that disconnects is noticed (the response generator is
+closed, which cancels the runner task at once).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from skulk_core.chat.generation import EngineChunk as Chunk
 from skulk_core.chat.generation import ErrorChunk, FinishChunk, TokenChunk
 from skulk_daemon.chat.admission import Admitted
 from skulk_daemon.chat.cancellation import ActiveCommands
+from skulk_daemon.chat.handoff import Handoff
 from skulk_daemon.worker.supervisor import Supervisor
 
 KEEPALIVE_SECONDS = 10.0
@@ -34,21 +36,6 @@ class KeepAlive:
 _END = object()
 
 
-async def _next(queue: asyncio.Queue[object]) -> object | None:
-    """The next item, or ``None`` after :data:`KEEPALIVE_SECONDS` without one.
-
-    NOTE: not ``asyncio.wait_for``, which (before Python 3.12) wraps every wait in
-    a task of its own: this runs once a token, and a queued token is taken at once.
-    """
-    if not queue.empty():
-        return queue.get_nowait()
-    try:
-        async with asyncio.timeout(KEEPALIVE_SECONDS):
-            return await queue.get()
-    except TimeoutError:
-        return None
-
-
 async def generation_events(
     worker: Supervisor, commands: ActiveCommands, admitted: Admitted
 ) -> AsyncIterator[Chunk | KeepAlive]:
@@ -57,7 +44,7 @@ async def generation_events(
     Always ends with exactly one FinishChunk or ErrorChunk: a cancelled task or a
     stream that stops without a finish reason becomes an ErrorChunk, never silence.
     """
-    queue: asyncio.Queue[object] = asyncio.Queue(maxsize=PUMP_QUEUE_CHUNKS)
+    handoff: Handoff[object] = Handoff(PUMP_QUEUE_CHUNKS, KEEPALIVE_SECONDS)
     task_id = admitted.task_id
 
     async def pump() -> None:
@@ -68,32 +55,35 @@ async def generation_events(
                 worker.generate(admitted.instance_id, admitted.generation, admitted.command_id)
             ) as chunks:
                 async for chunk in chunks:
-                    await queue.put(chunk)
+                    await handoff.put(chunk)
         except Exception as exc:  # the runner side failed; say so in the body
-            await queue.put(ErrorChunk(task_id=task_id, code="runner_failed", message=str(exc)))
+            await handoff.put(ErrorChunk(task_id=task_id, code="runner_failed", message=str(exc)))
         finally:
-            await queue.put(_END)
+            await handoff.put(_END)
 
     pumping = asyncio.create_task(pump())
     commands.register(admitted.command_id, lambda: worker.cancel(admitted.instance_id, task_id))
-    finished = False
+    finished = ended = False
     try:
-        while True:
-            item = await _next(queue)
-            if item is None:
+        while not (finished or ended):
+            # Every chunk that arrived since the last wake-up, in order.
+            items = await handoff.take()
+            if items is None:
                 yield KeepAlive()
                 continue
-            if item is _END:
-                break
-            assert isinstance(item, TokenChunk | FinishChunk | ErrorChunk)
-            if isinstance(item, FinishChunk) and item.finish_reason == "cancelled":
-                yield ErrorChunk(task_id=task_id, code="cancelled", message=CANCELLED_MESSAGE)
-                finished = True
-                break
-            yield item
-            if isinstance(item, FinishChunk | ErrorChunk):
-                finished = True
-                break
+            for item in items:
+                if item is _END:
+                    ended = True
+                    break
+                assert isinstance(item, TokenChunk | FinishChunk | ErrorChunk)
+                if isinstance(item, FinishChunk) and item.finish_reason == "cancelled":
+                    yield ErrorChunk(task_id=task_id, code="cancelled", message=CANCELLED_MESSAGE)
+                    finished = True
+                    break
+                yield item
+                if isinstance(item, FinishChunk | ErrorChunk):
+                    finished = True
+                    break
         if not finished:
             yield ErrorChunk(
                 task_id=task_id,
@@ -101,6 +91,7 @@ async def generation_events(
                 message="generation ended without a finish reason",
             )
     finally:
+        handoff.close()
         commands.finish(admitted.command_id)
         if finished:
             # The runner sent its terminal chunk: let the pump wind down normally.

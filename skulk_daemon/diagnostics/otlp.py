@@ -15,19 +15,12 @@ import logging
 import secrets
 import threading
 from collections.abc import Callable, Sequence
-from typing import Final
-
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import (
-    NonRecordingSpan,
-    SpanContext,
-    TraceFlags,
-    set_span_in_context,
-)
+from typing import TYPE_CHECKING, Final
 
 from skulk_core.diagnostics.traces import TraceSpan
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +51,14 @@ class OtlpExport:
             if not endpoint:
                 return None
             # NOTE: the exporter (protobuf and its HTTP stack, most of a second on a
-            # busy machine) is imported once an endpoint is set, not at start-up.
+            # busy machine) and the SDK are imported once an endpoint is set, not at
+            # start-up.
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
                 OTLPSpanExporter,
             )
+            from opentelemetry.sdk.resources import Resource  # noqa: PLC0415
+            from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: PLC0415
 
             provider = TracerProvider(
                 resource=Resource.create({"service.name": "skulk", "skulk.node_id": self._node_id})
@@ -79,6 +76,13 @@ class OtlpExport:
         provider = self._provider()
         if provider is None:
             return
+        from opentelemetry.trace import (  # noqa: PLC0415 (with the SDK, above)
+            NonRecordingSpan,
+            SpanContext,
+            TraceFlags,
+            set_span_in_context,
+        )
+
         tracer = provider.get_tracer("skulk")
         parent = set_span_in_context(
             NonRecordingSpan(

@@ -18,12 +18,11 @@ from typing import Final, Literal
 
 import numpy as np
 
-from skulk_core.media.music_wire import MusicSpec
+from skulk_core.media.music_wire import MUSIC_FILE, MusicSpec
+from skulk_daemon.engines.test_media_format import MUSIC_CHANNELS as CHANNELS
+from skulk_daemon.engines.test_media_format import MUSIC_SAMPLE_RATE as SAMPLE_RATE
 
 ENGINE_NAME: Final = "skulk-test-music"
-MUSIC_FILE: Final = "music.wav"
-SAMPLE_RATE: Final = 22_050
-CHANNELS: Final = 2
 BLOCK_DELAY_ENV: Final = "SKULK_TEST_MUSIC_BLOCK_SECONDS"
 """Optional seconds each one-second block takes at least (for tests that cancel)."""
 

@@ -22,13 +22,10 @@ from typing import Final, Literal
 import av
 import numpy as np
 
-from skulk_core.media.video_wire import VideoSpec
+from skulk_core.media.video_wire import THUMBNAIL_FILE, VIDEO_FILE, VideoSpec
+from skulk_daemon.engines.test_media_format import AUDIO_SAMPLE_RATE
 
 ENGINE_NAME: Final = "skulk-test-video"
-VIDEO_FILE: Final = "video.mp4"
-THUMBNAIL_FILE: Final = "thumbnail.jpg"
-AUDIO_SAMPLE_RATE: Final = 16_000
-AUDIO_CHANNELS: Final = 1
 STEP_DELAY_ENV: Final = "SKULK_TEST_VIDEO_STEP_SECONDS"
 """Optional seconds each sampling step takes at least (a test that cancels mid-render
 sets it so the render is still running when the cancel lands)."""

@@ -10,8 +10,6 @@ import wave
 from pathlib import Path
 from typing import Final
 
-import av
-
 from skulk_core.media.music_wire import MAX_MUSIC_BYTES, MusicOutput
 from skulk_core.media.video_wire import VideoOutput, VideoSpec
 
@@ -34,6 +32,8 @@ def verify_video(spec: VideoSpec, video: Path, thumbnail: Path | None) -> VideoO
     """Facts of the delivered MP4 (and thumbnail). Raises :class:`ContainerRejected`
     for a file PyAV cannot read, one without video, or one without the audio track
     the job required."""
+    import av  # noqa: PLC0415 (PyAV loads where a render is checked: issue 43)
+
     try:
         with av.open(str(video)) as container:
             if container.format.name.split(",")[0] not in ("mov", "mp4"):

@@ -14,6 +14,7 @@ from skulk_core.media.jobs import Job, JobFamily, JobRefused, Page, present
 from skulk_core.media.music_wire import (
     MAX_SEED,
     MUSIC_CONTENT_TYPE,
+    MUSIC_FILE,
     MusicList,
     MusicObject,
     MusicOutput,
@@ -23,7 +24,6 @@ from skulk_core.media.music_wire import (
     music_spec,
 )
 from skulk_core.models.cards import ModelTask
-from skulk_daemon.engines.test_music import MUSIC_FILE
 from skulk_daemon.media.containers import ContainerRejected, verify_music
 from skulk_daemon.media.family_service import FamilyService
 from skulk_daemon.media.jobs_service import Content

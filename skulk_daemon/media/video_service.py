@@ -14,7 +14,9 @@ from skulk_core.media.jobs import Job, JobFamily, JobRefused, Page, present
 from skulk_core.media.video_admission import MAX_SEED, video_spec
 from skulk_core.media.video_wire import (
     THUMBNAIL_CONTENT_TYPE,
+    THUMBNAIL_FILE,
     VIDEO_CONTENT_TYPE,
+    VIDEO_FILE,
     Attachment,
     EngineSettings,
     RenderStats,
@@ -25,7 +27,6 @@ from skulk_core.media.video_wire import (
     VideoSpec,
 )
 from skulk_core.models.cards import ModelTask
-from skulk_daemon.engines.test_video import THUMBNAIL_FILE, VIDEO_FILE
 from skulk_daemon.media.containers import ContainerRejected, verify_video
 from skulk_daemon.media.family_service import FamilyService
 from skulk_daemon.media.jobs_service import Content

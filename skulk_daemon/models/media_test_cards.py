@@ -15,9 +15,12 @@ from skulk_core.ids import ModelId
 from skulk_core.models.cards import Memory, ModelCard, ModelLicense, ModelTask
 from skulk_core.models.catalog import InstalledModel
 from skulk_core.models.media_cards import MusicCard, ReferenceLimits, VideoCard
-from skulk_daemon.engines.test_music import CHANNELS as MUSIC_CHANNELS
-from skulk_daemon.engines.test_music import SAMPLE_RATE as MUSIC_SAMPLE_RATE
-from skulk_daemon.engines.test_video import AUDIO_CHANNELS, AUDIO_SAMPLE_RATE
+from skulk_daemon.engines.test_media_format import (
+    AUDIO_CHANNELS,
+    AUDIO_SAMPLE_RATE,
+    MUSIC_CHANNELS,
+    MUSIC_SAMPLE_RATE,
+)
 from skulk_daemon.models.packaged import install_once
 from skulk_daemon.runner.media_mode import ENGINE_FILE, MediaEngineFile
 from skulk_daemon.system import media_settings as settings

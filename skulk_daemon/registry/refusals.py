@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-import urllib3
-from tuf.api import exceptions
-
 
 class RefusalReason(StrEnum):
     UNREACHABLE = "unreachable"
@@ -25,6 +22,9 @@ class RefusalReason(StrEnum):
 
 def classify(exc: BaseException) -> tuple[RefusalReason, str]:
     """The reason and a one-line explanation for a failed refresh."""
+    import urllib3  # noqa: PLC0415 (as python-tuf, loaded where it runs: issue 43)
+    from tuf.api import exceptions  # noqa: PLC0415 (python-tuf loads where it runs: issue 43)
+
     detail = str(exc) or type(exc).__name__
     match exc:
         case exceptions.ExpiredMetadataError():

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from typing import Final
 
 from skulk_core.audio.realtime_events import MAX_TRANSCRIPT_BYTES
-from skulk_core.audio.realtime_resample import Resampler
 from skulk_core.chat.generation import ErrorChunk
 from skulk_core.cluster.worker_plan import LocalRunnerPhase
 from skulk_core.extensions.capabilities import (
@@ -412,6 +411,10 @@ class RealtimeSttProvider:
         input_frames: AsyncIterator[CapabilityStreamFrame],
         results: asyncio.Queue[SpeechPartial | Answer | _End],
     ) -> None:
+        # NOTE: numpy (the resampler's) loads with the first realtime session, not at
+        # daemon start (issue 43).
+        from skulk_core.audio.realtime_resample import Resampler  # noqa: PLC0415
+
         resampler = Resampler(opened.sample_rate, RUNNER_RATE)
         received = 0
         worker = self._worker

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from skulk_core.audio.realtime_events import INPUT_SAMPLE_RATE
-from skulk_core.audio.realtime_resample import Resampler
 from skulk_core.audio.realtime_turns import FRAME_MS, ServerVad, TurnDetector, TurnEvent
 from skulk_daemon.providers.vad_detector import VadSettings, WebRtcClassifier
 from skulk_daemon.speech.realtime_wire import Turn
@@ -52,6 +51,10 @@ class ServerVadGate:
                 frame_ms=FRAME_MS,
             )
         )
+        # NOTE: numpy (the resampler's) loads with the first session, not at daemon
+        # start (issue 43).
+        from skulk_core.audio.realtime_resample import Resampler  # noqa: PLC0415
+
         self._resampler = Resampler(INPUT_SAMPLE_RATE, CLASSIFIER_RATE)
         self._frames = bytearray()
         self._remainder = bytearray()

@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 from urllib.parse import parse_qs, urljoin, urlsplit
 
-from bs4 import BeautifulSoup, Tag
-
 from skulk_daemon.browser.errors import UpstreamError
 from skulk_daemon.browser.fetch import FetchSettings, Outbound
 from skulk_daemon.browser.search.base import SearchHit, provider_request, ranked
@@ -50,6 +48,8 @@ class DuckDuckGoProvider:
 
 def parse_results(page: bytes, base_url: str, top_k: int) -> list[SearchHit]:
     """The organic results of a DuckDuckGo HTML results page, ads left out."""
+    from bs4 import BeautifulSoup, Tag  # noqa: PLC0415 (bs4 loads where a page is read: issue 43)
+
     soup = BeautifulSoup(page, "html.parser", from_encoding="utf-8")
     found: list[tuple[str | None, str | None, str | None]] = []
     for link in soup.select("a.result__a"):
