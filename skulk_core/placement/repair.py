@@ -16,7 +16,7 @@ from typing import Final
 
 from skulk_core.ids import NodeId
 from skulk_core.placement.planner import PlacementRequest
-from skulk_core.placement.rpc_pool import RPC_DONOR_LOST, RPC_PORT_IN_USE
+from skulk_core.placement.rpc_pool import MLX_RING_PEER_LOST, RPC_DONOR_LOST, RPC_PORT_IN_USE
 from skulk_core.state.state import PlacementIntent
 
 MAX_REPAIR_ATTEMPTS: Final = 3
@@ -30,7 +30,13 @@ DOWNLOAD_FAILED: Final = "download_failed"
 # The node named by these failures is left out of the re-placement.
 _BLAMES_THE_NODE: Final = (PLACEMENT_REFUSED, MODEL_NOT_INSTALLED, DOWNLOAD_FAILED)
 # These failures are placed again without excluding anyone more.
-_REPLACE_AS_BEFORE: Final = (RPC_DONOR_LOST, RPC_PORT_IN_USE, "rpc_donor_timeout", "node_lost")
+_REPLACE_AS_BEFORE: Final = (
+    RPC_DONOR_LOST,
+    RPC_PORT_IN_USE,
+    "rpc_donor_timeout",
+    "node_lost",
+    MLX_RING_PEER_LOST,
+)
 
 
 def intent_of(

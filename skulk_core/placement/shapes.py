@@ -62,6 +62,16 @@ def minted_meta(
         return Unsupported(
             reason=f"LlamaRpc pools GGUF models over llama.cpp; this model is served by {backend}"
         )
+    if requested == InstanceMeta.MLX_JACCL:
+        return Unsupported(
+            reason="MlxJaccl needs RDMA over Thunderbolt 5 between Macs (macOS 26.2 or "
+            "later, RDMA enabled), which no node here offers; place it as MlxRing (TCP)"
+        )
+    if sharding == Sharding.TENSOR:
+        return Unsupported(
+            reason="an MlxRing across nodes splits the model by layers (Pipeline); "
+            "Tensor sharding across nodes is not supported"
+        )
     return requested
 
 
@@ -89,7 +99,8 @@ def mint_instance(
     """The instance for ``shares`` (in ring order): one fresh runner per node.
 
     A ``LlamaRpc`` instance is driven from ``shares[0]``; every other node is a
-    donor serving its layers at ``rpc_endpoints[node]``.
+    donor serving its layers at ``rpc_endpoints[node]``. An ``MlxRing`` across nodes
+    takes the same map as its ring's gates (every node, ``shares[0]`` serving).
     """
     instance_id = ids.instance_id()
     node_to_runner: dict[NodeId, RunnerId] = {}
@@ -145,6 +156,7 @@ def mint_instance(
                 instance_id=instance_id,
                 shard_assignments=assignments,
                 context_token_limit=context_tokens,
+                ring_endpoints=endpoints,
             )
 
 
