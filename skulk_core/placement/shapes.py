@@ -62,16 +62,6 @@ def minted_meta(
         return Unsupported(
             reason=f"LlamaRpc pools GGUF models over llama.cpp; this model is served by {backend}"
         )
-    if requested == InstanceMeta.MLX_JACCL:
-        return Unsupported(
-            reason="MlxJaccl needs RDMA over Thunderbolt 5 between Macs (macOS 26.2 or "
-            "later, RDMA enabled), which no node here offers; place it as MlxRing (TCP)"
-        )
-    if sharding == Sharding.TENSOR:
-        return Unsupported(
-            reason="an MlxRing across nodes splits the model by layers (Pipeline); "
-            "Tensor sharding across nodes is not supported"
-        )
     return requested
 
 
