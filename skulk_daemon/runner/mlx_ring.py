@@ -154,7 +154,7 @@ class RingGates:
                 addresses[rank],
                 key=leg.gate_key,
                 instance_id=leg.instance_id,
-                on_lost=functools.partial(_report, lost_write, node),
+                on_lost=functools.partial(_report, lost_write, os.getpid(), node),
                 dial=functools.partial(_retrying, base, deadline),
             )
             self.clients[rank] = client
@@ -213,15 +213,16 @@ class RingGates:
         self.hostfile.unlink(missing_ok=True)
 
 
-def _report(pipe: int, node: str, why: str) -> None:
-    """In the relay process: tell the rank which peer was lost, then make sure it ends."""
+def _report(pipe: int, rank_pid: int, node: str, why: str) -> None:
+    """In the relay process: tell the rank (``rank_pid``) which peer was lost, then
+    make sure it ends. Only while it is still this process's parent: once it has
+    gone, the parent is whoever adopted this process (the daemon)."""
     with contextlib.suppress(OSError):
         os.write(pipe, f"{node}\t{why}\n".encode())
-    parent = os.getppid()
     time.sleep(LOSS_GRACE_SECONDS)
-    with contextlib.suppress(ProcessLookupError):
-        if os.getppid() == parent:
-            os.kill(parent, signal.SIGKILL)
+    if os.getppid() == rank_pid:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(rank_pid, signal.SIGKILL)
 
 
 def _relay(server: GateServer, clients: list[GateClient], internal: int, parent: int) -> NoReturn:
@@ -297,7 +298,15 @@ def serve_ring_stage(stdin: BinaryIO, send: Send, load: Load) -> int:
         except Exception as exc:  # MLX raises RuntimeError subclasses of its own
             if gates.finished.is_set():
                 return
-            send(Failed(message=f"the MLX ring stopped: {exc}"))
+            # NOTE: this rank only hears from the rank before it; that is the one lost
+            # (or its link) when MLX gives up on the ring.
+            before = leg.nodes[leg.rank - 1]
+            send(
+                Failed(
+                    message=f"the MLX ring stopped: {exc}",
+                    code=f"{MLX_RING_PEER_LOST}:{before}",
+                )
+            )
             os._exit(EXIT_FAILED)
         # Rank 0 stopped the ring (its instance is going): wait for Shutdown.
         gates.finished.set()
