@@ -1,13 +1,15 @@
 """MLX ring decode: the converted demo split over a two-rank ``MlxRing`` against the
 same model on one runner.
 
+Measured one side after the other (see the note in :func:`main`), each after the
+load average falls to ``--max-load``.
+
 Three real runners (``python -m skulk_daemon.runner``) on this machine: one holds
 the whole model; two hold half of its layers each and talk over MLX's ring backend
 through the cluster's gates (each in its own network namespace, as on two nodes;
 here the "network" is loopback, so the figure is the ring's per-token protocol and
 relay cost, not a LAN's latency). Each side decodes ``--max-tokens`` greedy tokens
-of the same prompt, alternately (ABBA), each only while the other is idle
-(:mod:`bench._isolation`); the medians of the decode rates (tokens after the first
+of the same prompt; the medians of the decode rates (tokens after the first
 over the time from the first to the last) are compared.
 
 Run from the repository root::
@@ -31,7 +33,6 @@ if __package__ in (None, ""):  # `python bench/mlx_ring_decode.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import add_run_options, machine, median, wait_for_quiet
-from bench._isolation import Isolation, Side
 from skulk_core.chat.generation import FinishChunk, GenerationRequest, SamplingParams, TokenChunk
 from skulk_core.ids import TaskId
 from skulk_daemon.runner.protocol import (
@@ -139,37 +140,36 @@ def main() -> int:
         )
         for rank, (start, end) in enumerate([(0, half), (half, layers)])
     ]
-    one = Runner(Load(model_path=str(model), context_tokens=512, engine="mlx", slots=1))
-    ranks = [
-        Runner(Load(model_path=str(model), context_tokens=512, engine="mlx", ring=leg))
-        for leg in legs
-    ]
-    try:
-        one.wait_ready()
-        for rank in ranks:
-            rank.wait_ready()
-        load_avg = wait_for_quiet(args.max_load)
-        isolation = Isolation(
-            [
-                Side("one", lambda: [one.process.pid]),
-                Side("ring", lambda: [rank.process.pid for rank in ranks]),
+    # NOTE: one side after the other, not alternately: a ring rank waiting in MLX's
+    # ring recv spins (about half a core, measured), so an idle ring would slow the
+    # other side on the same machine.
+    results: dict[str, list[float]] = {"one": [], "ring": []}
+    loads: dict[str, float] = {}
+    for side in ("one", "ring"):
+        if side == "one":
+            runners = [
+                Runner(Load(model_path=str(model), context_tokens=512, engine="mlx", slots=1))
             ]
-        )
-        results: dict[str, list[float]] = {"one": [], "ring": []}
-        for rep in range(args.warmup + args.reps):
-            order = ("one", "ring") if rep % 2 == 0 else ("ring", "one")
-            for side in order:
-                runner = one if side == "one" else ranks[0]
-                tps = isolation.run(side, lambda r=runner: r.decode_tps(args.max_tokens))
+        else:
+            runners = [
+                Runner(Load(model_path=str(model), context_tokens=512, engine="mlx", ring=leg))
+                for leg in legs
+            ]
+        try:
+            for runner in runners:
+                runner.wait_ready()
+            loads[side] = wait_for_quiet(args.max_load)
+            for rep in range(args.warmup + args.reps):
+                tps = runners[0].decode_tps(args.max_tokens)
                 if rep >= args.warmup:
                     results[side].append(tps)
-    finally:
-        for runner in (ranks[0], ranks[1], one):
-            runner.stop()
+        finally:
+            for runner in runners:
+                runner.stop()
     ratio = median(results["ring"]) / median(results["one"])
     print(
         f"MLX decode tok/s: two-rank ring {median(results['ring']):.2f}, one runner "
-        f"{median(results['one']):.2f}, ratio {ratio:.3f}; load {load_avg:.2f}"
+        f"{median(results['one']):.2f}, ratio {ratio:.3f}; load {loads}"
     )
     if args.json:
         payload = {
@@ -177,7 +177,7 @@ def main() -> int:
             "ring_tps": results["ring"],
             "one_tps": results["one"],
             "ratio": ratio,
-            "isolation": isolation.report(),
+            "load_1m": loads,
             "machine": machine(),
         }
         print(json.dumps(payload, sort_keys=True))
