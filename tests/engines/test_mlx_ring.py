@@ -77,6 +77,8 @@ class Rank:
         self.log = tmp / f"rank{leg.rank}.log"
         host, port = leg.endpoints[leg.rank].rsplit(":", 1)
         self.gate = (host, int(port))
+        self.detail = ""
+        """What the rank said when it became ready."""
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "skulk_daemon.runner"],
@@ -143,30 +145,19 @@ def ring(tmp_path_factory: pytest.TempPathFactory, mlx_model: Path) -> Iterator[
     # Rank 1 first and rank 0 second, and both must wait for each other.
     ranks = [Rank(tmp, mlx_model, legs[1]), Rank(tmp, mlx_model, legs[0])]
     ranks.reverse()
-    details = ["", ""]
 
     def wait(index: int) -> None:
-        details[index] = ranks[index].ready()
+        ranks[index].detail = ranks[index].ready()
 
     threads = [threading.Thread(target=wait, args=(i,)) for i in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(WAIT_S)
-    assert all(details), [r.log.read_text()[-2000:] for r in ranks]
-    READY[:] = details
+    assert all(r.detail for r in ranks), [r.log.read_text()[-2000:] for r in ranks]
     yield ranks
     for rank in ranks:
         rank.stop()
-
-
-READY: list[str] = []
-
-
-@pytest.fixture
-def ready(ring: list[Rank]) -> list[str]:
-    """What each rank said when it became ready."""
-    return READY
 
 
 def generate(rank: Rank, prompt: str, max_tokens: int) -> tuple[str, FinishChunk]:
@@ -198,9 +189,9 @@ def test_the_ring_answers_as_the_whole_model_does(ring: list[Rank], mlx_model: P
     assert again == text
 
 
-def test_only_members_reach_a_rank(ring: list[Rank], ready: list[str]) -> None:
-    for rank, detail in zip(ring, ready, strict=True):
-        assert "MLX ring port isolated in" in detail
+def test_only_members_reach_a_rank(ring: list[Rank]) -> None:
+    for rank in ring:
+        assert "MLX ring port isolated in" in rank.detail
         pid = rank.process.pid
         # MLX's own port is in the runner's network namespace, not this one.
         assert os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
