@@ -117,6 +117,10 @@ class Rank:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
 
 @pytest.fixture(scope="module")
