@@ -61,6 +61,7 @@ WAIT_S = 300.0
 KEY = bytes(range(32))
 INSTANCE = "ring-test-instance"
 PROMPT = "The capital of France is"
+TOKENS = 8  # each decoded token costs a ring round trip on a shared 2-core machine
 NODES = ("node-rank-0", "node-rank-1")
 
 
@@ -183,13 +184,13 @@ def test_the_ring_answers_as_the_whole_model_does(ring: list[Rank], mlx_model: P
     from mlx_lm import generate as mlx_generate  # noqa: PLC0415
     from mlx_lm import load  # noqa: PLC0415
 
-    text, finish = generate(ring[0], PROMPT, 16)
-    assert finish.completion_tokens == 16
+    text, finish = generate(ring[0], PROMPT, TOKENS)
+    assert finish.completion_tokens == TOKENS
     model, tokenizer = load(str(mlx_model))[:2]
-    whole = mlx_generate(model, tokenizer, PROMPT, max_tokens=16)
+    whole = mlx_generate(model, tokenizer, PROMPT, max_tokens=TOKENS)
     assert text == whole
     # A second request starts fresh caches on both ranks: the same answer again.
-    again, _ = generate(ring[0], PROMPT, 16)
+    again, _ = generate(ring[0], PROMPT, TOKENS)
     assert again == text
 
 
