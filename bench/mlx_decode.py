@@ -2,9 +2,11 @@
 
 Both sides run the converted MLX demo (``local/gemma-3-270m-mlx-4bit``) on the same
 completion prompt, greedy, ``--max-tokens`` tokens. They run alternately, never at
-once, in an ABBA order; after ``--warmup`` discarded pairs, ``--reps`` pairs are
-measured and their median decode rates compared (tokens after the first over the
-time from the first to the last). Target: Skulk/raw decode ratio >= 0.97.
+once, in an ABBA order, each only once the other is idle and checked to stay idle
+while it is measured (:mod:`bench._isolation`); after ``--warmup`` discarded pairs,
+``--reps`` pairs are measured and their median decode rates compared (tokens after
+the first over the time from the first to the last). Target: Skulk/raw decode
+ratio >= 0.97.
 
 The MLX demo must be installed in ``--models-dir`` first
 (``skulk models add local/gemma-3-270m-mlx-4bit``, or any test session's fixture).
@@ -30,6 +32,7 @@ if __package__ in (None, ""):  # `python bench/mlx_decode.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import LoggedDaemon, add_run_options, machine, median, wait_for_quiet
+from bench._isolation import Isolation, Side, native_threads
 
 MLX_MODEL: Final = "local/gemma-3-270m-mlx-4bit"
 DECODE_RATIO_TARGET: Final = 0.97
@@ -111,15 +114,25 @@ def main() -> int:
             load_avg = wait_for_quiet(args.max_load)
             raw: list[float] = []
             skulk: list[float] = []
+            process = daemon.process
+            assert process is not None
+            isolation = Isolation(
+                [Side("raw", threads=native_threads()), Side("skulk", lambda: [process.pid])]
+            )
             with httpx.Client(timeout=600) as client:
                 for rep in range(args.warmup + args.reps):
                     order = ("raw", "skulk") if rep % 2 == 0 else ("skulk", "raw")
                     pair: dict[str, float] = {}
                     for side in order:
                         if side == "raw":
-                            pair[side] = raw_decode_tps(model, tokenizer, args.max_tokens)
+                            pair[side] = isolation.run(
+                                side, lambda: raw_decode_tps(model, tokenizer, args.max_tokens)
+                            )
                         else:
-                            pair[side] = skulk_decode_tps(client, daemon.url, args.max_tokens)
+                            pair[side] = isolation.run(
+                                side,
+                                lambda: skulk_decode_tps(client, daemon.url, args.max_tokens),
+                            )
                     if rep >= args.warmup:
                         raw.append(pair["raw"])
                         skulk.append(pair["skulk"])
@@ -136,6 +149,7 @@ def main() -> int:
             "skulk_tps": skulk,
             "raw_tps": raw,
             "ratio": ratio,
+            "isolation": isolation.report(),
             "machine": machine(),
         }
         print(json.dumps(payload, sort_keys=True))

@@ -38,7 +38,7 @@ from skulk_core.placement.results import (
     PlacementRefusal,
 )
 from skulk_core.placement.rings import candidate_rings
-from skulk_core.placement.rpc_pool import assign_endpoints
+from skulk_core.placement.rpc_pool import assign_endpoints, assign_ring_endpoints
 from skulk_core.placement.shapes import Unsupported, mint_instance, minted_meta
 from skulk_core.placement.window import Window, choose_window
 from skulk_core.state.shards import InstanceMeta, Sharding
@@ -157,6 +157,13 @@ def plan_ring(
         if isinstance(assigned, str):
             return assigned
         endpoints = assigned
+    elif meta == InstanceMeta.MLX_RING and len(ring) > 1:
+        ringed = assign_ring_endpoints(
+            [c.node_id for c in ring], facts.connections, facts.rpc_ports_in_use
+        )
+        if isinstance(ringed, str):
+            return ringed
+        endpoints = ringed
     pools = []
     for candidate in ring:
         pool = candidate.pool(backend)

@@ -16,7 +16,7 @@ from typing import Final
 
 from skulk_core.ids import NodeId
 from skulk_core.placement.planner import PlacementRequest
-from skulk_core.placement.rpc_pool import RPC_DONOR_LOST, RPC_PORT_IN_USE
+from skulk_core.placement.rpc_pool import MLX_RING_PEER_LOST, RPC_DONOR_LOST, RPC_PORT_IN_USE
 from skulk_core.state.state import PlacementIntent
 
 MAX_REPAIR_ATTEMPTS: Final = 3
@@ -27,10 +27,19 @@ PLACEMENT_REFUSED: Final = "placement_refused"
 MODEL_NOT_INSTALLED: Final = "model_not_installed"
 DOWNLOAD_FAILED: Final = "download_failed"
 
+NODE_LOST: Final = "node_lost"
+"""``errorCode`` of an instance whose node left the cluster (``:<node id>``)."""
+
 # The node named by these failures is left out of the re-placement.
 _BLAMES_THE_NODE: Final = (PLACEMENT_REFUSED, MODEL_NOT_INSTALLED, DOWNLOAD_FAILED)
 # These failures are placed again without excluding anyone more.
-_REPLACE_AS_BEFORE: Final = (RPC_DONOR_LOST, RPC_PORT_IN_USE, "rpc_donor_timeout", "node_lost")
+_REPLACE_AS_BEFORE: Final = (
+    RPC_DONOR_LOST,
+    RPC_PORT_IN_USE,
+    "rpc_donor_timeout",
+    NODE_LOST,
+    MLX_RING_PEER_LOST,
+)
 
 
 def intent_of(
@@ -78,10 +87,13 @@ def repair_request(
             excluded.add(node)
     elif kind not in _REPLACE_AS_BEFORE:
         return None
+    # NOTE: a node that left takes its share with it: the instance goes back on the
+    # nodes that remain, however few (an MLX ring or RPC pool survives its API node).
+    min_nodes = 1 if kind == NODE_LOST else intent.min_nodes
     return PlacementRequest(
         sharding=intent.sharding,
         instance_meta=intent.instance_meta,
-        min_nodes=intent.min_nodes,
+        min_nodes=min_nodes,
         excluded_node_ids=frozenset(excluded),
         context_tokens=intent.context_tokens,
     )

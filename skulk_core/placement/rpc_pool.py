@@ -18,7 +18,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from skulk_core.ids import NodeId
-from skulk_core.state.shards import Instance, LlamaRpcInstance, RpcDonorShardMetadata
+from skulk_core.state.shards import (
+    Instance,
+    LlamaRpcInstance,
+    MlxRingInstance,
+    RpcDonorShardMetadata,
+)
 from skulk_core.state.state import Connection, InstanceFailure
 
 RPC_PORT_BASE: Final = 52500
@@ -30,6 +35,9 @@ RPC_PORT_IN_USE: Final = "rpc_port_in_use"
 """``errorCode`` prefix of a donor whose assigned port was taken: ``rpc_port_in_use:host:port``."""
 RPC_DONOR_LOST: Final = "rpc_donor_lost"
 """``errorCode`` prefix of a pool whose donor went away: ``rpc_donor_lost:<node id>``."""
+MLX_RING_PEER_LOST: Final = "mlx_ring_peer_lost"
+"""``errorCode`` prefix of an MLX ring that lost a rank (its node, runner or link):
+``mlx_ring_peer_lost:<node id>``; placed again."""
 
 
 def split_endpoint(endpoint: str) -> tuple[str, int] | None:
@@ -91,9 +99,13 @@ def ports_in_use(
     """Per host, the RPC ports that placed pools hold or that a donor found taken."""
     used: dict[str, set[int]] = {}
     for instance in instances:
-        if not isinstance(instance, LlamaRpcInstance):
+        if isinstance(instance, MlxRingInstance):
+            held = instance.ring_endpoints.values()
+        elif isinstance(instance, LlamaRpcInstance):
+            held = instance.rpc_endpoints.values()
+        else:
             continue
-        for endpoint in instance.rpc_endpoints.values():
+        for endpoint in held:
             parts = split_endpoint(endpoint)
             if parts is not None:
                 used.setdefault(parts[0], set()).add(parts[1])
@@ -127,6 +139,33 @@ def assign_endpoints(
             return f"every RPC port from {RPC_PORT_BASE} on {host} is taken"
         busy.add(port)
         endpoints[donor] = join_endpoint(host, port)
+    return endpoints
+
+
+def assign_ring_endpoints(
+    ring: Sequence[NodeId],
+    connections: Iterable[Connection],
+    in_use: Mapping[str, frozenset[int]],
+) -> dict[NodeId, str] | str:
+    """A gate endpoint for every rank of an MLX ring (from the same port range as
+    RPC pools): each node at the address its left neighbour, which dials it,
+    reaches it by; or why not."""
+    edges = tuple(connections)
+    taken = {host: set(ports) for host, ports in in_use.items()}
+    endpoints: dict[NodeId, str] = {}
+    for rank, node in enumerate(ring):
+        host = donor_host(ring[rank - 1], node, edges)
+        if host is None:
+            return f"no fabric address is known for ring node {node}"
+        busy = taken.setdefault(host, set())
+        port = next(
+            (p for p in range(RPC_PORT_BASE, RPC_PORT_BASE + RPC_PORT_SPAN) if p not in busy),
+            None,
+        )
+        if port is None:
+            return f"every ring port from {RPC_PORT_BASE} on {host} is taken"
+        busy.add(port)
+        endpoints[node] = join_endpoint(host, port)
     return endpoints
 
 

@@ -89,7 +89,8 @@ def mint_instance(
     """The instance for ``shares`` (in ring order): one fresh runner per node.
 
     A ``LlamaRpc`` instance is driven from ``shares[0]``; every other node is a
-    donor serving its layers at ``rpc_endpoints[node]``.
+    donor serving its layers at ``rpc_endpoints[node]``. An ``MlxRing`` across nodes
+    takes the same map as its ring's gates (every node, ``shares[0]`` serving).
     """
     instance_id = ids.instance_id()
     node_to_runner: dict[NodeId, RunnerId] = {}
@@ -145,6 +146,7 @@ def mint_instance(
                 instance_id=instance_id,
                 shard_assignments=assignments,
                 context_token_limit=context_tokens,
+                ring_endpoints=endpoints,
             )
 
 

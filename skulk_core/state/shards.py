@@ -70,9 +70,14 @@ class ShardAssignments(msgspec.Struct, frozen=True, kw_only=True, rename="camel"
 
 
 class MlxRingInstance(_Tagged, frozen=True, kw_only=True):
+    """An MLX model on one node, or Pipeline-sharded over several joined by MLX's
+    ring backend (TCP). Across nodes every rank's gate is at ``ring_endpoints``
+    (``host:port`` as its neighbour reaches it over the fabric); rank 0 serves."""
+
     instance_id: InstanceId
     shard_assignments: ShardAssignments
     context_token_limit: int | None = None
+    ring_endpoints: dict[NodeId, str] = {}
 
 
 class MlxJacclInstance(_Tagged, frozen=True, kw_only=True):

@@ -80,14 +80,17 @@ class Scheduler:
         sink: ChunkSink,
         slots: int,
         on_fatal: Callable[[str], None] | None,
+        *,
+        generator: object | None = None,
     ) -> None:
         self._model = model
         self._tokenizer = tokenizer
         self._sink = sink
         self._on_fatal = on_fatal
         self._slots = slots
-        # mlx-lm's generator is untyped; only this class touches it.
-        self._generator: Any = BatchGenerator(
+        # mlx-lm's generator is untyped; only this class touches it. A ring brings
+        # its own (one sequence over every rank: _mlx_ring_generator.py).
+        self._generator: Any = generator or BatchGenerator(
             model,
             stop_tokens=[[token] for token in tokenizer.eos_token_ids],
             completion_batch_size=slots,

@@ -35,12 +35,24 @@ log = logging.getLogger(__name__)
 
 
 class MlxSettings:
-    def __init__(self, model_dir: Path, *, context_tokens: int, slots: int) -> None:
+    """``ring_layers``: this engine is rank 0 of an MLX ring and holds layers
+    ``[0, ring_layers)``; the other ranks run ``_mlx_stage.serve_stage``."""
+
+    def __init__(
+        self,
+        model_dir: Path,
+        *,
+        context_tokens: int,
+        slots: int,
+        ring_layers: int | None = None,
+    ) -> None:
         if context_tokens < 1 or slots < 1:
             raise ValueError("context_tokens and slots must be positive")
         self.model_dir = model_dir
         self.context_tokens = context_tokens
-        self.slots = slots
+        # NOTE: a ring's ranks hold one sequence's KV caches (_mlx_ring_generator.py).
+        self.slots = 1 if ring_layers is not None else slots
+        self.ring_layers = ring_layers
 
 
 class MlxEngine:
@@ -60,6 +72,7 @@ class MlxEngine:
         self._scheduler: Any = None
         self._grammars: Any = None
         self._thread: threading.Thread | None = None
+        self._ring: Any = None
 
     def load(self) -> None:
         # NOTE: imported here so a runner reports "loading" before MLX is mapped,
@@ -74,15 +87,26 @@ class MlxEngine:
         directory = self._settings.model_dir
         if not (directory / "config.json").is_file():
             raise EngineLoadError(f"{directory} is not an MLX model directory (no config.json)")
+        generator: object | None = None
         try:
-            loaded = load(str(directory))
-            model, tokenizer = loaded[0], loaded[1]
-        except (ValueError, OSError, KeyError) as exc:
+            if self._settings.ring_layers is not None:
+                from skulk_daemon.engines._mlx_ring_generator import load_ring  # noqa: PLC0415
+                from skulk_daemon.engines._mlx_stage import StageError  # noqa: PLC0415
+
+                try:
+                    model, tokenizer, generator = load_ring(directory, self._settings.ring_layers)
+                except StageError as exc:
+                    raise EngineLoadError(str(exc)) from exc
+                self._ring = model
+            else:
+                loaded = load(str(directory))
+                model, tokenizer = loaded[0], loaded[1]
+        except (ValueError, OSError, KeyError, RuntimeError) as exc:
             raise EngineLoadError(f"MLX cannot load {directory.name}: {exc}") from exc
         self._tokenizer = tokenizer
         self._grammars = Grammars(tokenizer)
         self._scheduler = Scheduler(
-            model, tokenizer, self._sink, self._settings.slots, self._on_fatal
+            model, tokenizer, self._sink, self._settings.slots, self._on_fatal, generator=generator
         )
         self._thread = threading.Thread(
             target=self._scheduler.run, name="mlx-scheduler", daemon=True
@@ -111,6 +135,10 @@ class MlxEngine:
             self._scheduler.stop()
             self._thread.join()
             self._thread = None
+        if self._ring is not None:
+            # The other ranks leave their loops (and their runners end) with this one.
+            self._ring.stop()
+            self._ring = None
         self._scheduler = None
         self._tokenizer = None
 

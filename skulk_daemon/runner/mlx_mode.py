@@ -25,6 +25,16 @@ def serve_mlx(stdin: BinaryIO, send: Callable[[RunnerMessage], None], load: Load
     if load.pool is not None:
         send(Failed(message="an MLX model cannot join a llama.cpp RPC pool"))
         return EXIT_FAILED
+    gates = None
+    if load.ring is not None:
+        from skulk_daemon.runner.mlx_ring import join_ring, serve_ring_stage  # noqa: PLC0415
+
+        if load.ring.rank > 0:
+            return serve_ring_stage(stdin, send, load)
+        # NOTE: before the engine's import starts any thread (see mlx_ring.RingGates).
+        gates = join_ring(send, load.ring)
+        if gates is None:
+            return EXIT_FAILED
     from skulk_daemon.engines.mlx_engine import MlxEngine, MlxSettings  # noqa: PLC0415
 
     def on_fatal(message: str) -> None:
@@ -33,7 +43,10 @@ def serve_mlx(stdin: BinaryIO, send: Callable[[RunnerMessage], None], load: Load
 
     try:
         settings = MlxSettings(
-            Path(load.model_path), context_tokens=load.context_tokens, slots=load.slots
+            Path(load.model_path),
+            context_tokens=load.context_tokens,
+            slots=load.slots,
+            ring_layers=None if load.ring is None else load.ring.end_layer,
         )
         engine = MlxEngine(settings, send, on_fatal=on_fatal)
         engine.load()
@@ -43,7 +56,8 @@ def serve_mlx(stdin: BinaryIO, send: Callable[[RunnerMessage], None], load: Load
     except (EngineLoadError, ValueError) as exc:
         send(Failed(message=str(exc)))
         return EXIT_FAILED
-    send(Phase(phase="ready", detail="mlx"))
+    detail = "mlx" if gates is None else f"mlx ring rank 0; {gates.fact}"
+    send(Phase(phase="ready", detail=detail))
 
     def refuse(task_id: object, what: str) -> None:
         send(
@@ -62,6 +76,8 @@ def serve_mlx(stdin: BinaryIO, send: Callable[[RunnerMessage], None], load: Load
         speech=lambda task: refuse(task.task_id, "serves no speech"),
     )
     send(Phase(phase="shutting_down"))
+    if gates is not None:
+        gates.finished.set()
     engine.unload()
     send(Phase(phase="shutdown"))
     return 0

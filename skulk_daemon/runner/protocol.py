@@ -84,6 +84,20 @@ class RpcServe(msgspec.Struct, frozen=True, kw_only=True):
     port: int
 
 
+class MlxRingLeg(msgspec.Struct, frozen=True, kw_only=True):
+    """This runner's rank in an MLX ring: its layers, and every rank's node and gate
+    (``host:port`` on the fabric), in rank order. Rank 0 serves requests; the others
+    run their layers for it. ``gate_key`` is a secret, as in :class:`RpcPool`."""
+
+    instance_id: str
+    gate_key: bytes
+    rank: int
+    nodes: tuple[str, ...]
+    endpoints: tuple[str, ...]
+    start_layer: int
+    end_layer: int
+
+
 class Load(msgspec.Struct, frozen=True, kw_only=True, tag="load"):
     """``context_tokens`` is each sequence's window; in ``"embed"`` mode it is the
     longest input, and ``slots`` is unused. A driver of an RPC pool has ``pool``;
@@ -106,6 +120,8 @@ class Load(msgspec.Struct, frozen=True, kw_only=True, tag="load"):
     engine: RunnerEngine = "llama_cpp"
     """Which engine serves ``"generate"`` mode: llama.cpp (``model_path`` is a GGUF
     file) or MLX (``model_path`` is an MLX model directory)."""
+    ring: MlxRingLeg | None = None
+    """An MLX runner's rank in a ring across nodes (``engine == "mlx"``)."""
 
 
 class Generate(msgspec.Struct, frozen=True, kw_only=True, tag="generate"):

@@ -30,6 +30,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Final
 
@@ -44,6 +45,7 @@ GATE_DOMAIN: Final = b"skulk-rpc-gate-v2 gate\x00"
 NONCE_BYTES: Final = 32
 PROOF_BYTES: Final = 32
 HANDSHAKE_TIMEOUT_SECONDS: Final = 5.0
+TARGET_POLL_SECONDS: Final = 0.1
 
 Dial = Callable[[], socket.socket]
 """Opens a connected socket to a donor's gate (the driver's namespace cannot)."""
@@ -65,8 +67,13 @@ class GateServer:
     while the target (reached from the relay threads, started later) is inside.
     """
 
-    def __init__(self, host: str, port: int, *, key: bytes, instance_id: str) -> None:
+    def __init__(
+        self, host: str, port: int, *, key: bytes, instance_id: str, target_wait_s: float = 0.0
+    ) -> None:
         self._target = ("127.0.0.1", 0)
+        self._target_wait_s = target_wait_s
+        """How long an admitted peer waits for the target to listen (an MLX ring's
+        gate opens before its rank listens); 0: not at all."""
         self._key = key
         self._instance_id = instance_id
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -117,7 +124,7 @@ class GateServer:
             self._refuse(peer, address, "wrong answer: not a member of this cluster's pool")
             return
         try:
-            upstream = socket.create_connection(self._target, timeout=HANDSHAKE_TIMEOUT_SECONDS)
+            upstream = self._reach_target()
         except OSError as exc:
             log.error("the local RPC server at %s:%d is unreachable: %s", *self._target, exc)
             peer.close()
@@ -142,6 +149,16 @@ class GateServer:
                 log.info("RPC peer %s:%d left", address[0], address[1])
 
         relay_sealed(upstream, peer, send_key=to_driver, receive_key=to_donor, on_end=ended)
+
+    def _reach_target(self) -> socket.socket:
+        deadline = time.monotonic() + self._target_wait_s
+        while True:
+            try:
+                return socket.create_connection(self._target, timeout=HANDSHAKE_TIMEOUT_SECONDS)
+            except ConnectionRefusedError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(TARGET_POLL_SECONDS)
 
     def _refuse(self, peer: socket.socket, address: tuple[str, int], why: str) -> None:
         self.refused += 1

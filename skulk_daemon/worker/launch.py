@@ -30,6 +30,7 @@ from skulk_daemon.runner.protocol import Load, RunnerEngine, RunnerMode
 from skulk_daemon.store.cache import mark_used
 from skulk_daemon.store.staging import Staging, StagingFailed
 from skulk_daemon.worker.fetch import Fetched, FetchFailed, ModelFetch
+from skulk_daemon.worker.mlx_ring_loads import ring_leg
 from skulk_daemon.worker.rpc_loads import (
     DONOR_READY_TIMEOUT_SECONDS,
     donor_load,
@@ -112,15 +113,14 @@ class Launcher:
                 raise LaunchRefused("rpc_pool_invalid", made)
             return made
         engine = self.runner_engine(model_id)
-        nodes = len(instance.shard_assignments.node_to_runner)
-        if engine == "mlx" and nodes > 1:
-            # NOTE: an MLX runner loads every layer; a ring would have each node serve
-            # the whole model alone. Refused until mx.distributed's ring backend is used.
-            raise LaunchRefused(
-                f"{PLACEMENT_REFUSED}:{node_id}",
-                f"MLX across nodes (MlxRing over mx.distributed) is not supported yet; "
-                f"place {model_id} on one node",
-            )
+        ring = None
+        if len(instance.shard_assignments.node_to_runner) > 1 and not isinstance(
+            instance, LlamaRpcInstance
+        ):
+            leg = ring_leg(instance, shard, node_id, engine, key)
+            if isinstance(leg, str):
+                raise LaunchRefused(f"{PLACEMENT_REFUSED}:{node_id}", leg)
+            ring = leg
         path = self.model_path(model_id)
         if path is None:
             fetched = await self._fetch(model_id, stopping)
@@ -161,6 +161,7 @@ class Launcher:
             if inference.reuse_replies
             else _seconds_or_off(inference.settle_idle_ms),
             engine=engine,
+            ring=ring,
         )
 
     async def _fetch(self, model_id: ModelId, stopping: Callable[[], bool]) -> Fetched:

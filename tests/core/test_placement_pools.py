@@ -278,24 +278,30 @@ def test_the_master_refuses_a_second_placement_that_would_oversubscribe_a_node()
 
 
 @pytest.mark.parametrize(
-    ("code", "excluded"),
+    ("code", "excluded", "min_nodes"),
     [
-        ("placement_refused:b", {A, B}),
-        ("model_not_installed:b", {A, B}),
-        ("download_failed:b", {A, B}),
-        ("rpc_donor_lost:b", {A}),
-        ("rpc_port_in_use:10.0.0.2:52500", {A}),
-        ("node_lost:b", {A}),
+        ("placement_refused:b", {A, B}, 2),
+        ("model_not_installed:b", {A, B}, 2),
+        ("download_failed:b", {A, B}, 2),
+        ("rpc_donor_lost:b", {A}, 2),
+        ("rpc_port_in_use:10.0.0.2:52500", {A}, 2),
+        ("mlx_ring_peer_lost:b", {A}, 2),
+        # A node that left took its share: the survivors take the model, however few.
+        ("node_lost:b", {A}, 1),
     ],
 )
 def test_a_repair_keeps_the_request_and_excludes_the_refusing_node(
-    code: str, excluded: set[NodeId]
+    code: str, excluded: set[NodeId], min_nodes: int
 ) -> None:
     request = PlacementRequest(min_nodes=2, excluded_node_ids=frozenset({A}), context_tokens=4096)
     again = repair_request(intent_of(request), code, None)
     assert again is not None
     assert again.excluded_node_ids == excluded
-    assert (again.min_nodes, again.context_tokens, again.sharding) == (2, 4096, Sharding.PIPELINE)
+    assert (again.min_nodes, again.context_tokens, again.sharding) == (
+        min_nodes,
+        4096,
+        Sharding.PIPELINE,
+    )
 
 
 def test_repairs_stop_after_the_budget_and_for_failures_placement_cannot_avoid() -> None:

@@ -1,0 +1,149 @@
+"""The MLX scheduler's generator for a ring: one sequence at a time over every rank.
+
+It answers the part of mlx-lm's ``BatchGenerator`` interface that
+:class:`._mlx_scheduler.Scheduler` uses (``insert``, ``next``, ``remove``,
+``close``, ``stream``), so a ring instance keeps the single-node engine's
+streaming, stop strings, sampling, logprobs, grammars and cancellation. Each
+sequence runs through ``mlx_lm.generate.generate_step`` on a :class:`RingModel`,
+whose KV caches live on every rank; a new sequence resets them (no prefix reuse
+across requests, and no batching: the ring's ranks hold one sequence's caches).
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm.generate import generate_step, generation_stream
+from mlx_lm.utils import load_tokenizer
+
+from skulk_daemon.engines._mlx_stage import RingModel, Stage
+
+
+def load_ring(model_dir: Path, end_layer: int) -> tuple[RingModel, Any, RingGenerator]:
+    """Rank 0 of the ring this process was started in (``MLX_HOSTFILE``/``MLX_RANK``
+    are set): layers ``[0, end_layer)``, the tokenizer, and the generator.
+    Blocks until every rank has joined the ring."""
+    group = mx.distributed.init(strict=True, backend="ring")
+    if group.rank() != 0:
+        raise ValueError(f"the serving rank must be rank 0, not {group.rank()}")
+    stage = Stage(model_dir, 0, end_layer, first=True)
+    tokenizer: Any = load_tokenizer(  # type: ignore[no-untyped-call]
+        model_dir, eos_token_ids=stage.config.get("eos_token_id")
+    )
+    model = RingModel(stage, group)
+    return model, tokenizer, RingGenerator(model, set(tokenizer.eos_token_ids))
+
+
+class _Response:
+    __slots__ = ("finish_reason", "logprobs", "token", "uid")
+
+    def __init__(self, uid: int, token: int, logprobs: object, finish_reason: str | None) -> None:
+        self.uid = uid
+        self.token = token
+        self.logprobs = logprobs
+        self.finish_reason = finish_reason
+
+
+class _Queued:
+    __slots__ = ("emitted", "max_tokens", "processors", "prompt", "sampler", "steps", "uid")
+
+    def __init__(
+        self, uid: int, prompt: list[int], max_tokens: int, sampler: Any, processors: Any
+    ) -> None:
+        self.uid = uid
+        self.prompt = prompt
+        self.max_tokens = max_tokens
+        self.sampler = sampler
+        self.processors = processors
+        self.steps: Iterator[tuple[Any, Any]] | None = None
+        self.emitted = 0
+
+
+class RingGenerator:
+    """See the module docstring."""
+
+    def __init__(self, model: RingModel, stop_tokens: set[int]) -> None:
+        self._model = model
+        self._stop_tokens = stop_tokens
+        self._uids = itertools.count()
+        self._queue: collections.deque[_Queued] = collections.deque()
+        self._current: _Queued | None = None
+        self.stream = generation_stream
+
+    def insert(
+        self,
+        prompts: list[list[int]],
+        *,
+        max_tokens: list[int],
+        caches: object = None,
+        all_tokens: object = None,
+        samplers: list[Any] | None = None,
+        logits_processors: list[Any] | None = None,
+    ) -> list[int]:
+        del caches, all_tokens  # a ring keeps no prompt caches (see the module docstring)
+        uids = []
+        for index, prompt in enumerate(prompts):
+            uid = next(self._uids)
+            sampler = samplers[index] if samplers else None
+            processors = logits_processors[index] if logits_processors else None
+            self._queue.append(_Queued(uid, prompt, max_tokens[index], sampler, processors))
+            uids.append(uid)
+        return uids
+
+    def next(self) -> tuple[None, list[_Response]]:
+        current = self._current
+        if current is None:
+            if not self._queue:
+                return None, []
+            current = self._current = self._queue.popleft()
+            current.steps = generate_step(
+                mx.array(current.prompt),
+                self._model,
+                max_tokens=current.max_tokens,
+                sampler=current.sampler,
+                logits_processors=current.processors,
+                prompt_cache=self._model.make_cache(),
+            )
+        assert current.steps is not None
+        token, logprobs = next(current.steps)
+        token = int(token)
+        current.emitted += 1
+        finish: str | None = None
+        if token in self._stop_tokens:
+            finish = "stop"
+        elif current.emitted >= current.max_tokens:
+            finish = "length"
+        if finish is not None:
+            self._drop(current.uid)
+        return None, [_Response(current.uid, token, logprobs, finish)]
+
+    def remove(self, uids: list[int], return_prompt_caches: bool = False) -> dict[int, Any]:
+        del return_prompt_caches
+        for uid in uids:
+            self._drop(uid)
+        return {}
+
+    def close(self) -> None:
+        self._queue.clear()
+        self._drop_current()
+
+    def _drop(self, uid: int) -> None:
+        if self._current is not None and self._current.uid == uid:
+            self._drop_current()
+        for queued in list(self._queue):
+            if queued.uid == uid:
+                self._queue.remove(queued)
+
+    def _drop_current(self) -> None:
+        current = self._current
+        self._current = None
+        if current is not None and current.steps is not None:
+            # NOTE: closing the generator ends its pending step here, on this thread.
+            close = getattr(current.steps, "close", None)
+            if close is not None:
+                close()

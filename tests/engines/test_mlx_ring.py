@@ -1,0 +1,218 @@
+"""An MLX ring of two real runners: each rank loads only its layers, they talk over
+``mx.distributed``'s ring backend through the cluster's gates, and rank 0 answers.
+
+Two runner processes (``python -m skulk_daemon.runner``) on this machine's loopback
+play two nodes: rank 1 holds the second half of the converted demo's layers, rank
+0 the first half plus the embeddings and the head. What rank 0 generates at
+temperature 0 is what ``mlx_lm`` generates with the whole model in one process.
+Only members reach a rank: its MLX port sits in the runner's private network
+namespace, and its gate refuses a peer without the key. Losing rank 1 fails rank 0
+with the code the cluster re-places on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO, cast
+
+import msgspec
+import pytest
+
+from skulk_core.chat.generation import (
+    FinishChunk,
+    GenerationRequest,
+    SamplingParams,
+    TokenChunk,
+)
+from skulk_core.ids import TaskId
+from skulk_daemon.models.mlx_demo import install_mlx_demo, mlx_installed
+from skulk_daemon.runner.protocol import (
+    Failed,
+    Generate,
+    Load,
+    MlxRingLeg,
+    Phase,
+    RunnerMessage,
+    Shutdown,
+    decode_runner_message,
+    encode_frame,
+    read_frame,
+)
+from skulk_daemon.runner.rpc_gate import MAGIC
+from skulk_daemon.runner.rpc_relay import recv_exactly
+from skulk_daemon.telemetry.mlx_probe import mlx_runs
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux namespaces"),
+    pytest.mark.skipif(not (mlx_installed() and mlx_runs()), reason="MLX does not run here"),
+    pytest.mark.xdist_group("network"),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+WAIT_S = 300.0
+KEY = bytes(range(32))
+INSTANCE = "ring-test-instance"
+PROMPT = "The capital of France is"
+TOKENS = 8  # each decoded token costs a ring round trip on a shared 2-core machine
+NODES = ("node-rank-0", "node-rank-1")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Rank:
+    """A real MLX runner holding one rank of the ring."""
+
+    def __init__(self, tmp: Path, model: Path, leg: MlxRingLeg) -> None:
+        self.log = tmp / f"rank{leg.rank}.log"
+        host, port = leg.endpoints[leg.rank].rsplit(":", 1)
+        self.gate = (host, int(port))
+        self.detail = ""
+        """What the rank said when it became ready."""
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "skulk_daemon.runner"],
+                cwd=ROOT,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
+        assert self.process.stdin is not None
+        load = Load(model_path=str(model), context_tokens=512, engine="mlx", ring=leg)
+        self.send(load)
+
+    def send(self, message: msgspec.Struct) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(encode_frame(message))
+        self.process.stdin.flush()
+
+    def next(self) -> RunnerMessage:
+        body = read_frame(cast(BinaryIO, self.process.stdout))
+        assert body is not None, f"the runner exited: {self.log.read_text()[-3000:]}"
+        return decode_runner_message(body)
+
+    def ready(self) -> str:
+        while True:
+            message = self.next()
+            assert not isinstance(message, Failed), message
+            if isinstance(message, Phase) and message.phase == "ready":
+                return message.detail
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.send(Shutdown())
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
+
+@pytest.fixture(scope="module")
+def mlx_model(shared_models_dir: Path) -> Path:
+    installed = install_mlx_demo(shared_models_dir)
+    assert installed is not None and installed.location is not None
+    return Path(installed.location)
+
+
+@pytest.fixture(scope="module")
+def ring(tmp_path_factory: pytest.TempPathFactory, mlx_model: Path) -> Iterator[list[Rank]]:
+    tmp = tmp_path_factory.mktemp("ring")
+    endpoints = (f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}")
+    legs = [
+        MlxRingLeg(
+            instance_id=INSTANCE,
+            gate_key=KEY,
+            rank=rank,
+            nodes=NODES,
+            endpoints=endpoints,
+            start_layer=start,
+            end_layer=end,
+        )
+        for rank, (start, end) in enumerate([(0, 9), (9, 18)])
+    ]
+    # Rank 1 first and rank 0 second, and both must wait for each other.
+    ranks = [Rank(tmp, mlx_model, legs[1]), Rank(tmp, mlx_model, legs[0])]
+    ranks.reverse()
+
+    def wait(index: int) -> None:
+        ranks[index].detail = ranks[index].ready()
+
+    threads = [threading.Thread(target=wait, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT_S)
+    assert all(r.detail for r in ranks), [r.log.read_text()[-2000:] for r in ranks]
+    yield ranks
+    for rank in ranks:
+        rank.stop()
+
+
+def generate(rank: Rank, prompt: str, max_tokens: int) -> tuple[str, FinishChunk]:
+    task = TaskId("t-" + os.urandom(4).hex())
+    sampling = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+    rank.send(Generate(request=GenerationRequest(task_id=task, prompt=prompt, sampling=sampling)))
+    text = ""
+    while True:
+        message = rank.next()
+        if isinstance(message, TokenChunk):
+            text += message.text
+        elif isinstance(message, FinishChunk):
+            return text, message
+        else:
+            assert not isinstance(message, Failed), message
+
+
+def test_the_ring_answers_as_the_whole_model_does(ring: list[Rank], mlx_model: Path) -> None:
+    from mlx_lm import generate as mlx_generate  # noqa: PLC0415
+    from mlx_lm import load  # noqa: PLC0415
+
+    text, finish = generate(ring[0], PROMPT, TOKENS)
+    assert finish.completion_tokens == TOKENS
+    model, tokenizer = load(str(mlx_model))[:2]
+    whole = mlx_generate(model, tokenizer, PROMPT, max_tokens=TOKENS)
+    assert text == whole
+    # A second request starts fresh caches on both ranks: the same answer again.
+    again, _ = generate(ring[0], PROMPT, TOKENS)
+    assert again == text
+
+
+def test_only_members_reach_a_rank(ring: list[Rank]) -> None:
+    for rank in ring:
+        assert "MLX ring port isolated in" in rank.detail
+        pid = rank.process.pid
+        # MLX's own port is in the runner's network namespace, not this one.
+        assert os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
+    # The gate asks for the key before anything reaches MLX.
+    with socket.create_connection(ring[1].gate, timeout=10) as stranger:
+        assert recv_exactly(stranger, len(MAGIC) + 32).startswith(MAGIC)
+        stranger.sendall(bytes(64))  # a wrong answer
+        assert stranger.recv(1) == b""  # refused
+    assert "refused RPC peer" in ring[1].log.read_text()
+
+
+def test_losing_a_rank_fails_rank_0_with_the_node_named(ring: list[Rank]) -> None:
+    ring[1].process.kill()
+    ring[1].process.wait()
+    while True:
+        message = ring[0].next()
+        if isinstance(message, Failed):
+            assert message.code == f"mlx_ring_peer_lost:{NODES[1]}"
+            return
