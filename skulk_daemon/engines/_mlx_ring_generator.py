@@ -13,18 +13,23 @@ from __future__ import annotations
 
 import collections
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
 from mlx_lm.generate import generate_step, generation_stream
+from mlx_lm.models.cache import _BaseCache as LayerCache
+from mlx_lm.tokenizer_utils import TokenizerWrapper
 from mlx_lm.utils import load_tokenizer
 
 from skulk_daemon.engines._mlx_stage import RingModel, Stage
 
+Sampler = Callable[[mx.array], mx.array]
+LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
 
-def load_ring(model_dir: Path, end_layer: int) -> tuple[RingModel, Any, RingGenerator]:
+
+def load_ring(model_dir: Path, end_layer: int) -> tuple[RingModel, TokenizerWrapper, RingGenerator]:
     """Rank 0 of the ring this process was started in (``MLX_HOSTFILE``/``MLX_RANK``
     are set): layers ``[0, end_layer)``, the tokenizer, and the generator.
     Blocks until every rank has joined the ring."""
@@ -32,7 +37,7 @@ def load_ring(model_dir: Path, end_layer: int) -> tuple[RingModel, Any, RingGene
     if group.rank() != 0:
         raise ValueError(f"the serving rank must be rank 0, not {group.rank()}")
     stage = Stage(model_dir, 0, end_layer, first=True)
-    tokenizer: Any = load_tokenizer(  # type: ignore[no-untyped-call]
+    tokenizer: TokenizerWrapper = load_tokenizer(  # type: ignore[no-untyped-call]
         model_dir, eos_token_ids=stage.config.get("eos_token_id")
     )
     model = RingModel(stage, group)
@@ -53,7 +58,12 @@ class _Queued:
     __slots__ = ("emitted", "max_tokens", "processors", "prompt", "sampler", "steps", "uid")
 
     def __init__(
-        self, uid: int, prompt: list[int], max_tokens: int, sampler: Any, processors: Any
+        self,
+        uid: int,
+        prompt: list[int],
+        max_tokens: int,
+        sampler: Sampler | None,
+        processors: list[LogitsProcessor] | None,
     ) -> None:
         self.uid = uid
         self.prompt = prompt
@@ -82,8 +92,8 @@ class RingGenerator:
         max_tokens: list[int],
         caches: object = None,
         all_tokens: object = None,
-        samplers: list[Any] | None = None,
-        logits_processors: list[Any] | None = None,
+        samplers: list[Sampler] | None = None,
+        logits_processors: list[list[LogitsProcessor]] | None = None,
     ) -> list[int]:
         del caches, all_tokens  # a ring keeps no prompt caches (see the module docstring)
         uids = []
@@ -122,7 +132,9 @@ class RingGenerator:
             self._drop(current.uid)
         return None, [_Response(current.uid, token, logprobs, finish)]
 
-    def remove(self, uids: list[int], return_prompt_caches: bool = False) -> dict[int, Any]:
+    def remove(
+        self, uids: list[int], return_prompt_caches: bool = False
+    ) -> dict[int, list[LayerCache]]:
         del return_prompt_caches
         for uid in uids:
             self._drop(uid)

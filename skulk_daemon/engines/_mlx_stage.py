@@ -27,7 +27,11 @@ from pathlib import Path
 from typing import Any, Final
 
 import mlx.core as mx
+from mlx.nn.layers.base import Module
 from mlx_lm.models.base import create_attention_mask
+
+# NOTE: mlx-lm's common base of the per-layer KV caches (KVCache, RotatingKVCache, ...).
+from mlx_lm.models.cache import _BaseCache as LayerCache
 from mlx_lm.utils import load_model
 
 log = logging.getLogger(__name__)
@@ -92,7 +96,7 @@ class Stage:
         mx.eval(wanted)
         self.hidden_size: int = int(model.args.hidden_size)
 
-    def make_cache(self) -> list[Any]:
+    def make_cache(self) -> list[LayerCache]:
         caches = self.model.make_cache()
         return list(caches[self.start : self.end])
 
@@ -103,7 +107,7 @@ class Stage:
             h = h * mx.array(self.hidden_size**0.5, mx.bfloat16).astype(h.dtype)
         return h
 
-    def run_layers(self, h: mx.array, cache: list[Any]) -> mx.array:
+    def run_layers(self, h: mx.array, cache: list[LayerCache]) -> mx.array:
         for index, (layer, c) in enumerate(zip(self.layers, cache, strict=True)):
             h = layer(h, self._mask(h, self.start + index, c), c)
         return h
@@ -115,26 +119,30 @@ class Stage:
         logits: mx.array = head(out)
         return logits
 
-    def _mask(self, h: mx.array, layer: int, cache: Any) -> Any:
+    def _mask(self, h: mx.array, layer: int, cache: LayerCache) -> mx.array | str | None:
         if self.model_type == "gemma3_text":
             pattern = int(self.args.sliding_window_pattern)
             if pattern > 1 and layer % pattern != pattern - 1:
-                return create_attention_mask(h, cache, window_size=self.args.sliding_window)
-        return create_attention_mask(h, cache)
+                mask: mx.array | str | None = create_attention_mask(
+                    h, cache, window_size=self.args.sliding_window
+                )
+                return mask
+        mask = create_attention_mask(h, cache)
+        return mask
 
 
-def _tied(model: Any) -> bool:
+def _tied(model: Module) -> bool:
     if hasattr(model, "tie_word_embeddings"):
         return bool(model.tie_word_embeddings)
     return not hasattr(model, "lm_head")
 
 
-def send_header(op: int, n_tokens: int, dtype: int, group: Any, dst: int) -> None:
+def send_header(op: int, n_tokens: int, dtype: int, group: mx.distributed.Group, dst: int) -> None:
     header = mx.array([op, n_tokens, dtype, 0], dtype=mx.int32)
     mx.eval(mx.distributed.send(header, dst, group=group, stream=mx.cpu))
 
 
-def recv_header(group: Any, src: int) -> tuple[int, int, int]:
+def recv_header(group: mx.distributed.Group, src: int) -> tuple[int, int, int]:
     header = mx.distributed.recv((HEADER_LEN,), mx.int32, src, group=group, stream=mx.cpu)
     mx.eval(header)
     values: list[int] = header.tolist()  # type: ignore[assignment]
@@ -146,7 +154,7 @@ class RingModel:
     """Rank 0's view of the whole ring as an mlx-lm model: ``model(tokens, cache)``
     gives logits. ``make_cache()`` starts a new sequence on every rank."""
 
-    def __init__(self, stage: Stage, group: Any) -> None:
+    def __init__(self, stage: Stage, group: mx.distributed.Group) -> None:
         if not stage.first:
             raise ValueError("only rank 0 drives the ring")
         self.stage = stage
@@ -156,14 +164,16 @@ class RingModel:
         self.model_type = stage.model_type
 
     @property
-    def layers(self) -> list[Any]:
+    def layers(self) -> list[Module]:
         return self.stage.layers
 
-    def make_cache(self) -> list[Any]:
+    def make_cache(self) -> list[LayerCache]:
         send_header(RESET, 0, 0, self.group, 1)
         return self.stage.make_cache()
 
-    def __call__(self, inputs: mx.array, cache: list[Any] | None = None, **_: Any) -> mx.array:
+    def __call__(
+        self, inputs: mx.array, cache: list[LayerCache] | None = None, **_: object
+    ) -> mx.array:
         if cache is None:
             raise ValueError("the ring keeps KV caches on every rank: pass make_cache()'s")
         h = self.stage.run_layers(self.stage.embed(inputs), cache)
@@ -181,7 +191,7 @@ class RingModel:
         send_header(STOP, 0, 0, self.group, 1)
 
 
-def serve_stage(stage: Stage, group: Any) -> None:
+def serve_stage(stage: Stage, group: mx.distributed.Group) -> None:
     """A later rank's loop: run its layers for every FORWARD until STOP, passing
     each header on to the next rank (the last rank answers rank 0)."""
     rank = int(group.rank())
