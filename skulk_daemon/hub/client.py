@@ -43,6 +43,19 @@ MAX_SMALL_FILE_BYTES: Final = 1024 * 1024
 _T = TypeVar("_T")
 
 
+def _hub_library() -> None:
+    """Ready huggingface_hub for a call: it sends nothing we did not ask for.
+
+    Left to itself, building a request's headers makes huggingface_hub fetch an
+    "agent harness" registry from the endpoint (once a day, with no token) to tag
+    its user agent. A node asks the Hub only for the files it names: on an offline
+    LAN that fetch would wait out its timeout, and it tells the Hub (or a mirror)
+    more about the caller than the download needs."""
+    from huggingface_hub import constants  # noqa: PLC0415  (see the NOTE above)
+
+    constants.HF_HUB_DISABLE_TELEMETRY = True
+
+
 class HubRefused(Exception):
     """What the API answers when the Hub (or our reading of it) says no."""
 
@@ -75,11 +88,13 @@ class HubClient:
     def api(self) -> HfApi:
         from huggingface_hub import HfApi  # noqa: PLC0415  (see the NOTE above)
 
+        _hub_library()
         return HfApi(endpoint=self.endpoint, token=self._auth())
 
     def headers(self) -> dict[str, str]:
         from huggingface_hub.utils._headers import build_hf_headers  # noqa: PLC0415
 
+        _hub_library()
         return build_hf_headers(token=self._auth())
 
     def headers_for(self, url: str) -> dict[str, str]:
@@ -106,6 +121,8 @@ class HubClient:
             RepositoryNotFoundError,
             RevisionNotFoundError,
         )
+
+        _hub_library()
 
         try:
             return action()

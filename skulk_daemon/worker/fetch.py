@@ -119,7 +119,9 @@ class ModelFetch:
         except DownloadRefused as exc:
             raise FetchFailed(f"downloading {model_id} was refused: {exc.message}") from None
         except HubRefused as exc:
-            raise FetchFailed(f"the Hub refused {model_id}: {exc.message}") from None
+            raise FetchFailed(
+                f"the download of {model_id} was refused by the Hub: {exc.message}"
+            ) from None
         except HubCardError as exc:
             raise FetchFailed(f"{model_id} cannot be downloaded: {exc}") from None
         except OSError as exc:

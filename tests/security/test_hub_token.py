@@ -10,9 +10,12 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
+from huggingface_hub import constants
+from huggingface_hub.utils import _detect_agent
 
 from skulk_daemon.hub.client import HubClient
 
@@ -104,3 +107,21 @@ def test_only_the_endpoints_exact_origin_gets_the_token(monkeypatch: pytest.Monk
     assert client.headers_for("https://HUB.example:443/x")["authorization"] == f"Bearer {TOKEN}"
     for other in ("http://hub.example/x", "https://hub.example:8443/x", "https://cdn.example/x"):
         assert "authorization" not in {k.lower() for k in client.headers_for(other)}, other
+
+
+def test_the_hub_is_asked_only_for_the_file_named(
+    hub: tuple[Recorder, Recorder], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """huggingface_hub, left to itself, fetches an "agent harness" registry from its
+    endpoint (no token, once a day, cached under HF_HOME) while it builds a request's
+    headers. A node asks the Hub only for what it names: with no cached registry, no
+    registry fetch is made and the endpoint sees only the file's resolve request."""
+    fetches: list[str] = []
+    monkeypatch.setattr(constants, "AGENT_HARNESSES_PATH", str(tmp_path / "harnesses.json"))
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", False)
+    monkeypatch.setattr(_detect_agent, "_registry", None)
+    monkeypatch.setattr(_detect_agent, "_fetch_registry", lambda: fetches.append("fetch"))
+    endpoint, _ = hub
+    assert HubClient(configured_token=TOKEN).small_file("org/repo", COMMIT, "config.json") == BODY
+    assert fetches == []
+    assert [path for _, path, _ in endpoint.seen] == [f"/org/repo/resolve/{COMMIT}/config.json"]
