@@ -13,6 +13,7 @@ from datetime import datetime
 import msgspec
 
 from skulk_core.cluster.telemetry import NodeHealth, NodeTelemetry
+from skulk_core.extensions.capability_nodes import STALE_AFTER_SECONDS
 from skulk_core.ids import NodeId
 from skulk_core.state.shards import Instance
 from skulk_core.state.state import State
@@ -326,14 +327,19 @@ def version_status(state: State, telemetry: Telemetry) -> VersionStatus:
     )
 
 
-def capability_nodes(state: State, telemetry: Telemetry) -> CapabilityNodes:
-    """Capability advertisements per host, apart from hardware; hosts without identity
-    telemetry get safe fallback names and do not count as topology nodes."""
+def capability_nodes(state: State, telemetry: Telemetry, now: datetime) -> CapabilityNodes:
+    """The current ``/state.capabilityNodes`` advertisements per host (in host-id order,
+    a host whose last reading is older than :data:`STALE_AFTER_SECONDS` dropped, as
+    there), apart from hardware and with no surface URL or action payload; hosts
+    outside the topology get safe fallback names and do not count as topology nodes."""
     names = node_names(state, telemetry)
     hosts: list[CapabilityHost] = []
     extra = 0
-    for node, reading in telemetry.items():
+    for node in sorted(telemetry):
+        reading = telemetry[node]
         if not reading.capability_nodes:
+            continue
+        if (now - reading.observed_at).total_seconds() > STALE_AFTER_SECONDS:
             continue
         name = names.get(node)
         if name is None:

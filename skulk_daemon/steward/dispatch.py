@@ -19,7 +19,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable, Coroutine
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from skulk_core.ids import CommandId, InstanceId, NodeId, new_command_id
@@ -49,6 +49,14 @@ CancelDownload = Callable[[NodeId, str, str], Awaitable[None]]
 repeats the attempt check; raises when that attempt is no longer in flight there."""
 
 
+def _span(wait: timedelta) -> str:
+    seconds = int(wait.total_seconds())
+    if seconds % 60 == 0 and seconds >= 60:
+        minutes = seconds // 60
+        return f"{minutes} minute{'s' if minutes != 1 else ''}"
+    return f"{wait.total_seconds():g} s"
+
+
 def capabilities_disabled() -> bool:
     return os.environ.get(KILL_SWITCH_ENV, "").strip() == "1"
 
@@ -58,9 +66,18 @@ class _Failed(Exception):
 
 
 class ProposalDispatcher:
-    def __init__(self, node: Node, cancel_download: CancelDownload | None = None) -> None:
+    def __init__(
+        self,
+        node: Node,
+        cancel_download: CancelDownload | None = None,
+        *,
+        restart_capacity_wait: timedelta = RESTART_CAPACITY_WAIT,
+    ) -> None:
         self._node = node
         self._cancel_download = cancel_download
+        self.restart_capacity_wait = restart_capacity_wait
+        """How long a restart waits for the released capacity before it fails (the
+        spec's five minutes; shorter where a caller cannot wait that long)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._was_master = False
         self._closed = False
@@ -252,16 +269,22 @@ class ProposalDispatcher:
         self, proposal: StewardProposal, dispatch: CommandId, old: InstanceId
     ) -> CreateInstance:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + RESTART_CAPACITY_WAIT.total_seconds()
+        wait = self.restart_capacity_wait
+        deadline = loop.time() + wait.total_seconds()
         last = "the old instance is still placed"
-        while loop.time() < deadline:
+        while True:
             if old not in self._node.state.instances:
                 try:
                     return self._plan(proposal, dispatch)
                 except _Failed as exc:
                     last = str(exc)
-            await asyncio.sleep(RESTART_POLL_SECONDS)
-        raise _Failed(f"replacement capacity did not become available in five minutes ({last})")
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            await asyncio.sleep(min(RESTART_POLL_SECONDS, left))
+        raise _Failed(
+            f"replacement capacity did not become available within {_span(wait)} ({last})"
+        )
 
     async def _recover(self, proposal: StewardProposal, now: datetime) -> None:
         """Reissue a dispatched proposal's missing effect once (promoted master)."""

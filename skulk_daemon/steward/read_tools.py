@@ -112,7 +112,7 @@ class ReadTools:
             case "get_model_catalog":
                 return _json(self._catalog())
             case "get_capability_nodes":
-                return _json(evidence.capability_nodes(state, telemetry))
+                return _json(evidence.capability_nodes(state, telemetry, datetime.now(UTC)))
             case "search_docs":
                 return search_docs(arguments.get("query", ""))
             case _:

@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 
 from skulk_core.ids import new_command_id
+from skulk_core.placement import PlacementRefusal
 from skulk_core.state.commands import CreateProposal
 from skulk_core.state.proposals import ProposalAction, ProposalStatus, StewardProposal
+from skulk_daemon.steward import dispatch
 from skulk_daemon.steward.dispatch import ProposalDispatcher
 from skulk_daemon.steward.proposals import ProposalBook
 from tests.api.in_process import AppNode
@@ -267,3 +269,29 @@ def test_the_kill_switch_fails_a_promoted_masters_recovery_closed(
     failed = proposal(app, pid)
     assert failed["status"] == "failed" and "recovery failed closed" in failed["outcome"]
     assert instance in _demo_instances(app)
+
+
+def test_a_restart_that_gets_no_capacity_fails_with_the_outcome(
+    app: AppNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Last in the module (the kill-switch test left one ordinary instance): the exact
+    instance is torn down, the planner never finds room for the replacement (every
+    plan refused, as on a full cluster), and once the wait (the spec's five minutes,
+    made one second here) runs out the proposal fails with why; nothing is re-placed."""
+    (instance,) = _demo_instances(app)
+    steward = app.services.steward
+    assert steward is not None
+    assert steward.dispatcher.restart_capacity_wait == timedelta(minutes=5)
+    monkeypatch.setattr(steward.dispatcher, "restart_capacity_wait", timedelta(seconds=1))
+    full = PlacementRefusal(code="insufficient_memory", message="no node has room")
+    monkeypatch.setattr(dispatch, "place", lambda *args, **kwargs: full)
+    pid = _propose(app, "restart_model")
+    assert decide(app, pid, True).status_code == 200
+    failed = wait_for(
+        lambda: (p := proposal(app, pid))["status"] == "failed" and p, "the failed restart", 30
+    )
+    assert failed["outcome"] == (
+        "replacement capacity did not become available within 1 s (no placement: no node has room)"
+    )
+    assert instance not in app.get("/state").json()["instances"]
+    assert _demo_instances(app) == set()

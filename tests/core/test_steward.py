@@ -8,6 +8,11 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 
 from skulk_core.cluster.routing import select_instance
+from skulk_core.extensions.capability_nodes import (
+    CapabilityNodeAction,
+    CapabilityNodeSummary,
+    CapabilityNodeSurface,
+)
 from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId
 from skulk_core.state.apply import apply
 from skulk_core.state.commands import ChangeProposal, CreateProposal
@@ -28,7 +33,13 @@ from skulk_core.state.shards import (
     ShardAssignments,
 )
 from skulk_core.state.state import DownloadProgress, PlacementIntent, State, Topology
-from skulk_core.steward.evidence import Unresolved, node_names, resolve_node, version_status
+from skulk_core.steward.evidence import (
+    Unresolved,
+    capability_nodes,
+    node_names,
+    resolve_node,
+    version_status,
+)
 from skulk_core.steward.inventory import deterministic_answer
 from skulk_core.steward.lifecycle import (
     LifecycleState,
@@ -38,6 +49,7 @@ from skulk_core.steward.lifecycle import (
     steward_status,
 )
 from skulk_core.steward.tools import READ_TOOLS, bounded, step_schema
+from tests.core.test_health import NOW as READ_AT
 from tests.core.test_health import reading
 
 BRAIN = "local/gemma-3-270m-q4_k_m"
@@ -293,3 +305,69 @@ def test_node_targets_resolve_by_unique_friendly_name_and_builds_are_reported_as
     assert versions["nodes"][0] == {"name": "id-a", "version": "1.2.0", "commit": "abc1234"}
     assert versions["nodes"][1]["commit"] is None  # "unknown" is a missing observation
     assert versions["coverage"] == "partial" and versions["nodes_with_unknown_build"] == 1
+
+
+def _capability(plugin: str, status: str = "ready") -> CapabilityNodeSummary:
+    return CapabilityNodeSummary(
+        plugin_id=plugin,
+        node_id=f"{plugin}-main",
+        bundle_id=f"{plugin}-bundle",
+        version="2.1.0",
+        status=status,  # type: ignore[arg-type]
+        owner_available=True,
+        surfaces=(
+            CapabilityNodeSurface(
+                surface_id="ui", title="UI", url="https://host.example/ui?token=s3cr3t"
+            ),
+        ),
+        actions=(
+            CapabilityNodeAction(
+                action_id="go",
+                title="Go",
+                kind="descriptor",
+                capability_id="demo.run",
+                payload={"api_key": "s3cr3t"},
+            ),
+        ),
+    )
+
+
+def test_the_capability_nodes_tool_projects_current_advertisements_credential_free() -> None:
+    a, b = NodeId("id-a"), NodeId("id-b")
+    only, stale = NodeId("id-only"), NodeId("id-stale")
+    state = State(topology=Topology(nodes=(a, b)))
+    with_caps = msgspec.structs.replace
+    telemetry = {
+        a: with_caps(reading(a), capability_nodes=(_capability("notes"),)),
+        b: reading(b),  # no capability nodes: absent, as from /state.capabilityNodes
+        # A capability-only host outside the topology, without a usable friendly name.
+        only: with_caps(
+            reading(only),
+            identity=with_caps(reading(only).identity, friendly_name=" "),
+            capability_nodes=(_capability("memory", "degraded"),),
+        ),
+        # Its last reading is older than 90 s: dropped from /state, so from the tool too.
+        stale: with_caps(reading(stale, age=120.0), capability_nodes=(_capability("old"),)),
+    }
+    view = msgspec.to_builtins(capability_nodes(state, telemetry, READ_AT))
+    assert [h["host"] for h in view["hosts"]] == ["id-a", "capability-host-1"]
+    assert view["hosts"][0]["capability_nodes"] == [
+        {
+            "plugin": "notes",
+            "node": "notes-main",
+            "bundle": "notes-bundle",
+            "version": "2.1.0",
+            "status": "ready",
+            "owner_available": True,
+        }
+    ]
+    assert view["hosts"][1]["capability_nodes"][0]["status"] == "degraded"
+    assert "no execution authority" in view["note"]
+    # Credential-free: no surface URL, action payload or node id reaches the tool result.
+    text = msgspec.json.encode(view).decode()
+    for secret in ("s3cr3t", "https://", "id-only", "id-stale", "old"):
+        assert secret not in text
+    # The capability-only host is no topology node and no node-diagnostic target.
+    names = node_names(state, telemetry)
+    assert list(names) == [a, b]
+    assert isinstance(resolve_node("capability-host-1", names), Unresolved)
