@@ -12,7 +12,10 @@ fails everywhere stops being retried and its failures stay visible.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Final
+
+import msgspec
 
 from skulk_core.ids import NodeId
 from skulk_core.placement.planner import PlacementRequest
@@ -40,6 +43,32 @@ _REPLACE_AS_BEFORE: Final = (
     NODE_LOST,
     MLX_RING_PEER_LOST,
 )
+
+
+# A pool's or ring's peer went away: its node may be leaving the cluster.
+_PEER_LOST: Final = (RPC_DONOR_LOST, MLX_RING_PEER_LOST)
+
+
+def waits_for_peer(error_code: str) -> bool:
+    """Whether a refused re-placement after this failure should wait a little: the
+    failure names a pool or ring peer whose node may be on its way out of the cluster
+    (membership drops a silent node only after some seconds)."""
+    kind, node = _blamed(error_code, None)
+    return kind in _PEER_LOST and node is not None
+
+
+def after_peer_left(
+    request: PlacementRequest, error_code: str, members: Collection[NodeId]
+) -> PlacementRequest | None:
+    """For a pool or ring whose named peer is no longer among ``members``: the same
+    request on the nodes that remain (at least one node, the lost one excluded), as
+    for ``node_lost``. None while the peer is still a member, or for other failures."""
+    kind, node = _blamed(error_code, None)
+    if kind not in _PEER_LOST or node is None or node in members:
+        return None
+    return msgspec.structs.replace(
+        request, min_nodes=1, excluded_node_ids=request.excluded_node_ids | {node}
+    )
 
 
 def intent_of(

@@ -23,7 +23,12 @@ from skulk_core.placement import (
     PlacementRequest,
     place,
 )
-from skulk_core.placement.repair import intent_of, repair_request
+from skulk_core.placement.repair import (
+    after_peer_left,
+    intent_of,
+    repair_request,
+    waits_for_peer,
+)
 from skulk_core.state.commands import CreateInstance
 from skulk_core.state.events import IndexedEvent, InstanceFailed
 from skulk_core.state.shards import Instance
@@ -37,6 +42,10 @@ REPAIR_DELAY_SECONDS: Final = 1.0
 REPAIR_TRIES: Final = 5
 REPAIR_RETRY_SECONDS: Final = 2.0
 """While node facts are pending (a node just joined or left), planning is retried."""
+PEER_WAIT_TRIES: Final = 15
+"""A pool or ring whose peer was lost: while that peer's node is still a member (it
+is dropped after some seconds of silence), a refused plan is retried this many times,
+then placed on the nodes that remain once the peer has left."""
 
 
 class RepairAgent:
@@ -75,22 +84,25 @@ class RepairAgent:
     ) -> None:
         model_id = failed.shard_assignments.model_id
         await asyncio.sleep(REPAIR_DELAY_SECONDS)
-        for _ in range(REPAIR_TRIES):
+        pending_tries, peer_tries = REPAIR_TRIES, PEER_WAIT_TRIES
+        while pending_tries > 0:
             if not self._node.is_master:
                 return
             entry = self._node.catalog().get(model_id)
             if entry is None:
                 log.warning("cannot place %s again: it left the catalog", model_id)
                 return
+            facts = self._node.placement_facts()
+            request = after_peer_left(request, why, facts.topology_nodes) or request
             command_id = new_command_id()
-            planned = place(
-                entry.card,
-                self._node.placement_facts(),
-                request,
-                CommandOwnedIds(InstanceId(command_id)),
-            )
+            planned = place(entry.card, facts, request, CommandOwnedIds(InstanceId(command_id)))
             if isinstance(planned, PlacementRefusal):
                 if planned.code == PLACEMENT_INFO_PENDING:
+                    pending_tries -= 1
+                    await asyncio.sleep(REPAIR_RETRY_SECONDS)
+                    continue
+                if peer_tries > 0 and waits_for_peer(why):
+                    peer_tries -= 1
                     await asyncio.sleep(REPAIR_RETRY_SECONDS)
                     continue
                 log.warning("cannot place %s again after %s: %s", model_id, why, planned.message)

@@ -22,7 +22,13 @@ from skulk_core.placement import (
 )
 from skulk_core.placement.local_fit import local_shortfall
 from skulk_core.placement.ordering import admit_command
-from skulk_core.placement.repair import MAX_REPAIR_ATTEMPTS, intent_of, repair_request
+from skulk_core.placement.repair import (
+    MAX_REPAIR_ATTEMPTS,
+    after_peer_left,
+    intent_of,
+    repair_request,
+    waits_for_peer,
+)
 from skulk_core.placement.rpc_pool import (
     RPC_PORT_BASE,
     RPC_PORT_SPAN,
@@ -302,6 +308,24 @@ def test_a_repair_keeps_the_request_and_excludes_the_refusing_node(
         4096,
         Sharding.PIPELINE,
     )
+
+
+@pytest.mark.parametrize("code", ["rpc_donor_lost:b", "mlx_ring_peer_lost:b"])
+def test_a_pool_whose_peer_then_leaves_goes_back_on_the_nodes_that_remain(code: str) -> None:
+    # The peer's runner failed first; membership drops its silent node seconds later.
+    request = PlacementRequest(min_nodes=2, excluded_node_ids=frozenset({A}), context_tokens=4096)
+    assert waits_for_peer(code)
+    assert after_peer_left(request, code, [A, B, NodeId("c")]) is None  # still a member
+    again = after_peer_left(request, code, [A, NodeId("c")])
+    assert again is not None
+    assert (again.min_nodes, again.excluded_node_ids, again.context_tokens) == (1, {A, B}, 4096)
+
+
+def test_other_failures_do_not_wait_for_a_peer() -> None:
+    request = PlacementRequest(min_nodes=2)
+    for code in ("node_lost:b", "placement_refused:b", "rpc_donor_lost", "runner_crashed"):
+        assert not waits_for_peer(code)
+        assert after_peer_left(request, code, [A]) is None
 
 
 def test_repairs_stop_after_the_budget_and_for_failures_placement_cannot_avoid() -> None:

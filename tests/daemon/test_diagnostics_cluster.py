@@ -16,6 +16,7 @@ import httpx
 import psutil
 import pytest
 
+from tests.daemon.pair import linked_pair
 from tests.daemon.serving import DEMO, wait_for
 from tests.daemon.test_cli_against_daemon import skulk
 from tests.daemon.test_cluster import converged, node_id
@@ -146,26 +147,8 @@ def test_a_wedged_runner_and_a_dead_member_as_an_operator_sees_them(
 
 @pytest.fixture
 def pair(tmp_path: Path, shared_models_dir: Path) -> Iterator[list[DaemonProcess]]:
-    first = DaemonProcess(root=tmp_path / "a", models_dir=shared_models_dir, extra_env=STUCK_ENV)
-    second = DaemonProcess(
-        root=tmp_path / "b",
-        models_dir=shared_models_dir,
-        peers=[first.fabric_address],
-        extra_env=STUCK_ENV,
-    )
-    try:
-        first.start()
-        second.start()
-        wait_for(lambda: converged([first, second], 2), "two nodes to converge", timeout=60)
-        wait_for(
-            lambda: len(first.get("/state").json()["topology"]["connections"]) >= 2 or None,
-            "both fabric edges",
-            timeout=30,
-        )
+    with linked_pair(tmp_path, shared_models_dir, STUCK_ENV) as (first, second):
         yield [first, second]
-    finally:
-        first.kill()
-        second.kill()
 
 
 def test_a_pool_wedged_on_one_rank_shows_every_rank_in_the_timeline(

@@ -15,8 +15,9 @@ import pytest
 
 from skulk_daemon.models.mlx_demo import MLX_DEMO_MODEL_ID, install_mlx_demo, mlx_installed
 from skulk_daemon.telemetry.mlx_probe import mlx_runs
+from tests.daemon.pair import linked_pair
 from tests.daemon.serving import wait_for
-from tests.daemon.test_cluster import converged, node_id
+from tests.daemon.test_cluster import node_id
 from tests.daemon_process import DaemonProcess
 
 pytestmark = [
@@ -70,24 +71,8 @@ def whole_model_text(shared_models_dir: Path) -> str:
 def pair(
     tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path, whole_model_text: str
 ) -> Iterator[tuple[DaemonProcess, DaemonProcess]]:
-    root = tmp_path_factory.mktemp("mlx-ring")
-    first = DaemonProcess(root=root / "a", models_dir=shared_models_dir)
-    second = DaemonProcess(
-        root=root / "b", models_dir=shared_models_dir, peers=[first.fabric_address]
-    )
-    try:
-        first.start()
-        second.start()
-        wait_for(lambda: converged([first, second], 2), "two nodes to converge", timeout=60)
-        wait_for(
-            lambda: len(first.get("/state").json()["topology"]["connections"]) >= 2 or None,
-            "both fabric edges",
-            timeout=30,
-        )
-        yield first, second
-    finally:
-        first.kill()
-        second.kill()
+    with linked_pair(tmp_path_factory.mktemp("mlx-ring"), shared_models_dir) as pair:
+        yield pair
 
 
 def test_a_two_node_ring_answers_as_the_whole_model_and_survives_its_serving_node(

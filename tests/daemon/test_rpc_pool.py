@@ -19,9 +19,10 @@ import pytest
 
 from skulk_daemon.runner.rpc_dialer import HELPER_NAME
 from skulk_daemon.runner.rpc_gate import MAGIC, NONCE_BYTES, PROOF_BYTES
+from tests.daemon.pair import linked_pair
 from tests.daemon.serving import DEMO, sse_lines, wait_for, wait_idle
 from tests.daemon.serving import PROMPT as CHAT
-from tests.daemon.test_cluster import converged, node_id
+from tests.daemon.test_cluster import node_id
 from tests.daemon_process import DaemonProcess
 from tests.runner_processes import runner_processes
 from tests.security.test_rpc_isolation import loopback_listeners, netns
@@ -70,25 +71,8 @@ def complete(daemon: DaemonProcess, max_tokens: int = COMPARED_TOKENS) -> httpx.
 def pool(
     tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
 ) -> Iterator[tuple[DaemonProcess, DaemonProcess]]:
-    root = tmp_path_factory.mktemp("rpc-pool")
-    first = DaemonProcess(root=root / "a", models_dir=shared_models_dir)
-    second = DaemonProcess(
-        root=root / "b", models_dir=shared_models_dir, peers=[first.fabric_address]
-    )
-    try:
-        first.start()
-        second.start()
-        wait_for(lambda: converged([first, second], 2), "two nodes to converge", timeout=60)
-        # The driver reaches a donor at the address its fabric edge names.
-        wait_for(
-            lambda: len(first.get("/state").json()["topology"]["connections"]) >= 2 or None,
-            "both fabric edges",
-            timeout=30,
-        )
-        yield first, second
-    finally:
-        first.kill()
-        second.kill()
+    with linked_pair(tmp_path_factory.mktemp("rpc-pool"), shared_models_dir) as pair:
+        yield pair
 
 
 def place_and_serve(daemon: DaemonProcess, **fields: object) -> str:
