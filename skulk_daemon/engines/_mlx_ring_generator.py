@@ -38,7 +38,7 @@ def load_ring(model_dir: Path, end_layer: int) -> tuple[RingModel, TokenizerWrap
         raise ValueError(f"the serving rank must be rank 0, not {group.rank()}")
     stage = Stage(model_dir, 0, end_layer, first=True)
     tokenizer: TokenizerWrapper = load_tokenizer(  # type: ignore[no-untyped-call]
-        model_dir, eos_token_ids=stage.config.get("eos_token_id")
+        model_dir, eos_token_ids=stage.eos_token_ids
     )
     model = RingModel(stage, group)
     return model, tokenizer, RingGenerator(model, set(tokenizer.eos_token_ids))

@@ -75,7 +75,8 @@ class Stage:
         except (ValueError, OSError, KeyError) as exc:
             raise StageError(f"MLX cannot load {model_dir.name}: {exc}") from exc
         self.model: Any = model
-        self.config: dict[str, Any] = config
+        eos = config.get("eos_token_id")
+        self.eos_token_ids: int | list[int] | None = eos
         inner = model.model
         n_layers = len(inner.layers)
         if not 0 <= start < end <= n_layers:
