@@ -275,7 +275,10 @@ def test_the_qr_encodes_the_invitation_and_clears_after_five_minutes(
     page.clock.install()
     dialog = _open_settings(page, gateway.url)
     dialog.get_by_label("Device limit").fill("1")
-    with page.expect_response(re.compile(r"/v1/auth/pairing-invitations$")) as answer:
+    # The page also polls the invitation list (GET, same URL): wait for the POST's answer.
+    with page.expect_response(
+        lambda r: r.url.endswith("/v1/auth/pairing-invitations") and r.request.method == "POST"
+    ) as answer:
         dialog.get_by_role("button", name="Create invitation").click()
     created = answer.value.json()
     qr = dialog.get_by_role("img", name="Pairing QR code")
