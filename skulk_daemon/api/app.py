@@ -198,7 +198,5 @@ def create_app(
             ],
         ),
     )
-    # The document is built once, here, so that a route it cannot describe fails the
-    # start rather than the first client that asks for it.
-    openapi.complete(app.openapi_schema)
+    openapi.complete_when_built(app)
     return app

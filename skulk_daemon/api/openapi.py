@@ -12,9 +12,10 @@
   success body per media type: JSON (:func:`json_of`, :func:`wire_of`), server-sent
   events (:func:`sse_of`, one event as OpenAPI 3.2's ``itemSchema`` models it) or
   NDJSON (:func:`lines_of`).
-- :func:`complete`, which the app runs once to attach those Structs' schemas, made by
+- :func:`complete`, which attaches those Structs' schemas, made by
   ``msgspec.json.schema_components`` (the decoder's and encoder's own view), to the
-  document Litestar built. ``to_wire`` renderings differ from msgspec's (tagged Structs
+  document Litestar built; :func:`complete_when_built` runs it when Litestar builds the
+  document, on its first request (about a CPU-second a node start would otherwise pay). ``to_wire`` renderings differ from msgspec's (tagged Structs
   are externally tagged), so theirs come from :mod:`~skulk_daemon.api.wire_schema`,
   named with a ``Wire`` prefix.
 """
@@ -27,6 +28,8 @@ from http import HTTPStatus
 from typing import Any, ClassVar, Final, Literal, cast
 
 import msgspec
+from litestar import Litestar
+from litestar._openapi.plugin import OpenAPIPlugin
 from litestar.openapi import ResponseSpec
 from litestar.openapi.spec import (
     OpenAPI,
@@ -237,6 +240,27 @@ def _litestar_default(response: OpenAPIResponse | Reference) -> bool:
     media = (response.content or {}).get(JSON)
     schema = media.schema if media is not None else None
     return isinstance(schema, Schema) and schema.required == ["detail", "status_code"]
+
+
+class _CompletingOpenAPIPlugin(OpenAPIPlugin):
+    """Litestar's OpenAPI plugin, which runs :func:`complete` on the document it builds."""
+
+    __slots__ = ()
+
+    def _build_openapi(self) -> OpenAPI:
+        document = super()._build_openapi()
+        complete(document)
+        return document
+
+
+def complete_when_built(app: Litestar) -> None:
+    """Have ``app`` complete its OpenAPI document when it first builds it (the first
+    request for ``/api/openapi.json`` or the docs pages): the contract tests build it,
+    so a route it cannot describe fails there, not on a user's first request."""
+    plugin = app.plugins.get(OpenAPIPlugin)
+    # NOTE: Litestar makes its own plugin in Litestar.__init__, with no hook to supply
+    # a subclass; the subclass adds no state (empty __slots__), so the swap is safe.
+    plugin.__class__ = _CompletingOpenAPIPlugin
 
 
 def complete(openapi: OpenAPI) -> None:
