@@ -12,7 +12,7 @@ from rich.text import Text
 
 from skulk_cli.render import humanize_bytes, short_id
 from skulk_cli.short_ids import NODE_PREFIX, IdShortener
-from skulk_core.diagnostics.answers import ClusterBundles, Timeline
+from skulk_core.diagnostics.answers import UNSET, Capture, ClusterBundles, Timeline
 from skulk_core.diagnostics.bundle import NodeBundle
 from skulk_core.diagnostics.doctor import DoctorFinding, Verdict
 
@@ -88,6 +88,36 @@ def node(bundle: NodeBundle) -> RenderableType:
             str(process.cpu_percent),
         )
     return Group(facts, runners, processes, doctor(bundle))
+
+
+def capture(taken: Capture, saved_to: str, size: int) -> RenderableType:
+    """What a saved capture holds, in a few lines: the file is for a bug report."""
+    facts = Table.grid(padding=(0, 2))
+    memory = taken.memory
+    rows = [
+        ("node", short_id(taken.node_id)),
+        ("captured at", taken.captured_at),
+        (
+            "memory",
+            f"{humanize_bytes(memory.ram_available)} free of {humanize_bytes(memory.ram_total)}, "
+            f"daemon {humanize_bytes(memory.daemon_rss_bytes)}",
+        ),
+    ]
+    if taken.runner is not UNSET:
+        runner = taken.runner
+        rows.append(("runner", f"{short_id(runner.runner_id)} {runner.model_id} ({runner.phase})"))
+    if taken.flight_recorder is not UNSET:
+        rows.append(("flight recorder", f"{len(taken.flight_recorder)} entries"))
+    if taken.process_samples is not UNSET:
+        threads = sum(len(sample.threads) for sample in taken.process_samples)
+        rows.append(("samples", f"{len(taken.process_samples)} processes, {threads} threads"))
+    for label, value in rows:
+        facts.add_row(Text(label, style="bold"), value)
+    lines: list[RenderableType] = [facts]
+    for failure in taken.partial_failures:
+        lines.append(Text(f"could not read {failure.what}: {failure.error}", style="yellow"))
+    lines.append(Text(f"Saved to {saved_to} ({humanize_bytes(size)}).", style="green"))
+    return Group(*lines)
 
 
 def cluster(report: ClusterBundles) -> RenderableType:

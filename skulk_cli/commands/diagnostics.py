@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated
 
 import msgspec
@@ -11,7 +13,7 @@ from skulk_cli import console, render_diagnostics
 from skulk_cli.client import JsonObject
 from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, WideFlag, node_client
 from skulk_cli.views import parse
-from skulk_core.diagnostics.answers import ClusterBundles, Timeline
+from skulk_core.diagnostics.answers import Capture, ClusterBundles, Timeline
 from skulk_core.diagnostics.bundle import NodeBundle
 
 app = typer.Typer(
@@ -105,8 +107,20 @@ def capture(
         str | None,
         typer.Option("--node", help="Capture on this member instead.", show_default=False),
     ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Where to save it (default skulk-capture-NODE-TIME.json here; - prints it).",
+            show_default=False,
+            dir_okay=False,
+        ),
+    ] = None,
+    json_output: JsonFlag = False,
 ) -> None:
-    """Capture a bounded snapshot (flight recorders, memory, thread samples) as JSON."""
+    """Capture a bounded snapshot (flight recorders, memory, thread samples) and save it
+    as JSON for a bug report; `--json` or `-o -` prints it instead."""
     cli = CliContext.of(ctx)
     body: JsonObject = {"includeProcessSamples": samples, "sampleDurationSeconds": seconds}
     if runner is not None:
@@ -114,4 +128,19 @@ def capture(
     if task is not None:
         body["taskId"] = task
     with node_client(cli) as client:
-        console.emit_json(client.capture(body, node))
+        raw = client.capture(body, node)
+    if cli.wants_json(json_output) or str(output) == "-":
+        console.emit_json(raw)
+        return
+    taken = parse(raw, Capture, "capture")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = output or Path(f"skulk-capture-{taken.node_id[-8:]}-{stamp}.json")
+    document = msgspec.json.format(msgspec.json.encode(raw), indent=2) + b"\n"
+    try:
+        # Never over another file: a capture is evidence, and so may be what is there.
+        with path.open("xb") as file:
+            file.write(document)
+    except OSError as exc:
+        console.error(f"could not save the capture to {path}: {exc.strerror or exc}")
+        raise typer.Exit(EXIT_REFUSED) from None
+    console.show(render_diagnostics.capture(taken, str(path), len(document)))

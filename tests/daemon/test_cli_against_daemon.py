@@ -150,3 +150,33 @@ def test_top_shows_the_cluster_and_this_nodes_tokens(
     assert "generation(s) in flight" in shown.stdout
     assert DEMO in shown.stdout and "tokens/s" in shown.stdout
     assert daemon.get("/node_id").json()[:8] in shown.stdout
+
+
+def test_a_capture_is_saved_to_a_file_and_summarised(daemon: DaemonProcess, tmp_path: Path) -> None:
+    node_id = daemon.get("/node_id").json()
+    saved = subprocess.run(
+        [sys.executable, "-m", "skulk_cli", "--api-url", daemon.url, "diagnostics", "capture"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert saved.returncode == 0, saved.stderr
+    (path,) = tmp_path.glob("skulk-capture-*.json")
+    assert json.loads(path.read_text())["nodeId"] == node_id
+    text = " ".join(saved.stdout.split())
+    assert f"Saved to {path.name}" in text
+    assert "memory" in text
+    assert len(saved.stdout.splitlines()) < 10  # a summary, not the document
+
+    # Never over an existing file: a second capture to the same name is refused.
+    again = skulk(daemon, "diagnostics", "capture", "-o", str(path))
+    assert again.returncode == 1
+    assert "could not save the capture" in again.stderr
+    assert json.loads(path.read_text())["nodeId"] == node_id
+
+    # Scripts still get the JSON on stdout.
+    printed = skulk(daemon, "diagnostics", "capture", "-o", "-")
+    assert json.loads(printed.stdout)["nodeId"] == node_id
+    assert json.loads(skulk(daemon, "--json", "diagnostics", "capture").stdout)["nodeId"]
