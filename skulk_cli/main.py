@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from typer._click.core import Context as ClickContext
 from typer._completion_classes import completion_init
-from typer.core import TyperOption
 
+from skulk_cli import help_labels
 from skulk_cli.lazy_commands import LazyGroup
 from skulk_cli.node_http import DEFAULT_API_URL
 
@@ -21,19 +20,7 @@ PROG_NAME = "skulk"
 completion_init()
 
 
-# NOTE: Typer 0.29's rich help prints a flag's type as `<bool>` (`--json <bool>`),
-# which reads as if the flag took a value. A flag takes none: show no type for it.
-# Wrapped here, once, for every command (others' modules too) and the man pages.
-_display_type_rich = TyperOption.display_type_rich
-
-
-def _flag_without_type(self: TyperOption, ctx: ClickContext) -> str | None:
-    if self.is_flag and self.metavar is None:
-        return None
-    return _display_type_rich(self, ctx)
-
-
-setattr(TyperOption, "display_type_rich", _flag_without_type)  # noqa: B010 (a method, patched once)
+help_labels.install()
 
 app = typer.Typer(
     name=PROG_NAME,

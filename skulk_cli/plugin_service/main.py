@@ -21,6 +21,7 @@ import typer
 from rich.console import Console
 from typer._completion_classes import completion_init
 
+from skulk_cli import help_labels
 from skulk_cli.operator_credentials import config_home as default_config_home
 from skulk_cli.plugin_service import registration
 from skulk_cli.plugin_service.feed_probe import Probe, feed_tls, probe_feed
@@ -52,6 +53,7 @@ READY_SECONDS = 90.0
 # NOTE: as in skulk_cli.main: the committed completion scripts (completions/) speak
 # Typer's protocol, which only its registered classes answer.
 completion_init()
+help_labels.install()
 
 app = typer.Typer(
     name=PROG_NAME,
