@@ -136,6 +136,13 @@ def _origin_ok(facts: RequestFacts) -> bool:
     return facts.origin is None or facts.origin_is_own or facts.origin_allowed
 
 
+def _what(facts: RequestFacts) -> str:
+    """How a refusal names the request: a read is not a change."""
+    if facts.websocket:
+        return "this connection"
+    return "this read" if facts.method in SAFE_METHODS else "this change"
+
+
 def decide(facts: RequestFacts, route: RouteAuthority) -> Caller | Refusal:
     """The caller this request acts as, or why it is refused."""
     if facts.operator:
@@ -242,8 +249,9 @@ def _required(facts: RequestFacts, requirement: Requirement, caller: Caller) -> 
             return Refusal(
                 403,
                 "untrusted_peer",
-                "this change is accepted only from this machine, the node's private "
-                "network, or a paired device through the operator gateway (skulk "
+                f"{_what(facts)} is accepted only from this machine, the node's private "
+                "network (LAN or CGNAT addresses; a caller on a public address is not "
+                "trusted), or a paired device through the operator gateway (skulk "
                 "operator pair)",
             )
         case Requirement.DIRECT_LOOPBACK:
@@ -253,8 +261,8 @@ def _required(facts: RequestFacts, requirement: Requirement, caller: Caller) -> 
                 return Refusal(
                     403,
                     "loopback_required",
-                    "this change is accepted only from this machine (localhost) or from a "
-                    "paired device through the operator gateway (skulk operator pair)",
+                    f"{_what(facts)} is accepted only from this machine (localhost) or from "
+                    "a paired device through the operator gateway (skulk operator pair)",
                 )
             if facts.origin is not None and facts.origin_class is not PeerClass.LOOPBACK:
                 return Refusal(

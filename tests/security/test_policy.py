@@ -186,6 +186,19 @@ def test_public_and_forwarded_callers_get_reads_and_inference_only() -> None:
     assert refused(decide(proxied, LOOPBACK)) == (403, "forwarded_request")
 
 
+def test_a_refusal_says_whether_it_refused_a_read_or_a_change() -> None:
+    public = facts(peer=PeerClass.PUBLIC, host="203.0.113.1")
+    read = decide(dataclasses.replace(public, method="GET"), FABRIC)
+    change = decide(dataclasses.replace(public, method="POST"), FABRIC)
+    assert isinstance(read, Refusal) and isinstance(change, Refusal)
+    assert read.message.startswith("this read is accepted only")
+    assert "a caller on a public address is not trusted" in read.message
+    assert change.message.startswith("this change is accepted only")
+    loopback_only = decide(dataclasses.replace(public, method="GET", websocket=True), LOOPBACK)
+    assert isinstance(loopback_only, Refusal)
+    assert loopback_only.message.startswith("this connection is accepted only")
+
+
 def test_a_loopback_caller_with_a_lan_origin_cannot_use_loopback_only_routes() -> None:
     page = facts(origin="http://10.0.0.5", origin_is_own=True, origin_class=PeerClass.PRIVATE_LAN)
     assert refused(decide(page, LOOPBACK)) == (403, "cross_origin")
