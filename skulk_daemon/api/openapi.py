@@ -15,9 +15,10 @@
 - :func:`complete`, which attaches those Structs' schemas, made by
   ``msgspec.json.schema_components`` (the decoder's and encoder's own view), to the
   document Litestar built; :func:`complete_when_built` runs it when Litestar builds the
-  document, on its first request (about a CPU-second a node start would otherwise pay). ``to_wire`` renderings differ from msgspec's (tagged Structs
-  are externally tagged), so theirs come from :mod:`~skulk_daemon.api.wire_schema`,
-  named with a ``Wire`` prefix.
+  document, on its first request (about a CPU-second a node start would otherwise
+  pay). ``to_wire`` renderings differ from msgspec's (tagged Structs are externally
+  tagged), so theirs come from :mod:`~skulk_daemon.api.wire_schema`, named with a
+  ``Wire`` prefix.
 """
 
 from __future__ import annotations
