@@ -63,9 +63,17 @@ def prompt_opens_thinking(prompt: str) -> bool:
 
 
 class ReasoningSplitter:
-    """Feed completion text; get ``(channel, text)`` pieces in order."""
+    """Feed completion text; get ``(channel, text)`` pieces in order.
 
-    def __init__(self, *, starts_in_reasoning: bool = False) -> None:
+    ``thinks``: the model is known to think (its card declares it). Only then is
+    leading whitespace held until the first word shows whether a tag follows it;
+    otherwise it is content at once, so a model that cannot think streams its
+    first token as soon as it is sampled (a base model's first token is often a
+    bare newline, and holding it cost a whole decode step of time to first
+    token). A tag that opens the text is still recognised either way."""
+
+    def __init__(self, *, starts_in_reasoning: bool = False, thinks: bool = True) -> None:
+        self._thinks = thinks
         self._buf = ""
         self._close = _TAGS[0][1] if starts_in_reasoning else ""
         self._mode: Literal["start", "reasoning", "content"] = (
@@ -102,6 +110,11 @@ class ReasoningSplitter:
         match self._mode:
             case "start":
                 s = buf.lstrip()
+                tagged = any(s.startswith(o) or o.startswith(s) for o, _ in _TAGS)
+                if not self._thinks and len(s) < len(buf) and tagged:
+                    # Whitespace alone, or before what may be a tag: out now.
+                    self._buf = s
+                    return ("content", buf[: len(buf) - len(s)]), True
                 if not s:
                     return None, False
                 for opening, closing in _TAGS:

@@ -19,6 +19,7 @@ from skulk_core.chat.generation import TokenChunk as RawToken
 from skulk_core.chat.reasoning import ReasoningSplitter
 from skulk_core.chat.tool_parsing import ToolCallSieve
 from skulk_core.chat.tools import ToolCall
+from skulk_core.models.listing import resolved_capabilities
 from skulk_daemon.chat.admission import Admitted
 from skulk_daemon.chat.generation import KeepAlive
 
@@ -71,7 +72,13 @@ class _Turn:
     """The parsers for one turn, fed token by token."""
 
     def __init__(self, admitted: Admitted) -> None:
-        self._splitter = ReasoningSplitter(starts_in_reasoning=admitted.starts_in_reasoning)
+        # NOTE: only a card that declares thinking holds leading whitespace back (see
+        # ReasoningSplitter): elsewhere a first token that is a bare newline goes out
+        # at once instead of one decode step later.
+        self._splitter = ReasoningSplitter(
+            starts_in_reasoning=admitted.starts_in_reasoning,
+            thinks=resolved_capabilities(admitted.card).supports_thinking,
+        )
         self._sieve = ToolCallSieve(admitted.offer.names) if admitted.offer.tools else None
         self._logprobs: list[TokenLogprob] = []
 

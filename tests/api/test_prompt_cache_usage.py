@@ -9,14 +9,17 @@ chat prompt opens with: its first request is (all but) cold.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
+import psutil
 import pytest
 
 from skulk_daemon.engines._llama_exact import FLASH_ATTENTION_TILE
 from tests.api.in_process import AppNode, Served
 from tests.daemon.serving import DEMO
 from tests.lazy_sdk import anthropic, ollama, openai
+from tests.runner_processes import runner_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("timing")]
 
@@ -29,6 +32,10 @@ GREEDY = {"temperature": 0}
 """Greedy: by default a temperature-0 request reuses cells like any other (the
 bit-exact mode is ``tests/api/test_inference_settings.py``'s). (The Anthropic SDK
 has no ``temperature`` argument; the API takes the field.)"""
+
+
+IDLE_CPU_S = 0.1
+"""What idle runners may spend in 1.5 s (timers); a settle spends several times it."""
 
 
 def system_prompt(name: str) -> str:
@@ -111,17 +118,61 @@ def test_a_greedy_conversation_reuses_its_reply_with_no_pause(oai: openai.OpenAI
         assert cached > held
 
 
+def _cpu_s(processes: list[psutil.Process]) -> float:
+    total = 0.0
+    for process in processes:
+        times = process.cpu_times()
+        total += times.user + times.system
+    return total
+
+
+def test_the_runner_does_no_work_after_a_greedy_reply(oai: openai.OpenAI) -> None:
+    """Issue 43: by default a reply's own cells are reused as they are, as every peer
+    does, so nothing is decoded after it (the bit-exact mode's settle decodes a
+    greedy reply again once idle: half a second of a core and more)."""
+    ask: list[openai.types.chat.ChatCompletionMessageParam] = [
+        {"role": "system", "content": system_prompt("Idle")},
+        {"role": "user", "content": "Good evening."},
+    ]
+    oai.chat.completions.create(model=DEMO, messages=ask, max_tokens=8, temperature=0)
+    runners = runner_processes()
+    assert runners
+    time.sleep(0.2)  # llama.cpp's threads stop spinning
+    before = _cpu_s(runners)
+    time.sleep(1.5)  # past the bit-exact mode's 500 ms settle delay
+    assert _cpu_s(runners) - before < IDLE_CPU_S
+
+
 def test_a_short_prompt_sent_again_is_served_from_the_cache(oai: openai.OpenAI) -> None:
+    """Any repeated prefix is reused however short (issue 43: a 22-token prompt sent
+    four times reported nothing cached), streamed or not."""
     ask: list[openai.types.chat.ChatCompletionMessageParam] = [
         {"role": "user", "content": "Name one colour of the evening sea, please."}
     ]
     first = oai.chat.completions.create(model=DEMO, messages=ask, max_tokens=2, temperature=0)
-    again = oai.chat.completions.create(model=DEMO, messages=ask, max_tokens=2, temperature=0)
-    assert first.usage is not None and again.usage is not None
-    assert again.usage.prompt_tokens == first.usage.prompt_tokens < CHUNK
-    assert again.usage.prompt_tokens_details is not None
-    # All but the last token, whose logits pick the first reply token.
-    assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1
+    assert first.usage is not None
+    assert first.usage.prompt_tokens < CHUNK
+    for streamed in (False, True, False):
+        if streamed:
+            stream = oai.chat.completions.create(
+                model=DEMO,
+                messages=ask,
+                max_tokens=2,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            usage = [chunk.usage for chunk in stream if chunk.usage is not None][-1]
+        else:
+            again = oai.chat.completions.create(
+                model=DEMO, messages=ask, max_tokens=2, temperature=0
+            )
+            assert again.usage is not None
+            usage = again.usage
+        assert usage.prompt_tokens == first.usage.prompt_tokens
+        assert usage.prompt_tokens_details is not None
+        # All but the last token, whose logits pick the first reply token.
+        assert usage.prompt_tokens_details.cached_tokens == usage.prompt_tokens - 1
 
 
 def test_responses_report_cached_input_tokens(oai: openai.OpenAI) -> None:

@@ -13,8 +13,8 @@ from skulk_core.chat.reasoning import (
 )
 
 
-def split(pieces: list[str], *, opened: bool = False) -> tuple[str, str]:
-    splitter = ReasoningSplitter(starts_in_reasoning=opened)
+def split(pieces: list[str], *, opened: bool = False, thinks: bool = True) -> tuple[str, str]:
+    splitter = ReasoningSplitter(starts_in_reasoning=opened, thinks=thinks)
     out = [piece for chunk in pieces for piece in splitter.feed(chunk)] + splitter.finish()
     reasoning = "".join(text for channel, text in out if channel == "reasoning")
     content = "".join(text for channel, text in out if channel == "content")
@@ -51,6 +51,34 @@ def test_splitting_anywhere_gives_the_same_result(sizes: list[int]) -> None:
             rest = rest[size:]
     pieces.append(rest)
     assert split(pieces) == split([text]) == ("a </thi b", "answer </think> tail")
+
+
+@given(st.lists(st.integers(min_value=1, max_value=5), min_size=1, max_size=30))
+def test_a_model_that_does_not_think_splits_the_same_way_anywhere(sizes: list[int]) -> None:
+    text = "\n\n<think>a </thi b</think>\n\nanswer"
+    pieces, rest = [], text
+    for size in sizes:
+        if rest:
+            pieces.append(rest[:size])
+            rest = rest[size:]
+    pieces.append(rest)
+    # Its leading newlines are content (sent before the tag could show); the tag is
+    # still recognised.
+    assert split(pieces, thinks=False) == split([text], thinks=False) == ("a </thi b", "\n\nanswer")
+
+
+def test_a_leading_newline_is_held_only_for_a_model_that_thinks() -> None:
+    """A base model's first token is often a bare newline: held back, it would reach
+    the client one decode step later (issue 43's time to first token)."""
+    plain = ReasoningSplitter(thinks=False)
+    assert plain.feed("\n\n") == [("content", "\n\n")]
+    assert plain.feed("Story") == [("content", "Story")]
+    thinking = ReasoningSplitter(thinks=True)
+    assert thinking.feed("\n\n") == []
+    assert thinking.feed("Story") == [("content", "\n\nStory")]
+    assert ReasoningSplitter(thinks=False).feed("\n<th") == [("content", "\n")]
+    # A token that opens with a space stays one piece.
+    assert ReasoningSplitter(thinks=False).feed(" The") == [("content", " The")]
 
 
 def test_toggleable_models_default_to_not_thinking() -> None:
