@@ -16,9 +16,9 @@ import signal
 import socket
 import sys
 from collections.abc import Generator, Sequence
+from typing import TYPE_CHECKING
 
 import uvicorn
-from zeroconf import InterfaceChoice
 
 from skulk_core.cluster.telemetry import TELEMETRY_INTERVAL_SECONDS, NodeIdentityInfo
 from skulk_core.config import ConfigError, LogLevel, SkulkConfig
@@ -29,7 +29,6 @@ from skulk_daemon.capabilities.service import CapabilityService
 from skulk_daemon.extensions.lifecycle import ExtensionHost
 from skulk_daemon.fabric.cluster import ClusterAgent
 from skulk_daemon.fabric.cluster_settings import ClusterSettingsFollower
-from skulk_daemon.fabric.discovery import DiscoveredPeer, MdnsDiscovery
 from skulk_daemon.fabric.peers import fabric_address
 from skulk_daemon.fabric.setup import resolve_fabric
 from skulk_daemon.fabric.transport import FabricBindError, FabricTransport, FrameHandler
@@ -64,6 +63,9 @@ from skulk_daemon.system.stopping import StopGuard
 from skulk_daemon.telemetry.publisher import TelemetrySource, run_publisher
 from skulk_daemon.worker.supervisor import Supervisor
 from skulk_host.fsutil import ensure_private_dir
+
+if TYPE_CHECKING:
+    from skulk_daemon.fabric.discovery import MdnsDiscovery
 
 log = logging.getLogger("skulk")
 
@@ -256,6 +258,13 @@ async def _start_fabric(
         raise StartupError(f"{exc}; stop the other node or pass --fabric-port") from None
     discovery: MdnsDiscovery | None = None
     if mdns:
+        # NOTE: zeroconf loads only where mDNS is on (issue 43).
+        from zeroconf import InterfaceChoice  # noqa: PLC0415
+
+        from skulk_daemon.fabric.discovery import (  # noqa: PLC0415
+            DiscoveredPeer,
+            MdnsDiscovery,
+        )
 
         def found(peer: DiscoveredPeer) -> None:
             if peer.addresses:

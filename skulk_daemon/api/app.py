@@ -30,6 +30,7 @@ from skulk_daemon.api.errors import EXCEPTION_HANDLERS
 from skulk_daemon.api.host_network import HostNetworkController
 from skulk_daemon.api.hub import HubController
 from skulk_daemon.api.images import ImagesController
+from skulk_daemon.api.lean_litestar import LeanLitestar
 from skulk_daemon.api.metrics import MetricsController
 from skulk_daemon.api.models import ModelsController
 from skulk_daemon.api.music import MusicController
@@ -149,7 +150,7 @@ def create_app(
     guard = AuthorityGuard(lambda: services.node.config)
     services.metrics.refusals = guard.refusals
     cors = services.node.config.api.cors_origins
-    app = Litestar(
+    app = LeanLitestar(
         route_handlers=[*CONTROLLERS, *REALTIME_HANDLERS],
         # NOTE: one guard on every route: each controller (or route) declares what it
         # requires; the app's default covers only Litestar's own documentation routes.

@@ -20,8 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-
-import httpx
+from typing import TYPE_CHECKING
 
 from skulk_core.config import BrowserToolsConfig
 from skulk_core.version import SKULK_VERSION
@@ -34,6 +33,9 @@ from skulk_daemon.browser.addresses import (
 from skulk_daemon.browser.codings import ACCEPT_ENCODING, read_decoded, response_coding
 from skulk_daemon.browser.content import parse_content_type
 from skulk_daemon.browser.errors import InvalidUrl, UpstreamError, UpstreamTimeout
+
+if TYPE_CHECKING:
+    import httpx
 
 PROVIDER = "httpx"
 MAX_REDIRECTS = 5
@@ -94,6 +96,8 @@ class FetchedPage:
 
 def parse_url(text: str) -> httpx.URL:
     """An absolute http(s) URL without credentials, or :class:`InvalidUrl` saying why."""
+    import httpx  # noqa: PLC0415 (httpx loads where a request is made: issue 43)
+
     text = text.strip()
     if len(text) > MAX_URL_CHARS:
         raise InvalidUrl(f"the URL is longer than {MAX_URL_CHARS} characters")
@@ -120,6 +124,8 @@ async def fetch_request(
     outbound: Outbound, settings: FetchSettings, body_limit: BodyLimit
 ) -> FetchedPage:
     """Send ``outbound`` under the SSRF policy, following checked redirects."""
+    import httpx  # noqa: PLC0415 (httpx loads where a request is made: issue 43)
+
     url = parse_url(outbound.url)
     if outbound.params:
         url = url.copy_merge_params(dict(outbound.params))
@@ -208,6 +214,8 @@ def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
 
 
 def _redirect_target(current: httpx.URL, location: str) -> httpx.URL:
+    import httpx  # noqa: PLC0415 (httpx loads where a request is made: issue 43)
+
     try:
         target = current.join(location)
     except (httpx.InvalidURL, UnicodeError) as exc:
@@ -231,6 +239,8 @@ async def _send_pinned(
 ) -> httpx.Response:
     # ``netloc`` is the host (IDNA-encoded, IPv6 in brackets) and any explicit port:
     # exactly the Host header the URL would have had.
+    import httpx  # noqa: PLC0415 (httpx loads where a request is made: issue 43)
+
     host_header = url.netloc.decode("ascii")
     server_name = url.raw_host.decode("ascii")
     for index, address in enumerate(addresses):

@@ -122,10 +122,10 @@ def compile_descriptor(
             context=context,
             builtin=builtin,
             source=type(provider).__name__,
-            input=Schema(descriptor.input_schema),
-            output=Schema(descriptor.output_schema),
-            input_chunk=_optional(descriptor.input_chunk_schema),
-            output_chunk=_optional(descriptor.output_chunk_schema),
+            input=Schema(descriptor.input_schema, trusted=builtin),
+            output=Schema(descriptor.output_schema, trusted=builtin),
+            input_chunk=_optional(descriptor.input_chunk_schema, builtin),
+            output_chunk=_optional(descriptor.output_chunk_schema, builtin),
         )
     except SchemaInvalid as exc:
         raise ValueError(f"invalid JSON Schema: {exc}") from None
@@ -133,8 +133,8 @@ def compile_descriptor(
         raise ValueError(f"schemas must be JSON: {exc}") from None
 
 
-def _optional(schema: dict[str, object] | None) -> Schema | None:
-    return None if schema is None else Schema(schema)
+def _optional(schema: dict[str, object] | None, trusted: bool) -> Schema | None:
+    return None if schema is None else Schema(schema, trusted=trusted)
 
 
 DynamicSource = Callable[[], Sequence[Registration]]

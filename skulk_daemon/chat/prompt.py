@@ -25,20 +25,21 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import replace
-
-import jinja2
+from typing import TYPE_CHECKING
 
 from skulk_core.chat.reasoning import ThinkingControls
 from skulk_core.chat.tools import NO_TOOLS, ToolCall, ToolOffer, ToolSpec
 from skulk_core.models.cards import ModelCard, ModelKind, served_kind
 from skulk_daemon.chat.task import TaskMessage
-from skulk_daemon.chat.template_sandbox import (
+from skulk_daemon.chat.template_budget import (
     MAX_PROMPT_CHARS,
     PromptError,
     check_deadline,
-    compile_template,
     render_budget,
 )
+
+if TYPE_CHECKING:
+    import jinja2
 
 __all__ = [
     "MAX_PROMPT_CHARS",
@@ -53,6 +54,9 @@ _USES_TOOLS = re.compile(r"\btools\b")
 
 @functools.lru_cache(maxsize=32)
 def _compile(source: str) -> jinja2.Template:
+    # NOTE: Jinja loads with the first template compiled, not at the node's start (issue 43).
+    from skulk_daemon.chat.template_sandbox import compile_template  # noqa: PLC0415
+
     return compile_template(source)
 
 
@@ -182,6 +186,8 @@ def render_prompt(
     if raw or card.chat_template is None or served_kind(card) == ModelKind.BASE:
         return plain_prompt(conversation)
     template = _compile(card.chat_template)
+    import jinja2  # noqa: PLC0415 (loaded by the compile above)
+
     variables: dict[str, object] = dict(extra or {})
     if native and offer.tools:
         variables["tools"] = [_tool_json(tool) for tool in offer.tools]

@@ -7,10 +7,10 @@ exhausting its memory, by bounding what a template can do at every place it can
 spend time or build something large:
 
 - time: every call, operator, loop step and output part checks the render's deadline
-  (:data:`RENDER_SECONDS`);
+  (``RENDER_SECONDS`` of :mod:`skulk_daemon.chat.template_budget`);
 - iteration: every ``for`` loop (and every ``loop(...)`` of a recursive one) counts
-  its steps against :data:`MAX_LOOP_STEPS` for the whole render, and ``range`` yields
-  at most :data:`MAX_RANGE` items;
+  its steps against that module's ``MAX_LOOP_STEPS`` for the whole render, and
+  ``range`` yields at most :data:`MAX_RANGE` items;
 - size: no value a template builds may exceed :data:`MAX_VALUE_CHARS`. What could
   allocate more than it is given (``*``, ``+``, ``%``, ``~``, string methods such as
   ``replace``/``join``/``center``, filters such as ``replace``/``join``/``indent``/
@@ -20,16 +20,12 @@ spend time or build something large:
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import functools
 import json
 import operator
 import re
 import string
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, TypeVar
 
@@ -38,15 +34,16 @@ from jinja2 import nodes
 from jinja2.runtime import LoopContext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-RENDER_SECONDS: Final = 2.0
-"""Wall-clock budget for one render; real chat templates take well under a millisecond."""
+from skulk_daemon.chat.template_budget import (
+    DEADLINE_EVERY,
+    MAX_PROMPT_CHARS,
+    PromptError,
+    check_deadline,
+    count_step,
+)
+
 MAX_RANGE: Final = 10_000
 """Items one ``range`` may yield; a chat template loops over messages, not numbers."""
-MAX_LOOP_STEPS: Final = 1_000_000
-"""Loop steps one render may take, all loops together (a chat template takes one per
-message, tool and content part)."""
-MAX_PROMPT_CHARS: Final = 8 * 1024 * 1024
-"""A rendered prompt beyond this fits no context window."""
 MAX_VALUE_CHARS: Final = MAX_PROMPT_CHARS
 """The largest string (or weight of a list, in characters) a template may build on the
 way: nothing larger could become part of a prompt."""
@@ -54,59 +51,15 @@ MAX_FORMAT_WIDTH: Final = 1024
 """The widest padding or precision a format (``%``, ``format``) may ask for."""
 MAX_JSON_INDENT: Final = 16
 """The deepest indentation ``tojson`` may be asked for."""
-_DEADLINE_EVERY: Final = 256
 
 _PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
 _WIDTHS = re.compile(r"\d+")
 _T = TypeVar("_T")
 
 
-class PromptError(ValueError):
-    """The conversation cannot be rendered with this model's template."""
-
-
-@dataclass
-class _Budget:
-    deadline: float
-    steps: int = 0
-
-
-_budget: contextvars.ContextVar[_Budget] = contextvars.ContextVar("template_budget")
-
-
-@contextlib.contextmanager
-def render_budget() -> Iterator[None]:
-    """The time and loop-step budget of one render, for what runs inside."""
-    token = _budget.set(_Budget(deadline=time.monotonic() + RENDER_SECONDS))
-    try:
-        yield
-    finally:
-        _budget.reset(token)
-
-
-def check_deadline() -> None:
-    budget = _budget.get(None)
-    if budget is not None and time.monotonic() > budget.deadline:
-        raise PromptError(
-            f"the model card's chat template ran longer than {RENDER_SECONDS:g} s; "
-            "the card's template must be fixed"
-        )
-
-
-def _step() -> None:
-    budget = _budget.get(None)
-    if budget is None:
-        return
-    budget.steps += 1
-    if budget.steps > MAX_LOOP_STEPS:
-        raise PromptError(f"the chat template took more than {MAX_LOOP_STEPS} loop steps")
-    if budget.steps % _DEADLINE_EVERY == 0:
-        check_deadline()
-
-
 def _bounded_iter(iterable: Iterable[_T]) -> Iterator[_T]:
     for item in iterable:
-        _step()
+        count_step()
         yield item
 
 
@@ -296,7 +249,7 @@ def _bounded_join(parts: Iterable[object]) -> str:
         size += len(text)
         _need(size, "joined its output")
         texts.append(text)
-        if len(texts) % _DEADLINE_EVERY == 0:
+        if len(texts) % DEADLINE_EVERY == 0:
             check_deadline()
     return "".join(texts)
 

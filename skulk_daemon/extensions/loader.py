@@ -17,9 +17,6 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Final
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
-
 from skulk_core.version import SKULK_VERSION
 from skulk_daemon.extensions.middleware import BaseChatMiddleware
 
@@ -68,6 +65,10 @@ def _describe(exc: BaseException) -> str:
 
 def check_requires(requires: object, version: str) -> None:
     """Refuse unless ``requires`` is a PEP 440 specifier that ``version`` satisfies."""
+    # NOTE: packaging loads where an extension is installed, not at every start (issue 43).
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet  # noqa: PLC0415
+    from packaging.version import InvalidVersion, Version  # noqa: PLC0415
+
     if not isinstance(requires, str) or not requires.strip():
         raise Refusal("it declares no skulk_requires (a PEP 440 specifier such as '>=0.1,<1')")
     try:

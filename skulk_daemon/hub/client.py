@@ -21,13 +21,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, Final, TypeVar, cast
 from urllib.parse import urlsplit
 
-import httpx2
-
 from skulk_core.models.custom_cards import SOURCE_REVISION_PATTERN
 from skulk_core.models.gguf import GgufHeader, read_gguf_header
 from skulk_core.models.hub_cards import RepoFile
 
 if TYPE_CHECKING:
+    import httpx2
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
     from huggingface_hub.file_download import HfFileMetadata
@@ -114,6 +113,7 @@ class HubClient:
 
     def call(self, repo_id: str, action: Callable[[], _T]) -> _T:
         """``action()``, with the Hub's refusals made into :class:`HubRefused`."""
+        import httpx2  # noqa: PLC0415  (the Hub's own client, loaded with it)
         from huggingface_hub.errors import (  # noqa: PLC0415  (see the NOTE above)
             EntryNotFoundError,
             GatedRepoError,

@@ -19,12 +19,13 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
-
-import httpx
+from typing import TYPE_CHECKING, Any, Final
 
 from skulk_core.ids import NodeId
 from skulk_daemon.node.node import Node
+
+if TYPE_CHECKING:
+    import httpx
 
 PROBE_TIMEOUT_SECONDS: Final = 3.0
 # A proxied capture may sample processes for up to its own bound.
@@ -96,6 +97,8 @@ def api_urls(node: Node, node_id: NodeId) -> tuple[str, ...]:
 
 def is_loopback_url(url: str) -> bool:
     """Whether ``url`` names the loopback of the machine that reads it."""
+    import httpx  # noqa: PLC0415 (httpx loads where a peer is asked: issue 43)
+
     host = httpx.URL(url).host
     if host == "localhost":
         return True
@@ -127,6 +130,8 @@ async def ask(
     """``method path`` on ``node_id``'s API: the first advertised URL that answers.
     Raises :class:`UnsafePath` (nothing is sent) for a path :func:`checked_path` refuses;
     a query goes in ``params`` (encoded by the client), never in ``path``."""
+    import httpx  # noqa: PLC0415 (httpx loads where a peer is asked: issue 43)
+
     checked_path(path)
     urls = api_urls(node, node_id)
     if not urls:

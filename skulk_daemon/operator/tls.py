@@ -13,11 +13,6 @@ import ipaddress
 from pathlib import Path
 from typing import Final
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
 from skulk_core.operator.encoding import public_key_fingerprint
 from skulk_daemon.operator.state import TlsRecord
 from skulk_host.fsutil import OWNER_ONLY_FILE, atomic_write
@@ -31,6 +26,12 @@ KEY_FILE: Final = "gateway-tls.key"
 
 def generate_tls_identity(cluster_id: str, *, now: float) -> TlsRecord:
     """A fresh key and self-signed server certificate for ``localhost``, 127.0.0.1, ::1."""
+    # NOTE: x509 loads where a gateway is first initialized, not at every start (issue 43).
+    from cryptography import x509  # noqa: PLC0415
+    from cryptography.hazmat.primitives import hashes, serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # noqa: PLC0415
+
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name(
         [

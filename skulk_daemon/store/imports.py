@@ -20,10 +20,9 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import quote, urlsplit
 
-import httpx
 import msgspec
 
 from skulk_core.models.cards import ModelCard
@@ -38,6 +37,9 @@ from skulk_daemon.models.sidecar import write_sidecar
 from skulk_daemon.store.exports import TARGET_HEADER
 from skulk_daemon.store.host import StoreHostService
 from skulk_host.fsutil import fsync_dir
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,8 @@ def decode_request(body: bytes) -> ImportRequest:
 
 async def run_import(store: StoreHostService, request: ImportRequest) -> StoreEntry:
     """Pull, verify and publish; the resulting store entry. Raises ImportFailed."""
+    import httpx  # noqa: PLC0415 (httpx loads where a request is made: issue 43)
+
     record = request.record
     model_id = record.card.model_id
     node = store.node
@@ -158,6 +162,8 @@ def _admit(root: Path, work: Path, files: tuple[ManifestEntry, ...], total: int)
 
 
 def _pull_all(request: ImportRequest, work: Path) -> None:
+    import httpx  # noqa: PLC0415 (httpx loads where a request is made: issue 43)
+
     timeout = httpx.Timeout(READ_SECONDS, connect=CONNECT_SECONDS)
     headers = {TARGET_HEADER: request.target_node_id}
     with httpx.Client(timeout=timeout, headers=headers) as client:
@@ -168,6 +174,8 @@ def _pull_all(request: ImportRequest, work: Path) -> None:
 def _pull_one(
     client: httpx.Client, request: ImportRequest, work: Path, item: ManifestEntry
 ) -> None:
+    import httpx  # noqa: PLC0415 (httpx loads where a request is made: issue 43)
+
     done = work / item.path
     if not done.resolve().is_relative_to(work.resolve()):
         raise ImportFailed(400, f"{item.path!r} escapes the model directory")

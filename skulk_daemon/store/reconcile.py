@@ -25,9 +25,8 @@ import contextlib
 import logging
 import os
 import time
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-import httpx
 import msgspec
 
 from skulk_core.ids import NodeId
@@ -42,6 +41,9 @@ from skulk_core.store.reconcile import MAX_FAILURES_KEPT, CacheCopy, plan_import
 from skulk_daemon.node.node import Node
 from skulk_daemon.store.host import StoreHostService
 from skulk_daemon.store.imports import ImportFailed, ImportRecord, ImportRequest, run_import
+
+if TYPE_CHECKING:
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +159,8 @@ class Reconciler:
                     self._pending = []
 
     async def _pass(self) -> None:
+        import httpx  # noqa: PLC0415 (httpx loads where a request is made: issue 43)
+
         copies, urls = await self._inventory()
         plan = plan_imports(
             copies,
@@ -194,6 +198,8 @@ class Reconciler:
 
     async def _inventory(self) -> tuple[list[CacheCopy], dict[str, str]]:
         """Every other live member's complete node-cache copies, and its API URL."""
+        import httpx  # noqa: PLC0415 (httpx loads where a request is made: issue 43)
+
         view = self._node.view()
         copies: list[CacheCopy] = []
         urls: dict[str, str] = {}
@@ -219,6 +225,8 @@ class Reconciler:
         return copies, urls
 
     async def _import(self, copy: CacheCopy, api_url: str) -> None:
+        import httpx  # noqa: PLC0415 (httpx loads where a request is made: issue 43)
+
         async with httpx.AsyncClient(timeout=HTTP_SECONDS) as client:
             answer = await client.post(
                 f"{api_url}{EXPORTS_PATH}",

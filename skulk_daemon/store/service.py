@@ -19,10 +19,8 @@ import asyncio
 import logging
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import quote
-
-import httpx
 
 from skulk_core.ids import ModelId, new_command_id
 from skulk_core.state.commands import AnnounceStoreHost, EvictStoreModel, PurgeStaging
@@ -39,6 +37,9 @@ from skulk_daemon.store.locate import store_urls
 from skulk_daemon.store.optimizer import Optimizer
 from skulk_daemon.store.reconcile import Reconciler
 from skulk_daemon.store.transport import store_app
+
+if TYPE_CHECKING:
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,8 @@ class StoreService:
     async def relay(self, method: str, path: str, body: object | None = None) -> tuple[int, object]:
         """(status, JSON body) of the store's answer; 503 when there is no store, 502
         when it cannot be reached."""
+        import httpx  # noqa: PLC0415 (httpx loads where a request is made: issue 43)
+
         urls = store_urls(self._node)
         if not urls:
             raise ApiError(503, NOT_CONFIGURED, code="store_not_configured")

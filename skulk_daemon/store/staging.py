@@ -30,10 +30,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import quote
 
-import httpx
 import msgspec
 
 from skulk_core.ids import ModelId, new_command_id
@@ -67,6 +66,9 @@ from skulk_daemon.store.cache import (
     staged_models,
 )
 from skulk_daemon.store.locate import store_urls
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +131,8 @@ class Staging:
         return entry is not None and entry.installed and entry.location is not None
 
     async def _manifest(self, base: str, model_id: ModelId) -> FileManifest | None:
+        import httpx  # noqa: PLC0415 (httpx loads where a request is made: issue 43)
+
         url = f"{base}/models/{quote(model_id, safe='')}/files"
         try:
             async with httpx.AsyncClient(timeout=CONNECT_SECONDS) as client:
@@ -150,6 +154,8 @@ class Staging:
         return FileManifest(version=1, files=files)
 
     async def _fetch(self, base: str, card: ModelCard, manifest: FileManifest) -> None:
+        import httpx  # noqa: PLC0415 (httpx loads where a request is made: issue 43)
+
         model_id = card.model_id
         target = stage_dir(self._node, model_id)
         progress = _Progress(model_id=model_id, total=sum(f.size for f in manifest.files))
@@ -270,6 +276,8 @@ class _Transfer:
 
 
 def _fetch_all(transfer: _Transfer, manifest: FileManifest) -> None:
+    import httpx  # noqa: PLC0415 (httpx loads where a request is made: issue 43)
+
     timeout = httpx.Timeout(READ_SECONDS, connect=CONNECT_SECONDS)
     with httpx.Client(timeout=timeout) as client:
         for item in manifest.files:

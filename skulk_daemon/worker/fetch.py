@@ -24,10 +24,9 @@ import asyncio
 import enum
 import logging
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import quote
 
-import httpx
 import msgspec
 
 from skulk_core.models.cards import ModelCard
@@ -38,6 +37,9 @@ from skulk_daemon.hub.download import CANCELLED, COMPLETED, FAILED, DownloadRefu
 from skulk_daemon.node.node import Node
 from skulk_daemon.store.locate import store_urls
 from skulk_daemon.store.staging import Staging
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +146,8 @@ class ModelFetch:
     async def _store_download(self, card: ModelCard, stopping: Callable[[], bool]) -> Fetched:
         """Have the store host fetch its canonical copy of ``card``; INSTALLED once the
         store holds it complete (this node then stages it), STOPPED if stopped first."""
+        import httpx  # noqa: PLC0415 (httpx loads where a request is made: issue 43)
+
         path = f"/models/{quote(card.model_id, safe='')}/download"
         async with httpx.AsyncClient(timeout=STORE_REQUEST_SECONDS) as client:
             base, answer = await self._first_answer(client, "POST", path)
@@ -162,6 +166,8 @@ class ModelFetch:
         self, client: httpx.AsyncClient, method: str, path: str, base: str | None = None
     ) -> tuple[str, StoreDownload]:
         """The first store address that answers, and its decoded answer."""
+        import httpx  # noqa: PLC0415 (httpx loads where a request is made: issue 43)
+
         failures: list[str] = []
         for url in [base] if base is not None else store_urls(self._node):
             try:

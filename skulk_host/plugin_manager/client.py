@@ -21,8 +21,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from skulk_core.plugins.errors import refuse
-from skulk_host.plugin_manager.protocol import MAX_RESPONSE_BYTES, REQUEST_DEADLINE_SECONDS
-from skulk_host.plugin_manager.server import socket_path
+from skulk_host.plugin_manager.protocol import (
+    MAX_RESPONSE_BYTES,
+    REQUEST_DEADLINE_SECONDS,
+    socket_path,
+)
 from skulk_host.plugin_service.runtime import ManagerBuildDiffers
 from skulk_host.unix_address import addressable
 

@@ -19,6 +19,7 @@ and one thirty-second deadline per request.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Final, Literal, TypeAlias
 
 import msgspec
@@ -35,6 +36,15 @@ from skulk_core.plugins.answers import (
 )
 from skulk_core.plugins.errors import PluginRefusal, ReleaseProtocolUnsupported
 from skulk_host.plugin_service.runtime import Generation, ManagerBuildDiffers
+
+SOCKET_NAME: Final = "control.sock"
+"""The manager's control socket, in its root."""
+
+
+def socket_path(root: Path) -> Path:
+    """Where the manager rooted at ``root`` listens (and its clients connect)."""
+    return root / SOCKET_NAME
+
 
 MAX_REQUEST_BYTES: Final = 16 * 1024
 MAX_RESPONSE_BYTES: Final = 256 * 1024

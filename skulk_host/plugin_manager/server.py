@@ -29,6 +29,7 @@ from typing import Final
 from skulk_core.plugins.errors import PluginRefusal, refuse
 from skulk_host.plugin_manager import protocol
 from skulk_host.plugin_manager.lifecycle import Lifecycle
+from skulk_host.plugin_manager.protocol import socket_path
 from skulk_host.plugin_manager.runtime import (
     LIVE,
     ManagerRuntime,
@@ -39,13 +40,8 @@ from skulk_host.unix_address import addressable, owner_only_server
 
 log = logging.getLogger("skulk.plugins.manager")
 
-SOCKET_NAME: Final = "control.sock"
 BUSY_READ_SECONDS: Final = 1.0
 """How long a refused (ninth) client gets to finish sending before its answer."""
-
-
-def socket_path(root: Path) -> Path:
-    return root / SOCKET_NAME
 
 
 def _peer_uid(writer: asyncio.StreamWriter) -> int | None:

@@ -22,7 +22,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 
@@ -34,7 +34,9 @@ from skulk_host.plugin_manager.protocol import (
     LifecycleOperation,
     Selection,
 )
-from skulk_host.plugin_release.staging import Stager
+
+if TYPE_CHECKING:
+    from skulk_host.plugin_release.staging import Stager
 
 FENCE_WAIT_SECONDS: Final = 30.0
 """How long an accepted operation waits for the installer fence."""
@@ -123,6 +125,10 @@ class Store:
         atomic_write(path, msgspec.json.encode(operation))
 
     def stager(self, plugin_id: str) -> Stager:
+        # NOTE: release staging (``packaging``) loads where a release is staged, not
+        # with every reader of the store (a node's start: issue 43).
+        from skulk_host.plugin_release.staging import Stager  # noqa: PLC0415
+
         return Stager(self.directory(plugin_id))
 
     @contextlib.contextmanager

@@ -24,14 +24,15 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import quote, urlsplit
-
-import httpx
 
 from skulk_core.plugins.documents import MAX_METADATA_BYTES, SignedArtifact
 from skulk_core.plugins.errors import PluginRefusal, refuse
 from skulk_host.fsutil import fsync_dir
+
+if TYPE_CHECKING:
+    import httpx
 
 METADATA_DEADLINE_SECONDS: Final = 20.0
 ARTIFACT_DEADLINE_SECONDS: Final = 180.0
@@ -85,6 +86,8 @@ class FeedClient:
     """Reads metadata and artifacts from one :class:`FeedSource`."""
 
     def __init__(self, source: FeedSource, tls: ssl.SSLContext) -> None:
+        import httpx  # noqa: PLC0415 (httpx loads where a request is made: issue 43)
+
         self.source = source
         # NOTE: trust_env=False: no proxy, no .netrc, no SSL_CERT_FILE from the
         # environment; the caller's context is the only trust.
@@ -144,6 +147,7 @@ class FeedClient:
     def _get(self, filename: str, deadline: float, limit: int, kind: str) -> Iterator[bytes]:
         """The raw body of one GET, refused on a redirect, an encoding, a status or a
         bound; ``deadline`` (monotonic) covers connecting and every chunk."""
+        import httpx  # noqa: PLC0415 (httpx loads where a request is made: issue 43)
 
         def remaining() -> float:
             left = deadline - time.monotonic()
