@@ -15,6 +15,9 @@ sends it back to rank 0. Headers:
 - ``[RESET, 0, 0, 0]``: a new sequence starts (fresh KV caches);
 - ``[STOP, 0, 0, 0]``: the instance is going away.
 
+Every receive first sleeps until its bytes have arrived (:mod:`._mlx_ring_wait`):
+MLX's own receive spins while it waits.
+
 Supported model types: :data:`RING_MODEL_TYPES` (their layer loops are replicated
 here; other architectures are refused by name).
 """
@@ -33,6 +36,8 @@ from mlx_lm.models.base import create_attention_mask
 # NOTE: mlx-lm's common base of the per-layer KV caches (KVCache, RotatingKVCache, ...).
 from mlx_lm.models.cache import _BaseCache as LayerCache
 from mlx_lm.utils import load_model
+
+from skulk_daemon.engines._mlx_ring_wait import RingWait
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +148,8 @@ def send_header(op: int, n_tokens: int, dtype: int, group: mx.distributed.Group,
     mx.eval(mx.distributed.send(header, dst, group=group, stream=mx.cpu))
 
 
-def recv_header(group: mx.distributed.Group, src: int) -> tuple[int, int, int]:
+def recv_header(group: mx.distributed.Group, src: int, waiting: RingWait) -> tuple[int, int, int]:
+    waiting.wait()
     header = mx.distributed.recv((HEADER_LEN,), mx.int32, src, group=group, stream=mx.cpu)
     mx.eval(header)
     values: list[int] = header.tolist()  # type: ignore[assignment]
@@ -163,6 +169,7 @@ class RingModel:
         self.size: int = int(group.size())
         self.args = stage.args
         self.model_type = stage.model_type
+        self.waiting = RingWait(0)
 
     @property
     def layers(self) -> list[Module]:
@@ -182,6 +189,8 @@ class RingModel:
         send_header(FORWARD, int(h.shape[1]), DTYPES.index(h.dtype), self.group, 1)
         mx.eval(mx.distributed.send(h, 1, group=self.group, stream=mx.cpu))
         back = mx.distributed.recv(h.shape, h.dtype, self.size - 1, group=self.group, stream=mx.cpu)
+        # The later ranks are running their layers: sleep, not spin, until they answer.
+        self.waiting.wait()
         # NOTE: received now, not when the caller evaluates the logits: mlx-lm's
         # prefill evaluates only the caches, and an unread answer would be taken
         # for the next step's.
@@ -200,8 +209,9 @@ def serve_stage(stage: Stage, group: mx.distributed.Group) -> None:
     previous = rank - 1
     following = (rank + 1) % size
     cache = stage.make_cache()
+    waiting = RingWait(rank)
     while True:
-        op, n_tokens, dtype = recv_header(group, previous)
+        op, n_tokens, dtype = recv_header(group, previous, waiting)
         if following != 0:
             send_header(op, n_tokens, dtype, group, following)
         if op == STOP:
@@ -214,5 +224,6 @@ def serve_stage(stage: Stage, group: mx.distributed.Group) -> None:
         h = mx.distributed.recv(
             (1, n_tokens, stage.hidden_size), DTYPES[dtype], previous, group=group, stream=mx.cpu
         )
+        waiting.wait()
         out = stage.run_layers(h, cache)
         mx.eval(mx.distributed.send(out, following, group=group, stream=mx.cpu))
