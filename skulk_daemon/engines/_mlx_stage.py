@@ -35,6 +35,7 @@ from mlx_lm.models.base import create_attention_mask
 
 # NOTE: mlx-lm's common base of the per-layer KV caches (KVCache, RotatingKVCache, ...).
 from mlx_lm.models.cache import _BaseCache as LayerCache
+from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import load_model
 
 from skulk_daemon.engines._mlx_ring_wait import RingWait
@@ -103,7 +104,9 @@ class Stage:
         self.hidden_size: int = int(model.args.hidden_size)
 
     def make_cache(self) -> list[LayerCache]:
-        caches = self.model.make_cache()
+        # NOTE: mlx-lm's own choice per layer (KVCache, RotatingKVCache, ...); only
+        # some model classes define make_cache().
+        caches = make_prompt_cache(self.model)
         return list(caches[self.start : self.end])
 
     def embed(self, tokens: mx.array) -> mx.array:
@@ -115,7 +118,7 @@ class Stage:
 
     def run_layers(self, h: mx.array, cache: list[LayerCache]) -> mx.array:
         for index, (layer, c) in enumerate(zip(self.layers, cache, strict=True)):
-            h = layer(h, self._mask(h, self.start + index, c), c)
+            h = layer(h, self._mask(h, self.start + index, layer, c), c)
         return h
 
     def logits(self, h: mx.array) -> mx.array:
@@ -125,14 +128,21 @@ class Stage:
         logits: mx.array = head(out)
         return logits
 
-    def _mask(self, h: mx.array, layer: int, cache: LayerCache) -> mx.array | str | None:
+    def _mask(
+        self, h: mx.array, index: int, layer: Module, cache: LayerCache
+    ) -> mx.array | str | None:
+        """The mask the whole model gives layer ``index``: windowed for a sliding
+        layer (Gemma 3's pattern; Llama's ``sliding_attention`` layer types)."""
         if self.model_type == "gemma3_text":
             pattern = int(self.args.sliding_window_pattern)
-            if pattern > 1 and layer % pattern != pattern - 1:
-                mask: mx.array | str | None = create_attention_mask(
-                    h, cache, window_size=self.args.sliding_window
-                )
-                return mask
+            sliding = pattern > 1 and index % pattern != pattern - 1
+        else:
+            sliding = bool(getattr(layer, "use_sliding", False))
+        if sliding:
+            mask: mx.array | str | None = create_attention_mask(
+                h, cache, window_size=self.args.sliding_window
+            )
+            return mask
         mask = create_attention_mask(h, cache)
         return mask
 
