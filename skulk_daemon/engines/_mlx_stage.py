@@ -13,6 +13,8 @@ sends it back to rank 0. Headers:
 
 - ``[FORWARD, n_tokens, dtype, 0]`` followed by ``[1, n_tokens, hidden]`` states;
 - ``[RESET, 0, 0, 0]``: a new sequence starts (fresh KV caches);
+- ``[TRIM, keep, 0, 0]``: a new sequence starts from the first ``keep`` tokens of
+  the last one (every rank trims its KV caches back to them: prefix reuse);
 - ``[STOP, 0, 0, 0]``: the instance is going away.
 
 Every receive first sleeps until its bytes have arrived (:mod:`._mlx_ring_wait`):
@@ -32,10 +34,10 @@ from typing import Any, Final
 import mlx.core as mx
 from mlx.nn.layers.base import Module
 from mlx_lm.models.base import create_attention_mask
+from mlx_lm.models.cache import KVCache, RotatingKVCache, make_prompt_cache
 
 # NOTE: mlx-lm's common base of the per-layer KV caches (KVCache, RotatingKVCache, ...).
 from mlx_lm.models.cache import _BaseCache as LayerCache
-from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import load_model
 
 from skulk_daemon.engines._mlx_ring_wait import RingWait
@@ -46,6 +48,7 @@ HEADER_LEN: Final = 4
 FORWARD: Final = 1
 RESET: Final = 2
 STOP: Final = 3
+TRIM: Final = 4
 DTYPES: Final = (mx.float32, mx.float16, mx.bfloat16)
 RING_MODEL_TYPES: Final = ("gemma3_text", "llama", "qwen2", "qwen3")
 
@@ -102,6 +105,8 @@ class Stage:
                 wanted.append(model.lm_head.parameters())
         mx.eval(wanted)
         self.hidden_size: int = int(model.args.hidden_size)
+        self.trim_below = _trim_bound(model)
+        """Every rank's caches can be trimmed while they hold fewer tokens than this."""
 
     def make_cache(self) -> list[LayerCache]:
         # NOTE: mlx-lm's own choice per layer (KVCache, RotatingKVCache, ...); only
@@ -147,6 +152,25 @@ class Stage:
         return mask
 
 
+def _trim_bound(model: Module) -> int:
+    """How many tokens the whole model's caches (every rank's: one model) may hold
+    and still be trimmed back: a rotating (sliding-window) cache loses its oldest
+    entries once full; other kinds are never trimmed here."""
+    bound = 2**62
+    for cache in make_prompt_cache(model):
+        if isinstance(cache, RotatingKVCache):
+            bound = min(bound, int(cache.max_size))
+        elif not isinstance(cache, KVCache):
+            return 0
+    return bound
+
+
+def trim(cache: list[LayerCache], keep: int) -> None:
+    """Drop every token after the first ``keep`` from one rank's caches."""
+    for layer in cache:
+        layer.trim(layer.offset - keep)  # type: ignore[attr-defined]
+
+
 def _tied(model: Module) -> bool:
     if hasattr(model, "tie_word_embeddings"):
         return bool(model.tie_word_embeddings)
@@ -189,6 +213,16 @@ class RingModel:
         send_header(RESET, 0, 0, self.group, 1)
         return self.stage.make_cache()
 
+    def trim_cache(self, cache: list[LayerCache], keep: int) -> list[LayerCache]:
+        """The last sequence's caches, on every rank, cut back to its first ``keep``
+        tokens (which the caller checked :meth:`can_trim`)."""
+        send_header(TRIM, keep, 0, self.group, 1)
+        trim(cache, keep)
+        return cache
+
+    def can_trim(self, held: int) -> bool:
+        return 0 < held < self.stage.trim_below
+
     def __call__(
         self, inputs: mx.array, cache: list[LayerCache] | None = None, **_: object
     ) -> mx.array:
@@ -228,6 +262,9 @@ def serve_stage(stage: Stage, group: mx.distributed.Group) -> None:
             return
         if op == RESET:
             cache = stage.make_cache()
+            continue
+        if op == TRIM:
+            trim(cache, n_tokens)
             continue
         if op != FORWARD:
             raise RuntimeError(f"rank {rank} got an unknown ring header {op}")

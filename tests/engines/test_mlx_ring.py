@@ -194,9 +194,12 @@ def test_the_ring_answers_as_the_whole_model_does(ring: list[Rank], mlx_model: P
     model, tokenizer = load(str(mlx_model))[:2]
     whole = mlx_generate(model, tokenizer, PROMPT, max_tokens=TOKENS)
     assert text == whole
-    # A second request starts fresh caches on both ranks: the same answer again.
-    again, _ = generate(ring[0], PROMPT, TOKENS)
+    # The ranks keep their caches: the same prompt again is trimmed back to all but
+    # its last token on both ranks (only that one prefilled), and answers the same.
+    again, finish = generate(ring[0], PROMPT, TOKENS)
     assert again == text
+    assert finish.stats is not None
+    assert finish.stats.cached_tokens == finish.prompt_tokens - 1
 
 
 def cpu_seconds(process: subprocess.Popen[bytes]) -> float:
