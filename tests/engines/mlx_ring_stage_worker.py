@@ -5,7 +5,9 @@ and ``MLX_RANK`` set. For each model directory in turn, rank 0 holds the first h
 of its layers (plus the embeddings and head) and rank 1 the second, through
 ``_mlx_stage``'s real ``Stage``/``RingModel``/``serve_stage``; rank 0 decodes
 greedily over the ring, then with the whole model loaded by mlx-lm alone, and
-prints both token lists as one JSON line per model.
+prints both token lists as one JSON line per model; then the same for a
+follow-up prompt, over the ring's caches trimmed back to the shared prefix where
+every rank's caches can be trimmed (fresh ones where not).
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ from skulk_daemon.engines._mlx_stage import RingModel, Stage, serve_stage
 
 PROMPT = [1, 5, 9, 14, 3, 22, 7, 30, 11, 2]
 """Longer than the Llama model's sliding window, so the windowed mask matters."""
+SHARED = 6
+FOLLOW_UP = [*PROMPT[:SHARED], 40, 41, 42]
+"""A second prompt sharing the first's first :data:`SHARED` tokens (prefix reuse)."""
 TOKENS = 8
 
 
-def greedy(model: object, cache: object) -> list[int]:
+def greedy(model: object, cache: object, prompt: list[int]) -> list[int]:
     steps = generate_step(
-        mx.array(PROMPT),
+        mx.array(prompt),
         model,  # type: ignore[arg-type]
         max_tokens=TOKENS,
         sampler=make_sampler(0.0),
@@ -46,10 +51,24 @@ def main() -> int:
         split = layers // 2
         if rank == 0:
             ring = RingModel(Stage(directory, 0, split, first=True), group)
-            over_ring = greedy(ring, ring.make_cache())
+            cache = ring.make_cache()
+            over_ring = greedy(ring, cache, PROMPT)
+            trimmed = ring.can_trim(int(cache[0].offset))  # type: ignore[attr-defined]
+            if trimmed:
+                again = greedy(ring, ring.trim_cache(cache, SHARED), FOLLOW_UP[SHARED:])
+            else:
+                again = greedy(ring, ring.make_cache(), FOLLOW_UP)
             ring.stop()
-            alone = greedy(load_model(directory)[0], None)
-            print(json.dumps({"model": directory.name, "ring": over_ring, "whole": alone}))
+            whole = load_model(directory)[0]
+            answer = {
+                "model": directory.name,
+                "ring": over_ring,
+                "whole": greedy(whole, None, PROMPT),
+                "trimmed": trimmed,
+                "ring_again": again,
+                "whole_again": greedy(whole, None, FOLLOW_UP),
+            }
+            print(json.dumps(answer))
             sys.stdout.flush()
         else:
             serve_stage(Stage(directory, split, layers, first=False), group)
