@@ -8,6 +8,10 @@ while it is measured (:mod:`bench._isolation`); after ``--warmup`` discarded pai
 the first over the time from the first to the last). Target: Skulk/raw decode
 ratio >= 0.97.
 
+Wall-clock rates move with whatever else the machine runs, so each side's CPU time
+per decoded token is reported too (over the same span: Skulk's daemon and runner
+processes, the raw side's whole process), which the load hardly moves.
+
 The MLX demo must be installed in ``--models-dir`` first
 (``skulk models add local/gemma-3-270m-mlx-4bit``, or any test session's fixture).
 
@@ -23,6 +27,7 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -39,30 +44,54 @@ DECODE_RATIO_TARGET: Final = 0.97
 PROMPT: Final = "The history of the city of Paris begins"
 
 
-def raw_decode_tps(model: object, tokenizer: object, max_tokens: int) -> float:
+class Decode:
+    """One side's decode: tokens after the first over the time from the first to the
+    last, and the CPU its processes spent over the same span per such token."""
+
+    def __init__(self, tps: float, cpu_ms_per_token: float) -> None:
+        self.tps = tps
+        self.cpu_ms_per_token = cpu_ms_per_token
+
+
+def _decode(count: int, first: float, last: float, cpu: float) -> Decode:
+    if count < 2 or last <= first:
+        return Decode(float("nan"), float("nan"))
+    return Decode((count - 1) / (last - first), cpu * 1000 / (count - 1))
+
+
+def raw_decode(model: object, tokenizer: object, max_tokens: int) -> Decode:
+    """``mlx_lm.stream_generate`` here; CPU is this whole process's (MLX's threads
+    and the Python loop alike)."""
     from mlx_lm import stream_generate  # noqa: PLC0415 (the raw side only)
 
-    first = last = 0.0
+    first = last = cpu_first = 0.0
     count = 0
     for _ in stream_generate(model, tokenizer, PROMPT, max_tokens=max_tokens):  # type: ignore[arg-type]
         now = time.perf_counter()
         if count == 0:
             first = now
+            cpu_first = time.process_time()
         last = now
         count += 1
-    return (count - 1) / (last - first) if count > 1 and last > first else float("nan")
+    return _decode(count, first, last, time.process_time() - cpu_first)
 
 
-def skulk_decode_tps(client: httpx.Client, url: str, max_tokens: int) -> float:
+def skulk_decode(
+    client: httpx.Client, url: str, max_tokens: int, cpu: Callable[[], float]
+) -> Decode:
+    """Streamed from the daemon; CPU is the daemon's and its runner's (``cpu()``).
+    Tokens are counted by ``usage`` (a chunk may carry no text)."""
     body = {
         "model": MLX_MODEL,
         "prompt": PROMPT,
         "max_tokens": max_tokens,
         "temperature": 0,
         "stream": True,
+        "stream_options": {"include_usage": True},
     }
-    first = last = 0.0
-    count = 0
+    first = last = cpu_first = 0.0
+    texts = 0
+    tokens: int | None = None
     with client.stream("POST", f"{url}/v1/completions", json=body) as response:
         if not response.is_success:
             response.read()
@@ -71,13 +100,18 @@ def skulk_decode_tps(client: httpx.Client, url: str, max_tokens: int) -> float:
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             frame = json.loads(line[len("data: ") :])
+            usage = frame.get("usage")
+            if usage:
+                tokens = int(usage["completion_tokens"])
             for choice in frame.get("choices") or []:
                 if choice.get("text"):
                     now = time.perf_counter()
-                    first = first or now
+                    if not texts:
+                        first = now
+                        cpu_first = cpu()
                     last = now
-                    count += 1
-    return (count - 1) / (last - first) if count > 1 and last > first else float("nan")
+                    texts += 1
+    return _decode(texts if tokens is None else tokens, first, last, cpu() - cpu_first)
 
 
 def main() -> int:
@@ -112,43 +146,53 @@ def main() -> int:
                     raise RuntimeError(f"the MLX runner never came up\n{daemon.log_tail()}")
                 time.sleep(0.5)
             load_avg = wait_for_quiet(args.max_load)
-            raw: list[float] = []
-            skulk: list[float] = []
+            raw: list[Decode] = []
+            skulk: list[Decode] = []
             process = daemon.process
             assert process is not None
-            isolation = Isolation(
-                [Side("raw", threads=native_threads()), Side("skulk", lambda: [process.pid])]
-            )
+            served = Side("skulk", lambda: [process.pid])
+            isolation = Isolation([Side("raw", threads=native_threads()), served])
             with httpx.Client(timeout=600) as client:
                 for rep in range(args.warmup + args.reps):
                     order = ("raw", "skulk") if rep % 2 == 0 else ("skulk", "raw")
-                    pair: dict[str, float] = {}
+                    pair: dict[str, Decode] = {}
                     for side in order:
                         if side == "raw":
                             pair[side] = isolation.run(
-                                side, lambda: raw_decode_tps(model, tokenizer, args.max_tokens)
+                                side, lambda: raw_decode(model, tokenizer, args.max_tokens)
                             )
                         else:
                             pair[side] = isolation.run(
                                 side,
-                                lambda: skulk_decode_tps(client, daemon.url, args.max_tokens),
+                                lambda: skulk_decode(
+                                    client, daemon.url, args.max_tokens, served.cpu_seconds
+                                ),
                             )
                     if rep >= args.warmup:
                         raw.append(pair["raw"])
                         skulk.append(pair["skulk"])
         finally:
             daemon.kill()
-    ratio = median(skulk) / median(raw)
+    skulk_tps = median([d.tps for d in skulk])
+    raw_tps = median([d.tps for d in raw])
+    skulk_cpu = median([d.cpu_ms_per_token for d in skulk])
+    raw_cpu = median([d.cpu_ms_per_token for d in raw])
+    ratio = skulk_tps / raw_tps
     print(
-        f"MLX decode tok/s: skulk {median(skulk):.2f}, mlx_lm {median(raw):.2f}, "
-        f"ratio {ratio:.3f} (target >= {DECODE_RATIO_TARGET}); load {load_avg:.2f}"
+        f"MLX decode tok/s: skulk {skulk_tps:.2f}, mlx_lm {raw_tps:.2f}, "
+        f"ratio {ratio:.3f} (target >= {DECODE_RATIO_TARGET}); load {load_avg:.2f}\n"
+        f"CPU ms per decoded token: skulk {skulk_cpu:.1f} (daemon + runner), "
+        f"mlx_lm {raw_cpu:.1f} (its process); ratio {raw_cpu / skulk_cpu:.3f}"
     )
     if args.json:
         payload = {
             "bench": "mlx_decode",
-            "skulk_tps": skulk,
-            "raw_tps": raw,
+            "skulk_tps": [d.tps for d in skulk],
+            "raw_tps": [d.tps for d in raw],
+            "skulk_cpu_ms_per_token": [d.cpu_ms_per_token for d in skulk],
+            "raw_cpu_ms_per_token": [d.cpu_ms_per_token for d in raw],
             "ratio": ratio,
+            "cpu_ratio": raw_cpu / skulk_cpu,
             "isolation": isolation.report(),
             "machine": machine(),
         }

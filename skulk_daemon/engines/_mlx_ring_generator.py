@@ -5,8 +5,12 @@ It answers the part of mlx-lm's ``BatchGenerator`` interface that
 ``close``, ``stream``), so a ring instance keeps the single-node engine's
 streaming, stop strings, sampling, logprobs, grammars and cancellation. Each
 sequence runs through ``mlx_lm.generate.generate_step`` on a :class:`RingModel`,
-whose KV caches live on every rank; a new sequence resets them (no prefix reuse
-across requests, and no batching: the ring's ranks hold one sequence's caches).
+whose KV caches live on every rank (one sequence's: no batching).
+
+Prefix reuse: the ranks keep the last sequence's caches. A new prompt that starts
+with tokens they hold has them trimmed back to that common prefix on every rank
+and prefills only the rest (mlx-lm's server reuses its prompt cache the same way);
+otherwise they start fresh.
 """
 
 from __future__ import annotations
@@ -55,7 +59,18 @@ class _Response:
 
 
 class _Queued:
-    __slots__ = ("emitted", "max_tokens", "processors", "prompt", "sampler", "steps", "uid")
+    __slots__ = (
+        "cache",
+        "emitted",
+        "max_tokens",
+        "processors",
+        "prompt",
+        "reused",
+        "sampler",
+        "steps",
+        "tokens",
+        "uid",
+    )
 
     def __init__(
         self,
@@ -72,6 +87,12 @@ class _Queued:
         self.processors = processors
         self.steps: Iterator[tuple[Any, Any]] | None = None
         self.emitted = 0
+        self.reused = 0
+        """Prompt tokens the ranks' caches already held."""
+        self.tokens = list(prompt)
+        """The prompt and every token sampled since."""
+        self.cache: list[LayerCache] | None = None
+        """This rank's caches for the sequence, once it runs."""
 
 
 class RingGenerator:
@@ -83,6 +104,9 @@ class RingGenerator:
         self._uids = itertools.count()
         self._queue: collections.deque[_Queued] = collections.deque()
         self._current: _Queued | None = None
+        self._held: list[int] = []
+        """The tokens the ranks' caches (``self._cache`` on this one) hold."""
+        self._cache: list[LayerCache] | None = None
         self.stream = generation_stream
 
     def insert(
@@ -95,7 +119,7 @@ class RingGenerator:
         samplers: list[Sampler] | None = None,
         logits_processors: list[list[LogitsProcessor]] | None = None,
     ) -> list[int]:
-        del caches, all_tokens  # a ring keeps no prompt caches (see the module docstring)
+        del caches, all_tokens  # the ranks keep their own (see the module docstring)
         uids = []
         for index, prompt in enumerate(prompts):
             uid = next(self._uids)
@@ -111,18 +135,20 @@ class RingGenerator:
             if not self._queue:
                 return None, []
             current = self._current = self._queue.popleft()
+            cache = current.cache = self._start(current)
             current.steps = generate_step(
-                mx.array(current.prompt),
+                mx.array(current.prompt[current.reused :]),
                 self._model,
                 max_tokens=current.max_tokens,
                 sampler=current.sampler,
                 logits_processors=current.processors,
-                prompt_cache=self._model.make_cache(),
+                prompt_cache=cache,
             )
         assert current.steps is not None
         token, logprobs = next(current.steps)
         token = int(token)
         current.emitted += 1
+        current.tokens.append(token)
         finish: str | None = None
         if token in self._stop_tokens:
             finish = "stop"
@@ -131,6 +157,40 @@ class RingGenerator:
         if finish is not None:
             self._drop(current.uid)
         return None, [_Response(current.uid, token, logprobs, finish)]
+
+    def reused_tokens(self, uid: int) -> int:
+        """How many of sequence ``uid``'s prompt tokens it will not prefill (the
+        ranks hold them), for its stats; decided now, as the scheduler admits it
+        once the sequence before it has ended."""
+        for queued in self._queue:
+            if queued.uid == uid:
+                queued.reused = self._reusable(queued.prompt)
+                return queued.reused
+        return 0
+
+    def _reusable(self, prompt: list[int]) -> int:
+        held = self._held
+        if self._cache is None or not self._model.can_trim(len(held)):
+            return 0
+        common = 0
+        # NOTE: at least the prompt's last token is fed again: it gives the logits.
+        for mine, theirs in zip(held, prompt[:-1], strict=False):
+            if mine != theirs:
+                break
+            common += 1
+        return common
+
+    def _start(self, current: _Queued) -> list[LayerCache]:
+        """Caches on every rank for ``current``: the last sequence's, trimmed to the
+        prefix it shares with this prompt, or fresh ones."""
+        current.reused = self._reusable(current.prompt)
+        cache = self._cache
+        self._cache = None
+        self._held = []
+        if current.reused and cache is not None:
+            return self._model.trim_cache(cache, current.reused)
+        current.reused = 0
+        return self._model.make_cache()
 
     def remove(
         self, uids: list[int], return_prompt_caches: bool = False
@@ -159,3 +219,13 @@ class RingGenerator:
             close = getattr(current.steps, "close", None)
             if close is not None:
                 close()
+            self._keep(current)
+
+    def _keep(self, current: _Queued) -> None:
+        """Remember what the ranks' caches hold after ``current``: every token fed
+        to the model was sampled (and appended) before it was fed."""
+        cache = current.cache
+        offset = getattr(cache[0], "offset", None) if cache else None
+        if cache is not None and isinstance(offset, int) and offset > 0:
+            self._cache = cache
+            self._held = current.tokens[:offset]

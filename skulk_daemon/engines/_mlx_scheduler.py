@@ -9,7 +9,8 @@ terminal ``FinishChunk``.
 
 Prompt-prefix reuse: a finished sequence's KV cache is kept (the newest
 ``PROMPT_CACHE_ENTRIES``); a prompt that starts with what one holds is inserted
-with a copy of it and prefills only the rest, as mlx-lm's own server does.
+with a copy of it and prefills only the rest, as mlx-lm's own server does. (A
+ring's generator keeps its ranks' caches itself and says what it reused.)
 """
 
 from __future__ import annotations
@@ -95,6 +96,9 @@ class Scheduler:
             stop_tokens=[[token] for token in tokenizer.eos_token_ids],
             completion_batch_size=slots,
             prefill_batch_size=slots,
+        )
+        self._ring_reuse: Callable[[int], int] | None = getattr(
+            self._generator, "reused_tokens", None
         )
         self.inbox: collections.deque[Order] = collections.deque()
         self._wake = threading.Event()
@@ -188,6 +192,9 @@ class Scheduler:
                 samplers=[sampler_for(params)],
                 logits_processors=[processors_for(params, pending.matcher)],
             )
+            if self._ring_reuse is not None:
+                # A ring's generator keeps its ranks' caches itself.
+                cached = self._ring_reuse(uid)
             if params.seed is not None:
                 # NOTE: mlx-lm samples a batch from one global key; a seed makes a
                 # lone request reproducible, not one sharing the batch with others.

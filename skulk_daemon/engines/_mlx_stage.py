@@ -13,7 +13,12 @@ sends it back to rank 0. Headers:
 
 - ``[FORWARD, n_tokens, dtype, 0]`` followed by ``[1, n_tokens, hidden]`` states;
 - ``[RESET, 0, 0, 0]``: a new sequence starts (fresh KV caches);
+- ``[TRIM, keep, 0, 0]``: a new sequence starts from the first ``keep`` tokens of
+  the last one (every rank trims its KV caches back to them: prefix reuse);
 - ``[STOP, 0, 0, 0]``: the instance is going away.
+
+Every receive first sleeps until its bytes have arrived (:mod:`._mlx_ring_wait`):
+MLX's own receive spins while it waits.
 
 Supported model types: :data:`RING_MODEL_TYPES` (their layer loops are replicated
 here; other architectures are refused by name).
@@ -29,10 +34,13 @@ from typing import Any, Final
 import mlx.core as mx
 from mlx.nn.layers.base import Module
 from mlx_lm.models.base import create_attention_mask
+from mlx_lm.models.cache import KVCache, RotatingKVCache, make_prompt_cache
 
 # NOTE: mlx-lm's common base of the per-layer KV caches (KVCache, RotatingKVCache, ...).
 from mlx_lm.models.cache import _BaseCache as LayerCache
 from mlx_lm.utils import load_model
+
+from skulk_daemon.engines._mlx_ring_wait import RingWait
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +48,7 @@ HEADER_LEN: Final = 4
 FORWARD: Final = 1
 RESET: Final = 2
 STOP: Final = 3
+TRIM: Final = 4
 DTYPES: Final = (mx.float32, mx.float16, mx.bfloat16)
 RING_MODEL_TYPES: Final = ("gemma3_text", "llama", "qwen2", "qwen3")
 
@@ -96,9 +105,13 @@ class Stage:
                 wanted.append(model.lm_head.parameters())
         mx.eval(wanted)
         self.hidden_size: int = int(model.args.hidden_size)
+        self.trim_below = _trim_bound(model)
+        """Every rank's caches can be trimmed while they hold fewer tokens than this."""
 
     def make_cache(self) -> list[LayerCache]:
-        caches = self.model.make_cache()
+        # NOTE: mlx-lm's own choice per layer (KVCache, RotatingKVCache, ...); only
+        # some model classes define make_cache().
+        caches = make_prompt_cache(self.model)
         return list(caches[self.start : self.end])
 
     def embed(self, tokens: mx.array) -> mx.array:
@@ -110,7 +123,7 @@ class Stage:
 
     def run_layers(self, h: mx.array, cache: list[LayerCache]) -> mx.array:
         for index, (layer, c) in enumerate(zip(self.layers, cache, strict=True)):
-            h = layer(h, self._mask(h, self.start + index, c), c)
+            h = layer(h, self._mask(h, self.start + index, layer, c), c)
         return h
 
     def logits(self, h: mx.array) -> mx.array:
@@ -120,16 +133,42 @@ class Stage:
         logits: mx.array = head(out)
         return logits
 
-    def _mask(self, h: mx.array, layer: int, cache: LayerCache) -> mx.array | str | None:
+    def _mask(
+        self, h: mx.array, index: int, layer: Module, cache: LayerCache
+    ) -> mx.array | str | None:
+        """The mask the whole model gives layer ``index``: windowed for a sliding
+        layer (Gemma 3's pattern; Llama's ``sliding_attention`` layer types)."""
         if self.model_type == "gemma3_text":
             pattern = int(self.args.sliding_window_pattern)
-            if pattern > 1 and layer % pattern != pattern - 1:
-                mask: mx.array | str | None = create_attention_mask(
-                    h, cache, window_size=self.args.sliding_window
-                )
-                return mask
+            sliding = pattern > 1 and index % pattern != pattern - 1
+        else:
+            sliding = bool(getattr(layer, "use_sliding", False))
+        if sliding:
+            mask: mx.array | str | None = create_attention_mask(
+                h, cache, window_size=self.args.sliding_window
+            )
+            return mask
         mask = create_attention_mask(h, cache)
         return mask
+
+
+def _trim_bound(model: Module) -> int:
+    """How many tokens the whole model's caches (every rank's: one model) may hold
+    and still be trimmed back: a rotating (sliding-window) cache loses its oldest
+    entries once full; other kinds are never trimmed here."""
+    bound = 2**62
+    for cache in make_prompt_cache(model):
+        if isinstance(cache, RotatingKVCache):
+            bound = min(bound, int(cache.max_size))
+        elif not isinstance(cache, KVCache):
+            return 0
+    return bound
+
+
+def trim(cache: list[LayerCache], keep: int) -> None:
+    """Drop every token after the first ``keep`` from one rank's caches."""
+    for layer in cache:
+        layer.trim(layer.offset - keep)  # type: ignore[attr-defined]
 
 
 def _tied(model: Module) -> bool:
@@ -143,7 +182,8 @@ def send_header(op: int, n_tokens: int, dtype: int, group: mx.distributed.Group,
     mx.eval(mx.distributed.send(header, dst, group=group, stream=mx.cpu))
 
 
-def recv_header(group: mx.distributed.Group, src: int) -> tuple[int, int, int]:
+def recv_header(group: mx.distributed.Group, src: int, waiting: RingWait) -> tuple[int, int, int]:
+    waiting.wait()
     header = mx.distributed.recv((HEADER_LEN,), mx.int32, src, group=group, stream=mx.cpu)
     mx.eval(header)
     values: list[int] = header.tolist()  # type: ignore[assignment]
@@ -163,6 +203,7 @@ class RingModel:
         self.size: int = int(group.size())
         self.args = stage.args
         self.model_type = stage.model_type
+        self.waiting = RingWait(0)
 
     @property
     def layers(self) -> list[Module]:
@@ -171,6 +212,16 @@ class RingModel:
     def make_cache(self) -> list[LayerCache]:
         send_header(RESET, 0, 0, self.group, 1)
         return self.stage.make_cache()
+
+    def trim_cache(self, cache: list[LayerCache], keep: int) -> list[LayerCache]:
+        """The last sequence's caches, on every rank, cut back to its first ``keep``
+        tokens (which the caller checked :meth:`can_trim`)."""
+        send_header(TRIM, keep, 0, self.group, 1)
+        trim(cache, keep)
+        return cache
+
+    def can_trim(self, held: int) -> bool:
+        return 0 < held < self.stage.trim_below
 
     def __call__(
         self, inputs: mx.array, cache: list[LayerCache] | None = None, **_: object
@@ -182,6 +233,8 @@ class RingModel:
         send_header(FORWARD, int(h.shape[1]), DTYPES.index(h.dtype), self.group, 1)
         mx.eval(mx.distributed.send(h, 1, group=self.group, stream=mx.cpu))
         back = mx.distributed.recv(h.shape, h.dtype, self.size - 1, group=self.group, stream=mx.cpu)
+        # The later ranks are running their layers: sleep, not spin, until they answer.
+        self.waiting.wait()
         # NOTE: received now, not when the caller evaluates the logits: mlx-lm's
         # prefill evaluates only the caches, and an unread answer would be taken
         # for the next step's.
@@ -200,8 +253,9 @@ def serve_stage(stage: Stage, group: mx.distributed.Group) -> None:
     previous = rank - 1
     following = (rank + 1) % size
     cache = stage.make_cache()
+    waiting = RingWait(rank)
     while True:
-        op, n_tokens, dtype = recv_header(group, previous)
+        op, n_tokens, dtype = recv_header(group, previous, waiting)
         if following != 0:
             send_header(op, n_tokens, dtype, group, following)
         if op == STOP:
@@ -209,10 +263,14 @@ def serve_stage(stage: Stage, group: mx.distributed.Group) -> None:
         if op == RESET:
             cache = stage.make_cache()
             continue
+        if op == TRIM:
+            trim(cache, n_tokens)
+            continue
         if op != FORWARD:
             raise RuntimeError(f"rank {rank} got an unknown ring header {op}")
         h = mx.distributed.recv(
             (1, n_tokens, stage.hidden_size), DTYPES[dtype], previous, group=group, stream=mx.cpu
         )
+        waiting.wait()
         out = stage.run_layers(h, cache)
         mx.eval(mx.distributed.send(out, following, group=group, stream=mx.cpu))

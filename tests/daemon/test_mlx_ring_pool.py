@@ -6,19 +6,22 @@ model again on the survivor, which answers."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
-from skulk_daemon.models.mlx_demo import MLX_DEMO_MODEL_ID, install_mlx_demo, mlx_installed
+from skulk_daemon.models.mlx_demo import MLX_DEMO_MODEL_ID, mlx_installed
 from skulk_daemon.telemetry.mlx_probe import mlx_runs
 from tests.daemon.pair import linked_pair
 from tests.daemon.serving import wait_for
 from tests.daemon.test_cluster import node_id
 from tests.daemon_process import DaemonProcess
+from tests.model_cache import mlx_demo_model
 
 pytestmark = [
     pytest.mark.slow,
@@ -28,6 +31,10 @@ pytestmark = [
     pytest.mark.skipif(not (mlx_installed() and mlx_runs()), reason="MLX does not run here"),
 ]
 
+IDLE_SETTLE_S = 1.0
+IDLE_S = 3.0
+IDLE_CPU_SHARE = 0.05
+"""Of one core, per runner (with its gate relay), while the ring has nothing to do."""
 MLX = str(MLX_DEMO_MODEL_ID)
 PROMPT = "The capital of France is"
 TOKENS = 8
@@ -55,14 +62,38 @@ def complete(daemon: DaemonProcess) -> str:
     return text
 
 
+def runner_cpu(daemon: DaemonProcess) -> list[float]:
+    """CPU seconds of each runner of ``daemon``, with its children (the ring's relay)."""
+    assert daemon.process is not None
+    used = []
+    for child in psutil.Process(daemon.process.pid).children():
+        if "skulk_daemon.runner" not in " ".join(child.cmdline()):
+            continue
+        times = [one.cpu_times() for one in [child, *child.children(recursive=True)]]
+        used.append(sum(t.user + t.system for t in times))
+    return used
+
+
+def idle_ring_cpu_shares(daemons: tuple[DaemonProcess, ...]) -> list[float]:
+    """Each ring runner's share of a core over :data:`IDLE_S` seconds of no requests
+    (after :data:`IDLE_SETTLE_S`: the last request's tail is not idling)."""
+    time.sleep(IDLE_SETTLE_S)
+    before = [seconds for daemon in daemons for seconds in runner_cpu(daemon)]
+    started = time.monotonic()
+    time.sleep(IDLE_S)
+    after = [seconds for daemon in daemons for seconds in runner_cpu(daemon)]
+    elapsed = time.monotonic() - started
+    assert len(before) == len(after) == len(daemons), (before, after)
+    return [(b - a) / elapsed for a, b in zip(before, after, strict=True)]
+
+
 @pytest.fixture(scope="module")
-def whole_model_text(shared_models_dir: Path) -> str:
+def whole_model_text(request: pytest.FixtureRequest, shared_models_dir: Path) -> str:
     """What mlx-lm answers with the whole model in one process."""
-    installed = install_mlx_demo(shared_models_dir)
-    assert installed is not None and installed.location is not None
+    location = mlx_demo_model(request.config.rootpath / ".pytest_cache", shared_models_dir)
     from mlx_lm import generate, load  # noqa: PLC0415
 
-    model, tokenizer = load(installed.location)[:2]
+    model, tokenizer = load(str(location))[:2]
     text: str = generate(model, tokenizer, PROMPT, max_tokens=TOKENS)
     return text
 
@@ -94,8 +125,11 @@ def test_a_two_node_ring_answers_as_the_whole_model_and_survives_its_serving_nod
         ranges[0][0] == 0 and ranges[0][1] == ranges[1][0] and ranges[1][1] == shards[0]["nLayers"]
     )
     assert set(body["ringEndpoints"]) == {node_id(first), node_id(second)}
-    for daemon in (first, second):
-        assert complete(daemon) == whole_model_text
+    assert complete(first) == whole_model_text
+    # An idle ring costs (next to) nothing: no rank spins waiting for the next step.
+    shares = idle_ring_cpu_shares(pair)
+    assert all(share < IDLE_CPU_SHARE for share in shares), shares
+    assert complete(second) == whole_model_text
 
     # The node holding rank 0 (the one that serves) goes away.
     rank0 = next(

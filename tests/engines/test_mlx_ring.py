@@ -18,11 +18,13 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, cast
 
 import msgspec
+import psutil
 import pytest
 
 from skulk_core.chat.generation import (
@@ -32,7 +34,7 @@ from skulk_core.chat.generation import (
     TokenChunk,
 )
 from skulk_core.ids import TaskId
-from skulk_daemon.models.mlx_demo import install_mlx_demo, mlx_installed
+from skulk_daemon.models.mlx_demo import mlx_installed
 from skulk_daemon.runner.protocol import (
     Failed,
     Generate,
@@ -48,6 +50,7 @@ from skulk_daemon.runner.protocol import (
 from skulk_daemon.runner.rpc_gate import MAGIC
 from skulk_daemon.runner.rpc_relay import recv_exactly
 from skulk_daemon.telemetry.mlx_probe import mlx_runs
+from tests.model_cache import mlx_demo_model
 
 pytestmark = [
     pytest.mark.slow,
@@ -63,6 +66,10 @@ INSTANCE = "ring-test-instance"
 PROMPT = "The capital of France is"
 TOKENS = 8  # each decoded token costs a ring round trip on a shared 2-core machine
 NODES = ("node-rank-0", "node-rank-1")
+IDLE_SETTLE_S = 0.5
+IDLE_S = 3.0
+IDLE_CPU_SHARE = 0.05
+"""Of one core, per rank, while the ring has nothing to do."""
 
 
 def free_port() -> int:
@@ -125,10 +132,8 @@ class Rank:
 
 
 @pytest.fixture(scope="module")
-def mlx_model(shared_models_dir: Path) -> Path:
-    installed = install_mlx_demo(shared_models_dir)
-    assert installed is not None and installed.location is not None
-    return Path(installed.location)
+def mlx_model(request: pytest.FixtureRequest, shared_models_dir: Path) -> Path:
+    return mlx_demo_model(request.config.rootpath / ".pytest_cache", shared_models_dir)
 
 
 @pytest.fixture(scope="module")
@@ -189,9 +194,36 @@ def test_the_ring_answers_as_the_whole_model_does(ring: list[Rank], mlx_model: P
     model, tokenizer = load(str(mlx_model))[:2]
     whole = mlx_generate(model, tokenizer, PROMPT, max_tokens=TOKENS)
     assert text == whole
-    # A second request starts fresh caches on both ranks: the same answer again.
-    again, _ = generate(ring[0], PROMPT, TOKENS)
+    # The ranks keep their caches: the same prompt again is trimmed back to all but
+    # its last token on both ranks (only that one prefilled), and answers the same.
+    again, finish = generate(ring[0], PROMPT, TOKENS)
     assert again == text
+    assert finish.stats is not None
+    assert finish.stats.cached_tokens == finish.prompt_tokens - 1
+
+
+def cpu_seconds(process: subprocess.Popen[bytes]) -> float:
+    """CPU time of a rank's runner and its children (its gate relay)."""
+    runner = psutil.Process(process.pid)
+    total = 0.0
+    for one in [runner, *runner.children(recursive=True)]:
+        times = one.cpu_times()
+        total += times.user + times.system
+    return total
+
+
+def test_an_idle_ring_costs_no_cpu_and_answers_after(ring: list[Rank]) -> None:
+    generate(ring[0], PROMPT, 2)  # every rank has been through a step
+    time.sleep(IDLE_SETTLE_S)
+    before = [cpu_seconds(rank.process) for rank in ring]
+    started = time.monotonic()
+    time.sleep(IDLE_S)
+    elapsed = time.monotonic() - started
+    used = [cpu_seconds(rank.process) - seconds for rank, seconds in zip(ring, before, strict=True)]
+    # MLX's ring receive spins at about half a core per waiting rank.
+    assert all(seconds / elapsed < IDLE_CPU_SHARE for seconds in used), used
+    text, finish = generate(ring[0], PROMPT, 2)
+    assert finish.completion_tokens == 2 and text
 
 
 def test_only_members_reach_a_rank(ring: list[Rank]) -> None:
