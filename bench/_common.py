@@ -273,13 +273,16 @@ def skulk_serving(
     context_tokens: int,
     config: dict[str, Any] | None = None,
     tree: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[LoggedDaemon]:
     """A fresh daemon (own data and config dirs) with the demo model placed and ready;
     ``config`` (a ``PUT /config`` body) is applied before placing; ``tree`` as for
-    :class:`LoggedDaemon`."""
+    :class:`LoggedDaemon`; ``env`` over the benchmark's environment."""
     models_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="skulk-bench-") as root:
-        daemon = LoggedDaemon(root=Path(root), models_dir=models_dir, tree=tree)
+        daemon = LoggedDaemon(
+            root=Path(root), models_dir=models_dir, tree=tree, extra_env=dict(env or {})
+        )
         try:
             try:
                 daemon.start()

@@ -13,19 +13,30 @@ With ``--baseline-tree DIR`` (a copy of the tree with the previous code, e.g. a
 ``git worktree``) a daemon from there is measured too, the trees alternating round
 by round, so before/after comes from one run at one machine load.
 
+``--paced STEPS`` replaces the runner's engine with one that decodes nothing and
+emits a token for every active stream ``STEPS`` times a second
+(``bench/paced_runner``): the daemon reads the same frames, but no model competes
+for the cores, and at a GPU's pace the daemon's idle work is a small part of what
+is subtracted (at the demo model's CPU pace on a busy machine it is most of it).
+``--concurrent`` runs the round's streams at once (a figure for all of them
+together), as a GPU serving several clients would.
+
 Run from the repository root::
 
     .venv/bin/python -m bench.daemon_tokens [--rounds 2] [--streams 3] \
-        [--max-tokens 900] [--baseline-tree /tmp/skulk-before] [--json]
+        [--max-tokens 900] [--paced 200] [--concurrent] \
+        [--baseline-tree /tmp/skulk-before] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import httpx
 import psutil
@@ -43,18 +54,52 @@ from bench._common import (
     print_json,
     skulk_serving,
     stream_chat,
+    stream_chat_async,
     wait_for_quiet,
 )
 from bench.fabric_tokens import _cpu_s
 
+PACED_RUNNER: Final = Path(__file__).resolve().parent / "paced_runner"
+
+
+def tree_env(tree: Path, paced: float | None) -> dict[str, str]:
+    """The daemon's environment: ``tree``'s packages first for it and its runners
+    (which start with ``-P``, so only ``PYTHONPATH`` decides; what it held before
+    follows, e.g. optional packages), and the paced engine."""
+    path = [str(tree), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    if paced is None:
+        return {"PYTHONPATH": os.pathsep.join(path)}
+    return {
+        "PYTHONPATH": os.pathsep.join([str(PACED_RUNNER), *path]),
+        "SKULK_BENCH_PACED_STEPS_S": str(paced),
+    }
+
+
+async def _concurrent(url: str, streams: int, max_tokens: int) -> list[Any]:
+    async with httpx.AsyncClient(timeout=600.0) as client:
+        return await asyncio.gather(
+            *(
+                stream_chat_async(client, url, chat_body(f"{DEFAULT_PROMPT} ({n})", max_tokens))
+                for n in range(streams)
+            )
+        )
+
 
 def measure_tree(
-    tree: Path, models_dir: Path, streams: int, max_tokens: int, idle_s: float
+    tree: Path,
+    models_dir: Path,
+    streams: int,
+    max_tokens: int,
+    idle_s: float,
+    *,
+    paced: float | None = None,
+    concurrent: bool = False,
 ) -> list[dict[str, float]]:
-    """``streams`` streams through a fresh daemon run from ``tree``."""
+    """``streams`` streams through a fresh daemon run from ``tree`` (one row each, or
+    one row for all of them at once when ``concurrent``)."""
     rows: list[dict[str, float]] = []
     with (
-        skulk_serving(models_dir, 2048, tree=tree) as daemon,
+        skulk_serving(models_dir, 2048, tree=tree, env=tree_env(tree, paced)) as daemon,
         httpx.Client(timeout=600.0) as client,
     ):
         assert daemon.process is not None
@@ -63,6 +108,19 @@ def measure_tree(
         cpu, wall = _cpu_s(process), time.monotonic()
         time.sleep(idle_s)
         idle = (_cpu_s(process) - cpu) / (time.monotonic() - wall)
+        if concurrent:
+            cpu, wall = _cpu_s(process), time.monotonic()
+            timings = asyncio.run(_concurrent(daemon.url, streams, max_tokens))
+            spent = _cpu_s(process) - cpu - idle * (time.monotonic() - wall)
+            tokens = sum(timing.tokens for timing in timings)
+            return [
+                {
+                    "tokens": tokens,
+                    "decode_tps": tokens / (time.monotonic() - wall),
+                    "idle_cpu_ms_per_s": idle * 1000,
+                    "cpu_ms_per_token": spent * 1000 / max(tokens, 1),
+                }
+            ]
         for _ in range(streams):
             cpu, wall = _cpu_s(process), time.monotonic()
             timing = stream_chat(client, daemon.url, chat_body(DEFAULT_PROMPT, max_tokens))
@@ -85,18 +143,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=900)
     parser.add_argument("--idle-s", type=float, default=6.0)
     parser.add_argument("--baseline-tree", type=Path, default=None)
+    parser.add_argument(
+        "--paced", type=float, default=None, metavar="STEPS", help="paced engine, steps/s"
+    )
+    parser.add_argument("--concurrent", action="store_true", help="a round's streams at once")
     add_run_options(parser)
     args = parser.parse_args(argv)
     load_at_start = wait_for_quiet(args.max_load)
     trees = {"current": REPO_ROOT}
     if args.baseline_tree is not None:
-        trees["baseline"] = args.baseline_tree
+        trees["baseline"] = args.baseline_tree.resolve()
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     for round_ in range(args.rounds):
         order = list(trees) if round_ % 2 == 0 else list(reversed(trees))
         for name in order:
             got = measure_tree(
-                trees[name], args.models_dir, args.streams, args.max_tokens, args.idle_s
+                trees[name],
+                args.models_dir,
+                args.streams,
+                args.max_tokens,
+                args.idle_s,
+                paced=args.paced,
+                concurrent=args.concurrent,
             )
             rows[name] += got
             for row in got:

@@ -54,6 +54,7 @@ from skulk_daemon.runner.client import spawned_runner_pids
 from skulk_daemon.services import Services
 from skulk_daemon.speech.providers import SpeechTags, SttProvider, TtsProvider
 from skulk_daemon.system.buildinfo import source_commit
+from skulk_daemon.system.event_loop import loop_factory, loop_name
 from skulk_daemon.system.http_server import UVICORN_LIMITS, BoundedH11Protocol, LargeBodyLimiter
 from skulk_daemon.system.listeners import BindError, bind_listener
 from skulk_daemon.system.logs import configure_logging, node_secrets
@@ -353,6 +354,7 @@ async def _serve(
         log.info(
             "skulk node %s serving on http://%s:%d", node.node_id, settings.host, settings.api_port
         )
+        log.info("event loop: %s", loop_name(asyncio.get_running_loop()))
         await extensions.start()
 
     async def stopping() -> None:
@@ -491,7 +493,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = start_logging(args, settings)
         guard = StopGuard()
         restart = RestartLatch()
-        asyncio.run(_serve(settings, args, guard, restart, rows))
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            runner.run(_serve(settings, args, guard, restart, rows))
     except (StartupError, ValueError) as exc:
         print(f"skulk: {exc}", file=sys.stderr)
         return 1

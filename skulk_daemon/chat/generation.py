@@ -18,6 +18,7 @@ from skulk_core.chat.generation import EngineChunk as Chunk
 from skulk_core.chat.generation import ErrorChunk, FinishChunk, TokenChunk
 from skulk_daemon.chat.admission import Admitted
 from skulk_daemon.chat.cancellation import ActiveCommands
+from skulk_daemon.chat.coalesce import Backlog
 from skulk_daemon.chat.handoff import Handoff
 from skulk_daemon.worker.supervisor import Supervisor
 
@@ -37,15 +38,21 @@ _END = object()
 
 
 async def generation_events(
-    worker: Supervisor, commands: ActiveCommands, admitted: Admitted
+    worker: Supervisor,
+    commands: ActiveCommands,
+    admitted: Admitted,
+    backlog: Backlog | None = None,
 ) -> AsyncIterator[Chunk | KeepAlive]:
     """Every chunk of the generation, with KeepAlive ticks while nothing arrives.
 
     Always ends with exactly one FinishChunk or ErrorChunk: a cancelled task or a
     stream that stops without a finish reason becomes an ErrorChunk, never silence.
+    ``backlog`` (optional) is kept telling whether the next chunk is already here.
     """
     handoff: Handoff[object] = Handoff(PUMP_QUEUE_CHUNKS, KEEPALIVE_SECONDS)
     task_id = admitted.task_id
+    if backlog is not None:
+        backlog.watch(handoff)
 
     async def pump() -> None:
         try:
@@ -71,7 +78,11 @@ async def generation_events(
             if items is None:
                 yield KeepAlive()
                 continue
+            left = len(items)
             for item in items:
+                left -= 1
+                if backlog is not None:
+                    backlog.untaken = left
                 if item is _END:
                     ended = True
                     break
@@ -80,6 +91,8 @@ async def generation_events(
                     yield ErrorChunk(task_id=task_id, code="cancelled", message=CANCELLED_MESSAGE)
                     finished = True
                     break
+                if backlog is not None and isinstance(item, FinishChunk | ErrorChunk):
+                    backlog.ended = True
                 yield item
                 if isinstance(item, FinishChunk | ErrorChunk):
                     finished = True

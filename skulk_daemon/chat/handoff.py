@@ -47,6 +47,10 @@ class Handoff(Generic[T]):
         self._since = 0.0
         """When the consumer's current wait began."""
 
+    def __len__(self) -> int:
+        """Items queued and not yet taken."""
+        return len(self._items)
+
     async def put(self, item: T) -> None:
         """Queue ``item``; waits while ``limit`` items are queued (a slow consumer)."""
         while len(self._items) >= self._limit:

@@ -23,6 +23,7 @@ from skulk_core.models.cards import ModelTask
 from skulk_core.models.catalog import Catalog
 from skulk_daemon.chat.admission import Admitted, admit
 from skulk_daemon.chat.cancellation import ActiveCommands
+from skulk_daemon.chat.coalesce import Backlog, coalesced
 from skulk_daemon.chat.generation import generation_events
 from skulk_daemon.chat.hooks import NO_HOOKS, ChatHooks, ObservedEvents
 from skulk_daemon.chat.steward_seam import StewardTurns
@@ -45,9 +46,14 @@ class OpenedTurn:
     events: AsyncIterator[TurnEvent]
     """The turn's events, for the wire format to shape."""
     _observed: ObservedEvents
+    _backlog: Backlog | None = None
 
     def respond(self, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        """The shaped body, unchanged; observers are scheduled after its last byte."""
+        """The shaped body, unchanged but for fewer, larger pieces when tokens arrive
+        together (see :mod:`~skulk_daemon.chat.coalesce`); observers are scheduled
+        after its last byte."""
+        if self._backlog is not None:
+            body = coalesced(body, self._backlog)
         return self._observed.respond(body)
 
 
@@ -150,11 +156,14 @@ class ChatService:
         # NOTE: admission runs off the event loop (here and in admit()): it renders the
         # card's chat template and compiles grammars, bounded but not free.
         admitted, dispatched = await asyncio.to_thread(self._admit_transformed, task, transformed)
-        events = self._events(admitted)
+        backlog = Backlog()
+        events = self._events(admitted, backlog)
         if not isinstance(keep_alive, msgspec.UnsetType):
             events = self._then_keep_alive(events, admitted.model, keep_alive)
         observed = self._hooks.observe_turn(dispatched, admitted.command_id, events)
-        return OpenedTurn(admitted=admitted, events=observed.events, _observed=observed)
+        return OpenedTurn(
+            admitted=admitted, events=observed.events, _observed=observed, _backlog=backlog
+        )
 
     async def open_plain_turn(self, task: ChatTask) -> tuple[Admitted, AsyncIterator[TurnEvent]]:
         """A turn without the hooks (the bench route measures the engine alone)."""
@@ -187,8 +196,12 @@ class ChatService:
         """Cancel an in-flight command; False when it is unknown or already complete."""
         return self._commands.cancel(command_id)
 
-    def _events(self, admitted: Admitted) -> AsyncIterator[TurnEvent]:
-        return turn_events(admitted, generation_events(self._worker, self._commands, admitted))
+    def _events(
+        self, admitted: Admitted, backlog: Backlog | None = None
+    ) -> AsyncIterator[TurnEvent]:
+        return turn_events(
+            admitted, generation_events(self._worker, self._commands, admitted, backlog)
+        )
 
     def _admit_transformed(
         self, original: ChatTask, transformed: ChatTask

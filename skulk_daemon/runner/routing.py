@@ -135,6 +135,11 @@ class TaskRouter:
     # -- delivering ------------------------------------------------------------------
 
     def deliver(self, message: TaskMessage) -> None:
+        # NOTE: a token is most of what a runner sends (one a token, every stream):
+        # it skips the dozen class tests below that other messages need.
+        if type(message) is TokenChunk and message.task_id not in self._abandoned:
+            self._token(message)
+            return
         match message:
             case (
                 TokenChunk(task_id=task_id)
@@ -173,24 +178,28 @@ class TaskRouter:
                 | ImagesRendered(task_id=task_id)
             ):
                 self._answer(task_id, message)
-            case TokenChunk(task_id=task_id):
-                stream = self._streams.get(task_id)
-                if stream is not None and not stream.push(message):
-                    stream.close(
-                        ErrorChunk(
-                            task_id=task_id,
-                            code=ERROR_CONSUMER_TOO_SLOW,
-                            message=f"the reader fell {self._queue_chunks} chunks behind "
-                            "the runner; the generation was cancelled",
-                        )
-                    )
-                    self.abandon(task_id)
+            case TokenChunk():
+                self._token(message)
             case FinishChunk(task_id=task_id) | ErrorChunk(task_id=task_id):
                 stream = self._streams.get(task_id)
                 if stream is not None:
                     stream.close(message)
                 elif isinstance(message, ErrorChunk):
                     self._answer(task_id, message)
+
+    def _token(self, chunk: TokenChunk) -> None:
+        task_id = chunk.task_id
+        stream = self._streams.get(task_id)
+        if stream is not None and not stream.push(chunk):
+            stream.close(
+                ErrorChunk(
+                    task_id=task_id,
+                    code=ERROR_CONSUMER_TOO_SLOW,
+                    message=f"the reader fell {self._queue_chunks} chunks behind "
+                    "the runner; the generation was cancelled",
+                )
+            )
+            self.abandon(task_id)
 
     def _answer(self, task_id: TaskId, message: Answer) -> None:
         answer = self._answers.get(task_id)
