@@ -113,8 +113,7 @@ def add_cards(daemon: DaemonProcess, count: int, prefix: str) -> None:
     """Change State ``count`` times through ``daemon`` (forwarded to the master)."""
     for i in range(count):
         card = custom_card(f"test/{prefix}-{i}")
-        url = f"{daemon.url}/models/add-card"
-        response = httpx.post(url, json={"model_card": card}, timeout=30)
+        response = daemon.post("/models/add-card", json={"model_card": card})
         assert response.status_code in (200, 201), response.text
 
 
