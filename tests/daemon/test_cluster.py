@@ -84,14 +84,9 @@ def three_nodes(root: Path, models_dir: Path) -> Iterator[list[DaemonProcess]]:
 def shared_cluster(
     tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
 ) -> Iterator[list[DaemonProcess]]:
-    """Three nodes for the tests that leave them three converged nodes (any master)."""
+    """Three nodes for the whole module: each test leaves them three converged nodes
+    (any master), except the last two, which kill one each."""
     yield from three_nodes(tmp_path_factory.mktemp("cluster"), shared_models_dir)
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, shared_models_dir: Path) -> Iterator[list[DaemonProcess]]:
-    """Three nodes of the test's own, for a test that kills one for good."""
-    yield from three_nodes(tmp_path, shared_models_dir)
 
 
 def node_id(daemon: DaemonProcess) -> str:
@@ -118,8 +113,7 @@ def add_cards(daemon: DaemonProcess, count: int, prefix: str) -> None:
     """Change State ``count`` times through ``daemon`` (forwarded to the master)."""
     for i in range(count):
         card = custom_card(f"test/{prefix}-{i}")
-        url = f"{daemon.url}/models/add-card"
-        response = httpx.post(url, json={"model_card": card}, timeout=30)
+        response = daemon.post("/models/add-card", json={"model_card": card})
         assert response.status_code in (200, 201), response.text
 
 
@@ -212,72 +206,6 @@ def test_a_master_cut_off_and_back_steps_down_to_the_new_one(
     assert diagnostics(old)["role"] == "follower"
 
 
-def test_the_master_dies_a_new_one_is_elected_and_the_instance_keeps_serving(
-    cluster: list[DaemonProcess],
-) -> None:
-    view = wait_for(lambda: converged(cluster, 3), "three nodes to converge", timeout=60)
-    master_id = view["masterNodeId"]
-    master = next(d for d in cluster if node_id(d) == master_id)
-    survivors = [d for d in cluster if d is not master]
-    host = survivors[0]
-    placed = httpx.post(
-        f"{host.url}/place_instance",
-        json={
-            "model_id": DEMO,
-            "min_nodes": 1,
-            "context_tokens": 1024,
-            "excluded_nodes": [master_id, node_id(survivors[1])],
-        },
-        timeout=60,
-    )
-    assert placed.status_code == 200, placed.text
-    instance_id = placed.json()["instance_id"]
-    wait_for(lambda: host.runner_status(instance_id) == "RunnerReady", "the runner", timeout=120)
-
-    master.kill()
-    new_view = wait_for(
-        lambda: (
-            converged(survivors, 3)
-            if replicated(survivors[0])["masterNodeId"] != master_id
-            else None
-        ),
-        "a new master",
-        timeout=60,
-    )
-    assert new_view["masterNodeId"] in {node_id(d) for d in survivors}
-    assert instance_id in new_view["instances"]
-    body = {"model": DEMO, "messages": PROMPT, "max_tokens": 4, "temperature": 0}
-    answer = httpx.post(f"{host.url}/v1/chat/completions", json=body, timeout=60)
-    assert answer.status_code == 200, answer.text
-    assert answer.json()["usage"]["completion_tokens"] == 4
-    # The dead master leaves the topology; its loss failed nothing it did not host.
-    gone = wait_for(lambda: converged(survivors, 2), "the dead master's removal", timeout=60)
-    assert master_id not in gone["topology"]["nodes"]
-    assert instance_id in gone["instances"] and not gone["instanceFailures"]
-
-
-def test_a_lost_node_fails_its_instances_naming_the_node(cluster: list[DaemonProcess]) -> None:
-    view = wait_for(lambda: converged(cluster, 3), "three nodes to converge", timeout=60)
-    master_id = view["masterNodeId"]
-    follower = next(d for d in cluster if node_id(d) != master_id)
-    lost_id = node_id(follower)
-    others = [node_id(d) for d in cluster if d is not follower]
-    placed = httpx.post(
-        f"{follower.url}/place_instance",
-        json={"model_id": DEMO, "context_tokens": 1024, "excluded_nodes": others},
-        timeout=60,
-    )
-    assert placed.status_code == 200, placed.text
-    instance_id = placed.json()["instance_id"]
-    follower.kill()
-    rest = [d for d in cluster if d is not follower]
-    view = wait_for(lambda: converged(rest, 2), "the lost node's removal", timeout=60)
-    assert instance_id not in view["instances"]
-    (failure,) = view["instanceFailures"]
-    assert failure["errorCode"] == f"node_lost:{lost_id}"
-    assert lost_id in failure["affectedNodeIds"]
-
-
 def test_cluster_wide_config_reaches_every_node_without_the_token_in_state(
     shared_cluster: list[DaemonProcess],
 ) -> None:
@@ -332,3 +260,92 @@ def test_the_cluster_proxy_reports_the_selected_nodes_tailnet(
     assert own["running"] is False and own["selfIp"] is None
     back = tailnet.get(f"/v1/diagnostics/cluster/{node_id(plain)}").json()["tailscale"]
     assert back["running"] is False
+
+
+def alive(cluster: list[DaemonProcess]) -> list[DaemonProcess]:
+    """The module's nodes still running (the last two tests each kill one for good)."""
+    return [d for d in cluster if d.process is not None and d.process.poll() is None]
+
+
+# The two tests that kill a node for good come last and share the module's cluster:
+# the first leaves two nodes, the second one (each also runs alone on three).
+
+
+def test_the_master_dies_a_new_one_is_elected_and_the_instance_keeps_serving(
+    shared_cluster: list[DaemonProcess],
+) -> None:
+    cluster = alive(shared_cluster)
+    assert len(cluster) == 3
+    view = wait_for(lambda: converged(cluster, 3), "three nodes to converge", timeout=60)
+    master_id = view["masterNodeId"]
+    master = next(d for d in cluster if node_id(d) == master_id)
+    survivors = [d for d in cluster if d is not master]
+    host = survivors[0]
+    placed = httpx.post(
+        f"{host.url}/place_instance",
+        json={
+            "model_id": DEMO,
+            "min_nodes": 1,
+            "context_tokens": 1024,
+            "excluded_nodes": [master_id, node_id(survivors[1])],
+        },
+        timeout=60,
+    )
+    assert placed.status_code == 200, placed.text
+    instance_id = placed.json()["instance_id"]
+    wait_for(lambda: host.runner_status(instance_id) == "RunnerReady", "the runner", timeout=120)
+
+    master.kill()
+    new_view = wait_for(
+        lambda: (
+            converged(survivors, 3)
+            if replicated(survivors[0])["masterNodeId"] != master_id
+            else None
+        ),
+        "a new master",
+        timeout=60,
+    )
+    assert new_view["masterNodeId"] in {node_id(d) for d in survivors}
+    assert instance_id in new_view["instances"]
+    body = {"model": DEMO, "messages": PROMPT, "max_tokens": 4, "temperature": 0}
+    answer = httpx.post(f"{host.url}/v1/chat/completions", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["usage"]["completion_tokens"] == 4
+    # The dead master leaves the topology; its loss failed nothing it did not host.
+    gone = wait_for(lambda: converged(survivors, 2), "the dead master's removal", timeout=60)
+    assert master_id not in gone["topology"]["nodes"]
+    assert instance_id in gone["instances"] and not gone["instanceFailures"]
+    # The next test places its own instance on a follower it then loses.
+    assert httpx.delete(f"{host.url}/instance/{instance_id}", timeout=30).status_code == 200
+    wait_for(
+        lambda: not replicated(host)["instances"],
+        "the instance to go",
+        timeout=60,
+    )
+
+
+def test_a_lost_node_fails_its_instances_naming_the_node(
+    shared_cluster: list[DaemonProcess],
+) -> None:
+    cluster = alive(shared_cluster)
+    members = len(cluster)
+    assert members >= 2
+    view = wait_for(lambda: converged(cluster, members), "the nodes to converge", timeout=60)
+    master_id = view["masterNodeId"]
+    follower = next(d for d in cluster if node_id(d) != master_id)
+    lost_id = node_id(follower)
+    others = [node_id(d) for d in cluster if d is not follower]
+    placed = httpx.post(
+        f"{follower.url}/place_instance",
+        json={"model_id": DEMO, "context_tokens": 1024, "excluded_nodes": others},
+        timeout=60,
+    )
+    assert placed.status_code == 200, placed.text
+    instance_id = placed.json()["instance_id"]
+    follower.kill()
+    rest = [d for d in cluster if d is not follower]
+    view = wait_for(lambda: converged(rest, members - 1), "the lost node's removal", timeout=60)
+    assert instance_id not in view["instances"]
+    (failure,) = view["instanceFailures"]
+    assert failure["errorCode"] == f"node_lost:{lost_id}"
+    assert lost_id in failure["affectedNodeIds"]

@@ -4,6 +4,8 @@ log on disk. What its routes answer is checked in-process (tests/api/test_node_a
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -15,8 +17,27 @@ REVISION = "0123456789abcdef0123456789abcdef01234567"
 pytestmark = pytest.mark.slow
 
 
-def test_restart_keeps_node_id_and_replays_state(make_daemon: DaemonFactory) -> None:
-    daemon = make_daemon().start()
+@pytest.fixture(scope="module")
+def shared_node(
+    tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
+) -> Iterator[DaemonProcess]:
+    """One node for the tests below that need one running: the restart test restarts
+    it, the port test leaves it running, the SIGTERM test (after them) stops it."""
+    daemon = DaemonProcess(root=tmp_path_factory.mktemp("node"), models_dir=shared_models_dir)
+    yield daemon
+    daemon.kill()
+
+
+@pytest.fixture
+def running(shared_node: DaemonProcess) -> DaemonProcess:
+    """The module's node, started again if an earlier test stopped it."""
+    if shared_node.process is None or shared_node.process.poll() is not None:
+        shared_node.start()
+    return shared_node
+
+
+def test_restart_keeps_node_id_and_replays_state(running: DaemonProcess) -> None:
+    daemon = running
     node_id = daemon.get("/node_id").json()
     install_id = daemon.get("/state").json()["nodeIdentities"][node_id]["nodeInstallId"]
     card = {
@@ -56,21 +77,22 @@ def key_file_mode(daemon: DaemonProcess) -> int:
     return (daemon.data_dir / "node_key.pem").stat().st_mode & 0o777
 
 
-def test_sigterm_stops_cleanly(daemon: DaemonProcess) -> None:
-    code, err = daemon.stop(signal.SIGTERM)
-    assert code == 0, err
-    assert "stopped cleanly" in err
-
-
-def test_port_in_use_is_a_clear_error(daemon: DaemonProcess, make_daemon: DaemonFactory) -> None:
+def test_port_in_use_is_a_clear_error(running: DaemonProcess, make_daemon: DaemonFactory) -> None:
     second = make_daemon("second")
-    second.port = daemon.port
+    second.port = running.port
     code, err = second.run_to_exit()
     assert code == 1
-    assert f"port {daemon.port}" in err and "already in use" in err
+    assert f"port {running.port}" in err and "already in use" in err
     assert "Traceback" not in err
     # the first node is untouched
-    assert daemon.get("/node_id").status_code == 200
+    assert running.get("/node_id").status_code == 200
+
+
+def test_sigterm_stops_cleanly(running: DaemonProcess) -> None:
+    earlier = len(running.log_text())  # an earlier test may have stopped it already
+    code, log = running.stop(signal.SIGTERM)
+    assert code == 0, log
+    assert "stopped cleanly" in log[earlier:]
 
 
 def test_unknown_config_key_refuses_to_start(make_daemon: DaemonFactory) -> None:

@@ -64,12 +64,11 @@ def test_splits_the_rule_treats_alike_give_identical_logits(decoder: Decoder) ->
 
 
 def test_a_batch_keeps_its_leading_rows_exact_not_its_last_few(decoder: Decoder) -> None:
-    decoder.cold([512, 189])  # 701 cells; the last (701 % 4 = 1) from the GEMV
+    reference = decoder.cold([512, 189])  # 701 cells; the last (701 % 4 = 1) from the GEMV
     assert decoder.model.keep_prefix(0, 700)
     resumed = decoder.run([101], start=700)
     assert np.array_equal(resumed, decoder.cold([512, 188, 101]))
     # The split matters where the rule says it does: a one-token last batch, or a
     # last batch under 64 tokens, rounds differently.
-    reference = decoder.cold([512, 189])
     assert not np.array_equal(decoder.cold([512, 188, 1]), reference)
     assert not np.array_equal(decoder.cold([512, 129, 60]), reference)

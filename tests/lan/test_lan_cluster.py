@@ -26,6 +26,7 @@ import httpx
 import pytest
 
 from tests.daemon.serving import wait_for
+from tests.daemon_process import HTTP
 from tests.lan.daemons import LanDaemon, lan_cluster
 from tests.lan.netns import Lan
 
@@ -48,7 +49,7 @@ STOP_BOUND_SECONDS = 30.0
 
 def state(daemon: LanDaemon) -> dict[str, Any] | None:
     try:
-        body: dict[str, Any] = httpx.get(f"{daemon.url}/state", timeout=2.0).json()
+        body: dict[str, Any] = HTTP.get(f"{daemon.url}/state", timeout=2.0).json()
     except httpx.HTTPError:
         return None
     return body
@@ -75,7 +76,7 @@ def agreed(daemons: list[LanDaemon], members: int) -> tuple[str, int] | None:
 
 def fabric_master(daemon: LanDaemon) -> str | None:
     try:
-        cluster = httpx.get(f"{daemon.url}/v1/diagnostics/node", timeout=2.0).json()["cluster"]
+        cluster = HTTP.get(f"{daemon.url}/v1/diagnostics/node", timeout=2.0).json()["cluster"]
     except httpx.HTTPError:
         return None
     master: str | None = cluster["master"]
@@ -124,27 +125,39 @@ def node_id(daemon: LanDaemon) -> str:
     return value
 
 
-@pytest.mark.parametrize("size", SIZES)
-@pytest.mark.parametrize("attempt", range(REPEATS))
-def test_a_simultaneous_start_settles_and_stays_settled(
-    tmp_path: Path, shared_models_dir: Path, size: int, attempt: int
-) -> None:
-    with lan_cluster(tmp_path, shared_models_dir, size) as (_, daemons):
-        master, term = converge(daemons, size)
-        # No faults: the master and its term hold (a flap shows as a term change).
-        seen = hold(daemons, WATCH_SECONDS)
-        print(f"start {attempt} of {size}: master {master[-6:]} term {term}, seen {len(seen)}")
-        assert seen == {(master, term)}, f"flap: {seen}\n{election_log(daemons)}"
-
-
 @pytest.fixture(scope="module")
 def shared(
     tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
 ) -> Iterator[tuple[Lan, list[LanDaemon]]]:
-    """Three machines for the tests below, which each leave them three converged nodes
-    (the last one excepted: it takes one away)."""
+    """Three machines started at the same moment, for the tests below, which each leave
+    them three converged nodes (the last one excepted: it takes one away). Its start is
+    the last simultaneous start of three the first test watches."""
     with lan_cluster(tmp_path_factory.mktemp("lan"), shared_models_dir, 3) as cluster:
         yield cluster
+
+
+def _settles(daemons: list[LanDaemon], size: int, attempt: int) -> None:
+    master, term = converge(daemons, size)
+    # No faults: the master and its term hold (a flap shows as a term change).
+    seen = hold(daemons, WATCH_SECONDS)
+    print(f"start {attempt} of {size}: master {master[-6:]} term {term}, seen {len(seen)}")
+    assert seen == {(master, term)}, f"flap: {seen}\n{election_log(daemons)}"
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("attempt", range(REPEATS))
+def test_a_simultaneous_start_settles_and_stays_settled(
+    tmp_path: Path, shared_models_dir: Path, size: int, attempt: int, request: pytest.FixtureRequest
+) -> None:
+    if (attempt, size) == (REPEATS - 1, 3) and size == SIZES[-1]:
+        # The last start watched is the module's cluster, started now for the tests
+        # below (one cluster start fewer). Never an earlier one: a LAN's names are the
+        # test process's, so no other LAN may be set up while the module's is up.
+        _, daemons = request.getfixturevalue("shared")
+        _settles(daemons, size, attempt)
+        return
+    with lan_cluster(tmp_path, shared_models_dir, size) as (_, daemons):
+        _settles(daemons, size, attempt)
 
 
 def test_the_master_killed_survivors_elect_a_new_one(

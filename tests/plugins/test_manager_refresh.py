@@ -10,9 +10,10 @@ across the module and is never restarted.
 generation (hard links, so no second gigabyte) with one Skulk file changed, sealed
 again, selected, and the running manager stopped so the keep-alive starts it there.
 Three such earlier builds: one that names ``reload_runtime``, one from before it (its
-inventory does not name it) and one that refuses every generation. One real staging
-here, the host's first refresh (later refreshes reuse the host's copy): setup verifies
-and reuses a sealed copy of the session's staging (``tests/plugins/runtime_copies.py``).
+inventory does not name it) and one that refuses every generation. No staging here:
+setup verifies and reuses a sealed copy of the session's staging
+(``tests/plugins/runtime_copies.py``), and each refresh reuses that copy of the host's
+build, which the host keeps selected or collects like any other generation.
 
 Proves: the daemon's plugin routes go from 503 ``manager_build_differs`` to 200 without
 a restart, through ``reload_runtime`` and through stopping a manager that does not name
@@ -60,7 +61,8 @@ SITE = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packag
 OWNER = {"X-Skulk-Dashboard": "pairing-v1"}
 GENERATION = re.compile(r"^[0-9a-f]{16}$")
 SETTLE_SECONDS = 420.0
-"""A refresh stages ~1.2 GB and the manager verifies it again when it starts."""
+"""A refresh verifies a ~1.2 GB runtime (staging it when none of this build is there)
+and the manager verifies it again when it starts."""
 
 KEEP_ALIVE = """\
 # Restart=always: the registered command, started again whenever it exits.
@@ -299,11 +301,12 @@ def test_a_manager_that_names_reload_runtime_is_reloaded_onto_the_host_build(hos
     older = host.earlier_build(first, _comment, "skulk_core/__init__.py")
     newest = host.earlier_build(first, _comment, "skulk/__init__.py")  # completed later
     host.run_on(newest)
-    # setup's own copy goes (a copy of this source would be reused, not staged).
-    shutil.rmtree(host.runtimes / first)
+    # setup's own copy stays: the host's refresh finds it complete and reuses it, as it
+    # would its own earlier staging (the session's staging is the real copy: staging
+    # is the one function setup and the refresh share).
     interrupted = host.runtimes / ("f" * 16)
     (interrupted / "bin").mkdir(parents=True)
-    assert host.generations() == {newest, older, "f" * 16}
+    assert host.generations() == {first, newest, older, "f" * 16}
 
     host.daemon.start()
     seen = host.until_served()
@@ -313,7 +316,7 @@ def test_a_manager_that_names_reload_runtime_is_reloaded_onto_the_host_build(hos
     assert seen[-1].json()["reload_runtime"] is True
 
     staged = selected(host.root)
-    assert staged is not None and staged not in (newest, older)
+    assert staged == first
     listed, _ = host.answering()
     assert listed is not None and listed["runtime_generation"] == staged
     # The 200 says the daemon found its own build; it is the staged copy's.

@@ -9,8 +9,9 @@ verifies); the staged interpreter imports Skulk from the copy even with the chec
 ``PYTHONPATH`` and as cwd; a rerun over the same source reuses the generation and its
 operation; the sealed manager reports its build and ``reload_runtime`` in ``list``;
 the host refuses a manager of another build as ``manager_build_differs`` (access and
-route helper); a changed source stages a second generation beside the first without
-selecting it; ``reload_runtime`` refuses a wrong digest, an unknown and an incomplete
+route helper); a changed source is not served by the first generation, and a second
+(a sealed copy of the first for another source) beside it is not selected;
+``reload_runtime`` refuses a wrong digest, an unknown and an incomplete
 generation, and with the right digest selects the second, records it in ``setup.json``
 and exits; a tampered file makes the manager refuse to start and ``status`` report
 ``registered_runtime_verified: false``; the registered command's ``-I -S -B`` bootstrap
@@ -57,7 +58,7 @@ from skulk_host.plugin_service.runtime import (
     selected,
     verify,
 )
-from tests.plugins.runtime_copies import SessionRuntime, own
+from tests.plugins.runtime_copies import SessionRuntime, own, sealed_copy
 
 pytestmark = pytest.mark.xdist_group("plugin_runtime")
 
@@ -282,15 +283,17 @@ def _reload(staged: Staged, generation: str, digest: str) -> dict[str, Any]:
 
 
 def test_reload_runtime_refuses_then_selects_and_exits(
-    staged: Staged, manager: subprocess.Popen[str], monkeypatch: pytest.MonkeyPatch
+    staged: Staged, manager: subprocess.Popen[str]
 ) -> None:
     first = str(staged.summary["generation"])
-    # A changed source stages a new generation beside the first (kept).
-    monkeypatch.setattr(staging, "source_sha256", lambda build: "e" * 64)
-    completion, fresh = staging.stage_service_runtime(staged.root)
-    assert fresh and completion.generation != first
+    # A changed source is not served by the first generation: staging would stage a new
+    # one beside it. That one is made here as a sealed copy of the first (hard links,
+    # not a second gigabyte; the session's setup is the real staging).
+    assert staging._reusable(staged.root, "e" * 64) is None
+    completion = sealed_copy(staged.generation, staged.root, source_sha256="e" * 64)
+    assert completion.generation != first
     assert read_completion(staged.generation) is not None
-    assert selected(staged.root) == first  # staging alone selects nothing
+    assert selected(staged.root) == first  # a new generation alone selects nothing
     second, seal = completion.generation, completion.seal_sha256
     wrong = _reload(staged, second, str(staged.summary["seal_sha256"]))
     assert wrong["ok"] is False and wrong["error"]["reason"] == "seal_mismatch", wrong
