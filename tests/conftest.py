@@ -53,6 +53,25 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     return scheduler
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker under ``--dist loadgroup``, refuse to run if xdist did not
+    append an ``xdist_group`` to its tests' ids: the controller would then schedule the
+    group's modules apart, and tests that must never share the machine (fixed network
+    addresses, timing bounds, the one staged plugin runtime) would run at once. (pytest
+    9.2 moved the node id that pytest-xdist 3.8 rewrites: it ignored every group.)"""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        nodeid = item.nodeid
+        grouped = nodeid.rfind("@") > nodeid.rfind("]")  # as the scheduler reads it
+        if item.get_closest_marker("xdist_group") is not None and not grouped:
+            raise pytest.UsageError(
+                f"{nodeid} is in an xdist_group but xdist did not mark it: this "
+                "pytest/pytest-xdist pair ignores groups (see pyproject's pytest pin)"
+            )
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """The controller keeps each unit's duration for the next run's order."""
     scheduler = session.config.stash.get(SCHEDULER, None)

@@ -37,14 +37,13 @@ UNLISTED_SECONDS_PER_TEST: Final = 0.25
 """What a unit with no measurement weighs per test (most modules are pure and quick)."""
 
 SECONDS: Final[dict[str, float]] = {
-    # Groups: their tests/daemon members measured, the rest estimated.
-    "timing": 300,
-    "network": 240,
-    # Its modules measured 291 s under -n 2 load before #35 item 5 took their second
-    # and third 1.2 GB stagings out; the session's one staging remains.
-    "plugin_runtime": 200,
-    "browser": 120,
-    "images": 60,
+    # Groups: the sums of their modules' seconds in the full run of 2026-12-06 (-n 2),
+    # less what #35 item 5 took out since (a LAN cluster, two plugin runtime stagings).
+    "timing": 190,
+    "network": 350,
+    "plugin_runtime": 220,
+    "browser": 270,
+    "images": 30,
     # Modules measured (tests/daemon on 2 cores shared ~4x, scaled to a quiet machine).
     "tests/daemon/test_cluster.py": 95,
     "tests/daemon/test_cluster_routing.py": 114,
