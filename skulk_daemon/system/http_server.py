@@ -166,7 +166,7 @@ _SLOW_BODY: Final = "the request body arrived too slowly"
 _REASONS: Final = {408: b"Request Timeout", 503: b"Service Unavailable"}
 
 
-def _refuse(transport: asyncio.BaseTransport, status: int, code: str, message: str) -> None:
+def _refuse(transport: asyncio.Transport, status: int, code: str, message: str) -> None:
     """Answer ``status`` in the OpenAI error envelope and close, below the ASGI app:
     the request (if any) is not read further."""
     kind = "timeout" if status == 408 else "service_unavailable"
@@ -175,7 +175,9 @@ def _refuse(transport: asyncio.BaseTransport, status: int, code: str, message: s
         b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
         b"connection: close\r\n%s\r\n"
     ) % (status, _REASONS[status], len(body), b"retry-after: 1\r\n" if status == 503 else b"")
-    if isinstance(transport, asyncio.WriteTransport) and not transport.is_closing():
+    # NOTE: no isinstance check on asyncio's transport classes: uvloop's transports do
+    # not derive from them (such a check skipped the answer under uvloop).
+    if not transport.is_closing():
         transport.write(head + body)
     transport.close()
 

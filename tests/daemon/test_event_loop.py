@@ -1,23 +1,33 @@
-"""The daemon's event loop: uvloop when installed, asyncio's own when not or when
-``SKULK_EVENT_LOOP=asyncio`` rules it out."""
+"""The daemon's event loop: asyncio's own by default, uvloop when an operator sets
+``SKULK_EVENT_LOOP=uvloop`` (and it is installed)."""
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
+import importlib
 
 import pytest
 
 from skulk_daemon.system.event_loop import EVENT_LOOP_ENV, loop_factory, loop_name
 
 
-def test_asyncio_forced_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(EVENT_LOOP_ENV, "asyncio")
-    assert loop_factory() is None
-
-
-def test_without_uvloop_the_standard_loop_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_asyncio_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(EVENT_LOOP_ENV, raising=False)
+    assert loop_factory() is None
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        assert runner.run(_which()) == "asyncio"
+
+
+def test_uvloop_when_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(EVENT_LOOP_ENV, "uvloop")
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        assert runner.run(_which()) == "uvloop"
+
+
+def test_asked_for_but_not_installed_runs_asyncio(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(EVENT_LOOP_ENV, "uvloop")
     real = importlib.import_module
 
     def no_uvloop(name: str, package: str | None = None) -> object:
@@ -27,15 +37,7 @@ def test_without_uvloop_the_standard_loop_runs(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(importlib, "import_module", no_uvloop)
     assert loop_factory() is None
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        assert runner.run(_which()) == "asyncio"
-
-
-@pytest.mark.skipif(importlib.util.find_spec("uvloop") is None, reason="uvloop not installed")
-def test_uvloop_preferred_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(EVENT_LOOP_ENV, raising=False)
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        assert runner.run(_which()) == "uvloop"
+    assert "uvloop is not installed" in caplog.text
 
 
 async def _which() -> str:
