@@ -44,24 +44,14 @@ def test_an_unclosed_block_stays_reasoning() -> None:
 @given(st.lists(st.integers(min_value=1, max_value=5), min_size=1, max_size=30))
 def test_splitting_anywhere_gives_the_same_result(sizes: list[int]) -> None:
     text = "  <think>a </thi b</think>\n\nanswer </think> tail"
-    pieces, rest = [], text
-    for size in sizes:
-        if rest:
-            pieces.append(rest[:size])
-            rest = rest[size:]
-    pieces.append(rest)
+    pieces = _chunked(text, sizes)
     assert split(pieces) == split([text]) == ("a </thi b", "answer </think> tail")
 
 
 @given(st.lists(st.integers(min_value=1, max_value=5), min_size=1, max_size=30))
 def test_a_model_that_does_not_think_splits_the_same_way_anywhere(sizes: list[int]) -> None:
     text = "\n\n<think>a </thi b</think>\n\nanswer"
-    pieces, rest = [], text
-    for size in sizes:
-        if rest:
-            pieces.append(rest[:size])
-            rest = rest[size:]
-    pieces.append(rest)
+    pieces = _chunked(text, sizes)
     # Its leading newlines are content (sent before the tag could show); the tag is
     # still recognised.
     assert split(pieces, thinks=False) == split([text], thinks=False) == ("a </thi b", "\n\nanswer")
@@ -106,3 +96,14 @@ def test_models_without_a_toggle_ignore_it_but_keep_an_effort_hint() -> None:
         supports_thinking=False, supports_toggle=False, enable_thinking=True, reasoning_effort="low"
     )
     assert plain == ThinkingControls(enable_thinking=None, reasoning_effort=None)
+
+
+def _chunked(text: str, sizes: list[int]) -> list[str]:
+    """``text`` cut into pieces of ``sizes`` (the rest, possibly empty, last)."""
+    pieces, rest = [], text
+    for size in sizes:
+        if rest:
+            pieces.append(rest[:size])
+            rest = rest[size:]
+    pieces.append(rest)
+    return pieces
