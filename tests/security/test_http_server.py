@@ -233,3 +233,29 @@ def test_a_crowd_of_remote_addresses_leaves_loopback_its_reserve(
                     await writer.wait_closed()
 
     asyncio.run(scenario())
+
+
+def test_a_refusal_is_answered_on_uvloop_transports_too() -> None:
+    # uvloop's transports do not derive from asyncio's transport classes: a refusal
+    # once checked isinstance(transport, asyncio.WriteTransport) and closed unanswered.
+    uvloop = pytest.importorskip("uvloop")
+
+    async def refuse_and_read() -> bytes:
+        ours, theirs = socket.socketpair()
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, ours)
+        http_server._refuse(transport, 503, "too_many_connections", "busy")
+        theirs.setblocking(False)
+        received = b""
+        while True:
+            chunk = await loop.sock_recv(theirs, 4096)
+            if not chunk:
+                break
+            received += chunk
+        theirs.close()
+        return received
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        answer = runner.run(refuse_and_read())
+    assert answer.startswith(b"HTTP/1.1 503 ")
+    assert b'"code":"too_many_connections"' in answer
