@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from typer._completion_classes import completion_init
 
-from skulk_cli import help_labels
+from skulk_cli import help_labels, option_values
 from skulk_cli.lazy_commands import LazyGroup
 from skulk_cli.node_http import DEFAULT_API_URL
 
@@ -21,6 +21,8 @@ completion_init()
 
 
 help_labels.install()
+# Plain option values (a URL, a count) are coerced without importing pydantic.
+option_values.install()
 
 app = typer.Typer(
     name=PROG_NAME,
