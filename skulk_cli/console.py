@@ -10,10 +10,13 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING
 
 from rich.console import Console, RenderableType
-from rich.status import Status
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from rich.status import Status  # with rich.live: only a spinner needs them
 
 
 def _console(*, stderr: bool = False) -> Console:

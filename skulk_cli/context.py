@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlsplit
 
 import typer
@@ -19,12 +19,9 @@ from skulk_cli.client import (
     UnexpectedResponseError,
 )
 from skulk_cli.completion import complete_model_id
-from skulk_cli.operator_credentials import (
-    PAIR_AGAIN_HINT,
-    CredentialStore,
-    CredentialsUnusable,
-    NotPaired,
-)
+
+if TYPE_CHECKING:
+    from skulk_cli.operator_credentials import CredentialStore
 
 EXIT_REFUSED = 1
 
@@ -125,6 +122,12 @@ def operator_node_client(store: CredentialStore | None = None) -> Iterator[Skulk
     """
     # Imported here: httpx and the pairing code are not needed by direct commands.
     from skulk_cli.operator_client import operator_client  # noqa: PLC0415
+    from skulk_cli.operator_credentials import (  # noqa: PLC0415
+        PAIR_AGAIN_HINT,
+        CredentialStore,
+        CredentialsUnusable,
+        NotPaired,
+    )
 
     store = store or CredentialStore.default()
     url = "the paired gateway"

@@ -5,6 +5,7 @@ see an httpx error). The routes themselves are :class:`~skulk_cli.client.SkulkCl
 
 from __future__ import annotations
 
+import sys
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Self
 
@@ -85,9 +86,12 @@ class NodeHttp:
         itself. A direct client leaves both at their defaults."""
         # NOTE: httpx is imported on first use, not with the CLI: it costs about half
         # a second, which every shell completion and `--help` would otherwise pay.
+        _skip_httpx_command_line()
         import httpx  # noqa: PLC0415
 
         self.base_url = base_url.rstrip("/")
+        if verify is True and self.base_url.lower().startswith("http://"):
+            verify = _no_tls()
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout, verify=verify, auth=auth)
         # The plugin routes take direct owner authority from this marker (the
         # dashboard's); a paired client's bearer is its authority instead.
@@ -175,6 +179,32 @@ class NodeHttp:
                 f"{self.base_url}{path} did not answer with a JSON object; is it a Skulk node?"
             )
         return parsed
+
+
+def _skip_httpx_command_line() -> None:
+    """Have httpx, when first imported, leave out its own ``httpx`` command line.
+
+    NOTE: httpx's package imports its own command line (click, pygments, rich's
+    progress bars and syntax highlighting: about a tenth of `skulk status`) whenever
+    click is installed, and falls back to a stub where that import fails, as it does
+    without the ``httpx[cli]`` extra. The CLI never runs httpx's command line, so it
+    takes the stub: a ``None`` in ``sys.modules`` makes that one import fail.
+    """
+    if "httpx" not in sys.modules:
+        sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
+
+def _no_tls() -> ssl.SSLContext:
+    """The TLS context of a client for a plain ``http://`` node: it trusts no
+    certificate, so any TLS connection it were asked to make would fail closed.
+
+    NOTE: httpx builds a verifying context for every client, reading and parsing the
+    CA bundle (about 40 ms of CPU, most of an ``http://localhost`` request's cost);
+    a client whose every request is plain HTTP has no use for one.
+    """
+    import ssl  # noqa: PLC0415 - loaded with httpx by then
+
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies, with no CA to verify against
 
 
 def generation_timeout() -> httpx.Timeout:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from skulk_cli import console, render, views
+from skulk_cli import console
 from skulk_cli.context import CliContext, JsonFlag, WideFlag, node_client
 
 
@@ -21,6 +21,9 @@ def status(ctx: typer.Context, json_output: JsonFlag = False, wide: WideFlag = F
         if cli.wants_json(json_output):
             console.emit_json({"identity": identity, "state": state})
             return
+        # Rendered only with an answer to render: a refusal needs no tables.
+        from skulk_cli import render, views  # noqa: PLC0415
+
         console.show(
             render.status(
                 views.parse(identity, views.NodeIdentity, "/node/identity"),
