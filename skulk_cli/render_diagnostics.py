@@ -14,7 +14,7 @@ from skulk_cli.render import humanize_bytes, short_id
 from skulk_cli.short_ids import NODE_PREFIX, IdShortener
 from skulk_core.diagnostics.answers import UNSET, Capture, ClusterBundles, Timeline
 from skulk_core.diagnostics.bundle import NodeBundle
-from skulk_core.diagnostics.doctor import DoctorFinding, Verdict
+from skulk_core.diagnostics.findings import DoctorFinding, Verdict
 
 _VERDICT_STYLE = {
     Verdict.PASS: "green",

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from skulk_cli import console, render_ops
+from skulk_cli import console
 from skulk_cli.client import SkulkApiError
 from skulk_cli.context import EXIT_REFUSED, CliContext, JsonFlag, node_client
 from skulk_cli.ops_views import TelemetryPreviewView
@@ -80,6 +80,10 @@ def telemetry(
     if cli.wants_json(json_output):
         console.emit_json(raw)
         return
+    # NOTE: render_ops (with the plugin proposal types it renders) loads here, not
+    # with the module: every `skulk diagnostics` command imports this one.
+    from skulk_cli import render_ops  # noqa: PLC0415
+
     if preview:
         view = parse(raw, TelemetryPreviewView, "telemetry preview")
         console.show(render_ops.telemetry_preview(view))
@@ -102,6 +106,8 @@ def envelopes(
     if cli.wants_json(json_output):
         console.emit_json(raw)
         return
+    from skulk_cli import render_ops  # noqa: PLC0415 (as in telemetry)
+
     if cluster:
         console.show(render_ops.cluster_envelopes(parse(raw, ClusterEnvelopes, "envelopes")))
     else:

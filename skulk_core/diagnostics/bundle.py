@@ -13,7 +13,7 @@ from __future__ import annotations
 import msgspec
 
 from skulk_core.cluster.remote_access import TailscaleStatus
-from skulk_core.diagnostics.doctor import DoctorFinding
+from skulk_core.diagnostics.findings import DoctorFinding
 
 
 class Runtime(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

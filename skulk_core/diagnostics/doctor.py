@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Final
 
-import msgspec
+# The findings are the wire half, which the bundle and the CLI load without the checks.
+from skulk_core.diagnostics.findings import DoctorFinding, Verdict
 
 MAX_FINDINGS: Final = 64
 # Below either, the models volume is too full to take another model's bytes.
@@ -26,23 +26,6 @@ CLOCK_SKEW_SECONDS: Final = 5.0
 # A peer silent for longer than this is unreachable (the fabric's liveness bound).
 PEER_SILENT_SECONDS: Final = 10.0
 _GIB: Final = 1024**3
-
-
-class Verdict(StrEnum):
-    PASS = "pass"
-    WARN = "warn"
-    FAIL = "fail"
-    SKIP = "skip"
-
-
-class DoctorFinding(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    check_id: str
-    title: str
-    verdict: Verdict
-    detail: str
-    consequence: str = ""
-    remediation: str = ""
-    fix_available: bool = False
 
 
 @dataclass(frozen=True, slots=True)

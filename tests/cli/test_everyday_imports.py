@@ -85,17 +85,22 @@ def test_status_without_a_node_loads_no_renderer(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("argv", "shows"),
+    ("argv", "shows", "absent"),
     [
-        (["models", "list"], "gemma-3-270m-q4"),
-        # The stand-in node has no diagnostics: the refusal path is what runs.
-        (["diagnostics", "node"], "no route /v1/diagnostics/node"),
+        (["models", "list"], "gemma-3-270m-q4", ()),
+        # The stand-in node has no diagnostics: the refusal path is what runs. The
+        # doctor's checks are the daemon's, the jobs' renderers the jobs'.
+        (
+            ["diagnostics", "node"],
+            "no route /v1/diagnostics/node",
+            ("skulk_core.diagnostics.doctor", "skulk_cli.render_ops"),
+        ),
     ],
     ids=["models list", "diagnostics node"],
 )
 def test_everyday_commands_load_no_heavy_module(
-    node: FakeNode, argv: list[str], shows: str, tmp_path: Path
+    node: FakeNode, argv: list[str], shows: str, absent: tuple[str, ...], tmp_path: Path
 ) -> None:
     output, loaded = _run(["--api-url", node.url, *argv], tmp_path)
     assert shows in output, output
-    assert _heavy(loaded) == []
+    assert _heavy(loaded) == [] and loaded.isdisjoint(absent)

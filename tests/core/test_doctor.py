@@ -15,10 +15,10 @@ from skulk_core.diagnostics.doctor import (
     ProgramFact,
     RefusedPeer,
     RunnerFact,
-    Verdict,
     run_doctor,
     worst,
 )
+from skulk_core.diagnostics.findings import Verdict
 
 GIB = 1024**3
 HEALTHY = NodeFacts(
