@@ -19,7 +19,6 @@ from skulk_cli import console, render, views
 from skulk_cli.client import SkulkApiError, SkulkClient
 from skulk_cli.commands import chat as chat_command
 from skulk_cli.commands.chat import SystemOption, TemperatureOption
-from skulk_cli.commands.models import follow_download
 from skulk_cli.commands.placement import (
     READY_STATUSES,
     Shape,
@@ -167,6 +166,9 @@ def _downloaded(client: SkulkClient, model: str) -> None:
     row = _catalog(client).get(model)
     if row is None or row.installed:
         return
+    # The download's progress bars (and the models group) load only for a download.
+    from skulk_cli.commands.models import follow_download  # noqa: PLC0415
+
     node_id = str(client.node_identity().get("nodeId", ""))
     _step(f"Downloading {model}…")
     try:
