@@ -34,6 +34,8 @@ NEVER = (
     "markdown_it",
     "skulk_core.config",
     "skulk_daemon",
+    "skulk_cli.operator_client",  # pairing: only `skulk --operator ...`
+    "skulk_cli.operator_credentials",
 )
 
 _RUN = """
