@@ -1,7 +1,8 @@
 """The one module that owns terminal output.
 
 Human output goes through rich consoles; machine output (``--json``) is written as
-plain text so that no wrapping, markup or colour can reach a shell script.
+plain text so that no wrapping, markup or colour can reach a shell script, and
+without loading rich at all: a script polling `skulk status --json` pays for none.
 """
 
 from __future__ import annotations
@@ -12,16 +13,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING
 
-from rich.console import Console, RenderableType
-from rich.text import Text
-
 if TYPE_CHECKING:
-    from rich.status import Status  # with rich.live: only a spinner needs them
+    from rich.console import Console, RenderableType
+    from rich.status import Status
+    from rich.text import Text
 
 
 def _console(*, stderr: bool = False) -> Console:
     # NOTE: built per use, not at import, so that the streams and environment at
     # the time of printing (a redirected sys.stdout, COLUMNS, NO_COLOR) apply.
+    from rich.console import Console  # noqa: PLC0415 (see the module doc)
+
     return Console(stderr=stderr, highlight=False)
 
 
@@ -38,6 +40,8 @@ def emit_json(data: object) -> None:
 
 def error(message: str, hint: str | None = None) -> None:
     """Report a refusal on stderr. Messages are text, never markup."""
+    from rich.text import Text  # noqa: PLC0415 (see the module doc)
+
     stderr = _console(stderr=True)
     stderr.print(Text(message, style="bold red"))
     if hint:
@@ -92,6 +96,8 @@ class TextStream:
     def write(self, text: str, style: str = "") -> None:
         if not text:
             return
+        from rich.text import Text  # noqa: PLC0415 (loaded with the console by now)
+
         # soft_wrap: the terminal wraps; rich would otherwise insert line breaks.
         self._console.print(Text(text, style=style), end="", soft_wrap=True)
         self.at_line_start = text.endswith("\n")

@@ -80,6 +80,14 @@ def test_status_loads_only_what_it_shows(node: FakeNode, tmp_path: Path) -> None
     assert _heavy(loaded) == [] and _commands(loaded) == ["skulk_cli.commands.status"]
 
 
+def test_status_json_loads_no_rich_at_all(node: FakeNode, tmp_path: Path) -> None:
+    """A script polling `skulk status --json` gets the node's JSON, and no terminal
+    rendering is loaded for it."""
+    output, loaded = _run(["--api-url", node.url, "status", "--json"], tmp_path)
+    assert json.loads(output)["identity"]["hostname"] == "alpha"
+    assert _heavy(loaded) == [] and not any(m.split(".")[0] == "rich" for m in loaded)
+
+
 def test_status_without_a_node_loads_no_renderer(tmp_path: Path) -> None:
     output, loaded = _run(["--api-url", "http://127.0.0.1:9", "status"], tmp_path)
     assert "No Skulk node answering at http://127.0.0.1:9" in output
