@@ -29,7 +29,7 @@ from skulk_core.chat.generation import (
     TokenChunk,
 )
 from skulk_core.ids import TaskId
-from skulk_daemon.runner.inbound import StdoutReader
+from skulk_daemon.runner.inbound import RunnerGeneration, StdoutReader
 from skulk_daemon.runner.protocol import (
     Cancel,
     Embed,
@@ -84,6 +84,7 @@ __all__ = [
     "PreviewSink",
     "RunnerExit",
     "RunnerFailed",
+    "RunnerGeneration",
     "RunnerProcess",
     "exit_message",
     "spawned_runner_pids",
@@ -207,27 +208,44 @@ class RunnerProcess:
         generation on the runner: iterate inside ``contextlib.aclosing`` so
         that happens promptly.
         """
+        if self._exit is not None:
+            yield runner_failed(request.task_id, self._exit.message)
+            return
+        generation = await self.open_generation(request)
+        try:
+            while not generation.finished:
+                for chunk in await generation.take() or ():
+                    yield chunk
+        finally:
+            generation.close()
+
+    async def open_generation(
+        self, request: GenerationRequest, keepalive_s: float | None = None
+    ) -> RunnerGeneration:
+        """Start one generation; its reader takes the chunks that arrived at each
+        wake-up (a ``None`` take after ``keepalive_s`` without one). Call ``close()``
+        on it when done: closed before its last chunk, it cancels the generation.
+        A runner that has already ended answers with its ``runner_failed`` error."""
         task_id = request.task_id
         if self._tasks.generating(task_id):
             raise ValueError(f"task {task_id} is already generating on this runner")
+        stream = self._tasks.open_stream(task_id, keepalive_s)
+
+        def close(finished: bool) -> None:
+            self._tasks.close_stream(task_id, stream, finished=finished)
+
+        generation = RunnerGeneration(stream, close)
         if self._exit is not None:
-            yield runner_failed(task_id, self._exit.message)
-            return
-        stream = self._tasks.open_stream(task_id)
-        finished = False
+            stream.close(runner_failed(task_id, self._exit.message))
+            return generation
         try:
             self._send(Generate(request=request))
             with contextlib.suppress(ConnectionError):
                 await self._drain()
-            while True:
-                chunk = await stream.get()
-                if not isinstance(chunk, TokenChunk):
-                    finished = True
-                yield chunk
-                if finished:
-                    return
-        finally:
-            self._tasks.close_stream(task_id, stream, finished=finished)
+        except BaseException:
+            generation.close()
+            raise
+        return generation
 
     async def embed(self, task_id: TaskId, inputs: Sequence[str]) -> Embedded | ErrorChunk:
         """Embed ``inputs`` on a runner loaded in ``"embed"`` mode.

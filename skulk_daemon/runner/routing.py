@@ -74,12 +74,13 @@ class TaskRouter:
     def running(self, task_id: TaskId) -> bool:
         return task_id in self._streams or task_id in self._answers
 
-    def open_stream(self, task_id: TaskId) -> TaskStream:
-        stream = TaskStream(self._queue_chunks)
+    def open_stream(self, task_id: TaskId, keepalive_s: float | None = None) -> TaskStream:
+        stream = TaskStream(self._queue_chunks, keepalive_s)
         self._streams[task_id] = stream
         return stream
 
     def close_stream(self, task_id: TaskId, stream: TaskStream, *, finished: bool) -> None:
+        stream.release()
         if self._streams.get(task_id) is stream:
             del self._streams[task_id]
         if not finished:
