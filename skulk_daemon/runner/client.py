@@ -201,16 +201,10 @@ class RunnerProcess:
         return list(self._flight)
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineChunk]:
-        """Run one generation and stream its chunks; the last is a
-        :class:`FinishChunk` or :class:`ErrorChunk`.
-
-        Leaving early (``break``, cancellation, ``aclose()``) cancels the
-        generation on the runner: iterate inside ``contextlib.aclosing`` so
-        that happens promptly.
-        """
-        if self._exit is not None:
-            yield runner_failed(request.task_id, self._exit.message)
-            return
+        """:meth:`open_generation` as an iterator of its chunks (the last a
+        :class:`FinishChunk` or :class:`ErrorChunk`). Leaving early cancels the
+        generation on the runner: iterate inside ``contextlib.aclosing`` so that
+        happens promptly."""
         generation = await self.open_generation(request)
         try:
             while not generation.finished:
@@ -222,21 +216,15 @@ class RunnerProcess:
     async def open_generation(
         self, request: GenerationRequest, keepalive_s: float | None = None
     ) -> RunnerGeneration:
-        """Start one generation; its reader takes the chunks that arrived at each
-        wake-up (a ``None`` take after ``keepalive_s`` without one). Call ``close()``
-        on it when done: closed before its last chunk, it cancels the generation.
-        A runner that has already ended answers with its ``runner_failed`` error."""
+        """Start one generation, read a take at a time (see :class:`RunnerGeneration`;
+        ``None`` after ``keepalive_s`` without a chunk). Closed before its last chunk,
+        it is cancelled. A runner that has ended answers with ``runner_failed``."""
         task_id = request.task_id
         if self._tasks.generating(task_id):
             raise ValueError(f"task {task_id} is already generating on this runner")
-        stream = self._tasks.open_stream(task_id, keepalive_s)
-
-        def close(finished: bool) -> None:
-            self._tasks.close_stream(task_id, stream, finished=finished)
-
-        generation = RunnerGeneration(stream, close)
+        generation = self._tasks.open_generation(task_id, keepalive_s)
         if self._exit is not None:
-            stream.close(runner_failed(task_id, self._exit.message))
+            self._tasks.fail(task_id, self._exit.message)
             return generation
         try:
             self._send(Generate(request=request))
