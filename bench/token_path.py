@@ -2,9 +2,9 @@
 
 Runner frames (the bytes a runner writes for each token) are fed, one per event-loop
 wake-up, to the real reading path: ``StdoutReader`` -> ``RunnerProcess`` dispatch and
-its task router -> ``RunnerProcess.generate`` -> ``generation_events`` (the pump and
-the hand-off) -> ``turn_events`` -> the OpenAI ``sse_stream``. Each next frame is fed
-once the previous token's SSE bytes are out, so every token costs its own wake-up, as
+its task router -> the generation's feed -> ``generation_events`` -> ``turn_events``
+-> the OpenAI ``sse_stream``. Each next frame is fed once the previous token's SSE
+bytes are out, so every token costs its own wake-up, as
 on a CPU decoding one stream. The figure is the process's CPU time (user + system)
 over the tokens: unlike wall time it barely moves with the machine's load, so it
 compares two trees on a busy machine. It is a part of ``daemon_tokens.py``'s figure
@@ -84,8 +84,15 @@ async def _measure(tokens: int, streams: int) -> float:
     reader = StdoutReader(runner._dispatch)
 
     class Worker:
+        # A tree before issue 43's direct feed asks for generate(), one after it
+        # for open_generation(): the runner's own reading either way.
         def generate(self, instance_id: Any, request: Any, command_id: Any) -> Any:
             return runner.generate(request)
+
+        async def open_generation(
+            self, instance_id: Any, request: Any, command_id: Any, *, keepalive_s: Any = None
+        ) -> Any:
+            return await runner.open_generation(request, keepalive_s)
 
         def cancel(self, instance_id: Any, task_id: Any) -> None:
             pass

@@ -29,6 +29,7 @@ from skulk_daemon.api.openapi import (
     json_of,
     sse_of,
 )
+from skulk_daemon.api.streaming import BodyStream
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.chat.claude_request import MessagesRequest, decode_messages_request, to_task
 from skulk_daemon.chat.claude_wire import (
@@ -121,11 +122,11 @@ class ClaudeMessagesController(Controller):
         # request-id is where Anthropic's SDKs look for a request's id (`_request_id`).
         headers = {"X-Skulk-Command-Id": admitted.command_id, "request-id": admitted.command_id}
         if body.stream:
-            return Stream(
+            return BodyStream(
                 turn.respond(sse_stream(admitted, events)),
                 media_type="text/event-stream",
                 headers={**SSE_HEADERS, **headers},
             )
-        return Stream(
+        return BodyStream(
             turn.respond(json_body(admitted, events)), media_type=MediaType.JSON, headers=headers
         )

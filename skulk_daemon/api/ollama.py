@@ -45,6 +45,7 @@ from skulk_daemon.api.openapi import (
     json_of,
     lines_of,
 )
+from skulk_daemon.api.streaming import BodyStream
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.chat.ollama_request import (
     OllamaChatRequest,
@@ -175,9 +176,9 @@ def _respond(
     headers = {"X-Skulk-Command-Id": admitted.command_id}
     if stream:
         body = ndjson_stream(reply, turn.events)
-        return Stream(turn.respond(body), media_type=NDJSON, headers=headers)
+        return BodyStream(turn.respond(body), media_type=NDJSON, headers=headers)
     body = json_body(reply, turn.events)
-    return Stream(turn.respond(body), media_type=MediaType.JSON, headers=headers)
+    return BodyStream(turn.respond(body), media_type=MediaType.JSON, headers=headers)
 
 
 class OllamaController(Controller):

@@ -24,6 +24,7 @@ from skulk_daemon.api.openapi import (
     json_of,
     sse_of,
 )
+from skulk_daemon.api.streaming import BodyStream
 from skulk_daemon.authority.policy import Caller, Requirement
 from skulk_daemon.chat.openai_protocol import (
     ChatCompletion,
@@ -104,12 +105,12 @@ class OpenAIChatController(Controller):
         admitted, events = turn.admitted, turn.events
         headers = {"X-Skulk-Command-Id": admitted.command_id}
         if body.stream:
-            return Stream(
+            return BodyStream(
                 turn.respond(sse_stream(admitted, events)),
                 media_type="text/event-stream",
                 headers={**SSE_HEADERS, **headers},
             )
-        return Stream(
+        return BodyStream(
             turn.respond(json_body(admitted, events)), media_type=MediaType.JSON, headers=headers
         )
 

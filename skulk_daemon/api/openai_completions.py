@@ -14,6 +14,7 @@ from skulk_daemon.api.openapi import (
     OPENAI,
     errors,
 )
+from skulk_daemon.api.streaming import BodyStream
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.chat.completions import open_completion
 from skulk_daemon.chat.completions_protocol import Completion, CompletionChunk, CompletionRequest
@@ -47,7 +48,7 @@ class OpenAICompletionsController(Controller):
         opened = await open_completion(chat, body)
         headers = {"X-Skulk-Command-Id": opened.command_id}
         if body.stream:
-            return Stream(
+            return BodyStream(
                 opened.sse(), media_type="text/event-stream", headers={**SSE_HEADERS, **headers}
             )
-        return Stream(opened.json(), media_type=MediaType.JSON, headers=headers)
+        return BodyStream(opened.json(), media_type=MediaType.JSON, headers=headers)

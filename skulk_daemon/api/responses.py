@@ -26,6 +26,7 @@ from skulk_daemon.api.openapi import (
     json_of,
     sse_of,
 )
+from skulk_daemon.api.streaming import BodyStream
 from skulk_daemon.authority.policy import Requirement
 from skulk_daemon.chat.responses_protocol import ResponseEvent, ResponseObject
 from skulk_daemon.chat.responses_request import (
@@ -81,7 +82,7 @@ class ResponsesController(Controller):
         want_logprobs = admitted.generation.sampling.logprobs
         parallel = body.parallel_tool_calls is not False
         if body.stream:
-            return Stream(
+            return BodyStream(
                 turn.respond(
                     sse_stream(
                         initial,
@@ -94,7 +95,7 @@ class ResponsesController(Controller):
                 media_type="text/event-stream",
                 headers={**SSE_HEADERS, **headers},
             )
-        return Stream(
+        return BodyStream(
             turn.respond(
                 json_body(
                     initial, events, want_logprobs=want_logprobs, parallel_tool_calls=parallel

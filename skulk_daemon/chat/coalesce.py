@@ -1,7 +1,7 @@
 """One write per wake-up: a response body's pieces joined while more are at hand.
 
 A generation's response takes every chunk the runner sent since its last wake-up
-(:class:`~skulk_daemon.chat.handoff.Handoff`), and each wire format shapes them one
+(:class:`~skulk_daemon.worker.generation_feed.GenerationFeed`), and each wire format shapes them one
 by one into byte pieces. Written as they come, N tokens that arrived together cost
 N trips through the HTTP server and N socket writes. :func:`coalesced` holds a piece
 back while the turn's :class:`Backlog` says the next event is already at hand (no

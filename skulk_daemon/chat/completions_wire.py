@@ -23,10 +23,11 @@ from skulk_daemon.chat.completions_protocol import (
     CompletionFinishReason,
     CompletionLogprobs,
 )
-from skulk_daemon.chat.generation import PUMP_QUEUE_CHUNKS, KeepAlive
+from skulk_daemon.chat.generation import KeepAlive
 from skulk_daemon.chat.openai_protocol import PromptTokensDetails, Usage
 from skulk_daemon.chat.openai_wire import error_object, stats_comment
 from skulk_daemon.chat.turn import ContentDelta, ReasoningDelta, TurnEnd, TurnError, TurnEvent
+from skulk_daemon.worker.generation_feed import PUMP_QUEUE_CHUNKS
 
 log = logging.getLogger(__name__)
 

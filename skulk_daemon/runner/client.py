@@ -29,7 +29,7 @@ from skulk_core.chat.generation import (
     TokenChunk,
 )
 from skulk_core.ids import TaskId
-from skulk_daemon.runner.inbound import StdoutReader
+from skulk_daemon.runner.inbound import RunnerGeneration, StdoutReader
 from skulk_daemon.runner.protocol import (
     Cancel,
     Embed,
@@ -84,6 +84,7 @@ __all__ = [
     "PreviewSink",
     "RunnerExit",
     "RunnerFailed",
+    "RunnerGeneration",
     "RunnerProcess",
     "exit_message",
     "spawned_runner_pids",
@@ -200,34 +201,39 @@ class RunnerProcess:
         return list(self._flight)
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineChunk]:
-        """Run one generation and stream its chunks; the last is a
-        :class:`FinishChunk` or :class:`ErrorChunk`.
+        """:meth:`open_generation` as an iterator of its chunks (the last a
+        :class:`FinishChunk` or :class:`ErrorChunk`). Leaving early cancels the
+        generation on the runner: iterate inside ``contextlib.aclosing`` so that
+        happens promptly."""
+        generation = await self.open_generation(request)
+        try:
+            while not generation.finished:
+                for chunk in await generation.take() or ():
+                    yield chunk
+        finally:
+            generation.close()
 
-        Leaving early (``break``, cancellation, ``aclose()``) cancels the
-        generation on the runner: iterate inside ``contextlib.aclosing`` so
-        that happens promptly.
-        """
+    async def open_generation(
+        self, request: GenerationRequest, keepalive_s: float | None = None
+    ) -> RunnerGeneration:
+        """Start one generation, read a take at a time (see :class:`RunnerGeneration`;
+        ``None`` after ``keepalive_s`` without a chunk). Closed before its last chunk,
+        it is cancelled. A runner that has ended answers with ``runner_failed``."""
         task_id = request.task_id
         if self._tasks.generating(task_id):
             raise ValueError(f"task {task_id} is already generating on this runner")
+        generation = self._tasks.open_generation(task_id, keepalive_s)
         if self._exit is not None:
-            yield runner_failed(task_id, self._exit.message)
-            return
-        stream = self._tasks.open_stream(task_id)
-        finished = False
+            self._tasks.fail(task_id, self._exit.message)
+            return generation
         try:
             self._send(Generate(request=request))
             with contextlib.suppress(ConnectionError):
                 await self._drain()
-            while True:
-                chunk = await stream.get()
-                if not isinstance(chunk, TokenChunk):
-                    finished = True
-                yield chunk
-                if finished:
-                    return
-        finally:
-            self._tasks.close_stream(task_id, stream, finished=finished)
+        except BaseException:
+            generation.close()
+            raise
+        return generation
 
     async def embed(self, task_id: TaskId, inputs: Sequence[str]) -> Embedded | ErrorChunk:
         """Embed ``inputs`` on a runner loaded in ``"embed"`` mode.

@@ -4,7 +4,6 @@ arrive, and each generation's bounded queue of chunks."""
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Callable
 
 from skulk_core.chat.generation import EngineChunk, ErrorChunk, FinishChunk, TokenChunk
@@ -14,38 +13,61 @@ from skulk_daemon.runner.protocol import (
     RunnerMessage,
     decode_runner_message,
 )
+from skulk_daemon.system.handoff import Handoff
 
 
-class TaskStream:
-    """One generation's chunks, bounded; the terminal chunk always fits."""
+class TaskStream(Handoff[EngineChunk]):
+    """One generation's chunks, bounded; the terminal chunk always fits. Its reader
+    takes all that arrived since its last take (:meth:`take`: the terminal chunk is
+    the last; ``None`` after ``keepalive_s`` without one), straight from the pipe's
+    read callback that pushed them: no task sits in between."""
 
-    __slots__ = ("_chunks", "_limit", "_ready", "closed")
+    __slots__ = ("closed",)
 
-    def __init__(self, limit: int) -> None:
-        self._chunks: deque[EngineChunk] = deque()
-        self._ready = asyncio.Event()
-        self._limit = limit
+    def __init__(self, limit: int, keepalive_s: float | None = None) -> None:
+        super().__init__(limit, keepalive_s)
         self.closed = False
 
     def push(self, chunk: TokenChunk) -> bool:
-        """Queue a token; ``False`` (and nothing queued) if the consumer is too far behind."""
-        if len(self._chunks) >= self._limit:
-            return False
-        self._chunks.append(chunk)
-        self._ready.set()
-        return True
+        """Queue a token; ``False`` (and nothing queued) if the reader is too far behind."""
+        return self.offer(chunk)
 
     def close(self, chunk: FinishChunk | ErrorChunk) -> None:
         if not self.closed:
             self.closed = True
-            self._chunks.append(chunk)
-            self._ready.set()
+            self.offer(chunk, force=True)
 
-    async def get(self) -> EngineChunk:
-        while not self._chunks:
-            self._ready.clear()
-            await self._ready.wait()
-        return self._chunks.popleft()
+
+class RunnerGeneration:
+    """One generation on a runner, read a take at a time: the chunks that arrived
+    since the last take, the terminal one last (then :attr:`finished`)."""
+
+    __slots__ = ("_close", "_stream", "finished")
+
+    def __init__(self, stream: TaskStream, close: Callable[[bool], None]) -> None:
+        self._stream = stream
+        self._close: Callable[[bool], None] | None = close
+        self.finished = False
+        """The terminal chunk (a finish or an error) has been taken."""
+
+    def __len__(self) -> int:
+        """Chunks arrived and not yet taken."""
+        return len(self._stream)
+
+    async def take(self) -> list[EngineChunk] | None:
+        chunks = await self._stream.take()
+        if chunks is not None and type(chunks[-1]) is not TokenChunk:
+            self.finished = True
+        return chunks
+
+    def close(self) -> None:
+        """Done reading; before the terminal chunk, that cancels the generation."""
+        close, self._close = self._close, None
+        if close is not None:
+            close(self.finished)
+
+    async def aclose(self) -> None:
+        self.close()
 
 
 class StdoutReader(asyncio.Protocol):

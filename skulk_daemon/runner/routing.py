@@ -15,7 +15,7 @@ from typing import Final
 
 from skulk_core.chat.generation import ErrorChunk, FinishChunk, TokenChunk
 from skulk_core.ids import TaskId
-from skulk_daemon.runner.inbound import TaskStream
+from skulk_daemon.runner.inbound import RunnerGeneration, TaskStream
 from skulk_daemon.runner.protocol import (
     Embedded,
     ImagePreview,
@@ -74,12 +74,27 @@ class TaskRouter:
     def running(self, task_id: TaskId) -> bool:
         return task_id in self._streams or task_id in self._answers
 
-    def open_stream(self, task_id: TaskId) -> TaskStream:
-        stream = TaskStream(self._queue_chunks)
+    def open_stream(self, task_id: TaskId, keepalive_s: float | None = None) -> TaskStream:
+        stream = TaskStream(self._queue_chunks, keepalive_s)
         self._streams[task_id] = stream
         return stream
 
+    def open_generation(self, task_id: TaskId, keepalive_s: float | None) -> RunnerGeneration:
+        """A generation's stream, closed (and the task abandoned unless it finished)
+        when its reader closes it."""
+        stream = self.open_stream(task_id, keepalive_s)
+        return RunnerGeneration(
+            stream, lambda finished: self.close_stream(task_id, stream, finished=finished)
+        )
+
+    def fail(self, task_id: TaskId, message: str) -> None:
+        """End ``task_id``'s open stream with ``runner_failed`` (its runner has ended)."""
+        stream = self._streams.get(task_id)
+        if stream is not None:
+            stream.close(runner_failed(task_id, message))
+
     def close_stream(self, task_id: TaskId, stream: TaskStream, *, finished: bool) -> None:
+        stream.release()
         if self._streams.get(task_id) is stream:
             del self._streams[task_id]
         if not finished:

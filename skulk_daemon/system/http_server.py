@@ -13,6 +13,9 @@ connections exhaust file descriptors. Here:
   :data:`MAX_CONNECTIONS_PER_SOURCE` connections and all remote sources together
   :data:`MAX_REMOTE_CONNECTIONS`, so neither one address nor a crowd of them can take
   the slots loopback needs (a connection past either cap is answered 503 and closed);
+- each request's scope carries a :class:`~skulk_daemon.system.chunked_body.ChunkedBodyWriter`
+  (``extensions``), which a streamed response writes its body through once its head
+  has been sent;
 - :class:`LargeBodyLimiter`: at most :data:`MAX_CONCURRENT_LARGE_BODIES` requests with a
   body over :data:`LARGE_BODY_BYTES` in flight at once (each route still bounds its own
   size); one more is a 503 with ``Retry-After``, not another 40 MiB in memory.
@@ -27,6 +30,8 @@ from typing import Any, Final
 import h11
 import msgspec
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from skulk_daemon.system.chunked_body import BODY_WRITER, ChunkedBodyWriter
 
 MAX_CONNECTIONS: Final = 1024
 HEADER_TIMEOUT_SECONDS: Final = 10.0
@@ -131,6 +136,16 @@ class BoundedH11Protocol(H11Protocol):
                 _refuse(self.transport, 408, "request_timeout", _SLOW_BODY)
             return
         self._watch_body()
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        # NOTE: a request's cycle is made here and its app task only starts on the
+        # loop's next turn, so the writer is in the scope before the app reads it.
+        cycle = self.cycle
+        if cycle is not None:
+            extensions = cycle.scope.setdefault("extensions", {})
+            if BODY_WRITER not in extensions:
+                extensions[BODY_WRITER] = ChunkedBodyWriter(cycle)  # type: ignore[assignment]
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

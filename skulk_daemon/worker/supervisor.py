@@ -21,6 +21,7 @@ from skulk_core.cluster.prefixes import prompt_fingerprint
 from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId, TaskId
 from skulk_core.models.cards import ModelTask
 from skulk_core.state.shards import serving_node
+from skulk_core.state.state import TaskStatus
 from skulk_daemon.engines.base import DEFAULT_SLOTS
 from skulk_daemon.hub.download import Downloads
 from skulk_daemon.node.node import Node
@@ -34,10 +35,11 @@ from skulk_daemon.runner.protocol import (
 )
 from skulk_daemon.runner.routing import ProgressSink
 from skulk_daemon.worker.flight import FlightRecorder
+from skulk_daemon.worker.generation_feed import GenerationFeed, LocalGeneration, PumpedGeneration
 from skulk_daemon.worker.launch import Launcher
 from skulk_daemon.worker.observers import GenerationWatch, TraceOpener
 from skulk_daemon.worker.runners import ManagedRunner, RunnerLifecycle
-from skulk_daemon.worker.tasks import RunnerTasks, answer_status, finish_status
+from skulk_daemon.worker.tasks import RunnerTasks, answer_status
 
 __all__ = ["ManagedRunner", "RemoteGenerate", "RunnerUnavailable", "Supervisor"]
 
@@ -191,25 +193,79 @@ class Supervisor:
             self._watch.ended(instance_id, runner, "local")
             yield runner
             return
-        assert runner.process is not None
-        lane = f"runner rank {runner.device_rank}"
-        trace = self._watch.trace(task_id, instance_id, origin is None, lane, None)
-        last = None
+        feed = await self._open_local(
+            runner, instance_id, request, command_id, origin=origin, keepalive_s=None
+        )
         try:
-            kind = ModelTask.TEXT_GENERATION
-            with self._tasks.open(runner, task_id, command_id, kind) as outcome:
-                async for chunk in runner.process.generate(request):
-                    self._watch.ended(instance_id, chunk, "local")
-                    if trace is not None:
-                        trace.chunk(chunk)
-                    last = chunk
-                    ended = finish_status(chunk)
-                    if ended is not None:
-                        outcome.status = ended
+            while not feed.finished:
+                for chunk in await feed.take() or ():
                     yield chunk
         finally:
+            await feed.aclose()
+
+    async def open_generation(
+        self,
+        instance_id: InstanceId,
+        request: GenerationRequest,
+        command_id: CommandId,
+        *,
+        keepalive_s: float | None = None,
+    ) -> GenerationFeed:
+        """:meth:`generate`, read a take at a time: all chunks that arrived since the
+        last take, or ``None`` after ``keepalive_s`` without one. When the instance's
+        runner already serves here, the chunks come straight from its pipe's read
+        callback; otherwise (another node, a runner still loading) a task moves
+        :meth:`generate`'s chunks. ``aclose()`` the feed when done."""
+        runner = self._runners.runner_for(instance_id)
+        settled = runner.settled if runner is not None else None
+        remote = self._remote is not None and self._remote_host(instance_id) is not None
+        if (
+            runner is None
+            or runner.process is None
+            or settled is None
+            or not settled.done()
+            or settled.cancelled()
+            or not settled.result()
+            or remote
+        ):
+            chunks = self.generate(instance_id, request, command_id)
+            return PumpedGeneration(chunks, TaskId(request.task_id), keepalive_s)
+        self._node.routed_prompts.record(instance_id, prompt_fingerprint(request.prompt))
+        return await self._open_local(
+            runner, instance_id, request, command_id, origin=None, keepalive_s=keepalive_s
+        )
+
+    async def _open_local(
+        self,
+        runner: ManagedRunner,
+        instance_id: InstanceId,
+        request: GenerationRequest,
+        command_id: CommandId,
+        *,
+        origin: NodeId | None,
+        keepalive_s: float | None,
+    ) -> LocalGeneration:
+        """Start ``request`` on ``runner`` (serving, with a process), its task open in
+        ``/state`` until the feed is closed."""
+        assert runner.process is not None
+        task_id = TaskId(request.task_id)
+        lane = f"runner rank {runner.device_rank}"
+        trace = self._watch.trace(task_id, instance_id, origin is None, lane, None)
+        task = contextlib.ExitStack()
+        outcome = task.enter_context(
+            self._tasks.open(runner, task_id, command_id, ModelTask.TEXT_GENERATION)
+        )
+        try:
+            generation = await runner.process.open_generation(request, keepalive_s)
+        except BaseException:
+            outcome.status = TaskStatus.CANCELLED
+            task.close()
             if trace is not None:
-                trace.finish(last)
+                trace.finish(None)
+            raise
+        return LocalGeneration(
+            generation, instance_id, watch=self._watch, trace=trace, task=task, outcome=outcome
+        )
 
     async def embed(
         self,

@@ -5,7 +5,6 @@ the bytes a client reads are the same either way."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 from skulk_core.chat.generation import (
@@ -24,7 +23,7 @@ from skulk_daemon.chat.coalesce import Backlog, coalesced
 from skulk_daemon.chat.generation import generation_events
 from skulk_daemon.chat.openai_wire import sse_stream
 from skulk_daemon.chat.turn import turn_events
-from skulk_daemon.runner.inbound import TaskStream
+from skulk_daemon.runner.inbound import RunnerGeneration, TaskStream
 
 TASK = TaskId("t-1")
 STATS = GenerationStats(
@@ -44,13 +43,13 @@ class _Worker:
     def __init__(self) -> None:
         self.stream = TaskStream(64)
         self.cancelled = False
+        self.closed_early = False
 
-    async def generate(self, *_: Any) -> AsyncIterator[Any]:
-        while True:
-            chunk = await self.stream.get()
-            yield chunk
-            if not isinstance(chunk, TokenChunk):
-                return
+    async def open_generation(self, *_: Any, **__: Any) -> RunnerGeneration:
+        return RunnerGeneration(self.stream, self._closed)
+
+    def _closed(self, finished: bool) -> None:
+        self.closed_early = not finished
 
     def cancel(self, *_: Any) -> None:
         self.cancelled = True
@@ -157,6 +156,6 @@ def test_closing_the_body_cancels_the_generation() -> None:
         await body.aclose()  # type: ignore[attr-defined]
         for _ in range(10):  # the inner generators close on the loop's next turns
             await asyncio.sleep(0)
-        return worker.cancelled
+        return worker.cancelled and worker.closed_early
 
     assert asyncio.run(scenario())

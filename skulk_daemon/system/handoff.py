@@ -1,10 +1,13 @@
-"""The bounded hand-off between a generation's pump task and the response reading it.
+"""A bounded hand-off from a producer to one reader that takes all that arrived at once.
 
 It runs once a token on every stream, so it is built for that (issue 43): the reader
 takes everything queued in one wake-up (several tokens when they arrived together),
 and the keep-alive deadline costs one timer per quiet period rather than one per wait
 (``asyncio.Queue`` with ``asyncio.timeout`` made a future, a timer and a timeout
-context each token).
+context each token). The producer is either a task (:meth:`Handoff.put`, which waits
+while the hand-off is full) or an event-loop callback such as a pipe's read callback
+(:meth:`Handoff.offer`, which never waits: it says when the hand-off is full), so the
+runner's frames reach the response that reads them with no task in between.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ T = TypeVar("T")
 
 
 class Handoff(Generic[T]):
-    """Items from one producer to one consumer, at most ``limit`` queued.
+    """Items from one producer to one reader, at most ``limit`` queued.
 
     :meth:`take` returns every queued item, or ``None`` once ``keepalive_s`` have
     passed in one wait with nothing arriving (the caller sends a keep-alive and takes
-    again). Call :meth:`close` when done (it drops the keep-alive timer)."""
+    again; with ``keepalive_s=None`` a wait lasts until an item comes). Call
+    :meth:`release` when done (it drops the keep-alive timer)."""
 
     __slots__ = (
         "_items",
@@ -34,39 +38,48 @@ class Handoff(Generic[T]):
         "_waiter",
     )
 
-    def __init__(self, limit: int, keepalive_s: float) -> None:
+    def __init__(self, limit: int, keepalive_s: float | None) -> None:
         self._items: deque[T] = deque()
         self._limit = limit
         self._keepalive_s = keepalive_s
         self._loop = asyncio.get_running_loop()
         self._waiter: asyncio.Future[None] | None = None
-        """The consumer, while it waits for an item."""
+        """The reader, while it waits for an item."""
         self._space: asyncio.Future[None] | None = None
         """The producer, while the hand-off is full."""
         self._timer: asyncio.TimerHandle | None = None
         self._since = 0.0
-        """When the consumer's current wait began."""
+        """When the reader's current wait began."""
 
     def __len__(self) -> int:
         """Items queued and not yet taken."""
         return len(self._items)
 
-    async def put(self, item: T) -> None:
-        """Queue ``item``; waits while ``limit`` items are queued (a slow consumer)."""
-        while len(self._items) >= self._limit:
-            self._space = self._loop.create_future()
-            await self._space
+    def offer(self, item: T, *, force: bool = False) -> bool:
+        """Queue ``item`` now, from any code on the loop (a callback included);
+        ``False`` (and nothing queued) when ``limit`` items are queued, unless
+        ``force`` (a last item that must always fit)."""
+        if not force and len(self._items) >= self._limit:
+            return False
         self._items.append(item)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        return True
+
+    async def put(self, item: T) -> None:
+        """Queue ``item``; waits while ``limit`` items are queued (a slow reader)."""
+        while len(self._items) >= self._limit:
+            self._space = self._loop.create_future()
+            await self._space
+        self.offer(item, force=True)
 
     async def take(self) -> list[T] | None:
         """Every queued item (at least one), or ``None`` after ``keepalive_s`` without one."""
         if not self._items:
             self._since = self._loop.time()
             waiter = self._waiter = self._loop.create_future()
-            if self._timer is None:
+            if self._timer is None and self._keepalive_s is not None:
                 self._timer = self._loop.call_at(self._since + self._keepalive_s, self._tick)
             try:
                 await waiter
@@ -81,7 +94,8 @@ class Handoff(Generic[T]):
             space.set_result(None)
         return items
 
-    def close(self) -> None:
+    def release(self) -> None:
+        """The reader is done: drop the keep-alive timer."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -91,7 +105,7 @@ class Handoff(Generic[T]):
         # less than keepalive_s ago, it re-arms for that wait's deadline instead.
         self._timer = None
         waiter = self._waiter
-        if waiter is None or waiter.done():
+        if waiter is None or waiter.done() or self._keepalive_s is None:
             return
         due = self._since + self._keepalive_s
         if self._loop.time() >= due:

@@ -1,4 +1,4 @@
-"""The hand-off between a generation's pump and its response (issue 43): chunks in
+"""The hand-off between a generation and the response reading it (issue 43): chunks in
 order, all that arrived taken in one wake-up, a keep-alive only after a quiet wait of
 the full period, and a full hand-off holding the producer back."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from skulk_daemon.chat.handoff import Handoff
+from skulk_daemon.system.handoff import Handoff
 
 
 def test_the_reader_takes_everything_that_arrived_together_in_order() -> None:
@@ -23,7 +23,7 @@ def test_the_reader_takes_everything_that_arrived_together_in_order() -> None:
         producer = asyncio.create_task(later())
         second = await handoff.take()
         await producer
-        handoff.close()
+        handoff.release()
         return [first, second]
 
     assert asyncio.run(scenario()) == [[1, 2, 3], [4]]
@@ -46,7 +46,7 @@ def test_a_keep_alive_comes_only_after_a_whole_quiet_period() -> None:
         while len(got) < 4:
             got.append(None if (items := await handoff.take()) is None else items[0])
         await producer
-        handoff.close()
+        handoff.release()
         return got, loop.time() - started
 
     got, elapsed = asyncio.run(scenario())
@@ -67,7 +67,37 @@ def test_a_full_handoff_holds_the_producer_until_the_reader_takes() -> None:
         taken = await handoff.take()
         await asyncio.wait_for(third, 1.0)
         rest = await handoff.take()
-        handoff.close()
+        handoff.release()
         return held, taken == [1, 2], rest
 
     assert asyncio.run(scenario()) == (True, True, [3])
+
+
+def test_a_callback_offers_without_waiting_and_is_refused_when_full() -> None:
+    # The runner's read callback queues a generation's chunks this way: it cannot
+    # wait, so a full hand-off says so (the router then cancels the generation), and
+    # only a last item forced in goes past the limit.
+    async def scenario() -> tuple[list[bool], list[str] | None]:
+        loop = asyncio.get_running_loop()
+        handoff: Handoff[str] = Handoff(2, keepalive_s=None)
+        accepted: list[bool] = []
+
+        def arrive() -> None:
+            accepted.extend(handoff.offer(text) for text in ("a", "b", "c"))
+            accepted.append(handoff.offer("end", force=True))
+
+        loop.call_later(0.05, arrive)
+        taken = await asyncio.wait_for(handoff.take(), 5.0)
+        handoff.release()
+        return accepted, taken
+
+    assert asyncio.run(scenario()) == ([True, True, False, True], ["a", "b", "end"])
+
+
+def test_without_a_keep_alive_a_wait_lasts_until_an_item_comes() -> None:
+    async def scenario() -> list[int] | None:
+        handoff: Handoff[int] = Handoff(4, keepalive_s=None)
+        asyncio.get_running_loop().call_later(0.3, handoff.offer, 7)
+        return await asyncio.wait_for(handoff.take(), 5.0)
+
+    assert asyncio.run(scenario()) == [7]
