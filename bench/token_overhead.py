@@ -65,7 +65,7 @@ from bench._common import (
 from bench.single_stream import DEMO_PROMPT
 from skulk_core.chat.generation import EngineChunk, GenerationRequest, SamplingParams, TokenChunk
 from skulk_core.ids import TaskId
-from skulk_daemon.engines import llama_cpp as engine_module
+from skulk_daemon.engines import _llama_tokens as engine_module
 from skulk_daemon.engines._llama_draw import takes_draw
 from skulk_daemon.engines.llama_cpp import LlamaCppEngine, LlamaCppSettings, set_llama_logging
 from skulk_daemon.runner.protocol import encode_frame
@@ -158,8 +158,8 @@ class Harness:
             self._done.set()
 
     def run(self, prompt: str, sampling: SamplingParams, sink: str, *, chain: bool) -> Round:
-        # NOTE: the engine asks this module-level function whether a request takes
-        # the numpy draw; the chain case answers no for it.
+        # NOTE: the engine asks this module-level function (``_llama_tokens``') whether
+        # a request takes the numpy draw; the chain case answers no for it.
         engine_module.takes_draw = (lambda _params: False) if chain else takes_draw
         kept: list[EngineChunk] = []
         if sink == "list":

@@ -177,11 +177,12 @@ class Draw:
         self._rng = np.random.default_rng(None if params.seed is None else params.seed & 0xFFFFFFFF)
         self._native = _native_chain(params)
 
-    def at(self, logits: ctypes._Pointer[ctypes.c_float], n_vocab: int) -> int:
-        """The draw over llama.cpp's logits row at ``logits`` (``n_vocab`` floats)."""
+    def at(self, address: int, n_vocab: int) -> int:
+        """The draw over llama.cpp's logits row at ``address`` (``n_vocab`` floats)."""
         if self._native is not None:
-            return self._native.draw_at(logits, n_vocab, float(self._rng.random()))
-        return self(np.ctypeslib.as_array(logits, shape=(n_vocab,)))
+            return self._native.draw_at(address, n_vocab, float(self._rng.random()))
+        row = (ctypes.c_float * n_vocab).from_address(address)
+        return self(np.ctypeslib.as_array(row))
 
     def __call__(self, logits: np.ndarray) -> int:
         u = float(self._rng.random())

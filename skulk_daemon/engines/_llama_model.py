@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Final, cast
 
 import llama_cpp
+import numpy as np
 
 from skulk_daemon.engines.base import DEFAULT_SLOTS, EngineLoadError
 from skulk_daemon.engines.llama_rpc import OffloadParams, RpcOffload, offload_summary
@@ -29,6 +30,23 @@ BatchArrays = tuple[
     _Int32s, _Int32s, ctypes.Array[ctypes.c_int], ctypes.Array[_Int32s], ctypes.Array[ctypes.c_int8]
 ]
 """A batch's token, pos, n_seq_id, seq_id and logits arrays."""
+
+
+def _address_returning(function: int | None) -> Callable[[object, int], int | None]:
+    """The C function at ``function`` (a ``float *(ctx, int32)``), answering an address."""
+    assert function is not None
+    prototype = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)
+    return cast(Callable[[object, int], int | None], prototype(function))
+
+
+# NOTE: llama_get_logits_ith again, answering the row's address as an int: the
+# bindings' prototype wraps it in a new ctypes pointer, and numpy's as_array then
+# builds an array type around that, a few microseconds every token.
+_LOGITS_ITH: Final = _address_returning(
+    ctypes.cast(llama_cpp.llama_get_logits_ith, ctypes.c_void_p).value
+)
+_KEPT_VIEWS: Final = 64
+"""Logits rows whose numpy views are kept (one per output row the buffer has had)."""
 
 
 class _LlamaLog:
@@ -169,6 +187,17 @@ class LlamaModel:
         self.batch: llama_cpp.llama_batch | None = llama_cpp.llama_batch_init(
             settings.n_batch, 0, 1
         )
+        batch = self.batch
+        # NOTE: the arrays live as long as the batch; reading a field of the ctypes
+        # struct makes a new pointer object each time, so they are read once.
+        self._arrays: BatchArrays = (
+            batch.token,
+            cast(_Int32s, batch.pos),
+            batch.n_seq_id,
+            batch.seq_id,
+            batch.logits,
+        )
+        self._views: dict[int, np.ndarray] = {}
         self.pieces: dict[int, tuple[bytes, bool]] = {}
         self._piece_buffer = ctypes.create_string_buffer(_PIECE_BUFFER_BYTES)
         self._abort: object | None = None
@@ -195,6 +224,7 @@ class LlamaModel:
         return cls(model, ctx, settings)
 
     def close(self) -> None:
+        self._views.clear()
         if self.batch is not None:
             llama_cpp.llama_batch_free(self.batch)
             self.batch = None
@@ -208,15 +238,30 @@ class LlamaModel:
     def batch_arrays(self) -> BatchArrays:
         """The batch's arrays. llama-cpp-python annotates ``pos`` as an array of
         arrays; it is a flat ``llama_pos *``, hence the cast."""
-        batch = self.batch
-        assert batch is not None
-        return (
-            batch.token,
-            cast(_Int32s, batch.pos),
-            batch.n_seq_id,
-            batch.seq_id,
-            batch.logits,
-        )
+        assert self.batch is not None
+        return self._arrays
+
+    def logits_address(self, index: int) -> int:
+        """The address of the last decode's logits for batch row ``index`` (one
+        that asked for them): ``n_vocab`` floats in llama.cpp's output buffer."""
+        address: int | None = _LOGITS_ITH(self.ctx, index)
+        if not address:  # llama.cpp logged why (a row that asked for no logits)
+            raise RuntimeError(f"llama.cpp has no logits for batch row {index}")
+        return address
+
+    def logits(self, index: int) -> np.ndarray:
+        """The last decode's logits for batch row ``index``, as a view of llama.cpp's
+        buffer: read it before the next decode, never keep it."""
+        address = self.logits_address(index)
+        view = self._views.get(address)
+        if view is None:
+            # NOTE: one view per address the buffer has given (a row per slot, and
+            # again should llama.cpp reallocate it), so each row is wrapped once.
+            if len(self._views) >= _KEPT_VIEWS:
+                self._views.clear()
+            row = (ctypes.c_float * self.n_vocab).from_address(address)
+            view = self._views[address] = np.ctypeslib.as_array(row)
+        return view
 
     def fill_span(
         self, tokens: list[int], start: int, n: int, seq_id: int, *, last_logits: bool = False

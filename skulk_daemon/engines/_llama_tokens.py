@@ -39,18 +39,18 @@ def samplers_for(
 def sample(llama: LlamaModel, sequence: Sequence, index: int) -> int:
     """The token ``sequence`` samples from the logits at batch row ``index``."""
     if sequence.greedy:
-        return sampling.argmax(llama_cpp.llama_get_logits_ith(llama.ctx, index), llama.n_vocab)
+        return sampling.argmax(llama.logits(index))
     if sequence.draw is not None:
-        return sequence.draw.at(llama_cpp.llama_get_logits_ith(llama.ctx, index), llama.n_vocab)
+        return sequence.draw.at(llama.logits_address(index), llama.n_vocab)
     assert sequence.chain is not None
     if sequence.grammar is not None:
         return sampling.sample_constrained(
             sequence.chain,
             sequence.grammar,
             sequence.pending.request.sampling,
+            logits=llama.logits(index),
             ctx=llama.ctx,
             index=index,
-            n_vocab=llama.n_vocab,
         )
     token: int = llama_cpp.llama_sampler_sample(sequence.chain, llama.ctx, index)
     return token
@@ -79,8 +79,7 @@ def release(
     if not sequence.logprobs:
         return TokenChunk(task_id=sequence.task_id, text=text, token_id=token), reason
     logprob, top = sampling.logprobs(
-        llama_cpp.llama_get_logits_ith(llama.ctx, index),
-        llama.n_vocab,
+        llama.logits(index),
         token,
         sequence.top_logprobs,
         llama.piece_text,
