@@ -41,6 +41,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (the default): a worker more than the CPUs, as memory allows
+    (``tests/xdist_scheduling.py``)."""
+    from tests.xdist_scheduling import (  # noqa: PLC0415 - xdist only
+        available_memory,
+        usable_cpus,
+        worker_count,
+    )
+
+    return worker_count(usable_cpus(), available_memory())
+
+
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """Under ``--dist loadgroup`` workers take whole modules or ``xdist_group``s
     (``tests/xdist_scheduling.py``); another ``--dist`` keeps xdist's own."""

@@ -23,7 +23,9 @@ measured for #35, and any other unit weighs its test count.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
+from pathlib import Path
 from typing import Final
 
 import pytest
@@ -70,6 +72,45 @@ SECONDS: Final[dict[str, float]] = {
     "tests/test_layering.py": 40,
 }
 """Seconds per unit (every test's setup, call and teardown), for a run with no cache."""
+
+
+GIB_PER_WORKER: Final = 3.0
+"""Memory a worker may hold at its peak: a three-node cluster with the demo model, a
+browser page, or a plugin runtime with its owner host (about 2 GiB measured, kept wide)."""
+
+
+def worker_count(cpus: int, available_bytes: int | None) -> int:
+    """How many workers ``-n auto`` starts: one more than the CPUs, as memory allows.
+
+    Many tests wait on a daemon's start, an election or a product timer; with a worker a
+    core, 2 cores sat idle 18 % of a run (19:02), and a third worker kept them busy
+    (idle 4-6 % in two runs). Each worker may start daemons and runners, so
+    memory bounds the count: :data:`GIB_PER_WORKER` each, never fewer than one.
+    """
+    wanted = max(cpus, 1) + 1
+    if available_bytes is None:
+        return wanted
+    return max(1, min(wanted, int(available_bytes / (GIB_PER_WORKER * 2**30))))
+
+
+def available_memory(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """``MemAvailable`` in bytes, or None where the kernel does not say (not Linux)."""
+    try:
+        text = meminfo.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name == "MemAvailable":
+            return int(value.split()[0]) * 1024
+    return None
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, as a container or taskset sets)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 class ModuleOrGroupScheduling(LoadScopeScheduling):
