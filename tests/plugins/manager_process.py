@@ -22,7 +22,7 @@ def wait_until_answering(
     """Until the manager at ``root`` answers ``list`` (its process still running).
 
     A cheap probe on purpose: ``skulk-plugin-service status`` verifies the whole staged
-    runtime (every file's SHA-256, ~1.2 GB) each time, so polling it while a sealed
+    runtime (every file's SHA-256) each time, so polling it while a sealed
     manager starts (its bootstrap walking the same seal) cost seconds of CPU a poll.
     Tests ask ``status`` once the manager answers."""
     deadline = time.monotonic() + seconds

@@ -156,5 +156,5 @@ class SessionRuntime:
 
     def copy_into(self, service_root: Path) -> str:
         """A sealed copy of the staged generation in ``service_root`` (hard links), which
-        setup there verifies and reuses instead of staging ~1.2 GB again; its name."""
+        setup there verifies and reuses instead of staging again; its name."""
         return sealed_copy(self.generation, service_root).generation

@@ -61,7 +61,7 @@ SITE = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packag
 OWNER = {"X-Skulk-Dashboard": "pairing-v1"}
 GENERATION = re.compile(r"^[0-9a-f]{16}$")
 SETTLE_SECONDS = 420.0
-"""A refresh verifies a ~1.2 GB runtime (staging it when none of this build is there)
+"""A refresh verifies the staged runtime (staging it when none of this build is there)
 and the manager verifies it again when it starts."""
 
 KEEP_ALIVE = """\
