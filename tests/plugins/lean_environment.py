@@ -83,7 +83,9 @@ def _name(dist: importlib.metadata.Distribution) -> str:
 def _key() -> str:
     digest = hashlib.sha256()
     base = getattr(sys, "_base_executable", None) or sys.executable
-    digest.update(f"{sys.version}\0{base}\0{sorted(LEFT_OUT)}\0".encode())
+    # NOTE: the live prefix too: two environments with the same distributions (another
+    # checkout's) differ in what their editable Skulk install names.
+    digest.update(f"{sys.version}\0{base}\0{sys.prefix}\0{sorted(LEFT_OUT)}\0".encode())
     for dist in sorted(importlib.metadata.distributions(), key=_name):
         record = dist.read_text("RECORD") or ""
         digest.update(f"{_name(dist)}\0{dist.version}\0{len(record)}\0".encode())
