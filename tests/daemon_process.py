@@ -72,6 +72,8 @@ class DaemonProcess(NodePaths):
     extra_args: list[str] = field(default_factory=list)
     launcher: tuple[str, ...] = ("-m", "skulk_daemon")
     """What ``python`` runs: the daemon's module, or a test's wrapper around it."""
+    python: str = sys.executable
+    """The interpreter (another environment's, for a test that needs one)."""
     bind_host: str = "127.0.0.1"
     """The daemon's ``--host`` (``0.0.0.0`` for one reached on a namespace's address)."""
 
@@ -85,7 +87,7 @@ class DaemonProcess(NodePaths):
 
     def argv(self) -> list[str]:
         return [
-            sys.executable,
+            self.python,
             *self.launcher,
             "--host",
             self.bind_host,

@@ -8,7 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
-from tests.daemon_process import Node
+from tests.daemon_process import Node, runner_status
 
 DEMO = "local/gemma-3-270m-q4_k_m"
 CONTEXT = 1024
@@ -67,8 +67,9 @@ def wait_idle(daemon: Node, instance_id: str) -> None:
         daemon.settle()
 
     def idle() -> bool:
+        # One /state a poll: the runner's status is read from the same answer.
         state = daemon.get("/state").json()
-        return daemon.runner_status(instance_id) == "RunnerReady" and not state["tasks"]
+        return runner_status(state, instance_id) == "RunnerReady" and not state["tasks"]
 
     wait_for(idle, "the runner to be idle again", timeout=30)
 

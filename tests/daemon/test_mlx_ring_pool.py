@@ -21,7 +21,7 @@ from tests.daemon.pair import linked_pair
 from tests.daemon.serving import wait_for
 from tests.daemon.test_cluster import node_id
 from tests.daemon_process import DaemonProcess
-from tests.model_cache import mlx_demo_model
+from tests.model_cache import mlx_whole_model_text
 
 pytestmark = [
     pytest.mark.slow,
@@ -90,12 +90,8 @@ def idle_ring_cpu_shares(daemons: tuple[DaemonProcess, ...]) -> list[float]:
 @pytest.fixture(scope="module")
 def whole_model_text(request: pytest.FixtureRequest, shared_models_dir: Path) -> str:
     """What mlx-lm answers with the whole model in one process."""
-    location = mlx_demo_model(request.config.rootpath / ".pytest_cache", shared_models_dir)
-    from mlx_lm import generate, load  # noqa: PLC0415
-
-    model, tokenizer = load(str(location))[:2]
-    text: str = generate(model, tokenizer, PROMPT, max_tokens=TOKENS)
-    return text
+    cache = request.config.rootpath / ".pytest_cache"
+    return mlx_whole_model_text(cache, shared_models_dir, PROMPT, TOKENS)
 
 
 @pytest.fixture(scope="module")

@@ -50,7 +50,7 @@ from skulk_daemon.runner.protocol import (
 from skulk_daemon.runner.rpc_gate import MAGIC
 from skulk_daemon.runner.rpc_relay import recv_exactly
 from skulk_daemon.telemetry.mlx_probe import mlx_runs
-from tests.model_cache import mlx_demo_model
+from tests.model_cache import mlx_demo_model, mlx_whole_model_text
 
 pytestmark = [
     pytest.mark.slow,
@@ -185,15 +185,13 @@ def generate(rank: Rank, prompt: str, max_tokens: int) -> tuple[str, FinishChunk
             assert not isinstance(message, Failed), message
 
 
-def test_the_ring_answers_as_the_whole_model_does(ring: list[Rank], mlx_model: Path) -> None:
-    from mlx_lm import generate as mlx_generate  # noqa: PLC0415
-    from mlx_lm import load  # noqa: PLC0415
-
+def test_the_ring_answers_as_the_whole_model_does(
+    ring: list[Rank], request: pytest.FixtureRequest, shared_models_dir: Path
+) -> None:
     text, finish = generate(ring[0], PROMPT, TOKENS)
     assert finish.completion_tokens == TOKENS
-    model, tokenizer = load(str(mlx_model))[:2]
-    whole = mlx_generate(model, tokenizer, PROMPT, max_tokens=TOKENS)
-    assert text == whole
+    cache = request.config.rootpath / ".pytest_cache"
+    assert text == mlx_whole_model_text(cache, shared_models_dir, PROMPT, TOKENS)
     # The ranks keep their caches: the same prompt again is trimmed back to all but
     # its last token on both ranks (only that one prefilled), and answers the same.
     again, finish = generate(ring[0], PROMPT, TOKENS)

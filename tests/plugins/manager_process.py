@@ -16,6 +16,25 @@ from skulk_host.plugin_manager.client import call
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def wait_until_answering(
+    root: Path, process: subprocess.Popen[Any], log: Path, seconds: float = 60
+) -> None:
+    """Until the manager at ``root`` answers ``list`` (its process still running).
+
+    A cheap probe on purpose: ``skulk-plugin-service status`` verifies the whole staged
+    runtime (every file's SHA-256) each time, so polling it while a sealed
+    manager starts (its bootstrap walking the same seal) cost seconds of CPU a poll.
+    Tests ask ``status`` once the manager answers."""
+    deadline = time.monotonic() + seconds
+    while True:
+        assert process.poll() is None, log.read_text()
+        with contextlib.suppress(Exception):
+            if call(root, {"action": "list"}, timeout=2)["ok"]:
+                return
+        assert time.monotonic() < deadline, f"the manager never answered:\n{log.read_text()}"
+        time.sleep(0.2)
+
+
 class Manager:
     def __init__(self, root: Path, *extra: str) -> None:
         self.root = root

@@ -1,6 +1,6 @@
 """Sealed copies of a staged manager runtime, made of hard links.
 
-Staging copies this whole environment (~1.2 GB; tens of seconds on a loaded machine),
+Staging copies the whole environment it runs in (the lean one, ``lean_environment.py``),
 so the suite stages for real once per session (per xdist worker: ``session_runtime`` in
 ``conftest.py``). A module that needs a staged runtime only to exist (setup reusing it,
 a manager serving from it) gets a sealed copy of that generation in its own service
@@ -146,6 +146,9 @@ class SessionRuntime:
     seconds: float
     generation: Path
     """The generation setup staged; its sealed files are the source of every copy."""
+    python: Path
+    """The interpreter setup ran from (the lean environment's): a later setup over a
+    copy runs from it too, or it would find another source and stage that instead."""
 
     @property
     def root(self) -> Path:
@@ -153,5 +156,5 @@ class SessionRuntime:
 
     def copy_into(self, service_root: Path) -> str:
         """A sealed copy of the staged generation in ``service_root`` (hard links), which
-        setup there verifies and reuses instead of staging ~1.2 GB again; its name."""
+        setup there verifies and reuses instead of staging again; its name."""
         return sealed_copy(self.generation, service_root).generation

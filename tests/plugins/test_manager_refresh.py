@@ -61,7 +61,7 @@ SITE = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packag
 OWNER = {"X-Skulk-Dashboard": "pairing-v1"}
 GENERATION = re.compile(r"^[0-9a-f]{16}$")
 SETTLE_SECONDS = 420.0
-"""A refresh verifies a ~1.2 GB runtime (staging it when none of this build is there)
+"""A refresh verifies the staged runtime (staging it when none of this build is there)
 and the manager verifies it again when it starts."""
 
 KEEP_ALIVE = """\
@@ -85,6 +85,9 @@ class Host:
     base: Path
     env: dict[str, str]
     daemon: DaemonProcess
+    python: Path
+    """The interpreter the session's staging ran setup from (the lean environment's): setup
+    here and the node's refresh find that source and reuse its copy."""
     made: list[str] = field(default_factory=list)
 
     @property
@@ -106,7 +109,7 @@ class Host:
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         home = ["--root", str(self.root), "--config-home", str(self.daemon.config_home)]
         return subprocess.run(
-            [sys.executable, "-m", "skulk_cli.plugin_service", *args, *home],
+            [str(self.python), "-m", "skulk_cli.plugin_service", *args, *home],
             capture_output=True,
             text=True,
             env=self.env,
@@ -243,9 +246,7 @@ def _register(host: Host) -> subprocess.Popen[bytes]:
 
 @pytest.fixture(scope="module")
 def host(
-    tmp_path_factory: pytest.TempPathFactory,
-    shared_models_dir: Path,
-    session_runtime: SessionRuntime,
+    tmp_path_factory: pytest.TempPathFactory, session_runtime: SessionRuntime
 ) -> Iterator[Host]:
     base = tmp_path_factory.mktemp("refresh")
     # The session's staging, copied as hard links: setup here verifies and reuses it.
@@ -253,8 +254,13 @@ def host(
     (base / "home").mkdir()
     env = {**os.environ, "HOME": str(base / "home"), "NO_COLOR": "1"}
     env.pop("SKULK_PLUGIN_SERVICE_ROOT", None)
-    daemon = DaemonProcess(root=base / "node", models_dir=shared_models_dir, fabric_port=0)
-    host = Host(base, env, daemon)
+    # NOTE: the node runs from the lean environment too: its refresh stages a generation
+    # of its own source unless it finds a complete one, setup's copy.
+    models = base / "models"
+    models.mkdir()
+    python = session_runtime.python
+    daemon = DaemonProcess(root=base / "node", models_dir=models, fabric_port=0, python=str(python))
+    host = Host(base, env, daemon, python)
     keep_alive: subprocess.Popen[bytes] | None = None
     try:
         done = host.cli("setup")

@@ -17,8 +17,6 @@ import shutil
 import socket
 import stat
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +38,7 @@ from tests.plugins.kit import (
     release_document,
     trust_document,
 )
+from tests.plugins.manager_process import wait_until_answering
 from tests.plugins.runtime_copies import SessionRuntime
 from tests.plugins.terminal import Terminal
 
@@ -58,6 +57,8 @@ class Host:
     wheel: Wheel
     outputs: list[str]
     installed: list[str]
+    python: Path
+    """The interpreter the session's staging ran setup from: setup here reuses its copy."""
 
     @property
     def root(self) -> Path:
@@ -69,7 +70,7 @@ class Host:
 
     def cli(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
-            [sys.executable, "-m", "skulk_cli.plugin_service", *args],
+            [str(self.python), "-m", "skulk_cli.plugin_service", *args],
             input=stdin,
             capture_output=True,
             text=True,
@@ -87,7 +88,7 @@ class Host:
 
     def terminal(self, *args: str) -> Terminal:
         return Terminal(
-            [sys.executable, "-m", "skulk_cli.plugin_service", *args], self.env, REPO_ROOT
+            [str(self.python), "-m", "skulk_cli.plugin_service", *args], self.env, REPO_ROOT
         )
 
 
@@ -111,7 +112,15 @@ def host(
         "COLUMNS": "200",
     }
     (base / "home").mkdir()
-    yield Host(base=base, env=env, feed=feed, wheel=wheel, outputs=[], installed=[])
+    yield Host(
+        base=base,
+        env=env,
+        feed=feed,
+        wheel=wheel,
+        outputs=[],
+        installed=[],
+        python=session_runtime.python,
+    )
     feed.close()
     shutil.rmtree(base / "service" / "runtimes", ignore_errors=True)
 
@@ -124,17 +133,15 @@ def manager(host: Host) -> Iterator[subprocess.Popen[bytes]]:
     assert done.returncode == 0, done.stdout + done.stderr
     with (host.base / "manager.log").open("ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "skulk_cli.plugin_service", "serve"],
+            [str(host.python), "-m", "skulk_cli.plugin_service", "serve"],
             env=host.env,
             cwd=REPO_ROOT,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-    deadline = time.monotonic() + 60
-    while host.cli("status").returncode != 0:
-        assert process.poll() is None, (host.base / "manager.log").read_text()
-        assert time.monotonic() < deadline, "the manager never answered"
-        time.sleep(0.2)
+    wait_until_answering(host.root / "manager", process, host.base / "manager.log")
+    status = host.cli("status")
+    assert status.returncode == 0, status.stdout + status.stderr
     yield process
     process.terminate()
     process.wait(timeout=60)
@@ -172,7 +179,7 @@ def test_setup_says_plainly_that_no_service_manager_runs(host: Host) -> None:
     assert other.returncode == 1 and "is bound to the Skulk configuration" in other.stderr
     # Before setup, a command says what to run.
     bare = subprocess.run(
-        [sys.executable, "-m", "skulk_cli.plugin_service", "catalog"],
+        [str(host.python), "-m", "skulk_cli.plugin_service", "catalog"],
         env={**host.env, "SKULK_CONFIG_HOME": str(host.base / "unset")},
         capture_output=True,
         text=True,

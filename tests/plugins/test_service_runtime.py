@@ -58,6 +58,7 @@ from skulk_host.plugin_service.runtime import (
     selected,
     verify,
 )
+from tests.plugins.manager_process import wait_until_answering
 from tests.plugins.runtime_copies import SessionRuntime, own, sealed_copy
 
 pytestmark = pytest.mark.xdist_group("plugin_runtime")
@@ -72,6 +73,8 @@ class Staged:
     env: dict[str, str]
     summary: dict[str, Any]
     seconds: float
+    setup_python: Path
+    """The interpreter setup ran from (the lean environment's, as the session's staging)."""
 
     @property
     def root(self) -> Path:
@@ -92,7 +95,7 @@ class Staged:
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         home = ["--root", str(self.root), "--config-home", str(self.config_home)]
         return subprocess.run(
-            [sys.executable, "-m", "skulk_cli.plugin_service", *args, *home],
+            [str(self.setup_python), "-m", "skulk_cli.plugin_service", *args, *home],
             capture_output=True,
             text=True,
             env=self.env,
@@ -136,7 +139,7 @@ def staged(session_runtime: SessionRuntime) -> Staged:
     done = session_runtime.done
     assert "Staged runtime" in done.stdout, done.stdout + done.stderr
     runtime = session_runtime
-    return Staged(runtime.base, runtime.env, _summary(done), runtime.seconds)
+    return Staged(runtime.base, runtime.env, _summary(done), runtime.seconds, runtime.python)
 
 
 @pytest.fixture(scope="module")
@@ -561,7 +564,7 @@ def test_the_registered_command_runs_the_selected_generation(staged: Staged) -> 
     systemctl.write_text(FAKE_SYSTEMCTL.format(calls=fake / "calls"))
     systemctl.chmod(0o700)
     env = {**staged.env, "PATH": f"{fake}{os.pathsep}{staged.env.get('PATH', '')}"}
-    runner = Staged(staged.base, env, staged.summary, staged.seconds)
+    runner = Staged(staged.base, env, staged.summary, staged.seconds, staged.setup_python)
     done = runner.cli("setup")
     summary = _summary(done)
     assert (summary["phase"], summary["service"]) == ("selected", "none"), done.stdout
@@ -586,13 +589,8 @@ def test_the_registered_command_runs_the_selected_generation(staged: Staged) -> 
             command, cwd=staged.root, env=env, stdout=log, stderr=subprocess.STDOUT
         )
     try:
-        deadline = time.monotonic() + 60
-        status: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            status = json.loads(runner.cli("status").stdout)
-            if status.get("management_available"):
-                break
-            time.sleep(0.5)
+        wait_until_answering(staged.root / "manager", service, staged.base / "service.log")
+        status = json.loads(runner.cli("status").stdout)
         assert status["running_generation"] == summary["generation"] == selected(staged.root)
         assert status["registered_runtime_verified"] and status["management_available"]
     finally:

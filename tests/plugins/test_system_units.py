@@ -349,9 +349,11 @@ def test_a_needed_password_is_asked_for_on_the_terminal(system: System) -> None:
     assert root.stat().st_uid == OWNER
 
 
-def _setup(env: dict[str, str], home: Path) -> subprocess.CompletedProcess[str]:
+def _setup(
+    env: dict[str, str], home: Path, python: str = sys.executable
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "skulk_cli.plugin_service", "setup"],
+        [python, "-m", "skulk_cli.plugin_service", "setup"],
         env={**env, "HOME": str(home), "SKULK_CONFIG_HOME": str(home / "config"), "NO_COLOR": "1"},
         capture_output=True,
         text=True,
@@ -386,7 +388,8 @@ def test_this_host_has_no_running_systemd_so_setup_says_so(
     # The session's staging, copied as hard links: setup verifies and reuses it.
     session_runtime.copy_into(tmp_path / ".local/share/skulk-plugin-service")
     try:
-        done = _setup(env, tmp_path)
+        # From the interpreter the staging ran setup from: setup finds that source here.
+        done = _setup(env, tmp_path, str(session_runtime.python))
         assert done.returncode == 0, done.stderr
         assert f"not registered as a service ({detected.reason})" in done.stdout
         assert "skulk-plugin-service serve" in done.stdout
