@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Self
+from typing import IO, TYPE_CHECKING, Self, cast
 
 if TYPE_CHECKING:
     import ssl
@@ -191,7 +191,8 @@ def _skip_httpx_command_line() -> None:
     takes the stub: a ``None`` in ``sys.modules`` makes that one import fail.
     """
     if "httpx" not in sys.modules:
-        sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+        # A None entry makes that import fail (sys.modules is typed as modules only).
+        cast("dict[str, object]", sys.modules).setdefault("httpx._main", None)
 
 
 def _no_tls() -> ssl.SSLContext:

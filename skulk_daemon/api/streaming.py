@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from litestar import Litestar, Request
     from litestar.background_tasks import BackgroundTask, BackgroundTasks
     from litestar.datastructures.cookie import Cookie
+    from litestar.datastructures.state import State
     from litestar.types import (
         HTTPResponseBodyEvent,
         Receive,
@@ -65,7 +66,7 @@ class BodyStream(Stream):
     def to_asgi_response(
         self,
         app: Litestar | None,
-        request: Request[Any, Any, Any],
+        request: Request[object, object, State],
         *,
         background: BackgroundTask | BackgroundTasks | None = None,
         cookies: Iterable[Cookie] | None = None,

@@ -10,7 +10,7 @@ runner task at once).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from skulk_core.chat.generation import EngineChunk as Chunk
@@ -35,7 +35,7 @@ async def generation_events(
     commands: ActiveCommands,
     admitted: Admitted,
     backlog: Backlog | None = None,
-) -> AsyncIterator[Chunk | KeepAlive]:
+) -> AsyncGenerator[Chunk | KeepAlive, None]:
     """Every chunk of the generation, with KeepAlive ticks while nothing arrives.
 
     Always ends with exactly one FinishChunk or ErrorChunk: a cancelled task or a

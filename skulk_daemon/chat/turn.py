@@ -9,8 +9,9 @@ to every client.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -137,22 +138,26 @@ def _reason(chunk: FinishChunk) -> TurnFinishReason:
 
 
 async def turn_events(
-    admitted: Admitted, events: AsyncIterator[EngineChunk | KeepAlive]
+    admitted: Admitted, events: AsyncGenerator[EngineChunk | KeepAlive, None]
 ) -> AsyncIterator[TurnEvent]:
-    """The turn's events; always ends with one :class:`TurnEnd` or :class:`TurnError`."""
+    """The turn's events; always ends with one :class:`TurnEnd` or :class:`TurnError`.
+
+    ``events`` is closed when the turn ends (its cleanup runs then, not whenever the
+    garbage collector finds it)."""
     turn = _Turn(admitted)
-    async for event in events:
-        match event:
-            case KeepAlive():
-                yield event
-            case RawToken():
-                for item in turn.token(event):
-                    yield item
-            case FinishChunk():
-                for item in turn.end(event):
-                    yield item
-                return
-            case ErrorChunk():
-                yield TurnError(event.code, event.message)
-                return
-    yield TurnError("incomplete_generation", "generation ended without a finish reason")
+    async with contextlib.aclosing(events):
+        async for event in events:
+            match event:
+                case KeepAlive():
+                    yield event
+                case RawToken():
+                    for item in turn.token(event):
+                        yield item
+                case FinishChunk():
+                    for item in turn.end(event):
+                        yield item
+                    return
+                case ErrorChunk():
+                    yield TurnError(event.code, event.message)
+                    return
+        yield TurnError("incomplete_generation", "generation ended without a finish reason")

@@ -66,7 +66,7 @@ class Canary:
             admitted = await asyncio.to_thread(admit, self._node, task, pinned=instance_id)
             async with asyncio.timeout(CANARY_TIMEOUT_SECONDS):
                 events = generation_events(self._worker, self._commands, admitted)
-                async with contextlib.aclosing(events):  # type: ignore[type-var]
+                async with contextlib.aclosing(events):
                     async for chunk in events:
                         if isinstance(chunk, ErrorChunk):
                             return False

@@ -106,17 +106,26 @@ class LocalGeneration:
             ended = finish_status(last)
             if ended is not None:
                 self._outcome.status = ended
+            # NOTE: the task ends with its terminal chunk, not when the reader closes
+            # the feed: a reader that stops at the finish and is collected late (an
+            # async generator left unclosed) would keep it open in /state.
+            self._end()
         return chunks
 
     async def aclose(self) -> None:
-        task, self._task = self._task, None
-        if task is None:
+        if self._task is None:
             return
-        self._generation.close()
         if not self.finished:
             # NOTE: the reader went away (a client gone, a cancelled request): the
             # task was cancelled, not failed.
             self._outcome.status = TaskStatus.CANCELLED
+        self._end()
+
+    def _end(self) -> None:
+        task, self._task = self._task, None
+        if task is None:
+            return
+        self._generation.close()
         task.close()
         if self._trace is not None:
             self._trace.finish(self._last)
