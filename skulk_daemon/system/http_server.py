@@ -52,6 +52,12 @@ UVICORN_LIMITS: Final[dict[str, Any]] = {
     # refuses forwarded requests for anything a direct peer would be trusted with).
     "proxy_headers": False,
     "server_header": False,
+    # WebSocket messages a connection may have read ahead of its handler (uvicorn's
+    # default is 32). A realtime session's audio frames are up to 1 MiB of PCM (about
+    # 1.4 MB as JSON text, and zeros arrive deflated to almost nothing): a client that
+    # sends faster than the session decodes is held back after a few frames, instead of
+    # parking up to 45 MB of them in the daemon.
+    "ws_max_queue": 4,
 }
 
 
