@@ -11,8 +11,8 @@ in-process test client) or frames the body otherwise, it is Litestar's path.
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from litestar.enums import MediaType
 from litestar.response import Stream
@@ -40,7 +40,8 @@ class _DirectStreamingResponse(ASGIStreamingResponse):
     __slots__ = ("_writer",)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        extensions: dict[str, Any] = scope.get("extensions") or {}
+        # ASGI: the server's extensions, a plain mapping; only our body writer is read.
+        extensions: Mapping[str, object] = scope.get("extensions") or {}
         writer = extensions.get(BODY_WRITER)
         self._writer = writer if isinstance(writer, ChunkedBodyWriter) else None
         await super().__call__(scope, receive, send)
