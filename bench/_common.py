@@ -308,6 +308,15 @@ def demo_model_path(models_dir: Path) -> Path:
     return found[0]
 
 
+def installed_demo_model(models_dir: Path, context: int) -> Path:
+    """The demo GGUF under ``models_dir``, installed first by a daemon if it is not there."""
+    try:
+        return demo_model_path(models_dir)
+    except RuntimeError:
+        with skulk_serving(models_dir, context):  # installs the demo model
+            return demo_model_path(models_dir)
+
+
 def wait_for_quiet(max_load: float, timeout_s: float = 900.0, poll_s: float = 60.0) -> float:
     """Wait (up to ``timeout_s``) for the 1-minute load average to fall to ``max_load``.
 

@@ -45,11 +45,10 @@ from bench._common import (
     DEFAULT_PROMPT,
     add_run_options,
     cpu_count,
-    demo_model_path,
+    installed_demo_model,
     machine,
     median,
     print_json,
-    skulk_serving,
     wait_for_quiet,
 )
 from bench._isolation import spread_text
@@ -179,11 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gap", type=float, default=1.0, help="seconds between runs")
     add_run_options(parser)
     args = parser.parse_args(argv)
-    try:
-        model = demo_model_path(args.models_dir)
-    except RuntimeError:
-        with skulk_serving(args.models_dir, args.context):  # installs the demo model
-            model = demo_model_path(args.models_dir)
+    model = installed_demo_model(args.models_dir, args.context)
     load_at_start = wait_for_quiet(args.max_load)
     skulk = SkulkSide(model, args.context)
     sides: dict[str, RawSide | SkulkSide] = {"raw": RawSide(model, args.context), "skulk": skulk}

@@ -55,11 +55,10 @@ if __package__ in (None, ""):  # `python bench/token_overhead.py`
 from bench._common import (
     DEFAULT_PROMPT,
     add_run_options,
-    demo_model_path,
+    installed_demo_model,
     machine,
     median,
     print_json,
-    skulk_serving,
     wait_for_quiet,
 )
 from bench.single_stream import DEMO_PROMPT
@@ -189,11 +188,7 @@ class Harness:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    try:
-        model = demo_model_path(args.models_dir)
-    except RuntimeError:
-        with skulk_serving(args.models_dir, args.context):  # installs the demo model
-            model = demo_model_path(args.models_dir)
+    model = installed_demo_model(args.models_dir, args.context)
     prompt = DEMO_PROMPT.format(prompt=args.prompt)
     harness = Harness(model, args.context, stub=args.stub_decode)
     figures: dict[str, Figures] = {}
