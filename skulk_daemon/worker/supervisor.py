@@ -246,7 +246,7 @@ class Supervisor:
         keepalive_s: float | None,
     ) -> LocalGeneration:
         """Start ``request`` on ``runner`` (serving, with a process), its task open in
-        ``/state`` until the feed is closed."""
+        ``/state`` until the feed's terminal chunk is taken or the feed is closed."""
         assert runner.process is not None
         task_id = TaskId(request.task_id)
         lane = f"runner rank {runner.device_rank}"
