@@ -490,10 +490,18 @@ def test_the_response_participant_answers_speaks_and_cancels(served: tuple[AppNo
         ws.next()
         ws.send(type="session.update", session={"response": response})
         assert ws.until("session.updated")["session"]["response"]["enable_thinking"] is False
-        ws.append(question)
-        ws.send(type="input_audio_buffer.commit")
-        ws.until("conversation.item.input_audio_transcription.completed")
-        done = ws.until("response.done")
+        for _ in range(3):
+            ws.events.clear()
+            ws.append(question)
+            ws.send(type="input_audio_buffer.commit")
+            ws.until("conversation.item.input_audio_transcription.completed")
+            done = ws.until("response.done")
+            assert done["response"]["status"] == "completed", ws.events
+            if done["response"]["output_text"]:
+                break
+            # The demo is a base model sampled at its card's temperature: its reply can
+            # end at the first token. Such a reply is text alone, still completed.
+            assert "response.audio.delta" not in ws.kinds(), ws.kinds()
         kinds = ws.kinds()
         answer = kinds[kinds.index("response.created") :]
         texts = [e for e in ws.events if e["type"] == "response.output_text.delta"]
