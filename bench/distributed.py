@@ -22,7 +22,11 @@ Two Skulk daemons on loopback (explicit peers, one cluster key), the demo model
   engine's figure from the cost of refusing peers outside the cluster.
 
 Both daemons, the RPC donor and llama-server share this machine's cores, as the
-issue's own reference figures did (two processes on two cores).
+issue's own reference figures did (two processes on two cores). Every measured run
+starts ``--gap`` seconds after the last, once every side is idle, and the pool's
+sides are checked quiescent while another runs (``bench/_isolation.py``: Skulk's
+daemons and runners, each llama-server with its RPC server); a leak fails the run.
+Routing's two sides are the same two daemons, so there each run only starts idle.
 
 Run from the repository root::
 
@@ -38,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
@@ -66,6 +70,7 @@ from bench._common import (
     stream_chat,
     wait_for_quiet,
 )
+from bench._isolation import Isolation, Side, children_with, spread
 from bench.concurrency import Round, llama_server, run_round
 from skulk_daemon.runner.rpc_gate import GateClient, GateServer
 from tests.daemon_process import free_port
@@ -150,8 +155,27 @@ def delete(daemon: LoggedDaemon, instance_id: str) -> None:
 # -- routing ---------------------------------------------------------------------
 
 
+def _daemons(a: LoggedDaemon, b: LoggedDaemon, name: str = "skulk") -> Side:
+    """Both daemons with their runners, as one isolation side."""
+    pids = [d.process.pid for d in (a, b) if d.process is not None]
+    return Side(name, lambda: pids)
+
+
+def _by_port(*addresses: str) -> Callable[[], Sequence[int]]:
+    """The pids of this script's servers listening on ``addresses``' ports (a
+    llama-server's URL, an RPC server's ``host:port``), as a :class:`Side`'s pids."""
+    finders = [children_with(address.rstrip("/").rsplit(":", 1)[1]) for address in addresses]
+    return lambda: [pid for find in finders for pid in find()]
+
+
 def routing(
-    a: LoggedDaemon, b: LoggedDaemon, reps: int, max_tokens: int, runner_threads: int | None
+    a: LoggedDaemon,
+    b: LoggedDaemon,
+    *,
+    reps: int,
+    max_tokens: int,
+    runner_threads: int | None,
+    gap_s: float,
 ) -> dict[str, Any]:
     """``runner_threads`` (``inference.runner_threads`` on B) below the core count
     leaves the daemons a core, as two machines would have: on one machine every
@@ -168,11 +192,13 @@ def routing(
         for url in sides.values():  # warm both paths
             stream_chat(client, url, body)
         groups = process_groups(a, b)
+        isolation = Isolation([_daemons(a, b)], gap_s=gap_s)
         for rep in range(reps):
             order = ["direct", "routed"] if rep % 2 == 0 else ["routed", "direct"]
             for side in order:
+                url = sides[side]
                 before = cost_snapshot(groups)
-                timing = stream_chat(client, sides[side], body)
+                timing = isolation.run("skulk", lambda url=url: stream_chat(client, url, body))
                 after = cost_snapshot(groups)
                 costs[side].append(
                     {k: (after[k] - before[k]) / max(1, timing.tokens) for k in after}
@@ -199,6 +225,12 @@ def routing(
         "added_ttft_ms": round(added, 1),
         "ok": ratio >= ROUTING_DECODE_TARGET and added <= ROUTING_TTFT_TARGET_MS,
         "runner_threads": runner_threads,
+        "spread": {
+            f"{side}_{figure}": spread([r[i] for r in rows])
+            for side, rows in runs.items()
+            for i, figure in enumerate(("decode_tps", "ttft_ms"))
+        },
+        "isolation": isolation.report(),
         "per_token": {
             side: {k: round(median([c[k] for c in rows]), 3) for k in rows[0]}
             for side, rows in costs.items()
@@ -317,10 +349,20 @@ def cost_snapshot(groups: dict[str, list[psutil.Process]]) -> dict[str, float]:
     return snapshot
 
 
-def rounds(url: str, body: dict[str, Any], streams: int, reps: int, label: str) -> list[Round]:
+def rounds(
+    url: str,
+    body: dict[str, Any],
+    streams: int,
+    *,
+    reps: int,
+    label: str,
+    isolation: Isolation,
+    side: str,
+) -> list[Round]:
+    """``reps`` rounds of ``streams`` concurrent streams, each an isolated run of ``side``."""
     done = []
     for rep in range(reps):
-        result = asyncio.run(run_round(url, body, streams))
+        result = isolation.run(side, lambda: asyncio.run(run_round(url, body, streams)))
         done.append(result)
         print(
             f"pool {label} rep {rep + 1}/{reps} {streams} stream(s): "
@@ -341,6 +383,7 @@ def pool(
     models_dir: Path,
     llama_server_bin: Path,
     rpc_server_bin: Path,
+    gap_s: float,
 ) -> dict[str, Any]:
     body = chat_body(DEFAULT_PROMPT, max_tokens)
     levels = [1, streams]
@@ -352,8 +395,11 @@ def pool(
     }
     single = place(a, [b], context_tokens=context, min_nodes=1)
     asyncio.run(run_round(a.url, body, streams))  # warm
+    alone = Isolation([_daemons(a, b)], gap_s=gap_s)
     for n in levels:
-        figures["single"][n] = rounds(a.url, body, n, reps, "one node")
+        figures["single"][n] = rounds(
+            a.url, body, n, reps=reps, label="one node", isolation=alone, side="skulk"
+        )
     delete(a, single["instanceId"])
     pooled = place(a, [b], context_tokens=context, min_nodes=2)
     front = a if pooled["driverNodeId"] == _node_id(a) else b
@@ -380,12 +426,22 @@ def pool(
             for url in sides.values():
                 asyncio.run(run_round(url, body, streams))  # warm
             groups = process_groups(a, b)
+            isolation = Isolation(
+                [
+                    _daemons(a, b, "pooled"),
+                    Side("server", _by_port(server, plain)),
+                    Side("server_gated", _by_port(server_gated, behind_gate)),
+                ],
+                gap_s=gap_s,
+            )
             for rep in range(reps):
                 for n in levels:
                     order = list(sides) if (rep + n) % 2 == 0 else list(reversed(sides))
                     for side in order:
                         before = cpu_snapshot(groups)
-                        done = rounds(sides[side], body, n, 1, side)
+                        done = rounds(
+                            sides[side], body, n, reps=1, label=side, isolation=isolation, side=side
+                        )
                         after = cpu_snapshot(groups)
                         figures[side][n] += done
                         for label, seconds in after.items():
@@ -409,13 +465,20 @@ def pool(
                 "llama_server_gated_tps": round(theirs_gated, 2),
                 "pooled_over_llama_server_gated": round(mine / theirs_gated, 4),
                 "ok": mine / theirs >= POOL_TARGET,
+                "spread": {
+                    side: spread([r.agg_decode_tps for r in figures[side][n]]) for side in figures
+                },
                 "cpu_ms_per_token": {
                     side: {label: round(median(v), 3) for label, v in cpu[side][n].items()}
                     for side in cpu
                 },
             }
         )
-    return {"donor_layers": layers, "rows": rows}
+    return {
+        "donor_layers": layers,
+        "rows": rows,
+        "isolation": {"one_node": alone.report(), "pooled": isolation.report()},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -431,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="routing: B's runner threads (default: all cores)",
     )
+    parser.add_argument("--gap", type=float, default=3.0, help="seconds between runs")
     parser.add_argument("--llama-server", type=Path, default=BUILD_DIR / "bin" / "llama-server")
     parser.add_argument("--rpc-server", type=Path, default=DEFAULT_RPC_SERVER)
     add_run_options(parser)
@@ -439,7 +503,14 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"benchmark": "distributed"}
     with two_nodes(args.models_dir) as (a, b):
         if "routing" in args.sections:
-            result = routing(a, b, args.reps, args.max_tokens, args.runner_threads)
+            result = routing(
+                a,
+                b,
+                reps=args.reps,
+                max_tokens=args.max_tokens,
+                runner_threads=args.runner_threads,
+                gap_s=args.gap,
+            )
             report["routing"] = result
             print(
                 f"routing: decode {result['routed_decode_tps']:.1f} vs "
@@ -448,6 +519,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"ms ({result['routed_ttft_ms']:.1f} vs {result['direct_ttft_ms']:.1f}, target "
                 f"<= {ROUTING_TTFT_TARGET_MS:g}) {'ok' if result['ok'] else 'MISS'}"
             )
+            for name, figure in result["spread"].items():
+                print(
+                    f"  {name}: {figure['median']:.2f} (p90 {figure['p90']:.2f}, "
+                    f"{figure['min']:.2f}-{figure['max']:.2f})"
+                )
             print("per token (median of the streams):")
             for side, per_token in result["per_token"].items():
                 spent = ", ".join(f"{k} {v:.3f}" for k, v in per_token.items() if v >= 0.001)
@@ -463,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
                 models_dir=args.models_dir,
                 llama_server_bin=args.llama_server,
                 rpc_server_bin=args.rpc_server,
+                gap_s=args.gap,
             )
             report["pool"] = result
             print(f"pool (donor holds {result['donor_layers']} layers):")
@@ -480,6 +557,12 @@ def main(argv: list[str] | None = None) -> int:
                     f" {'ok' if row['ok'] else 'MISS'}"
                 )
             print(f"target: Skulk pool / llama-server pool >= {POOL_TARGET:g}")
+            for row in result["rows"]:
+                for side, figure in row["spread"].items():
+                    print(
+                        f"  {row['streams']} stream(s) {side}: {figure['median']:.2f} tok/s "
+                        f"(p90 {figure['p90']:.2f}, {figure['min']:.2f}-{figure['max']:.2f})"
+                    )
             print("CPU ms per token, by process (median of the rounds):")
             for row in result["rows"]:
                 for side, by_process in row["cpu_ms_per_token"].items():

@@ -5,7 +5,8 @@ built image model (:mod:`skulk_daemon.models.tiny_sd`, SDXS-512 layout, seeded r
 weights) from a runner. Direct: the same engine class the runner uses
 (:class:`~skulk_daemon.engines.sd_cpp.StableDiffusionEngine`) loaded in this process,
 with the same files, threads, size, steps, guidance and seed. Each side's speed is
-images per wall second; the sides alternate in ABBA order and the medians are compared.
+images per wall second; the sides alternate in ABBA order, each with the other
+quiescent (``bench/_isolation.py``), and the medians are compared.
 
 Target: Skulk / direct >= 0.97.
 
@@ -36,6 +37,7 @@ from bench._common import (
     print_json,
     wait_for_quiet,
 )
+from bench._isolation import Isolation, Side, native_threads, spread, spread_text
 
 TARGET: Final = 0.97
 PROMPT: Final = "a lighthouse on a cliff at dusk, rain sweeping in from the sea"
@@ -105,8 +107,18 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     return 1 / (time.perf_counter() - started)
 
+                process = daemon.process
+                assert process is not None
+                isolation = Isolation(
+                    [
+                        Side("skulk", lambda: [process.pid]),
+                        Side("direct", threads=native_threads()),
+                    ],
+                    gap_s=args.gap,
+                )
                 speeds = abba(
                     {"": {"skulk": skulk, "direct": direct}},
+                    isolation=isolation,
                     warmup=args.warmup,
                     reps=args.reps,
                     after=lambda: same_image.append(pictures["skulk"] == pictures["direct"]),
@@ -128,12 +140,16 @@ def main(argv: list[str] | None = None) -> int:
         "ok": ratio >= TARGET,
         "same_image": all(same_image),
         "all": {side: [round(v, 4) for v in values] for side, values in speeds.items()},
+        "spread": {side: spread(values) for side, values in speeds.items()},
+        "isolation": isolation.report(),
     }
     print(
         f"{args.size}x{args.size}, {args.steps} steps. Images per second: Skulk "
         f"{m['skulk']:.4f}, direct {m['direct']:.4f}, ratio {ratio:.3f}x (target >= {TARGET}); "
         f"same PNG on both sides: {all(same_image)}"
     )
+    for side, values in speeds.items():
+        print(f"  {side}: {spread_text(values)} images per s (median, p90, min-max)")
     if args.json:
         print_json(result)
     return 0

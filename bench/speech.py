@@ -6,7 +6,9 @@ phonemes, the same threads). Transcription: ``POST /v1/audio/transcriptions`` of
 speech on the Whisper tiny.en demo, against ``faster_whisper.WhisperModel`` in this
 process (CPU, int8, greedy, the same threads). Each side's speed is audio seconds per
 wall second (the inverse of the real-time factor); the two sides run alternately in
-ABBA order and the medians are compared.
+ABBA order and the medians are compared. Each side runs with the other quiescent
+(``bench/_isolation.py``: the daemon and its runners idle while the in-process engines
+run, the engines' threads idle while Skulk runs; a leak fails the run loudly).
 
 Target: Skulk / direct >= 0.9 for both synthesis and transcription.
 
@@ -41,6 +43,7 @@ from bench._common import (
     print_json,
     wait_for_quiet,
 )
+from bench._isolation import Isolation, Side, native_threads, spread, spread_text
 
 TTS: Final = "local/piper-en-us-joe-medium"
 STT: Final = "local/whisper-tiny.en"
@@ -94,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
                 cpu_threads=threads,
             )
             voice.synthesize("Warm up.")
+            process = daemon.process
+            assert process is not None
+            isolation = Isolation(
+                [Side("skulk", lambda: [process.pid]), Side("direct", threads=native_threads())],
+                gap_s=args.gap,
+            )
             with httpx.Client(base_url=daemon.url, timeout=600) as client:
 
                 def tts_skulk() -> float:
@@ -146,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                         "tts": {"skulk": tts_skulk, "direct": tts_direct},
                         "stt": {"skulk": stt_skulk, "direct": stt_direct},
                     },
+                    isolation=isolation,
                     warmup=args.warmup,
                     reps=args.reps,
                     after=lambda: same_text.append(texts["skulk"] == texts["direct"]),
@@ -168,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         "stt_ok": stt_ratio >= TARGET,
         "same_transcript": all(same_text),
         "all": {name: [round(v, 2) for v in values] for name, values in speeds.items()},
+        "spread": {name: spread(values) for name, values in speeds.items()},
+        "isolation": isolation.report(),
     }
     print(
         f"{audio_seconds:.1f} s of speech. Synthesis (audio s per s): Skulk {m['tts_skulk']:.2f}, "
@@ -175,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{m['stt_skulk']:.2f}, direct {m['stt_direct']:.2f}, ratio {stt_ratio:.3f}x "
         f"(target >= {TARGET}); same transcript on both sides: {all(same_text)}"
     )
+    for name, values in speeds.items():
+        print(f"  {name}: {spread_text(values)} audio s per s (median, p90, min-max)")
     if args.json:
         print_json(result)
     return 0

@@ -3,9 +3,11 @@
 The same streamed greedy generation (``--max-tokens`` tokens of the demo model) is
 run with tracing off and on in an ABBA order, ``--reps`` pairs after ``--warmup``
 discarded ones; the decode rates' medians are compared (tracing off is the peer).
-Tracing off must cost nothing measurable (its check is one boolean per generation,
-so "off" is also compared against itself: the noise floor of the machine), tracing
-on at most 3 %.
+Every run starts ``--gap`` seconds after the previous one, once the daemon and its
+runner are idle (``bench/_isolation.py``), so no mode's trailing work (a trace
+written, a task's bookkeeping) lands on the next. Tracing off must cost nothing
+measurable (its check is one boolean per generation, so "off" is also compared
+against itself: the noise floor of the machine), tracing on at most 3 %.
 
 Targets: on/off decode ratio >= 0.97; off/off (the noise floor) >= 0.99.
 
@@ -37,6 +39,7 @@ from bench._common import (
     stream_chat,
     wait_for_quiet,
 )
+from bench._isolation import Isolation, Side, spread, spread_text
 
 ON_TARGET: Final = 0.97
 OFF_TARGET: Final = 0.99
@@ -48,16 +51,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=192)
+    parser.add_argument("--gap", type=float, default=3.0, help="seconds between runs")
     args = parser.parse_args(argv)
     load = wait_for_quiet(args.max_load)
     rates: dict[str, list[float]] = {"off": [], "off2": [], "on": []}
     with skulk_serving(args.models_dir, 2048) as daemon, httpx.Client(timeout=300) as client:
         body = chat_body(DEFAULT_PROMPT, args.max_tokens)
+        process = daemon.process
+        assert process is not None
+        # One side: the modes share the daemon, so the check is that each run starts idle.
+        isolation = Isolation([Side("skulk", lambda: [process.pid])], gap_s=args.gap)
 
         def run(mode: str) -> float:
             enabled = mode == "on"
             client.put(f"{daemon.url}/v1/tracing", json={"enabled": enabled}).raise_for_status()
-            return stream_chat(client, daemon.url, body).decode_tps
+            return isolation.run("skulk", lambda: stream_chat(client, daemon.url, body).decode_tps)
 
         for rep in range(args.warmup + args.reps):
             order = ("off", "on", "off2") if rep % 2 == 0 else ("off2", "on", "off")
@@ -81,12 +89,16 @@ def main(argv: list[str] | None = None) -> int:
         "off_target": OFF_TARGET,
         "traces_recorded": traced,
         "all": {mode: [round(r, 2) for r in values] for mode, values in rates.items()},
+        "spread": {mode: spread(values) for mode, values in rates.items()},
+        "isolation": isolation.report(),
     }
     print(
         f"decode tok/s: off {off:.2f}, off again {off2:.2f}, on {on:.2f}; "
         f"on/off {on / off:.3f}x (target >= {ON_TARGET}), off/off "
         f"{result['off_noise_floor']:.3f} (noise floor); {traced} traces recorded"
     )
+    for mode, values in rates.items():
+        print(f"  {mode}: {spread_text(values)} tok/s (median, p90, min-max)")
     if args.json:
         print_json(result)
     return 0

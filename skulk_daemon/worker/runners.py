@@ -78,6 +78,17 @@ class ManagedRunner:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
 
+    @property
+    def serves_now(self) -> bool:
+        """Settled as serving, with a process: a generation can start on it at once."""
+        settled = self.settled
+        return (
+            self.process is not None
+            and settled.done()
+            and not settled.cancelled()
+            and settled.result()
+        )
+
 
 def forgotten(
     phases: Mapping[RunnerId, LocalRunnerPhase], assigned: Collection[RunnerId]

@@ -217,17 +217,8 @@ class Supervisor:
         callback; otherwise (another node, a runner still loading) a task moves
         :meth:`generate`'s chunks. ``aclose()`` the feed when done."""
         runner = self._runners.runner_for(instance_id)
-        settled = runner.settled if runner is not None else None
         remote = self._remote is not None and self._remote_host(instance_id) is not None
-        if (
-            runner is None
-            or runner.process is None
-            or settled is None
-            or not settled.done()
-            or settled.cancelled()
-            or not settled.result()
-            or remote
-        ):
+        if runner is None or not runner.serves_now or remote:
             chunks = self.generate(instance_id, request, command_id)
             return PumpedGeneration(chunks, TaskId(request.task_id), keepalive_s)
         self._node.routed_prompts.record(instance_id, prompt_fingerprint(request.prompt))
@@ -365,12 +356,10 @@ class Supervisor:
             return _unavailable(task_id, "the instance is not running")
         # NOTE: asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a
         # cancellation that lands while the awaited future is already done.
-        try:
+        with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(READY_WAIT_SECONDS):
-                serving = await asyncio.shield(runner.settled)
-        except TimeoutError:
-            serving = False
-        if not serving or runner.process is None:
+                await asyncio.shield(runner.settled)
+        if not runner.serves_now:
             return _unavailable(
                 task_id, runner.failure or "the instance stopped before it was ready"
             )
