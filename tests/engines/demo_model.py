@@ -15,9 +15,9 @@ TEST_THREADS = 1
 two cores: llama.cpp's threads wait for each other at every op in a spinning barrier,
 so a second thread whose partner is descheduled burns its slice waiting. Measured on
 test_llama_exact_kernels under that load: 64 CPU-s with two threads, 38 with one.
-Batched prefills give the same logits at any thread count; a one-token decode step
-does not (llama.cpp splits its attention across threads), so a test that compares
-runs keeps them in one engine."""
+Measured on this build: batches of 512 and 189 tokens give the same logits on one,
+two or three threads; a one-token decode step does not (nor does what follows it), so
+a test that compares runs keeps them in one engine."""
 
 
 def demo_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
