@@ -11,7 +11,7 @@ import pytest
 
 from tests import log_secrets
 from tests.daemon.serving import place
-from tests.daemon_process import DaemonFactory, DaemonProcess
+from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonFactory, DaemonProcess
 
 if TYPE_CHECKING:
     from tests.xdist_scheduling import ModuleOrGroupScheduling
@@ -143,7 +143,9 @@ def demo_served(
     Tests using it must leave it idle (no generation left running) when they end.
     """
     daemon = DaemonProcess(
-        root=tmp_path_factory.mktemp("demo-served"), models_dir=shared_models_dir
+        root=tmp_path_factory.mktemp("demo-served"),
+        models_dir=shared_models_dir,
+        runner_threads=LEAN_RUNNER_THREADS,
     )
     daemon.start()
     try:

@@ -38,6 +38,34 @@ def free_port() -> int:
         return port
 
 
+LEAN_RUNNER_THREADS = 1
+"""The runner threads of a test node that generates: the suite runs three workers and
+their daemons on two cores, where llama.cpp's compute threads (all cores by default)
+wait for each other in a spinning barrier at every op, so one whose partner is
+descheduled burns its time slice waiting. Measured under that load: a 16-token chat
+took 6-10 CPU-s with two threads, 0.4-1.4 with one."""
+
+
+def pin_runner_threads(config: Path, threads: int) -> None:
+    """Add ``inference.runner_threads: threads`` to the ``skulk.yaml`` at ``config``
+    (created if missing) unless it sets it already; the tests' files are block YAML
+    with two-space indents."""
+    text = config.read_text(encoding="utf-8") if config.exists() else ""
+    if "runner_threads:" in text:
+        return
+    line = f"  runner_threads: {threads}\n"
+    lines = text.splitlines(keepends=True)
+    if "inference:\n" in lines:
+        at = lines.index("inference:\n") + 1
+        lines.insert(at, line)
+    else:
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        lines += ["inference:\n", line]
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("".join(lines), encoding="utf-8")
+
+
 TEST_ENV = {"SKULK_MDNS": "0", "SKULK_CLUSTER_KEY": "skulk-tests-shared-cluster-key-0001"}
 
 
@@ -76,6 +104,10 @@ class DaemonProcess(NodePaths):
     """The interpreter (another environment's, for a test that needs one)."""
     bind_host: str = "127.0.0.1"
     """The daemon's ``--host`` (``0.0.0.0`` for one reached on a namespace's address)."""
+    runner_threads: int | None = None
+    """``inference.runner_threads`` for its runners, added to its ``skulk.yaml`` at each
+    spawn unless the file sets it (``None``: the product default, all cores). See
+    :data:`LEAN_RUNNER_THREADS`."""
 
     @property
     def fabric_address(self) -> str:
@@ -116,6 +148,8 @@ class DaemonProcess(NodePaths):
         for path in (node_log, *(node_log.with_name(f"skulk.log.{n}") for n in (1, 2, 3))):
             log_secrets.watch_log(path)
         self.root.mkdir(parents=True, exist_ok=True)
+        if self.runner_threads is not None:
+            pin_runner_threads(self.config_home / "skulk.yaml", self.runner_threads)
         # NOTE: the log goes to a file, not a pipe nobody reads: a chatty daemon would
         # otherwise block once the pipe buffer filled.
         with self.log_path.open("a") as log:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_process import DaemonProcess
+from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonProcess
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +24,11 @@ def daemon(
 ) -> Iterator[DaemonProcess]:
     """One node for the module: one test changes its log level, the other places and
     deletes an instance, and neither reads what the other changes."""
-    node = DaemonProcess(root=tmp_path_factory.mktemp("cli-node"), models_dir=shared_models_dir)
+    node = DaemonProcess(
+        runner_threads=LEAN_RUNNER_THREADS,
+        root=tmp_path_factory.mktemp("cli-node"),
+        models_dir=shared_models_dir,
+    )
     node.start()
     try:
         yield node

@@ -14,7 +14,7 @@ import pytest
 
 from tests.daemon.serving import DEMO, PROMPT, wait_for
 from tests.daemon.tailnet import TAILNET_STATUS, fake_tailscale
-from tests.daemon_process import DaemonProcess
+from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonProcess
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,12 @@ def three_nodes(root: Path, models_dir: Path) -> Iterator[list[DaemonProcess]]:
     """Nodes a, b and c; only c finds a ``tailscale`` CLI (a fake printing a running
     status: there is no tailscale on this machine), so each node's tailnet identity
     tells them apart."""
-    first = DaemonProcess(root=root / "a", models_dir=models_dir, extra_env=FAST_ENV)
+    first = DaemonProcess(
+        root=root / "a",
+        models_dir=models_dir,
+        extra_env=FAST_ENV,
+        runner_threads=LEAN_RUNNER_THREADS,
+    )
     nodes = [first]
     tailnet_path = f"{fake_tailscale(root / 'bin')}{os.pathsep}{os.environ['PATH']}"
     for name in ("b", "c"):
@@ -69,6 +74,7 @@ def three_nodes(root: Path, models_dir: Path) -> Iterator[list[DaemonProcess]]:
                 models_dir=models_dir,
                 peers=[first.fabric_address],
                 extra_env=env,
+                runner_threads=LEAN_RUNNER_THREADS,
             )
         )
     try:

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tests.daemon.serving import DEMO, place, wait_for
-from tests.daemon_process import DaemonProcess, free_port
+from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonProcess, free_port
 from tests.lazy_sdk import ollama, openai
 
 pytestmark = pytest.mark.slow
@@ -36,7 +36,11 @@ NEVER = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
 def daemon(
     tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
 ) -> Iterator[DaemonProcess]:
-    node = DaemonProcess(root=tmp_path_factory.mktemp("on-demand"), models_dir=shared_models_dir)
+    node = DaemonProcess(
+        runner_threads=LEAN_RUNNER_THREADS,
+        root=tmp_path_factory.mktemp("on-demand"),
+        models_dir=shared_models_dir,
+    )
     node.config_home.mkdir(parents=True, exist_ok=True)
     (node.config_home / "skulk.yaml").write_text(
         f"inference:\n  load_on_demand: true\n  keep_alive: {KEEP_ALIVE_SECONDS:g}s\n",

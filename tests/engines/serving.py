@@ -17,7 +17,7 @@ from skulk_core.chat.generation import (
 )
 from skulk_core.ids import TaskId
 from skulk_daemon.engines.llama_cpp import LlamaCppEngine, LlamaCppSettings, set_llama_logging
-from tests.engines.demo_model import TEST_CONTEXT_TOKENS, TEST_SLOTS
+from tests.engines.demo_model import TEST_CONTEXT_TOKENS, TEST_SLOTS, TEST_THREADS
 
 CHUNK_WAIT_S = 120.0  # a hang guard, not a timing claim
 
@@ -72,6 +72,7 @@ def serve(model: Path, *, settle_after: float | None = None, **settings: int) ->
             model,
             context_tokens=settings.get("context_tokens", TEST_CONTEXT_TOKENS),
             slots=settings.get("slots", TEST_SLOTS),
+            n_threads=TEST_THREADS,
             prompt_cache_bytes=settings.get("prompt_cache_bytes", 0),
             reuse_replies=bool(settings.get("reuse_replies", 0)),
             settle_after=settle_after,

@@ -42,6 +42,7 @@ from skulk_daemon.engines.llama_embed import (
     set_llama_logging,
 )
 from skulk_daemon.models.bert_gguf import BertConversionError, convert_bert_to_gguf
+from tests.engines.demo_model import TEST_THREADS
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +76,9 @@ def minilm_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def embedder(minilm_gguf: Path) -> Iterator[LlamaEmbedder]:
     set_llama_logging(verbose=False)
-    model = LlamaEmbedder.open(EmbedSettings(minilm_gguf, context_tokens=CONTEXT))
+    model = LlamaEmbedder.open(
+        EmbedSettings(minilm_gguf, context_tokens=CONTEXT, n_threads=TEST_THREADS)
+    )
     yield model
     model.close()
 
@@ -326,7 +329,9 @@ class Collected:
 def engine(minilm_gguf: Path) -> Iterator[tuple[LlamaEmbeddingEngine, Collected]]:
     collected = Collected()
     sink: EmbedSink = collected
-    served = LlamaEmbeddingEngine(EmbedSettings(minilm_gguf, context_tokens=CONTEXT), sink)
+    served = LlamaEmbeddingEngine(
+        EmbedSettings(minilm_gguf, context_tokens=CONTEXT, n_threads=TEST_THREADS), sink
+    )
     served.load()
     served.warm_up()
     yield served, collected

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from skulk_daemon.engines._llama_model import LlamaCppSettings, LlamaModel
+from tests.engines.demo_model import TEST_THREADS
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +51,9 @@ class Decoder:
 
 @pytest.fixture(scope="module")
 def decoder(demo_gguf: Path) -> Iterator[Decoder]:
-    model = LlamaModel.open(LlamaCppSettings(demo_gguf, context_tokens=1024, slots=1))
+    model = LlamaModel.open(
+        LlamaCppSettings(demo_gguf, context_tokens=1024, slots=1, n_threads=TEST_THREADS)
+    )
     try:
         yield Decoder(model)
     finally:

@@ -12,11 +12,14 @@ import numpy as np
 import pytest
 
 from skulk_daemon.engines._llama_model import LlamaCppSettings, LlamaModel
+from tests.engines.demo_model import TEST_THREADS
 
 
 @pytest.fixture(scope="module")
 def model(demo_gguf: Path) -> Iterator[LlamaModel]:
-    opened = LlamaModel.open(LlamaCppSettings(demo_gguf, context_tokens=128, slots=2))
+    opened = LlamaModel.open(
+        LlamaCppSettings(demo_gguf, context_tokens=128, slots=2, n_threads=TEST_THREADS)
+    )
     try:
         yield opened
     finally:

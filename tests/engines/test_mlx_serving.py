@@ -18,7 +18,7 @@ import pytest
 from skulk_daemon.models.mlx_demo import MLX_DEMO_MODEL_ID, mlx_installed
 from skulk_daemon.telemetry.mlx_probe import mlx_runs
 from tests.daemon.serving import DEMO, place
-from tests.daemon_process import DaemonProcess
+from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonProcess
 from tests.lazy_sdk import anthropic, ollama, openai
 from tests.model_cache import mlx_demo_model
 
@@ -41,7 +41,11 @@ def mlx_demo(request: pytest.FixtureRequest, shared_models_dir: Path) -> Path:
 def node(
     tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path, mlx_demo: Path
 ) -> Iterator[DaemonProcess]:
-    daemon = DaemonProcess(root=tmp_path_factory.mktemp("mlx"), models_dir=shared_models_dir)
+    daemon = DaemonProcess(
+        runner_threads=LEAN_RUNNER_THREADS,
+        root=tmp_path_factory.mktemp("mlx"),
+        models_dir=shared_models_dir,
+    )
     daemon.start()
     try:
         place(daemon, CONTEXT, MLX)
@@ -112,7 +116,7 @@ def test_anthropic_and_ollama_answer(node: DaemonProcess) -> None:
     with client.messages.stream(
         model=MLX,
         messages=[{"role": "user", "content": COUNTING}],
-        max_tokens=4,
+        max_tokens=1,  # one token answers it: MLX's CPU build decodes slowly
         extra_body={"temperature": 0},
     ) as stream:
         message = stream.get_final_message()
@@ -121,7 +125,7 @@ def test_anthropic_and_ollama_answer(node: DaemonProcess) -> None:
     local = ollama.Client(host=f"{node.url}/ollama", timeout=300)
     try:
         reply = local.generate(
-            model=MLX, prompt=COUNTING, options={"num_predict": 4, "temperature": 0}
+            model=MLX, prompt=COUNTING, options={"num_predict": 1, "temperature": 0}
         )
     finally:
         local.close()

@@ -157,6 +157,13 @@ def test_inventory_only_lists_without_importing_until_switched_off(
     store, worker = pair
     added = store.post("/models/add", json={"model_id": TINY, "gguf_file": GGUF}, timeout=60)
     assert added.status_code == 200, added.text
+    # Added through the store node: the worker catalogs the card once it has applied
+    # that event (a download asked for before then is a 404).
+    wait(
+        lambda: TINY in [m["id"] for m in worker.get("/v1/models").json()["data"]],
+        "the worker to catalog the added card",
+        30,
+    )
     started = worker.post(
         "/download/start", json={"target_node_id": node_id(worker), "model_id": TINY}, timeout=60
     )
