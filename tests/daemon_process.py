@@ -43,7 +43,9 @@ LEAN_RUNNER_THREADS = 1
 their daemons on two cores, where llama.cpp's compute threads (all cores by default)
 wait for each other in a spinning barrier at every op, so one whose partner is
 descheduled burns its time slice waiting. Measured under that load: a 16-token chat
-took 6-10 CPU-s with two threads, 0.4-1.4 with one."""
+took 6-10 CPU-s with two threads, 0.4-1.4 with one. Every test node (a daemon here, an
+in-process app in tests/api/in_process.py) runs its runners so unless its test asks
+otherwise (``runner_threads=None``, or its own ``skulk.yaml`` setting)."""
 
 
 def pin_runner_threads(config: Path, threads: int) -> None:
@@ -104,7 +106,7 @@ class DaemonProcess(NodePaths):
     """The interpreter (another environment's, for a test that needs one)."""
     bind_host: str = "127.0.0.1"
     """The daemon's ``--host`` (``0.0.0.0`` for one reached on a namespace's address)."""
-    runner_threads: int | None = None
+    runner_threads: int | None = LEAN_RUNNER_THREADS
     """``inference.runner_threads`` for its runners, added to its ``skulk.yaml`` at each
     spawn unless the file sets it (``None``: the product default, all cores). See
     :data:`LEAN_RUNNER_THREADS`."""

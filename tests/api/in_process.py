@@ -44,7 +44,13 @@ from skulk_daemon.services import Services
 from skulk_daemon.system.settings import Settings, resolve_settings
 from skulk_daemon.worker.supervisor import Supervisor
 from tests.api.app_transport import AppTransport, AppTransport2
-from tests.daemon_process import NodePaths, free_port, runner_status
+from tests.daemon_process import (
+    LEAN_RUNNER_THREADS,
+    NodePaths,
+    free_port,
+    pin_runner_threads,
+    runner_status,
+)
 
 REQUEST_TIMEOUT_SECONDS = 120.0
 
@@ -57,6 +63,9 @@ class AppNode(NodePaths):
     models_dir: Path
     config_yaml: str | None = None
     """``skulk.yaml`` written before the node is built, if any."""
+    runner_threads: int | None = LEAN_RUNNER_THREADS
+    """``inference.runner_threads``, added to that file unless it sets it (``None``:
+    the product default, all cores); see :data:`tests.daemon_process.LEAN_RUNNER_THREADS`."""
     port: int = field(default_factory=free_port)
     """The API port the node believes it has (nothing is bound)."""
     node: Node = field(init=False)
@@ -79,6 +88,8 @@ class AppNode(NodePaths):
         if self.config_yaml is not None:
             self.config_home.mkdir(parents=True, exist_ok=True)
             (self.config_home / "skulk.yaml").write_text(self.config_yaml)
+        if self.runner_threads is not None:
+            pin_runner_threads(self.config_home / "skulk.yaml", self.runner_threads)
         settings = self.settings()
         self.node = node = build_node(settings)
         source = telemetry_source(node)
