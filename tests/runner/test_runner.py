@@ -41,6 +41,7 @@ from skulk_daemon.runner.protocol import (
     encode_frame,
     read_frame,
 )
+from tests.daemon_process import LEAN_RUNNER_THREADS
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +66,10 @@ def request(
 
 
 def load(model: Path, slots: int = 1) -> Load:
-    return Load(model_path=str(model), context_tokens=512, slots=slots)
+    # One compute thread, as every test node's runner (tests/daemon_process.py).
+    return Load(
+        model_path=str(model), context_tokens=512, slots=slots, n_threads=LEAN_RUNNER_THREADS
+    )
 
 
 async def drain(runner: RunnerProcess, req: GenerationRequest) -> list[EngineChunk]:
@@ -272,7 +276,7 @@ from skulk_daemon.runner.client import RunnerProcess
 from skulk_daemon.runner.protocol import Load
 
 async def main():
-    load = Load(model_path=sys.argv[1], context_tokens=256, slots=1)
+    load = Load(model_path=sys.argv[1], context_tokens=256, slots=1, n_threads=1)
     runner = await RunnerProcess.start(load, lambda phase: None)
     print(runner.pid, flush=True)
     await asyncio.Event().wait()
