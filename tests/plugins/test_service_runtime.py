@@ -14,8 +14,8 @@ the first generation, and a second (a sealed copy of the first for another sourc
 beside it is not selected; ``reload_runtime`` refuses a wrong digest, an unknown and an
 incomplete generation, and with the right digest selects the second, records it in
 ``setup.json`` and exits; a tampered file makes the manager refuse to start and
-``status`` report ``registered_runtime_verified: false``; the registered command's ``-I
--S -B`` bootstrap refuses a tampered byte, a changed mode, an extra file, a missing one,
+``status`` report ``registered_runtime_verified: false``; the registered command's
+``-I -S -B`` bootstrap refuses a tampered byte, a changed mode, an extra file, a missing one,
 a link, a ``.DS_Store`` directory and another interpreter with one line and exit 2,
 before any code of the generation runs (planted ``sitecustomize.py``/``.pth`` hooks and
 tampered manager code would write a marker; the command from before the bootstrap does
