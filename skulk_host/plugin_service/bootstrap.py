@@ -17,7 +17,10 @@ names), ``complete.json`` names it, and every file, directory and link measures 
 SHA-256. Only then does it do what site initialisation does for a virtual environment
 (the prefix and the generation's site-packages, their sealed ``.pth`` files included),
 note the generation it verified (:func:`verified`, so the manager does not walk the seal
-a second time) and run ``skulk.extensions.runtime_manager`` as ``__main__``.
+a second time) and run the manager's own package (``skulk_host.plugin_manager``, what the
+spec's ``skulk.extensions.runtime_manager`` runs) as ``__main__``: the public alias's
+package re-exports the node's extension modules, whose import, compiled from source
+under ``-B``, was most of a start's CPU.
 
 :func:`measure` and :func:`first_difference` are the one seal walk: setup, ``status``,
 ``reload_runtime`` and the host's refresh verify through them too
@@ -52,7 +55,8 @@ BOOTSTRAP_FILE: Final = "bootstrap.py"
 SEAL_VERSION: Final = 1
 BLOCK: Final = 1024 * 1024
 EXIT_REFUSED: Final = 2
-ENTRY: Final = "skulk.extensions.runtime_manager"
+ENTRY: Final = "skulk_host.plugin_manager"
+"""What the bootstrap runs once the seal is verified (its ``__main__``)."""
 MODULE: Final = "skulk_host.plugin_service.bootstrap"
 
 Files = dict[str, tuple[str, int, int]]

@@ -26,6 +26,7 @@ import pytest
 
 from skulk_cli.plugin_service import registration
 from skulk_core.plugins.canonical import canonical_json
+from skulk_host.plugin_manager.client import call
 from tests.plugins.kit import (
     DAY,
     NOW,
@@ -85,6 +86,11 @@ class Host:
     def manage(self, **request: Any) -> dict[str, Any]:
         answer: dict[str, Any] = json.loads(self.cli("manage", stdin=json.dumps(request)).stdout)
         return answer
+
+    def observe(self, **request: Any) -> dict[str, Any]:
+        """The manager's answer over its socket, for what a test reads between the steps
+        under test: a ``manage`` run (which the steps cover) costs a CLI start each."""
+        return call(self.root / "manager", request)
 
     def terminal(self, *args: str) -> Terminal:
         return Terminal(
@@ -227,7 +233,7 @@ def test_guided_install_on_a_terminal_with_separate_consents_and_resume(
 
     observed = host.manage(action="get", plugin_id=plugin_id)["result"]
     assert (observed["enabled"], observed["selected_digest"]) == (False, None)
-    staged = host.manage(action="install_status", plugin_id=plugin_id)["result"]["operation"]
+    staged = host.observe(action="install_status", plugin_id=plugin_id)["result"]["operation"]
     assert staged["state"] == "staged"
     assert staged["request"]["runtime_digest"] in review  # the exact digest was reviewed
 
@@ -243,21 +249,21 @@ def test_guided_install_on_a_terminal_with_separate_consents_and_resume(
     host.outputs += [first.transcript, resumed.transcript]
     host.installed.append(plugin_id)
 
-    observed = host.manage(action="get", plugin_id=plugin_id)["result"]
+    observed = host.observe(action="get", plugin_id=plugin_id)["result"]
     assert observed["enabled"] is True and observed["selected_digest"] is not None
     assert observed["release"]["bundle_id"] == "acme.tiny"
     # A third run observes; it changes nothing.
     third = host.terminal("install-plugin", plugin_id)
     third.expect("already runs this release")
     assert third.finish() == 0
-    assert host.manage(action="get", plugin_id=plugin_id)["result"]["selection_revision"] == 1
+    assert host.observe(action="get", plugin_id=plugin_id)["result"]["selection_revision"] == 1
 
 
 def test_an_unreachable_feed_is_said_before_the_trust_questions_and_leaves_nothing(
     host: Host, manager: subprocess.Popen[bytes]
 ) -> None:
     def installed() -> list[str]:
-        listed = host.manage(action="list")["result"]["installations"]
+        listed = host.observe(action="list")["result"]["installations"]
         return sorted(i["plugin_id"] for i in listed)
 
     before = installed()
@@ -316,7 +322,7 @@ def test_install_from_the_signed_catalog(host: Host, manager: subprocess.Popen[b
     assert terminal.finish() == 0
     assert "HTTPS release directory" not in terminal.transcript  # bound from the listing
     host.outputs.append(terminal.transcript)
-    observed = host.manage(action="get", plugin_id=plugin_id)["result"]
+    observed = host.observe(action="get", plugin_id=plugin_id)["result"]
     assert (observed["enabled"], observed["selected_digest"]) == (True, digest)
 
 
@@ -331,7 +337,7 @@ def test_uninstall_keeps_records_and_purge_removes_them(
     done = host.cli("uninstall", plugin_id, "--yes")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["state"] == "complete"
-    observed = host.manage(action="get", plugin_id=plugin_id)["result"]
+    observed = host.observe(action="get", plugin_id=plugin_id)["result"]
     assert (observed["uninstalled"], observed["enabled"]) == (True, False)
     installation = host.root / "manager" / "installations" / plugin_id
     assert (installation / "source.json").is_file()  # cleanup material retained

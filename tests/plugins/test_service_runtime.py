@@ -3,25 +3,25 @@ from it: the session's one real staging (a full copy of this environment, ~1.2 G
 service root this module owns), the real CLI and manager as processes, cwd outside the
 checkout.
 
-Proves: setup stages, seals and selects a generation (a virtual environment holding
-real copies of the Skulk packages, no path back into the checkout, a seal that
-verifies); the staged interpreter imports Skulk from the copy even with the checkout on
-``PYTHONPATH`` and as cwd; a rerun over the same source reuses the generation and its
-operation; the sealed manager reports its build and ``reload_runtime`` in ``list``;
-the host refuses a manager of another build as ``manager_build_differs`` (access and
-route helper); a changed source is not served by the first generation, and a second
-(a sealed copy of the first for another source) beside it is not selected;
-``reload_runtime`` refuses a wrong digest, an unknown and an incomplete
-generation, and with the right digest selects the second, records it in ``setup.json``
-and exits; a tampered file makes the manager refuse to start and ``status`` report
-``registered_runtime_verified: false``; the registered command's ``-I -S -B`` bootstrap
-refuses a tampered byte, a changed mode, an extra file, a missing one, a link, a
-``.DS_Store`` directory and another interpreter with one line and exit 2, before any code
-of the generation runs (planted ``sitecustomize.py``/``.pth`` hooks and tampered manager
-code would write a marker; the command from before the bootstrap does run the tampered
-code), while Finder's plain leftover files are ignored and the normal start serves
-``list`` without walking the seal twice; the fixed unit's ``ExecStart``, started as
-systemd would, runs the selected generation.
+Proves: setup stages, seals and selects a generation (a virtual environment holding real
+copies of the Skulk packages, no path back into the checkout, a seal that verifies); the
+staged interpreter imports Skulk from the copy even with the checkout on ``PYTHONPATH``
+and as cwd, and what its bootstrap runs imports none of the node; a rerun over the same
+source reuses the generation and its operation; the sealed manager reports its build and
+``reload_runtime`` in ``list``; the host refuses a manager of another build as
+``manager_build_differs`` (access and route helper); a changed source is not served by
+the first generation, and a second (a sealed copy of the first for another source)
+beside it is not selected; ``reload_runtime`` refuses a wrong digest, an unknown and an
+incomplete generation, and with the right digest selects the second, records it in
+``setup.json`` and exits; a tampered file makes the manager refuse to start and
+``status`` report ``registered_runtime_verified: false``; the registered command's
+``-I -S -B`` bootstrap refuses a tampered byte, a changed mode, an extra file, a missing one,
+a link, a ``.DS_Store`` directory and another interpreter with one line and exit 2,
+before any code of the generation runs (planted ``sitecustomize.py``/``.pth`` hooks and
+tampered manager code would write a marker; the command from before the bootstrap does
+run the tampered code), while Finder's plain leftover files are ignored and the normal
+start serves ``list`` without walking the seal twice; the fixed unit's ``ExecStart``,
+started as systemd would, runs the selected generation.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from skulk_daemon.errors import ApiError
 from skulk_daemon.plugins.access import ManagerAccess
 from skulk_host.plugin_manager.client import call
 from skulk_host.plugin_manager.protocol import GetRequest, ListRequest
-from skulk_host.plugin_service import staging
+from skulk_host.plugin_service import bootstrap, staging
 from skulk_host.plugin_service.runtime import (
     ManagerBuildDiffers,
     build_identity,
@@ -222,6 +222,27 @@ def test_the_staged_interpreter_imports_skulk_from_its_copy(staged: Staged) -> N
     )
     for line in done.stdout.split():
         assert Path(line).resolve().is_relative_to(staged.generation), line
+
+
+def test_the_bootstrap_entry_imports_none_of_the_node(staged: Staged) -> None:
+    """What the bootstrap runs is the manager's own package: the spec's alias
+    (``skulk.extensions.runtime_manager``) imports the node's extension package, about
+    500 modules compiled from source at every sealed start (``-B``)."""
+    done = subprocess.run(
+        [str(staged.python), "-I", "-B", "-X", "importtime", "-m", bootstrap.ENTRY, "--help"],
+        env=staged.env,
+        cwd=staged.base,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "serve" in done.stdout
+    imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()]
+    assert "skulk_host.plugin_manager.cli" in imported
+    node = [name for name in imported if name.startswith(("skulk_daemon", "skulk.extensions"))]
+    assert node == []
 
 
 def test_the_sealed_manager_reports_its_runtime(
