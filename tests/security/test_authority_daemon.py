@@ -3,7 +3,8 @@
 One daemon listens on every address; callers are this machine (loopback) and another
 "machine" in a network namespace reaching it as a private-LAN, a CGNAT or a public
 peer (see lan.py). Each refusal is checked for its status and envelope, and for
-leaving nothing changed.
+leaving nothing changed. The dashboard loads for a browser on the LAN, with the same
+strict headers, and a DNS-rebound name is refused there as on every route.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from skulk_daemon.api.dashboard import CONTENT_SECURITY_POLICY
 from tests.daemon.serving import PROMPT, place, sse_lines, wait_idle
 from tests.daemon_process import DaemonProcess
 from tests.security.lan import CGNAT_HOST, PRIVATE_HOST, PUBLIC_HOST, Lan
@@ -225,6 +227,32 @@ def test_dns_rebinding_and_simple_requests_are_refused_on_loopback(node: DaemonP
     assert counted["misdirected_host"] >= 2
     assert counted["unsupported_media_type"] >= 1
     assert counted["cross_origin"] >= 1
+
+
+def test_a_lan_browser_loads_the_dashboard(node: DaemonProcess, network: Lan) -> None:
+    base = f"http://{PRIVATE_HOST}:{node.port}"
+    page, script, state = network.requests(
+        {"method": "GET", "url": f"{base}/cluster"},
+        {"method": "GET", "url": f"{base}/ui/app.js", "headers": {"Origin": base}},
+        {"method": "GET", "url": f"{base}/state", "headers": {"Origin": base}},
+    )
+    assert page["status"] == 200, page
+    assert '<script type="module" src="/ui/app.js"></script>' in page["body"]
+    assert page["headers"]["content-security-policy"] == CONTENT_SECURITY_POLICY
+    assert script["status"] == 200 and "export" in script["body"]
+    assert script["headers"]["content-type"] == "text/javascript; charset=utf-8"
+    assert state["status"] == 200, state
+
+
+def test_a_rebound_name_is_refused_on_the_lan_dashboard(node: DaemonProcess, network: Lan) -> None:
+    (refused,) = network.requests(
+        {
+            "method": "GET",
+            "url": f"http://{PRIVATE_HOST}:{node.port}/cluster",
+            "headers": {"Host": f"attacker.example:{node.port}"},
+        }
+    )
+    assert refused["status"] == 421, refused
 
 
 def test_api_keys_are_required_from_other_machines_only(keyed: DaemonProcess, network: Lan) -> None:
