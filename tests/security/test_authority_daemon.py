@@ -9,6 +9,7 @@ strict headers, and a DNS-rebound name is refused there as on every route.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ import pytest
 from skulk_daemon.api.dashboard import CONTENT_SECURITY_POLICY
 from tests.daemon.serving import PROMPT, place, sse_lines, wait_idle
 from tests.daemon_process import DaemonProcess
-from tests.security.lan import CGNAT_HOST, PRIVATE_HOST, PUBLIC_HOST, Lan
+from tests.security.lan import CGNAT_HOST, PRIVATE_HOST, PUBLIC_HOST, Caller, Lan
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("network")]
 
@@ -313,6 +314,12 @@ def test_only_the_trusted_fabric_sees_what_cancels_a_generation(
     node: DaemonProcess, network: Lan
 ) -> None:
     # Last of the `node` tests: it places the demo model (and deletes it again).
+    # The other machine's caller starts first: the generation runs only while it asks.
+    with contextlib.closing(network.caller()) as caller:
+        _watch_a_generation(node, caller)
+
+
+def _watch_a_generation(node: DaemonProcess, caller: Caller) -> None:
     instance_id = place(node)
     body = {"model": DEMO, "messages": PROMPT, "max_tokens": 900, "stream": True}
     try:
@@ -320,7 +327,7 @@ def test_only_the_trusted_fabric_sees_what_cancels_a_generation(
             lines = sse_lines(r)
             command = next(ln for ln in lines if ln.startswith(": command_id ")).split()[-1]
             next(ln for ln in lines if ln.startswith("data: {"))
-            public, private = network.requests(
+            public, private = caller.send(
                 {"method": "GET", "url": _url(node, PUBLIC_HOST, "/state")},
                 {"method": "GET", "url": _url(node, PRIVATE_HOST, "/state")},
             )
