@@ -68,13 +68,20 @@ def serve_mlx(stdin: BinaryIO, send: Callable[[RunnerMessage], None], load: Load
             )
         )
 
-    serve_frames(
+    asked = serve_frames(
         stdin,
         generate=engine.submit,
         embed=lambda task_id, _: refuse(task_id, "generates text; it does not embed"),
         cancel=engine.cancel,
         speech=lambda task: refuse(task.task_id, "serves no speech"),
     )
+    if gates is not None and not asked:
+        # The daemon is gone, not the instance: leave without stopping the ring, so
+        # the other ranks report this node lost and their nodes place the model
+        # again. (PR_SET_PDEATHSIG usually ends the runner first, but it may read
+        # the end of stdin before the kernel's signal lands; stopping the ring then
+        # left the next rank waiting for a Shutdown nobody would send.)
+        os._exit(EXIT_FAILED)
     send(Phase(phase="shutting_down"))
     if gates is not None:
         gates.finished.set()

@@ -476,9 +476,10 @@ def serve_frames(
     audio: Callable[[RealtimeAudio], None] | None = None,
     media: Callable[[MediaTask], None] | None = None,
     images: Callable[[RenderImages], None] | None = None,
-) -> None:
+) -> bool:
     """The runner's main loop once it serves: hand each of the parent's frames to
-    its handler until :class:`Shutdown` or the end of stdin (the parent is gone).
+    its handler until :class:`Shutdown` (True) or the end of stdin (False: the
+    parent is gone).
 
     A second :class:`Load` is ignored: a runner holds one model for its life.
     Raises :class:`ProtocolError` on a frame that cannot be read."""
@@ -486,7 +487,7 @@ def serve_frames(
         body = read_frame(stdin)
         if body is None:
             log.info("stdin closed: the parent is gone; exiting")
-            return
+            return False
         match decode_parent_message(body):
             case Generate(request=request):
                 generate(request)
@@ -511,6 +512,6 @@ def serve_frames(
             case Cancel(task_id=task_id):
                 cancel(task_id)
             case Shutdown():
-                return
+                return True
             case Load():
                 log.warning("ignoring a second Load: this runner already holds a model")

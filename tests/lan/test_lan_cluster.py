@@ -1,8 +1,11 @@
 """Daemons on a LAN of network namespaces (one stack each, default ports, mDNS, no
 ``--peer``): they settle on one master and stay settled, fail over when the master dies
 (and the dead one, restarted with its identity, follows the new master), heal a
-partition, settle once a flapping link stops, and stop in bounded time when their
-network vanished.
+partition without losing what either side changed, settle once a flapping link stops,
+and stop in bounded time when their network vanished.
+
+One three-node cluster (the last simultaneous start watched) serves every test after
+the first: each leaves it three converged nodes, but the last.
 
 ``SKULK_LAN_REPEATS`` (default 3) is how many times the simultaneous start is tried,
 ``SKULK_LAN_SIZES`` (default ``3``, e.g. ``3,5``) the cluster sizes it is tried with,
@@ -12,10 +15,12 @@ network vanished.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -26,9 +31,10 @@ import httpx
 import pytest
 
 from tests.daemon.serving import wait_for
+from tests.daemon.test_cluster import custom_card
 from tests.daemon_process import HTTP
 from tests.lan.daemons import LanDaemon, lan_cluster
-from tests.lan.netns import Lan
+from tests.lan.netns import Lan, Machine
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("network")]
 
@@ -42,6 +48,10 @@ REJOIN_WATCH_SECONDS = 2.0
 FLAP_SECONDS = 2.5
 """Down (and then up) this long: past a follower's master timeout, under the 4 s
 after which its peers would drop it."""
+POLL_SECONDS = 0.5
+"""Between two looks at every node while waiting for (or watching) an agreement: each
+look is a request to each daemon, CPU it spends answering on a machine it shares.
+The failover's new master is looked for more often: that wait is what it measures."""
 FAILOVER_BOUND_SECONDS = 10.0
 STOP_BOUND_SECONDS = 30.0
 """Far under the daemon's own 60 s stop deadline: a normal stop is much faster."""
@@ -83,11 +93,17 @@ def fabric_master(daemon: LanDaemon) -> str | None:
     return master
 
 
-def converge(daemons: list[LanDaemon], members: int, timeout: float = CONVERGE_SECONDS) -> Any:
-    try:
-        return wait_for(lambda: agreed(daemons, members), f"{members} nodes to agree", timeout)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{election_log(daemons)}") from None
+def converge(
+    daemons: list[LanDaemon], members: int, timeout: float = CONVERGE_SECONDS
+) -> tuple[str, int]:
+    deadline = time.monotonic() + timeout
+    while (found := agreed(daemons, members)) is None:
+        if time.monotonic() >= deadline:
+            raise AssertionError(
+                f"timed out waiting for {members} nodes to agree\n{election_log(daemons)}"
+            )
+        time.sleep(POLL_SECONDS)
+    return found
 
 
 def election_log(daemons: list[LanDaemon]) -> str:
@@ -111,7 +127,7 @@ def hold(daemons: list[LanDaemon], seconds: float) -> set[tuple[str, int]]:
             seen.add((view["masterNodeId"], view["electionTerm"]))
         if time.monotonic() >= deadline:
             return seen
-        time.sleep(0.5)
+        time.sleep(POLL_SECONDS)
 
 
 def new_master(survivors: list[LanDaemon], old: str) -> bool:
@@ -211,6 +227,95 @@ def test_a_partitioned_node_rejoins_after_the_heal(
     final, final_term = converge(daemons, 3)
     print(f"heal: one master {final[-6:]} term {final_term} in {time.monotonic() - healed:.2f} s")
     assert lone.process is not None and lone.process.poll() is None
+
+
+_CALL = """
+import json, sys, httpx
+method, path, body = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+r = httpx.request(method, "http://127.0.0.1:52415" + path, json=body, timeout=30)
+print(json.dumps({"status": r.status_code, "body": r.json()}))
+"""
+
+
+def on_machine(machine: Machine, method: str, path: str, body: Any = None) -> dict[str, Any]:
+    """A request from the machine itself (its loopback): what the owner may do."""
+    done = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            machine.namespace,
+            sys.executable,
+            "-c",
+            _CALL,
+            method,
+            path,
+            json.dumps(body),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def cards(daemon: LanDaemon) -> set[str]:
+    view = state(daemon)
+    return set() if view is None else set(view.get("customModelCards", {}))
+
+
+def recoveries(daemon: LanDaemon) -> list[tuple[str, str]]:
+    """What the node resubmitted after healed partitions: (change, outcome), oldest first."""
+    body = daemon.get("/v1/diagnostics/node").json()["partitionRecoveries"]
+    return [(r["change"], r["outcome"]) for r in body]
+
+
+def test_changes_on_both_sides_of_a_partition_survive_the_heal(
+    shared: tuple[Lan, list[LanDaemon]],
+) -> None:
+    """The master is cut off and both sides change State (each adds a custom card,
+    through its own machine's loopback as an operator would). On the heal the side
+    with the newer term wins and the other installs its snapshot; the losing side's
+    change is submitted again by the node that made it, so every node ends with both
+    cards, and the losing node's diagnostics say what it resubmitted."""
+    net, daemons = shared
+    master, term = converge(daemons, 3)
+    index = next(i for i, d in enumerate(daemons) if node_id(d) == master)
+    lone, lone_machine = daemons[index], net.machines[index]
+    rest = [d for d in daemons if d is not lone]
+    rest_machine = net.machines[daemons.index(rest[0])]
+    # The cluster has been through other partitions: only what this one adds counts.
+    earlier, log_offset = len(recoveries(lone)), len(lone.log_text())
+    lone_machine.disconnect()
+    try:
+        _, majority_term = converge(rest, 2, timeout=30)
+        assert majority_term > term
+        # Each side changes State: the lone node is still master of its own side.
+        made = on_machine(
+            lone_machine, "POST", "/models/add-card", {"model_card": custom_card("test/lone-side")}
+        )
+        assert made["status"] in (200, 201), made
+        made = on_machine(
+            rest_machine,
+            "POST",
+            "/models/add-card",
+            {"model_card": custom_card("test/majority-side")},
+        )
+        assert made["status"] in (200, 201), made
+    finally:
+        lone_machine.reconnect()
+    converge(daemons, 3)
+    both = {"test/lone-side", "test/majority-side"}
+    try:
+        wait_for(lambda: all(cards(d) >= both for d in daemons), "both cards everywhere", 30)
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc}: {[sorted(cards(d)) for d in daemons]}\n{election_log(daemons)}"
+        ) from None
+    assert recoveries(lone)[earlier:] == [("custom card for test/lone-side", "applied")]
+    assert "submitting them again" in lone.log_text()[log_offset:]
 
 
 def test_a_flapping_link_settles_once_it_stops(shared: tuple[Lan, list[LanDaemon]]) -> None:

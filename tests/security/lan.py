@@ -48,9 +48,41 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
 
 
+class Caller:
+    """A caller started in the namespace ahead of its requests (its interpreter up and
+    httpx imported), for requests that must go out at once when their moment comes
+    (while a generation is in flight: the caller's start would otherwise run beside
+    it, and the generation meanwhile)."""
+
+    def __init__(self, namespace: str) -> None:
+        self.process = subprocess.Popen(
+            ["ip", "netns", "exec", namespace, sys.executable, "-c", _CALLER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def send(self, *requests: dict[str, Any]) -> list[dict[str, Any]]:
+        """Make ``requests`` (``httpx.request`` keyword arguments); once only."""
+        out, err = self.process.communicate(json.dumps(list(requests)), timeout=120)
+        assert self.process.returncode == 0, err
+        results: list[dict[str, Any]] = json.loads(out)
+        return results
+
+    def close(self) -> None:
+        if self.process.returncode is None:  # never sent: it still waits for requests
+            self.process.kill()
+            self.process.communicate()
+
+
 @dataclass(frozen=True)
 class Lan:
     namespace: str
+
+    def caller(self) -> Caller:
+        """A :class:`Caller` started now; close it when done."""
+        return Caller(self.namespace)
 
     def requests(self, *requests: dict[str, Any]) -> list[dict[str, Any]]:
         """Make ``requests`` (``httpx.request`` keyword arguments) from the other machine."""

@@ -3,11 +3,13 @@
 One daemon listens on every address; callers are this machine (loopback) and another
 "machine" in a network namespace reaching it as a private-LAN, a CGNAT or a public
 peer (see lan.py). Each refusal is checked for its status and envelope, and for
-leaving nothing changed.
+leaving nothing changed. The dashboard loads for a browser on the LAN, with the same
+strict headers, and a DNS-rebound name is refused there as on every route.
 """
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,9 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
+from skulk_daemon.api.dashboard import CONTENT_SECURITY_POLICY
 from tests.daemon.serving import PROMPT, place, sse_lines, wait_idle
 from tests.daemon_process import DaemonProcess
-from tests.security.lan import CGNAT_HOST, PRIVATE_HOST, PUBLIC_HOST, Lan
+from tests.security.lan import CGNAT_HOST, PRIVATE_HOST, PUBLIC_HOST, Caller, Lan
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("network")]
 
@@ -227,6 +230,32 @@ def test_dns_rebinding_and_simple_requests_are_refused_on_loopback(node: DaemonP
     assert counted["cross_origin"] >= 1
 
 
+def test_a_lan_browser_loads_the_dashboard(node: DaemonProcess, network: Lan) -> None:
+    base = f"http://{PRIVATE_HOST}:{node.port}"
+    page, script, state = network.requests(
+        {"method": "GET", "url": f"{base}/cluster"},
+        {"method": "GET", "url": f"{base}/ui/app.js", "headers": {"Origin": base}},
+        {"method": "GET", "url": f"{base}/state", "headers": {"Origin": base}},
+    )
+    assert page["status"] == 200, page
+    assert '<script type="module" src="/ui/app.js"></script>' in page["body"]
+    assert page["headers"]["content-security-policy"] == CONTENT_SECURITY_POLICY
+    assert script["status"] == 200 and "export" in script["body"]
+    assert script["headers"]["content-type"] == "text/javascript; charset=utf-8"
+    assert state["status"] == 200, state
+
+
+def test_a_rebound_name_is_refused_on_the_lan_dashboard(node: DaemonProcess, network: Lan) -> None:
+    (refused,) = network.requests(
+        {
+            "method": "GET",
+            "url": f"http://{PRIVATE_HOST}:{node.port}/cluster",
+            "headers": {"Host": f"attacker.example:{node.port}"},
+        }
+    )
+    assert refused["status"] == 421, refused
+
+
 def test_api_keys_are_required_from_other_machines_only(keyed: DaemonProcess, network: Lan) -> None:
     bare, bearer, anthropic_style, wrong = network.requests(
         {"method": "GET", "url": _url(keyed, PRIVATE_HOST, "/v1/models")},
@@ -285,6 +314,12 @@ def test_only_the_trusted_fabric_sees_what_cancels_a_generation(
     node: DaemonProcess, network: Lan
 ) -> None:
     # Last of the `node` tests: it places the demo model (and deletes it again).
+    # The other machine's caller starts first: the generation runs only while it asks.
+    with contextlib.closing(network.caller()) as caller:
+        _watch_a_generation(node, caller)
+
+
+def _watch_a_generation(node: DaemonProcess, caller: Caller) -> None:
     instance_id = place(node)
     body = {"model": DEMO, "messages": PROMPT, "max_tokens": 900, "stream": True}
     try:
@@ -292,7 +327,7 @@ def test_only_the_trusted_fabric_sees_what_cancels_a_generation(
             lines = sse_lines(r)
             command = next(ln for ln in lines if ln.startswith(": command_id ")).split()[-1]
             next(ln for ln in lines if ln.startswith("data: {"))
-            public, private = network.requests(
+            public, private = caller.send(
                 {"method": "GET", "url": _url(node, PUBLIC_HOST, "/state")},
                 {"method": "GET", "url": _url(node, PRIVATE_HOST, "/state")},
             )
