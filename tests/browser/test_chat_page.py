@@ -18,7 +18,15 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, FilePayload, Locator, Page, Playwright, Route, expect
 
-from tests.browser.conftest import CHROMIUM, WAIT_MS, Console, Tab, named, screenshot
+from tests.browser.conftest import (
+    CHROMIUM,
+    ReusedPage,
+    Tab,
+    named,
+    new_context,
+    screenshot,
+    watched,
+)
 from tests.daemon.serving import DEMO, place
 from tests.daemon_process import DaemonProcess
 from tests.speech.test_speech_api import STT, TTS
@@ -90,23 +98,26 @@ def mic_browser(playwright: Playwright, speech_wav: Path) -> Iterator[Browser]:
         browser.close()
 
 
-@pytest.fixture
-def chat(mic_browser: Browser, talker: DaemonProcess) -> Iterator[Tab]:
-    context = mic_browser.new_context(viewport={"width": 1280, "height": 800})
+@pytest.fixture(scope="module")
+def chat_page(mic_browser: Browser, talker: DaemonProcess) -> Iterator[ReusedPage]:
+    """The module's one page, the microphone allowed (put back after each test)."""
+    context = new_context(mic_browser)
     context.grant_permissions(["microphone"], origin=talker.url)
-    context.set_default_timeout(WAIT_MS)
-    page = context.new_page()
-    console = Console()
-    page.on("console", console.on_console)
-    page.on("pageerror", console.on_page_error)
-    page.goto(f"{talker.url}/chat")
-    expect(page.get_by_label("Select chat model")).to_have_value(DEMO)
     try:
-        yield Tab(page, console)
+        yield ReusedPage(context)
     finally:
-        # A test's routes may be mid-fetch (the page polls /v1/models): let them go.
-        page.unroute_all(behavior="ignoreErrors")
         context.close()
+
+
+@pytest.fixture
+def chat(chat_page: ReusedPage, talker: DaemonProcess) -> Iterator[Tab]:
+    try:
+        with watched(chat_page.page) as tab:
+            tab.page.goto(f"{talker.url}/chat")
+            expect(tab.page.get_by_label("Select chat model")).to_have_value(DEMO)
+            yield tab
+    finally:
+        chat_page.reset()
 
 
 def send(page: Page, text: str, max_tokens: str = SHORT) -> Locator:
