@@ -111,6 +111,10 @@ def watched(page: Page) -> Iterator[Tab]:
         page.remove_listener("pageerror", console.on_page_error)
 
 
+STORAGE: Final = "local_storage,indexeddb,cache_storage,service_workers,file_systems"
+"""What a page can keep for an origin (cookies are cleared with the context's)."""
+
+
 class ReusedPage:
     """One page a module's tests take turns on, each from a blank start.
 
@@ -150,7 +154,7 @@ class ReusedPage:
         try:
             for origin in sorted(self.origins):
                 session.send(
-                    "Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"}
+                    "Storage.clearDataForOrigin", {"origin": origin, "storageTypes": STORAGE}
                 )
         finally:
             session.detach()

@@ -20,7 +20,6 @@ from playwright.sync_api import Browser, FilePayload, Locator, Page, Playwright,
 
 from tests.browser.conftest import (
     CHROMIUM,
-    ReusedPage,
     Tab,
     named,
     new_context,
@@ -98,26 +97,23 @@ def mic_browser(playwright: Playwright, speech_wav: Path) -> Iterator[Browser]:
         browser.close()
 
 
-@pytest.fixture(scope="module")
-def chat_page(mic_browser: Browser, talker: DaemonProcess) -> Iterator[ReusedPage]:
-    """The module's one page, the microphone allowed (put back after each test)."""
+@pytest.fixture
+def chat(mic_browser: Browser, talker: DaemonProcess) -> Iterator[Tab]:
+    # NOTE: a context of its own for each test, not the module's reused page the other
+    # modules take turns on: these tests stream replies and media and replay the wire
+    # format through routes, and on a reused page a later test once found the Chat
+    # page's module failing to load.
     context = new_context(mic_browser)
     context.grant_permissions(["microphone"], origin=talker.url)
     try:
-        yield ReusedPage(context)
-    finally:
-        context.close()
-
-
-@pytest.fixture
-def chat(chat_page: ReusedPage, talker: DaemonProcess) -> Iterator[Tab]:
-    try:
-        with watched(chat_page.page) as tab:
+        with watched(context.new_page()) as tab:
             tab.page.goto(f"{talker.url}/chat")
             expect(tab.page.get_by_label("Select chat model")).to_have_value(DEMO)
             yield tab
+            # A test's routes may be mid-fetch (the page polls /v1/models): let them go.
+            tab.page.unroute_all(behavior="ignoreErrors")
     finally:
-        chat_page.reset()
+        context.close()
 
 
 def send(page: Page, text: str, max_tokens: str = SHORT) -> Locator:
