@@ -17,6 +17,7 @@ the spec says).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any, Final
 
 import hypothesis
@@ -28,6 +29,7 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
+from schemathesis.transport.requests import ManagedCookiesSession
 
 from tests.daemon.serving import DEMO, PROMPT, wait_idle
 from tests.daemon_process import DaemonProcess
@@ -82,6 +84,18 @@ CONFIG: Final = schemathesis.Config.from_dict(
 
 
 @pytest.fixture(scope="module")
+def http() -> Iterator[ManagedCookiesSession]:
+    """One session for every request the module sends: without one, schemathesis opened
+    (and the node accepted) a new connection for each of its ~8,400 requests, and
+    ``requests`` read the whole environment for proxies each time (about a third of
+    the module's CPU). Cookies are still dropped between requests, and redirects are
+    followed only within the host, as schemathesis' own sessions do; no proxy applies."""
+    with ManagedCookiesSession() as session:
+        session.trust_env = False
+        yield session
+
+
+@pytest.fixture(scope="module")
 def live_schema(demo_served: tuple[DaemonProcess, str]) -> schemathesis.BaseSchema:
     daemon, _ = demo_served
     return schemathesis.openapi.from_url(f"{daemon.url}/api/openapi.json", config=CONFIG)
@@ -102,8 +116,10 @@ schema = schemathesis.pytest.from_fixture("live_schema").exclude(
 
 @schema.parametrize()
 @hypothesis.settings(deadline=None)
-def test_the_api_answers_as_documented(case: schemathesis.Case) -> None:
-    response = case.call()
+def test_the_api_answers_as_documented(
+    case: schemathesis.Case, http: ManagedCookiesSession
+) -> None:
+    response = case.call(session=http)
     case.validate_response(response, checks=CHECKS)
     assert response.status_code != 500, response.text
 
@@ -152,12 +168,15 @@ so these make sure the success bodies (JSON, SSE events, NDJSON lines) are check
 
 @pytest.mark.parametrize("name", SERVED)
 def test_served_answers_match_the_document(
-    live_schema: schemathesis.BaseSchema, demo_served: tuple[DaemonProcess, str], name: str
+    live_schema: schemathesis.BaseSchema,
+    demo_served: tuple[DaemonProcess, str],
+    http: ManagedCookiesSession,
+    name: str,
 ) -> None:
     daemon, instance_id = demo_served
     path, fields = SERVED[name]
     case = live_schema[path]["POST"].Case(body={"model": DEMO, **fields})
-    response = case.call()
+    response = case.call(session=http)
     try:
         assert response.status_code == 200, response.text
         case.validate_response(response, checks=CHECKS)
@@ -168,7 +187,9 @@ def test_served_answers_match_the_document(
 
 
 def test_an_instance_is_described_as_rendered(
-    live_schema: schemathesis.BaseSchema, demo_served: tuple[DaemonProcess, str]
+    live_schema: schemathesis.BaseSchema,
+    demo_served: tuple[DaemonProcess, str],
+    http: ManagedCookiesSession,
 ) -> None:
     _, instance_id = demo_served
     for case in (
@@ -178,7 +199,7 @@ def test_an_instance_is_described_as_rendered(
         live_schema["/instance/placement"]["GET"].Case(query={"model_id": DEMO}),
         live_schema["/instance/previews"]["GET"].Case(query={"model_id": DEMO}),
     ):
-        response = case.call()
+        response = case.call(session=http)
         assert response.status_code == 200, response.text
         case.validate_response(response, checks=CHECKS)
 

@@ -11,19 +11,25 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
+from urllib.parse import urlsplit
 
 import pytest
 from playwright.sync_api import (
     Browser,
+    BrowserContext,
     ConsoleMessage,
+    Frame,
     Page,
     Playwright,
+    ViewportSize,
     expect,
     sync_playwright,
 )
+from playwright.sync_api import Error as PlaywrightError
 
 from tests.daemon.serving import place, wait_for
 from tests.daemon_process import REPO_ROOT, DaemonProcess
@@ -59,10 +65,12 @@ class Console:
         self.errors.append(f"uncaught: {error}")
 
 
-# NOTE: module scope, not session: Playwright's sync API runs an event loop on this
+# NOTE: package scope, not session: Playwright's sync API runs an event loop on this
 # thread while it is open, so a worker's later (non-browser) modules could not call
-# asyncio.run() until the session ended.
-@pytest.fixture(scope="module")
+# asyncio.run() until the session ended. The ``browser`` group keeps this package's
+# modules together on one worker, so the driver, Chromium and the daemons below start
+# once for all of them (each start cost a module seconds of CPU) and end with its last.
+@pytest.fixture(scope="package")
 def playwright() -> Iterator[Playwright]:
     if not CHROMIUM.exists():
         pytest.fail(
@@ -72,7 +80,7 @@ def playwright() -> Iterator[Playwright]:
         yield driver
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
     try:
@@ -87,17 +95,107 @@ class Tab:
     console: Console
 
 
-@pytest.fixture
-def tab(browser: Browser) -> Iterator[Tab]:
-    """A fresh browser context and page at 1280x800, its console watched."""
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    context.set_default_timeout(WAIT_MS)
-    page = context.new_page()
+VIEWPORT: Final = ViewportSize(width=1280, height=800)
+
+
+@contextmanager
+def watched(page: Page) -> Iterator[Tab]:
+    """``page`` with a new :class:`Console` listening while the block runs."""
     console = Console()
     page.on("console", console.on_console)
     page.on("pageerror", console.on_page_error)
     try:
         yield Tab(page, console)
+    finally:
+        page.remove_listener("console", console.on_console)
+        page.remove_listener("pageerror", console.on_page_error)
+
+
+STORAGE: Final = "local_storage,indexeddb,cache_storage,service_workers,file_systems"
+"""What a page can keep for an origin (cookies are cleared with the context's)."""
+
+
+class ReusedPage:
+    """One page a module's tests take turns on, each from a blank start.
+
+    A page is a browser window with its own renderer processes: opening one cost
+    Chromium about 0.6 CPU-s more than navigating one already open, for every test.
+    Between tests the page is put back as a new one would be: routes gone, the
+    viewport back, every origin it opened cleared of its storage and cookies, and
+    left on ``about:blank`` (so nothing of the last test still polls). What cannot be
+    undone on a page (``page.clock``, an init script) is for a test that takes
+    ``fresh_tab``; a page that cannot be put back is replaced."""
+
+    def __init__(self, context: BrowserContext) -> None:
+        self.context = context
+        self.origins: set[str] = set()
+        self.page = self._open()
+
+    def _open(self) -> Page:
+        page = self.context.new_page()
+        page.on("framenavigated", self._visited)
+        return page
+
+    def _visited(self, frame: Frame) -> None:
+        url = urlsplit(frame.url)
+        if url.scheme in ("http", "https"):
+            self.origins.add(f"{url.scheme}://{url.netloc}")
+
+    def reset(self) -> None:
+        try:
+            # A test's routes may be mid-fetch (pages poll): let them go.
+            self.page.unroute_all(behavior="ignoreErrors")
+            self.page.goto("about:blank")
+            self.page.set_viewport_size(VIEWPORT)
+        except PlaywrightError:
+            self.page.close()
+            self.page = self._open()
+        session = self.context.new_cdp_session(self.page)
+        try:
+            for origin in sorted(self.origins):
+                session.send(
+                    "Storage.clearDataForOrigin", {"origin": origin, "storageTypes": STORAGE}
+                )
+        finally:
+            session.detach()
+        self.origins.clear()
+        self.context.clear_cookies()
+
+
+def new_context(browser: Browser) -> BrowserContext:
+    context = browser.new_context(viewport=VIEWPORT)
+    context.set_default_timeout(WAIT_MS)
+    return context
+
+
+@pytest.fixture(scope="module")
+def reused_page(browser: Browser) -> Iterator[ReusedPage]:
+    context = new_context(browser)
+    try:
+        yield ReusedPage(context)
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def tab(reused_page: ReusedPage) -> Iterator[Tab]:
+    """A blank page at 1280x800 with nothing stored, its console watched (the
+    module's one page, put back after each test: :class:`ReusedPage`)."""
+    try:
+        with watched(reused_page.page) as tab:
+            yield tab
+    finally:
+        reused_page.reset()
+
+
+@pytest.fixture
+def fresh_tab(browser: Browser) -> Iterator[Tab]:
+    """A page of its own in a new browser context, for a test that changes what a
+    reused page could not put back (a fake clock, an init script)."""
+    context = new_context(browser)
+    try:
+        with watched(context.new_page()) as tab:
+            yield tab
     finally:
         context.close()
 
@@ -128,11 +226,12 @@ def onboarded(daemon: DaemonProcess) -> DaemonProcess:
     return daemon
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def one_node(
     tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
 ) -> Iterator[DaemonProcess]:
-    """One daemon, nothing placed."""
+    """One daemon, nothing placed (the shell's and the settings' modules share it: a
+    test that changes it puts it back)."""
     daemon = named(
         DaemonProcess(root=tmp_path_factory.mktemp("browser-node"), models_dir=shared_models_dir),
         "solo",
@@ -152,11 +251,12 @@ class Cluster:
     instance_id: str
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def two_nodes(
     tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
 ) -> Iterator[Cluster]:
-    """Two daemons on loopback joined by the fabric, the demo model placed on them."""
+    """Two daemons on loopback joined by the fabric, the demo model placed on them
+    (the Cluster page's and the cross-node traces' modules share them)."""
     root = tmp_path_factory.mktemp("browser-cluster")
     first = named(DaemonProcess(root=root / "a", models_dir=shared_models_dir), "alpha")
     second = named(

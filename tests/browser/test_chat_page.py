@@ -18,7 +18,14 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, FilePayload, Locator, Page, Playwright, Route, expect
 
-from tests.browser.conftest import CHROMIUM, WAIT_MS, Console, Tab, named, screenshot
+from tests.browser.conftest import (
+    CHROMIUM,
+    Tab,
+    named,
+    new_context,
+    screenshot,
+    watched,
+)
 from tests.daemon.serving import DEMO, place
 from tests.daemon_process import DaemonProcess
 from tests.speech.test_speech_api import STT, TTS
@@ -92,20 +99,20 @@ def mic_browser(playwright: Playwright, speech_wav: Path) -> Iterator[Browser]:
 
 @pytest.fixture
 def chat(mic_browser: Browser, talker: DaemonProcess) -> Iterator[Tab]:
-    context = mic_browser.new_context(viewport={"width": 1280, "height": 800})
+    # NOTE: a context of its own for each test, not the module's reused page the other
+    # modules take turns on: these tests stream replies and media and replay the wire
+    # format through routes, and on a reused page a later test once found the Chat
+    # page's module failing to load.
+    context = new_context(mic_browser)
     context.grant_permissions(["microphone"], origin=talker.url)
-    context.set_default_timeout(WAIT_MS)
-    page = context.new_page()
-    console = Console()
-    page.on("console", console.on_console)
-    page.on("pageerror", console.on_page_error)
-    page.goto(f"{talker.url}/chat")
-    expect(page.get_by_label("Select chat model")).to_have_value(DEMO)
     try:
-        yield Tab(page, console)
+        with watched(context.new_page()) as tab:
+            tab.page.goto(f"{talker.url}/chat")
+            expect(tab.page.get_by_label("Select chat model")).to_have_value(DEMO)
+            yield tab
+            # A test's routes may be mid-fetch (the page polls /v1/models): let them go.
+            tab.page.unroute_all(behavior="ignoreErrors")
     finally:
-        # A test's routes may be mid-fetch (the page polls /v1/models): let them go.
-        page.unroute_all(behavior="ignoreErrors")
         context.close()
 
 

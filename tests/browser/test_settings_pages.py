@@ -269,10 +269,10 @@ def test_settings_and_plugins_fit_a_phone(gateway: DaemonProcess, tab: Tab) -> N
 
 
 def test_the_qr_encodes_the_invitation_and_clears_after_five_minutes(
-    gateway: DaemonProcess, tab: Tab
+    gateway: DaemonProcess, fresh_tab: Tab
 ) -> None:
-    page = tab.page
-    page.clock.install()
+    page = fresh_tab.page
+    page.clock.install()  # for good on this page: hence a page of its own
     dialog = _open_settings(page, gateway.url)
     dialog.get_by_label("Device limit").fill("1")
     # The page also polls the invitation list (GET, same URL): wait for the POST's answer.

@@ -146,7 +146,11 @@ def test_the_page_loads_by_the_name_localhost(one_node: DaemonProcess, tab: Tab)
     assert tab.console.errors == []
 
 
-def test_the_csp_is_strict_and_every_page_keeps_to_it(one_node: DaemonProcess, tab: Tab) -> None:
+def test_the_csp_is_strict_and_every_page_keeps_to_it(
+    one_node: DaemonProcess, fresh_tab: Tab
+) -> None:
+    # A page of its own: the init script below stays on a page for good.
+    tab = fresh_tab
     page = tab.page
     response = page.goto(f"{one_node.url}/")
     assert response is not None
