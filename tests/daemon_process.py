@@ -39,7 +39,7 @@ def free_port() -> int:
 
 
 LEAN_RUNNER_THREADS = 1
-"""The runner threads of a test node that generates: the suite runs three workers and
+"""The runner threads of a test node that generates: the suite runs 3-4 workers and
 their daemons on two cores, where llama.cpp's compute threads (all cores by default)
 wait for each other in a spinning barrier at every op, so one whose partner is
 descheduled burns its time slice waiting. Measured under that load: a 16-token chat

@@ -9,20 +9,21 @@ from tests.xdist_scheduling import available_memory, worker_count
 GIB = 2**30
 
 
-def test_one_worker_more_than_the_cpus_where_memory_allows() -> None:
-    assert worker_count(2, 22 * GIB) == 3
-    assert worker_count(16, 128 * GIB) == 17
+def test_two_workers_more_than_the_cpus_where_memory_allows() -> None:
+    assert worker_count(2, 22 * GIB) == 4
+    assert worker_count(16, 128 * GIB) == 18
 
 
 def test_memory_bounds_the_workers_never_below_one() -> None:
     assert worker_count(2, 7 * GIB) == 2  # a 2-core CI runner with 7 GiB free
+    assert worker_count(2, 10 * GIB) == 3
     assert worker_count(16, 32 * GIB) == 10
     assert worker_count(4, 1 * GIB) == 1
 
 
 def test_unknown_memory_leaves_the_cpu_count() -> None:
-    assert worker_count(2, None) == 3
-    assert worker_count(0, None) == 2
+    assert worker_count(2, None) == 4
+    assert worker_count(0, None) == 3
 
 
 def test_available_memory_reads_memavailable(tmp_path: Path) -> None:

@@ -9,8 +9,10 @@ an ``@`` in the node id), else its module.
 
 The groups: ``plugin_runtime`` (the modules sharing the session's staged manager
 runtime, staged once on one worker), ``network`` (network namespaces on fixed private
-addresses and mDNS on loopback's shared 5353) and ``timing`` (tests that bound how long
-something takes: never two of them at once).
+addresses and mDNS on loopback's shared 5353), ``runner_netns`` (RPC pools and MLX
+rings, whose runners move into private namespaces and whose tests read what listens
+there: heavy, one at a time, but nothing shared with ``network``) and ``timing`` (tests
+that bound how long something takes: never two of them at once).
 
 Order: xdist hands units out in its queue's order, by test count, so a unit of a few
 long tests (a cluster module, the schemathesis run) could start last and keep one worker
@@ -45,7 +47,8 @@ SECONDS: Final[dict[str, float]] = {
     # 2026-12-06 evening: the LAN heal test on the shared LAN cluster, the sealed
     # manager importing its own package).
     "timing": 190,
-    "network": 340,
+    "network": 200,
+    "runner_netns": 170,
     "plugin_runtime": 95,
     "browser": 270,
     "images": 30,
@@ -84,14 +87,17 @@ browser page, or a plugin runtime with its owner host (about 2 GiB measured, kep
 
 
 def worker_count(cpus: int, available_bytes: int | None) -> int:
-    """How many workers ``-n auto`` starts: one more than the CPUs, as memory allows.
+    """How many workers ``-n auto`` starts: two more than the CPUs, as memory allows.
 
-    Many tests wait on a daemon's start, an election or a product timer; with a worker a
-    core, 2 cores sat idle 18 % of a run (19:02), and a third worker kept them busy
-    (idle 4-6 % in two runs). Each worker may start daemons and runners, so
-    memory bounds the count: :data:`GIB_PER_WORKER` each, never fewer than one.
+    Many tests wait on a daemon's start, an election or a product timer. With a worker a
+    core, 2 cores sat idle 18 % of a run (19:02); a third worker kept them busy (idle
+    4-6 %) while every test runner spun llama.cpp's threads on all cores. On one
+    compute thread a runner (tests/daemon_process.py) the same three workers left the
+    cores idle 36 % of a run (16:14, 1,242 CPU-s), so a fourth one fills them. Each
+    worker may start daemons and runners, so memory bounds the count:
+    :data:`GIB_PER_WORKER` each, never fewer than one.
     """
-    wanted = max(cpus, 1) + 1
+    wanted = max(cpus, 1) + 2
     if available_bytes is None:
         return wanted
     return max(1, min(wanted, int(available_bytes / (GIB_PER_WORKER * 2**30))))

@@ -27,7 +27,7 @@ pytestmark = [
     pytest.mark.slow,
     # Two loads of the ring and one of the survivor, on a shared 2-core machine.
     pytest.mark.timeout(600),
-    pytest.mark.xdist_group("network"),
+    pytest.mark.xdist_group("runner_netns"),
     pytest.mark.skipif(not (mlx_installed() and mlx_runs()), reason="MLX does not run here"),
 ]
 

@@ -27,7 +27,7 @@ from tests.daemon_process import DaemonProcess
 from tests.runner_processes import runner_processes
 from tests.security.test_rpc_isolation import loopback_listeners, netns
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("network")]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("runner_netns")]
 
 PROMPT = "The capital of France is"
 

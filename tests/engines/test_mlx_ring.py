@@ -56,7 +56,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux namespaces"),
     pytest.mark.skipif(not (mlx_installed() and mlx_runs()), reason="MLX does not run here"),
-    pytest.mark.xdist_group("network"),
+    pytest.mark.xdist_group("runner_netns"),
 ]
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -41,7 +41,7 @@ pytestmark = [
     pytest.mark.skipif(
         not sys.platform.startswith("linux"), reason="network namespaces are Linux-only"
     ),
-    pytest.mark.xdist_group("network"),
+    pytest.mark.xdist_group("runner_netns"),
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
