@@ -91,9 +91,11 @@ def worker_count(cpus: int, available_bytes: int | None) -> int:
 
     Many tests wait on a daemon's start, an election or a product timer. With a worker a
     core, 2 cores sat idle 18 % of a run (19:02); a third worker kept them busy (idle
-    4-6 %) while every test runner spun llama.cpp's threads on all cores. On one
-    compute thread a runner (tests/daemon_process.py) the same three workers left the
-    cores idle 36 % of a run (16:14, 1,242 CPU-s), so a fourth one fills them. Each
+    4-6 %) while every test runner spun llama.cpp's threads on all cores. With one
+    compute thread a runner (tests/daemon_process.py) the suite's processes reported
+    1,242 CPU-s in a 16:14 run at three workers (64 % of two cores; an upper bound on
+    the idle share, as runners outliving a killed daemon are not counted), and a
+    fourth worker ran it in 12:39 with the cores 97 % busy (vmstat). Each
     worker may start daemons and runners, so memory bounds the count:
     :data:`GIB_PER_WORKER` each, never fewer than one.
     """
