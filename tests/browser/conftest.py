@@ -18,6 +18,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 import pytest
+from _pytest.runner import runtestprotocol
 from playwright.sync_api import (
     Browser,
     BrowserContext,
@@ -98,10 +99,43 @@ class Tab:
 VIEWPORT: Final = ViewportSize(width=1280, height=800)
 
 
+NETWORK_CHANGED: Final = "ERR_NETWORK_CHANGED"
+"""What Chromium fails every request in flight with when the host's addresses change:
+another worker's test adding a veth pair for its LAN (tests/security/lan.py,
+tests/lan/netns.py) does that, and a page whose module load fails so is broken."""
+
+_consoles: list[Console] = []
+"""The consoles the running test watched (see :func:`pytest_runtest_protocol`)."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool:
+    """Run a browser test once more if it failed while its page saw the host's network
+    change (:data:`NETWORK_CHANGED`): that failure says nothing about the page. Any
+    other failure, or that one twice, is reported as it is."""
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    _consoles.clear()
+    reports = runtestprotocol(item, nextitem=nextitem, log=False)
+    changed = any(
+        NETWORK_CHANGED in line
+        for console in _consoles
+        for line in (*console.errors, *console.failed_loads)
+    )
+    if changed and any(report.failed for report in reports):
+        if isinstance(item, pytest.Function):
+            item._initrequest()  # fresh fixture requests, as pytest-rerunfailures does
+        reports = runtestprotocol(item, nextitem=nextitem, log=False)
+    for report in reports:
+        item.ihook.pytest_runtest_logreport(report=report)
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+
+
 @contextmanager
 def watched(page: Page) -> Iterator[Tab]:
     """``page`` with a new :class:`Console` listening while the block runs."""
     console = Console()
+    _consoles.append(console)
     page.on("console", console.on_console)
     page.on("pageerror", console.on_page_error)
     try:

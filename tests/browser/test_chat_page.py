@@ -101,8 +101,8 @@ def mic_browser(playwright: Playwright, speech_wav: Path) -> Iterator[Browser]:
 def chat(mic_browser: Browser, talker: DaemonProcess) -> Iterator[Tab]:
     # NOTE: a context of its own for each test, not the module's reused page the other
     # modules take turns on: these tests stream replies and media and replay the wire
-    # format through routes, and on a reused page a later test once found the Chat
-    # page's module failing to load.
+    # format through routes. (The Chat page's module once failed to load on a reused
+    # page: ERR_NETWORK_CHANGED from another worker's LAN, which conftest now reruns.)
     context = new_context(mic_browser)
     context.grant_permissions(["microphone"], origin=talker.url)
     try:
