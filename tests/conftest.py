@@ -11,7 +11,7 @@ import pytest
 
 from tests import log_secrets
 from tests.daemon.serving import place
-from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonFactory, DaemonProcess
+from tests.daemon_process import DaemonFactory, DaemonProcess
 
 if TYPE_CHECKING:
     from tests.xdist_scheduling import ModuleOrGroupScheduling
@@ -145,7 +145,6 @@ def demo_served(
     daemon = DaemonProcess(
         root=tmp_path_factory.mktemp("demo-served"),
         models_dir=shared_models_dir,
-        runner_threads=LEAN_RUNNER_THREADS,
     )
     daemon.start()
     try:

@@ -40,7 +40,7 @@ from skulk_core.operator.package import (
     decode_pairing_uri,
     encode_pairing_uri,
 )
-from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonProcess, free_port
+from tests.daemon_process import DaemonProcess, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -115,7 +115,6 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path) -
     root = tmp_path_factory.mktemp("operator-gateway")
     operator_port = free_port()
     daemon = DaemonProcess(
-        runner_threads=LEAN_RUNNER_THREADS,
         root=root / "node",
         models_dir=shared_models_dir,
         extra_args=["--operator-api-port", str(operator_port)],

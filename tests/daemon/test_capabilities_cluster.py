@@ -32,7 +32,7 @@ from skulk_core.extensions.capabilities import (
 from skulk_daemon.capabilities.registry import MAX_INFLIGHT_CALLS
 from tests.daemon.serving import DEMO, PROMPT, place, wait_for
 from tests.daemon.test_cluster import converged, node_id
-from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonProcess
+from tests.daemon_process import DaemonProcess
 from tests.extension_site import REPO_ROOT, install_fixture, install_package, site_env
 
 pytestmark = pytest.mark.slow
@@ -106,13 +106,11 @@ def pair(tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path) -> I
     install_fixture("capability-probe", site)
     env = site_env(site)
     a = DaemonProcess(
-        runner_threads=LEAN_RUNNER_THREADS,
         root=root / "a",
         models_dir=shared_models_dir,
         extra_env=env,
     )
     b = DaemonProcess(
-        runner_threads=LEAN_RUNNER_THREADS,
         root=root / "b",
         models_dir=shared_models_dir,
         extra_env=env,

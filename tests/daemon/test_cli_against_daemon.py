@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonProcess
+from tests.daemon_process import DaemonProcess
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +25,6 @@ def daemon(
     """One node for the module: one test changes its log level, the other places and
     deletes an instance, and neither reads what the other changes."""
     node = DaemonProcess(
-        runner_threads=LEAN_RUNNER_THREADS,
         root=tmp_path_factory.mktemp("cli-node"),
         models_dir=shared_models_dir,
     )

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonProcess
+from tests.daemon_process import DaemonProcess
 
 pytestmark = pytest.mark.slow
 
@@ -24,9 +24,7 @@ DEMO = "local/gemma-3-270m-q4_k_m"
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     root = tmp_path_factory.mktemp("cli-lifecycle")
-    node = DaemonProcess(
-        runner_threads=LEAN_RUNNER_THREADS, root=root / "node", models_dir=root / "models"
-    )
+    node = DaemonProcess(root=root / "node", models_dir=root / "models")
     node.start()
     try:
         yield node

@@ -14,7 +14,7 @@ import pytest
 
 from tests.daemon.serving import DEMO, PROMPT, wait_for
 from tests.daemon.tailnet import TAILNET_STATUS, fake_tailscale
-from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonProcess
+from tests.daemon_process import DaemonProcess
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +62,6 @@ def three_nodes(root: Path, models_dir: Path) -> Iterator[list[DaemonProcess]]:
         root=root / "a",
         models_dir=models_dir,
         extra_env=FAST_ENV,
-        runner_threads=LEAN_RUNNER_THREADS,
     )
     nodes = [first]
     tailnet_path = f"{fake_tailscale(root / 'bin')}{os.pathsep}{os.environ['PATH']}"
@@ -74,7 +73,6 @@ def three_nodes(root: Path, models_dir: Path) -> Iterator[list[DaemonProcess]]:
                 models_dir=models_dir,
                 peers=[first.fabric_address],
                 extra_env=env,
-                runner_threads=LEAN_RUNNER_THREADS,
             )
         )
     try:

@@ -14,7 +14,7 @@ import pytest
 from skulk_core.placement.fit import HEADROOM_BYTES
 from tests.daemon.serving import DEMO, wait_for
 from tests.daemon.test_cluster import converged, node_id
-from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonProcess
+from tests.daemon_process import DaemonProcess
 
 pytestmark = pytest.mark.slow
 
@@ -28,17 +28,13 @@ def trio(
     tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
 ) -> Iterator[tuple[DaemonProcess, DaemonProcess, DaemonProcess, int]]:
     root = tmp_path_factory.mktemp("capacity")
-    a = DaemonProcess(
-        runner_threads=LEAN_RUNNER_THREADS, root=root / "a", models_dir=shared_models_dir
-    )
+    a = DaemonProcess(root=root / "a", models_dir=shared_models_dir)
     b = DaemonProcess(
-        runner_threads=LEAN_RUNNER_THREADS,
         root=root / "b",
         models_dir=shared_models_dir,
         peers=[a.fabric_address],
     )
     host = DaemonProcess(
-        runner_threads=LEAN_RUNNER_THREADS,
         root=root / "c",
         models_dir=shared_models_dir,
         peers=[a.fabric_address],

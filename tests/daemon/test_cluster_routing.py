@@ -15,7 +15,7 @@ from tests.chrome_trace import lanes, parse_chrome_trace
 from tests.daemon.serving import DEMO, PROMPT, sse_lines, wait_for, wait_idle
 from tests.daemon.test_cli_against_daemon import skulk
 from tests.daemon.test_cluster import converged, node_id
-from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonProcess
+from tests.daemon_process import DaemonProcess
 from tests.lazy_sdk import openai
 
 pytestmark = pytest.mark.slow
@@ -26,11 +26,8 @@ def pair(
     tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
 ) -> Iterator[tuple[DaemonProcess, DaemonProcess, str]]:
     root = tmp_path_factory.mktemp("routing")
-    front = DaemonProcess(
-        runner_threads=LEAN_RUNNER_THREADS, root=root / "a", models_dir=shared_models_dir
-    )
+    front = DaemonProcess(root=root / "a", models_dir=shared_models_dir)
     host = DaemonProcess(
-        runner_threads=LEAN_RUNNER_THREADS,
         root=root / "b",
         models_dir=shared_models_dir,
         peers=[front.fabric_address],

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tests.daemon.serving import DEMO, place, sse_lines, wait_for, wait_idle
-from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonProcess
+from tests.daemon_process import DaemonProcess
 from tests.extension_site import install_fixture, read_records, site_env, wait_record
 
 pytestmark = pytest.mark.slow
@@ -54,7 +54,6 @@ def served(tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path) ->
     install_fixture("faulty-extensions", site)
     records = root / "probe.jsonl"
     daemon = DaemonProcess(
-        runner_threads=LEAN_RUNNER_THREADS,
         root=root / "node",
         models_dir=shared_models_dir,
         extra_env=site_env(site, SKULK_PROBE_OUT=str(records)),

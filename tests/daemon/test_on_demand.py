@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tests.daemon.serving import DEMO, place, wait_for
-from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonProcess, free_port
+from tests.daemon_process import DaemonProcess, free_port
 from tests.lazy_sdk import ollama, openai
 
 pytestmark = pytest.mark.slow
@@ -37,7 +37,6 @@ def daemon(
     tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
 ) -> Iterator[DaemonProcess]:
     node = DaemonProcess(
-        runner_threads=LEAN_RUNNER_THREADS,
         root=tmp_path_factory.mktemp("on-demand"),
         models_dir=shared_models_dir,
     )

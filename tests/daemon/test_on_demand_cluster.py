@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.daemon.serving import DEMO, wait_for
-from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonProcess
+from tests.daemon_process import DaemonProcess
 from tests.lazy_sdk import ollama
 
 pytestmark = pytest.mark.slow
@@ -27,11 +27,8 @@ def nodes(
     tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path
 ) -> Iterator[list[DaemonProcess]]:
     root = tmp_path_factory.mktemp("on-demand-cluster")
-    first = DaemonProcess(
-        runner_threads=LEAN_RUNNER_THREADS, root=root / "a", models_dir=shared_models_dir
-    )
+    first = DaemonProcess(root=root / "a", models_dir=shared_models_dir)
     second = DaemonProcess(
-        runner_threads=LEAN_RUNNER_THREADS,
         root=root / "b",
         models_dir=shared_models_dir,
         peers=[first.fabric_address],

@@ -14,7 +14,7 @@ import pytest
 from skulk_core.cluster.telemetry import TELEMETRY_INTERVAL_SECONDS
 from tests.daemon.serving import DEMO, wait_for
 from tests.daemon.test_cluster import converged, node_id
-from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonProcess
+from tests.daemon_process import DaemonProcess
 from tests.lazy_sdk import openai
 
 pytestmark = pytest.mark.slow
@@ -57,11 +57,8 @@ def pair(
 ) -> Iterator[tuple[DaemonProcess, DaemonProcess]]:
     root = tmp_path_factory.mktemp("replicas")
     # b first: it stays master when a dies, so the dead replica leaves State at once.
-    b = DaemonProcess(
-        runner_threads=LEAN_RUNNER_THREADS, root=root / "b", models_dir=shared_models_dir
-    )
+    b = DaemonProcess(root=root / "b", models_dir=shared_models_dir)
     a = DaemonProcess(
-        runner_threads=LEAN_RUNNER_THREADS,
         root=root / "a",
         models_dir=shared_models_dir,
         peers=[b.fabric_address],

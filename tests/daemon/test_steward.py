@@ -23,7 +23,7 @@ import pytest
 
 from skulk_core.steward.tools import MAX_TOOL_RESULT_CHARS, PROPOSAL_TOOLS, READ_TOOLS
 from tests.daemon.serving import wait_for
-from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonProcess
+from tests.daemon_process import DaemonProcess
 from tests.extension_site import install_fixture, read_records, site_env, wait_record
 from tests.lazy_sdk import openai
 
@@ -42,7 +42,6 @@ def steward(
     site = root / "site"
     install_fixture("middleware-probe", site)
     daemon = DaemonProcess(
-        runner_threads=LEAN_RUNNER_THREADS,
         root=root / "node",
         models_dir=shared_models_dir,
         extra_env=site_env(site, SKULK_PROBE_OUT=str(root / "probe.jsonl")),

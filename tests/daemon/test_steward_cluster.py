@@ -21,7 +21,7 @@ import pytest
 
 from tests.daemon.serving import CONTEXT, DEMO, wait_for
 from tests.daemon.steward_cluster_daemon import HOLD_ENV, STEWARD_CLUSTER_LAUNCHER
-from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonProcess
+from tests.daemon_process import DaemonProcess
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,6 @@ def cluster(
     for name in NAMES:
         first = nodes.get(NAMES[0])
         daemon = DaemonProcess(
-            runner_threads=LEAN_RUNNER_THREADS,
             root=root / name,
             models_dir=shared_models_dir,
             peers=[] if first is None else [first.fabric_address],

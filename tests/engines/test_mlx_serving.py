@@ -18,7 +18,7 @@ import pytest
 from skulk_daemon.models.mlx_demo import MLX_DEMO_MODEL_ID, mlx_installed
 from skulk_daemon.telemetry.mlx_probe import mlx_runs
 from tests.daemon.serving import DEMO, place
-from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonProcess
+from tests.daemon_process import DaemonProcess
 from tests.lazy_sdk import anthropic, ollama, openai
 from tests.model_cache import mlx_demo_model
 
@@ -42,7 +42,6 @@ def node(
     tmp_path_factory: pytest.TempPathFactory, shared_models_dir: Path, mlx_demo: Path
 ) -> Iterator[DaemonProcess]:
     daemon = DaemonProcess(
-        runner_threads=LEAN_RUNNER_THREADS,
         root=tmp_path_factory.mktemp("mlx"),
         models_dir=shared_models_dir,
     )

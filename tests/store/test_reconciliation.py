@@ -31,7 +31,7 @@ import pytest
 
 from tests.daemon.serving import PROMPT
 from tests.daemon.test_cluster import converged, node_id
-from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonProcess, free_port
+from tests.daemon_process import DaemonProcess, free_port
 from tests.hub.conftest import DEMO_REPO, TINY, seed_models_dir, standard_repos
 from tests.hub.fake_hub import FakeHub
 from tests.lazy_sdk import openai
@@ -73,14 +73,12 @@ def trio(
         models_dir=seed_models_dir(root / "b-models", shared_models_dir),
         extra_env=env,
         peers=[store.fabric_address],
-        runner_threads=LEAN_RUNNER_THREADS,
     )
     third = DaemonProcess(
         root=root / "c",
         models_dir=seed_models_dir(root / "c-models", shared_models_dir),
         extra_env=env,
         peers=[store.fabric_address],
-        runner_threads=LEAN_RUNNER_THREADS,
     )
     try:
         for daemon in (store, worker, third):

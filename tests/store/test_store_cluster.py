@@ -22,7 +22,7 @@ import pytest
 
 from tests.daemon.serving import PROMPT, wait_for
 from tests.daemon.test_cluster import converged, node_id
-from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonProcess, free_port
+from tests.daemon_process import DaemonProcess, free_port
 from tests.hub.conftest import DEMO_REPO, seed_models_dir, standard_repos
 from tests.hub.fake_hub import FakeHub
 from tests.lazy_sdk import openai
@@ -42,7 +42,6 @@ def cluster(
 ) -> Iterator[tuple[DaemonProcess, DaemonProcess]]:
     root = tmp_path_factory.mktemp("store-cluster")
     store = DaemonProcess(
-        runner_threads=LEAN_RUNNER_THREADS,
         root=root / "a",
         models_dir=seed_models_dir(root / "a-models", shared_models_dir),
         extra_env={"HF_ENDPOINT": hub.url},
@@ -56,7 +55,6 @@ def cluster(
         f"  store_port: {free_port()}\n"
     )
     worker = DaemonProcess(
-        runner_threads=LEAN_RUNNER_THREADS,
         root=root / "b",
         models_dir=seed_models_dir(root / "b-models", shared_models_dir),
         peers=[store.fabric_address],
