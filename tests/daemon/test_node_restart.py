@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.daemon.serving import place, wait_for
-from tests.daemon_process import LEAN_RUNNER_THREADS, DaemonFactory, DaemonProcess
+from tests.daemon_process import DaemonFactory, DaemonProcess
 
 pytestmark = pytest.mark.slow
 
@@ -24,9 +24,7 @@ def _restarted(daemon: DaemonProcess, offset: int) -> DaemonProcess:
 
 
 def test_restart_keeps_pid_node_id_and_placements(make_daemon: DaemonFactory) -> None:
-    daemon = make_daemon()
-    daemon.runner_threads = LEAN_RUNNER_THREADS
-    daemon.start()
+    daemon = make_daemon().start()
     assert daemon.process is not None
     pid = daemon.process.pid
     node_id = daemon.get("/node_id").json()
