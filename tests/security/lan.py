@@ -86,16 +86,7 @@ class Lan:
 
     def requests(self, *requests: dict[str, Any]) -> list[dict[str, Any]]:
         """Make ``requests`` (``httpx.request`` keyword arguments) from the other machine."""
-        done = subprocess.run(
-            ["ip", "netns", "exec", self.namespace, sys.executable, "-c", _CALLER],
-            input=json.dumps(list(requests)),
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=120,
-        )
-        results: list[dict[str, Any]] = json.loads(done.stdout)
-        return results
+        return self.caller().send(*requests)
 
     def request(self, **request: Any) -> dict[str, Any]:
         return self.requests(request)[0]
