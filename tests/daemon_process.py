@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
+import yaml
 
 from tests import log_secrets
 
@@ -49,23 +50,25 @@ otherwise (``runner_threads=None``, or its own ``skulk.yaml`` setting)."""
 
 
 def pin_runner_threads(config: Path, threads: int) -> None:
-    """Add ``inference.runner_threads: threads`` to the ``skulk.yaml`` at ``config``
-    (created if missing) unless it sets it already; the tests' files are block YAML
-    with two-space indents."""
-    text = config.read_text(encoding="utf-8") if config.exists() else ""
-    if "runner_threads:" in text:
+    """Set ``inference.runner_threads: threads`` in the ``skulk.yaml`` at ``config``
+    (created if missing) unless the file sets it already. The file is read and written
+    as YAML (the daemon's own reader, PyYAML), so any layout a test writes is kept in
+    meaning; comments are not kept, and no test's file has any."""
+    try:
+        text = config.read_text(encoding="utf-8") if config.exists() else ""
+        document: Any = yaml.safe_load(text) or {}
+    except yaml.YAMLError:
+        return  # a file the daemon refuses on its own (a test of that)
+    inference: Any = document.get("inference") if isinstance(document, dict) else None
+    inference = {} if inference is None else inference
+    if not isinstance(document, dict) or not isinstance(inference, dict):
+        return  # likewise
+    if "runner_threads" in inference:
         return
-    line = f"  runner_threads: {threads}\n"
-    lines = text.splitlines(keepends=True)
-    if "inference:\n" in lines:
-        at = lines.index("inference:\n") + 1
-        lines.insert(at, line)
-    else:
-        if lines and not lines[-1].endswith("\n"):
-            lines[-1] += "\n"
-        lines += ["inference:\n", line]
+    inference["runner_threads"] = threads
+    document["inference"] = inference
     config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text("".join(lines), encoding="utf-8")
+    config.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
 
 
 TEST_ENV = {"SKULK_MDNS": "0", "SKULK_CLUSTER_KEY": "skulk-tests-shared-cluster-key-0001"}
