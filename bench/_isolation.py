@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -115,6 +116,18 @@ def native_threads() -> Callable[[], Sequence[int]]:
         return [t.id for t in psutil.Process().threads() if t.id not in python | own]
 
     return ids
+
+
+def daemon_side(name: str, process: subprocess.Popen[Any] | None) -> Side:
+    """A served side: a daemon ``process`` started by the benchmark, with its runners
+    (its children, re-read each time)."""
+    assert process is not None, "the daemon is not running"
+    return Side(name, lambda: [process.pid])
+
+
+def in_process_side(name: str) -> Side:
+    """A peer loaded in this process: the C library's threads are what it runs on."""
+    return Side(name, threads=native_threads())
 
 
 @dataclass

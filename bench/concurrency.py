@@ -61,7 +61,7 @@ from bench._common import (
     stream_chat_async,
     wait_for_quiet,
 )
-from bench._isolation import Isolation, Side, children_with, spread, spread_text
+from bench._isolation import Isolation, Side, children_with, daemon_side, spread, spread_text
 from tests.daemon_process import free_port
 
 RATIO_TARGET: Final = 1.0
@@ -284,11 +284,9 @@ def main(argv: list[str] | None = None) -> int:
             extra_args=PROMPT_CACHE_ON,
         ) as server_url:
             sides = {"skulk": daemon.url, "server": server_url}
-            process = daemon.process
-            assert process is not None
             isolation = Isolation(
                 [
-                    Side("skulk", lambda: [process.pid]),
+                    daemon_side("skulk", daemon.process),
                     Side("server", children_with(server_url.rsplit(":", 1)[1])),
                 ],
                 gap_s=args.gap,

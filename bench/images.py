@@ -37,7 +37,7 @@ from bench._common import (
     print_json,
     wait_for_quiet,
 )
-from bench._isolation import Isolation, Side, native_threads, spread, spread_text
+from bench._isolation import Isolation, daemon_side, in_process_side, spread, spread_text
 
 TARGET: Final = 0.97
 PROMPT: Final = "a lighthouse on a cliff at dusk, rain sweeping in from the sea"
@@ -107,13 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     return 1 / (time.perf_counter() - started)
 
-                process = daemon.process
-                assert process is not None
                 isolation = Isolation(
-                    [
-                        Side("skulk", lambda: [process.pid]),
-                        Side("direct", threads=native_threads()),
-                    ],
+                    [daemon_side("skulk", daemon.process), in_process_side("direct")],
                     gap_s=args.gap,
                 )
                 speeds = abba(

@@ -37,7 +37,7 @@ if __package__ in (None, ""):  # `python bench/mlx_decode.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import LoggedDaemon, add_run_options, machine, median, wait_for_quiet
-from bench._isolation import Isolation, Side, native_threads
+from bench._isolation import Isolation, daemon_side, in_process_side
 
 MLX_MODEL: Final = "local/gemma-3-270m-mlx-4bit"
 DECODE_RATIO_TARGET: Final = 0.97
@@ -148,10 +148,8 @@ def main() -> int:
             load_avg = wait_for_quiet(args.max_load)
             raw: list[Decode] = []
             skulk: list[Decode] = []
-            process = daemon.process
-            assert process is not None
-            served = Side("skulk", lambda: [process.pid])
-            isolation = Isolation([Side("raw", threads=native_threads()), served])
+            served = daemon_side("skulk", daemon.process)
+            isolation = Isolation([in_process_side("raw"), served])
             with httpx.Client(timeout=600) as client:
                 for rep in range(args.warmup + args.reps):
                     order = ("raw", "skulk") if rep % 2 == 0 else ("skulk", "raw")

@@ -52,7 +52,7 @@ from bench._common import (
     stream_chat,
     wait_for_quiet,
 )
-from bench._isolation import Isolation, Side, native_threads, spread, spread_text
+from bench._isolation import Isolation, daemon_side, in_process_side, spread, spread_text
 
 DECODE_RATIO_TARGET: Final = 0.98
 TTFT_DELTA_TARGET_MS: Final = 10.0
@@ -240,11 +240,8 @@ def main(argv: list[str] | None = None) -> int:
         httpx.Client(timeout=600.0) as client,
     ):
         raw = RawLlama(demo_model_path(args.models_dir), args.context)
-        process = daemon.process
-        assert process is not None
         isolation = Isolation(
-            [Side("raw", threads=native_threads()), Side("skulk", lambda: [process.pid])],
-            gap_s=args.gap,
+            [in_process_side("raw"), daemon_side("skulk", daemon.process)], gap_s=args.gap
         )
 
         def prompt(rep: int) -> str:

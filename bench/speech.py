@@ -43,7 +43,7 @@ from bench._common import (
     print_json,
     wait_for_quiet,
 )
-from bench._isolation import Isolation, Side, native_threads, spread, spread_text
+from bench._isolation import Isolation, daemon_side, in_process_side, spread, spread_text
 
 TTS: Final = "local/piper-en-us-joe-medium"
 STT: Final = "local/whisper-tiny.en"
@@ -97,11 +97,8 @@ def main(argv: list[str] | None = None) -> int:
                 cpu_threads=threads,
             )
             voice.synthesize("Warm up.")
-            process = daemon.process
-            assert process is not None
             isolation = Isolation(
-                [Side("skulk", lambda: [process.pid]), Side("direct", threads=native_threads())],
-                gap_s=args.gap,
+                [daemon_side("skulk", daemon.process), in_process_side("direct")], gap_s=args.gap
             )
             with httpx.Client(base_url=daemon.url, timeout=600) as client:
 

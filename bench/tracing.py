@@ -39,7 +39,7 @@ from bench._common import (
     stream_chat,
     wait_for_quiet,
 )
-from bench._isolation import Isolation, Side, spread, spread_text
+from bench._isolation import Isolation, daemon_side, spread, spread_text
 
 ON_TARGET: Final = 0.97
 OFF_TARGET: Final = 0.99
@@ -57,10 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     rates: dict[str, list[float]] = {"off": [], "off2": [], "on": []}
     with skulk_serving(args.models_dir, 2048) as daemon, httpx.Client(timeout=300) as client:
         body = chat_body(DEFAULT_PROMPT, args.max_tokens)
-        process = daemon.process
-        assert process is not None
         # One side: the modes share the daemon, so the check is that each run starts idle.
-        isolation = Isolation([Side("skulk", lambda: [process.pid])], gap_s=args.gap)
+        isolation = Isolation([daemon_side("skulk", daemon.process)], gap_s=args.gap)
 
         def run(mode: str) -> float:
             enabled = mode == "on"
