@@ -66,7 +66,7 @@ from bench._common import (
     stream_chat_async,
     wait_for_quiet,
 )
-from bench._isolation import Isolation, children_with
+from bench._isolation import Isolation, children_with, spread, spread_text
 from bench._isolation import Side as Processes
 from bench.concurrency import DEFAULT_LLAMA_SERVER, PROMPT_CACHE_ON, llama_server
 
@@ -184,11 +184,19 @@ class Side:
     turns: list[list[Timed]]
     shared: list[list[Timed]]
 
+    def turn_ttfts_ms(self, turn: int) -> list[float]:
+        """Turn ``turn``'s time to first token in each repetition."""
+        return [run[turn].ttft_s * 1000.0 for run in self.turns]
+
     def turn_ttft_ms(self, turn: int) -> float:
-        return median([run[turn].ttft_s * 1000.0 for run in self.turns])
+        return median(self.turn_ttfts_ms(turn))
+
+    def shared_ttfts_ms(self) -> list[float]:
+        """Each repetition's mean time to first token over its four conversations."""
+        return [sum(t.ttft_s for t in run) * 1000.0 / len(run) for run in self.shared]
 
     def shared_ttft_ms(self) -> float:
-        return median([sum(t.ttft_s for t in run) * 1000.0 / len(run) for run in self.shared])
+        return median(self.shared_ttfts_ms())
 
 
 def run_side(url: str, seed: str, side: Side, temperature: float, think_s: float = 0.0) -> None:
@@ -266,12 +274,19 @@ def report(skulk: Side, server: Side | None) -> dict[str, Any]:
         "shared_skulk_prefilled": sum(t.prefilled or 0 for t in shared_runs),
         "shared_prompt_tokens_each": [t.prompt_tokens for t in shared_runs],
         "shared_skulk_ttft_each_ms": [round(t.ttft_s * 1000.0) for t in shared_runs],
+        "runs_ms": {
+            "skulk_turn8": [round(v, 1) for v in skulk.turn_ttfts_ms(TURNS - 1)],
+            "skulk_shared": [round(v, 1) for v in skulk.shared_ttfts_ms()],
+        },
     }
     if server is not None:
         out["turn8_skulk_over_server"] = round(last / server.turn_ttft_ms(TURNS - 1), 3)
         out["shared_server_ttft_ms"] = round(server.shared_ttft_ms(), 1)
         out["shared_skulk_over_server"] = round(skulk.shared_ttft_ms() / server.shared_ttft_ms(), 3)
         out["shared_server_prefilled"] = sum(t.prefilled or 0 for t in server.shared[-1])
+        out["runs_ms"]["server_turn8"] = [round(v, 1) for v in server.turn_ttfts_ms(TURNS - 1)]
+        out["runs_ms"]["server_shared"] = [round(v, 1) for v in server.shared_ttfts_ms()]
+    out["spread_ms"] = {name: spread(values) for name, values in out["runs_ms"].items()}
     return out
 
 
@@ -292,6 +307,8 @@ def print_report(out: dict[str, Any]) -> None:
     if "turn8_skulk_over_server" in out:
         ratio = out["turn8_skulk_over_server"]
         print(f"turn 8 Skulk / llama-server: {ratio:.3f} (target <= {TURN8_TARGET})")
+    for name, values in out["runs_ms"].items():
+        print(f"  {name.replace('_', ' ')} TTFT ms over the repetitions: {spread_text(values)}")
     print(
         f"4 conversations, one system prompt: Skulk prefilled {out['shared_skulk_prefilled']} "
         f"of {out['shared_skulk_prompt_tokens']} prompt tokens "
