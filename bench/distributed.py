@@ -386,7 +386,7 @@ def pool(
     gap_s: float,
 ) -> dict[str, Any]:
     body = chat_body(DEFAULT_PROMPT, max_tokens)
-    levels = [1, streams]
+    levels = sorted({1, streams})  # one stream, and the --streams level when it differs
     figures: dict[str, dict[int, list[Round]]] = {
         side: {n: [] for n in levels} for side in ("single", "pooled", "server", "server_gated")
     }
