@@ -49,10 +49,14 @@ def runners_ready(daemon: DaemonProcess, body: dict[str, Any]) -> bool:
     )
 
 
-# The pool computes the same model on the same kernels, but split across two
-# graphs; far into a greedy completion, float rounding may pick another near-tie,
-# so answers are compared over the model's first, confident tokens.
-COMPARED_TOKENS = 6
+# The pool computes the same model split across two graphs and two processes (the
+# driver's CPU backend and the donor's RPC device may run other kernels on other
+# weight layouts), so float rounding differs and a greedy near-tie can fall the
+# other way. Answers are compared over the demo's first
+# four tokens of this prompt (" the capital of the"), whose top-1 leads are 0.55-2.5
+# nats; the fifth is a near-tie (" country" -2.465 against " French" -2.480), which an
+# AVX-512 machine's pool broke the other way.
+COMPARED_TOKENS = 4
 
 
 def complete(daemon: DaemonProcess, max_tokens: int = COMPARED_TOKENS) -> httpx.Response:
