@@ -16,7 +16,13 @@ each side's spread (p90, min-max):
   from sending the request to the first SSE frame carrying text.
 * decode tokens/s: tokens after the first over the time from the first to the last.
 
-Targets (issue 43): Skulk/raw decode ratio >= 0.98, Skulk - raw TTFT <= 10 ms.
+Targets (issue 43): Skulk/raw decode ratio >= 0.98, Skulk - raw TTFT <= 10 ms
+(median; <= 20 ms at p90).
+
+``--non-streaming`` measures the first token without a stream: a one-token request
+(``max_tokens`` 1, ``"stream": false``), from sending it to the whole JSON answer,
+against raw generating one token (tokenize, prefill, sample, detokenize). The same
+isolation, pairs and targets; no decode figure.
 
 Run from the repository root::
 
@@ -140,6 +146,62 @@ def skulk_sample(timing: StreamTiming) -> Sample:
     )
 
 
+def skulk_one_token(client: httpx.Client, url: str, prompt: str) -> Sample:
+    """A one-token chat completion without a stream: its whole answer is its first token."""
+    body = chat_body(prompt, 1, stream=False)
+    del body["stream_options"]
+    started = time.perf_counter()
+    answer = client.post(f"{url}/v1/chat/completions", json=body)
+    elapsed_ms = (time.perf_counter() - started) * 1000.0
+    if answer.status_code != 200:
+        raise RuntimeError(f"chat completion: {answer.status_code} {answer.text}")
+    reply = answer.json()
+    return Sample(
+        ttft_ms=elapsed_ms,
+        decode_tps=float("nan"),
+        tokens=int(reply["usage"]["completion_tokens"]),
+        prompt_tokens=int(reply["usage"]["prompt_tokens"]),
+        text=reply["choices"][0]["message"]["content"] or "",
+    )
+
+
+def summarize_first_token(raw: list[Sample], skulk: list[Sample]) -> dict[str, Any]:
+    """The non-streaming comparison: latency of a one-token answer on each side."""
+    raw_ms = [s.ttft_ms for s in raw]
+    skulk_ms = [s.ttft_ms for s in skulk]
+    delta = median(skulk_ms) - median(raw_ms)
+    p90_delta = spread(skulk_ms)["p90"] - spread(raw_ms)["p90"]
+    return {
+        "raw_first_token_ms_spread": spread(raw_ms),
+        "skulk_first_token_ms_spread": spread(skulk_ms),
+        "raw_first_token_ms_all": [round(v, 2) for v in raw_ms],
+        "skulk_first_token_ms_all": [round(v, 2) for v in skulk_ms],
+        "first_token_delta_ms": round(delta, 2),
+        "first_token_delta_p90_ms": round(p90_delta, 2),
+        "first_token_delta_paired_ms": round(
+            median([k - r for r, k in zip(raw_ms, skulk_ms, strict=True)]), 2
+        ),
+        "ttft_delta_target_ms": TTFT_DELTA_TARGET_MS,
+        "ttft_ok": delta <= TTFT_DELTA_TARGET_MS and p90_delta <= 2 * TTFT_DELTA_TARGET_MS,
+        "same_text": {s.text for s in raw} == {s.text for s in skulk},
+    }
+
+
+def print_first_token(result: dict[str, Any]) -> None:
+    print(
+        "one-token answers without a stream, ms: raw "
+        f"{spread_text(result['raw_first_token_ms_all'])}, Skulk "
+        f"{spread_text(result['skulk_first_token_ms_all'])}"
+    )
+    print(
+        f"Skulk - raw: {result['first_token_delta_ms']:+.2f} ms median, "
+        f"{result['first_token_delta_p90_ms']:+.2f} ms p90, "
+        f"{result['first_token_delta_paired_ms']:+.2f} ms per pair "
+        f"(targets <= {TTFT_DELTA_TARGET_MS:g}, p90 <= {2 * TTFT_DELTA_TARGET_MS:g}): "
+        f"{'ok' if result['ttft_ok'] else 'MISS'}; same text: {result['same_text']}"
+    )
+
+
 def summarize(raw: list[Sample], skulk: list[Sample]) -> dict[str, Any]:
     raw_tps = median([s.decode_tps for s in raw])
     skulk_tps = median([s.decode_tps for s in skulk])
@@ -229,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=7, help="measured pairs")
     parser.add_argument("--warmup", type=int, default=1, help="discarded pairs first")
     parser.add_argument("--gap", type=float, default=3.0, help="seconds between runs")
+    parser.add_argument(
+        "--non-streaming", action="store_true", help="one-token answers without a stream"
+    )
     add_run_options(parser)
     args = parser.parse_args(argv)
     load_at_start = wait_for_quiet(args.max_load)
@@ -252,9 +317,11 @@ def main(argv: list[str] | None = None) -> int:
             body = chat_body(text, args.max_tokens)
 
             def run_raw(text: str = text) -> Sample:
-                return raw.run(text, args.max_tokens)
+                return raw.run(text, 1 if args.non_streaming else args.max_tokens)
 
-            def run_skulk(body: dict[str, Any] = body) -> Sample:
+            def run_skulk(body: dict[str, Any] = body, text: str = text) -> Sample:
+                if args.non_streaming:
+                    return skulk_one_token(client, daemon.url, text)
                 return skulk_sample(stream_chat(client, daemon.url, body))
 
             # ABBA: alternate which side goes first.
@@ -275,10 +342,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{pair['skulk'].decode_tps:.1f} tok/s {pair['skulk'].ttft_ms:.1f} ms",
                 file=sys.stderr,
             )
-    result = summarize(raw_samples, skulk_samples)
+    if args.non_streaming:
+        result = summarize_first_token(raw_samples, skulk_samples)
+    else:
+        result = summarize(raw_samples, skulk_samples)
     result.update(
-        benchmark="single_stream",
-        max_tokens=args.max_tokens,
+        benchmark="single_stream_non_streaming" if args.non_streaming else "single_stream",
+        max_tokens=1 if args.non_streaming else args.max_tokens,
         context=args.context,
         reps=args.reps,
         threads=cpu_count(),
@@ -287,7 +357,10 @@ def main(argv: list[str] | None = None) -> int:
         loads=[record.load_1m for record in isolation.records],
         isolation=isolation.report(),
     )
-    print_table(result)
+    if args.non_streaming:
+        print_first_token(result)
+    else:
+        print_table(result)
     if args.json:
         print_json(result)
     return 0

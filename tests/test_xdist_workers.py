@@ -33,3 +33,21 @@ def test_available_memory_reads_memavailable(tmp_path: Path) -> None:
     assert available_memory(tmp_path / "absent") is None
     meminfo.write_text("MemTotal:       24683784 kB\n")
     assert available_memory(meminfo) is None
+
+
+def test_every_module_on_the_fixed_address_lan_is_in_the_network_group() -> None:
+    """tests/security/lan.py's LAN has fixed addresses: two at once on two workers route
+    each other's replies astray, so its modules run one at a time in ``network``."""
+    tests = Path(__file__).parent
+    users = [
+        path
+        for path in tests.rglob("test_*.py")
+        if "from tests.security.lan import" in path.read_text(encoding="utf-8")
+    ]
+    assert len(users) >= 5  # the scan finds them (five when this was written)
+    outside = [
+        str(path.relative_to(tests))
+        for path in users
+        if 'xdist_group("network")' not in path.read_text(encoding="utf-8")
+    ]
+    assert outside == []

@@ -4,6 +4,10 @@ The host side of the pair carries one address in each trust class the policy tel
 apart, and the namespace its twin: a request from the namespace to ``10.77.0.1`` comes
 from a private-LAN peer, to ``100.77.0.1`` from a CGNAT peer, and to ``198.51.100.1``
 (TEST-NET-2) from a public one. Traffic never leaves this machine.
+
+The addresses are fixed, so two such LANs at once (two xdist workers) would hold the
+same subnets on two veth pairs and route replies astray: every module that makes one
+is in the ``network`` xdist group (``tests/test_xdist_workers.py`` checks it).
 """
 
 from __future__ import annotations

@@ -20,7 +20,9 @@ from tests.daemon_process import DaemonProcess
 from tests.security.lan import CGNAT_HOST, PRIVATE_HOST, PUBLIC_HOST, Lan
 from tests.security.test_route_table import _routes
 
-pytestmark = pytest.mark.slow
+# NOTE: the "network" group: tests/security/lan.py's LAN has fixed addresses, and two
+# made at once on two workers route each other's replies astray (connects timed out).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("network")]
 
 
 def body(result: dict[str, Any]) -> Any:

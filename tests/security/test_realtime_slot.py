@@ -39,7 +39,9 @@ from tests.runner_processes import runner_processes
 from tests.security.lan import CGNAT_HOST, PRIVATE_HOST, Lan
 from tests.security.test_audio_bomb import peak_rss
 
-pytestmark = pytest.mark.slow
+# NOTE: the "network" group: tests/security/lan.py's LAN has fixed addresses, and two
+# made at once on two workers route each other's replies astray (connects timed out).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("network")]
 
 STT = "local/whisper-tiny.en"
 FRAME = bytes(24_000 // 10 * 2)  # 100 ms of 24 kHz PCM16 silence
