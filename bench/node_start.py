@@ -63,8 +63,8 @@ def _environment() -> dict[str, str]:
 
 
 def _first(poll: Callable[[], bool], process: subprocess.Popen[bytes], what: str) -> float:
-    """Poll until ``poll()`` holds; the time since the process was spawned is taken by
-    the caller, this only waits (raising if the node exits or takes too long)."""
+    """The ``perf_counter`` time at which ``poll()`` first holds, polled every
+    :data:`POLL_S`; raises if the node exits first or :data:`START_TIMEOUT_S` passes."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
