@@ -59,14 +59,14 @@ def pin_runner_threads(config: Path, threads: int) -> None:
         document: Any = yaml.safe_load(text) or {}
     except yaml.YAMLError:
         return  # a file the daemon refuses on its own (a test of that)
-    inference: Any = document.get("inference") if isinstance(document, dict) else None
-    inference = {} if inference is None else inference
-    if not isinstance(document, dict) or not isinstance(inference, dict):
+    if not isinstance(document, dict):
         return  # likewise
-    if "runner_threads" in inference:
-        return
+    if document.get("inference") is None:
+        document["inference"] = {}
+    inference = document["inference"]
+    if not isinstance(inference, dict) or "runner_threads" in inference:
+        return  # set already, or refused by the daemon on its own
     inference["runner_threads"] = threads
-    document["inference"] = inference
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
 

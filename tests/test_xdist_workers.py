@@ -39,15 +39,11 @@ def test_every_module_on_the_fixed_address_lan_is_in_the_network_group() -> None
     """tests/security/lan.py's LAN has fixed addresses: two at once on two workers route
     each other's replies astray, so its modules run one at a time in ``network``."""
     tests = Path(__file__).parent
-    users = [
-        path
+    users = {
+        str(path.relative_to(tests)): text
         for path in tests.rglob("test_*.py")
-        if "from tests.security.lan import" in path.read_text(encoding="utf-8")
-    ]
+        if "from tests.security.lan import" in (text := path.read_text(encoding="utf-8"))
+    }
     assert len(users) >= 5  # the scan finds them (five when this was written)
-    outside = [
-        str(path.relative_to(tests))
-        for path in users
-        if 'xdist_group("network")' not in path.read_text(encoding="utf-8")
-    ]
+    outside = [name for name, text in users.items() if 'xdist_group("network")' not in text]
     assert outside == []

@@ -13,8 +13,12 @@ from tests.security.lan import Lan, lan
 
 
 @pytest.fixture(scope="module")
-def network() -> Iterator[Lan]:
-    """LAN, CGNAT and public-address callers in network namespaces (``lan.py``)."""
+def network(request: pytest.FixtureRequest) -> Iterator[Lan]:
+    """LAN, CGNAT and public-address callers in network namespaces (``lan.py``). Its
+    addresses are fixed, so only a module in the ``network`` xdist group may make one."""
+    group = request.node.get_closest_marker("xdist_group")
+    if group is None or group.args[:1] != ("network",):
+        pytest.fail(f"{request.node.nodeid} needs pytest.mark.xdist_group('network')")
     with lan() as made:
         yield made
 

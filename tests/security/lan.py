@@ -7,7 +7,8 @@ from a private-LAN peer, to ``100.77.0.1`` from a CGNAT peer, and to ``198.51.10
 
 The addresses are fixed, so two such LANs at once (two xdist workers) would hold the
 same subnets on two veth pairs and route replies astray: every module that makes one
-is in the ``network`` xdist group (``tests/test_xdist_workers.py`` checks it).
+is in the ``network`` xdist group (the ``network`` fixture fails a test outside it;
+``tests/test_xdist_workers.py`` checks the modules that import this one).
 """
 
 from __future__ import annotations
