@@ -9,10 +9,9 @@ at ``--api-url`` says it writes (when it answers within a second), else
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Annotated, Final
 
@@ -59,14 +58,23 @@ def last_lines(path: Path, count: int) -> list[str]:
         return list(deque((line.rstrip("\n") for line in stream), maxlen=count))
 
 
-def follow(path: Path, poll: float = FOLLOW_POLL_SECONDS) -> Iterator[str]:
-    """Lines appended to ``path`` from now on; a rotation (the file replaced or cut
-    short) continues from the new file's start, as ``tail -F`` does."""
+def follow(
+    path: Path, lines: int = 0, poll: float = FOLLOW_POLL_SECONDS
+) -> Generator[str, None, None]:
+    """The last ``lines`` lines of ``path``, then the lines appended to it, read from
+    one open file so that none written in between is lost; a rotation (the file
+    replaced or cut short) continues from the new file's start, as ``tail -F`` does."""
     stream = path.open(encoding="utf-8", errors="replace")
-    stream.seek(0, os.SEEK_END)
     inode = os.fstat(stream.fileno()).st_ino
     pending = ""
     try:
+        if lines > 0:
+            last = deque(stream, maxlen=lines)
+            if last and not last[-1].endswith("\n"):
+                pending = last.pop()  # a line the node is still writing: finished below
+            yield from (line.rstrip("\n") for line in last)
+        else:
+            stream.seek(0, os.SEEK_END)
         while True:
             chunk = stream.readline()
             if chunk:
@@ -125,12 +133,11 @@ def logs(
         )
         raise typer.Exit(EXIT_REFUSED)
     try:
-        for line in last_lines(path, lines):
-            print(line)
         if not follow_flag:
+            for line in last_lines(path, lines):
+                print(line)
             return
-        sys.stdout.flush()
-        for line in follow(path):
+        for line in follow(path, lines):
             print(line, flush=True)
     except PermissionError:
         console.error(
