@@ -18,11 +18,14 @@ cut at byte ``c``, where special text ``S`` begins, is such a *clean cut* when
   strip to its left, and where any special strips, ``S`` holds no whitespace (a
   stripped run reaching ``c`` from either side would pass through ``S``).
 
-Then ``S`` is cut out at ``c`` and nothing crosses it. Each prompt's last clean
-cut is kept with the tokens before it (a few prompts, most recent first). A later
-prompt that starts with one of those texts, as a conversation's next turn does,
-has only what follows tokenized, once the cut is found clean in it too (what
-lies right of the cut has changed).
+Then ``S`` is cut out at ``c`` and nothing crosses it. Each prompt is tokenized as
+its two halves around its last clean cut, and the first half's tokens are kept (a
+few prompts, most recent first). A later prompt that starts with one of those
+texts, as a conversation's next turn does, has only what follows tokenized, once
+the cut is found clean in it too (what lies right of the cut has changed). The
+cut is searched for at the special texts earlier prompts were cut at (a chat
+template's few); a prompt with none of those is tokenized whole, and its special
+tokens, from the last, say where it could have been cut.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ _WHITESPACE: Final = frozenset(b" \t\n\v\f\r")
 """What llama.cpp's stripping removes (C's isspace)."""
 KEPT_PREFIXES: Final = 16
 _CANDIDATES: Final = 16
-"""Special tokens tried, from the prompt's end, for its last clean cut."""
+"""Occurrences tried, from the prompt's end, for its last clean cut."""
+_MARKERS: Final = 8
 
 Tokenize = Callable[[bytes], list[int]]
 """The tokens of UTF-8 text, special texts parsed, no BOS added."""
@@ -77,6 +81,8 @@ class PromptTokens:
         }
         self._rivals: dict[bytes, tuple[Rival, ...] | None] = {}
         self._kept: OrderedDict[bytes, tuple[tuple[int, ...], bytes]] = OrderedDict()
+        self._markers: tuple[bytes, ...] = ()
+        """Special texts prompts were cut at (at most ``_MARKERS``, the latest last)."""
         self._capacity = kept
         self._lock = threading.Lock()
         self.reused_tokens = 0
@@ -84,9 +90,15 @@ class PromptTokens:
 
     def __call__(self, data: bytes) -> list[int]:
         start, kept = self._reusable(data)
-        tokens = [*kept, *self._tokenize(data[start:] if start else data)]
-        self._keep_last_cut(data, tokens, start, len(kept))
-        return tokens
+        found = self._last_cut(data, start)
+        if found is None:
+            tokens = [*kept, *self._tokenize(data[start:] if start else data)]
+            self._learn(data, tokens, start, len(kept))
+            return tokens
+        cut, special = found
+        head = [*kept, *self._tokenize(data[start:cut])]
+        self._keep(data[:cut], head, special)
+        return [*head, *self._tokenize(data[cut:])]
 
     def _reusable(self, data: bytes) -> tuple[int, tuple[int, ...]]:
         """The longest kept prefix of ``data`` still a clean cut in it, and its tokens."""
@@ -106,18 +118,32 @@ class PromptTokens:
                 return cut, tokens
         return 0, ()
 
-    def _keep_last_cut(self, data: bytes, tokens: list[int], start: int, first_new: int) -> None:
-        """Keep the prompt's last clean cut after ``start`` with the tokens before it.
+    def _last_cut(self, data: bytes, start: int) -> tuple[int, bytes] | None:
+        """The last clean cut after ``start`` at a special text earlier prompts were
+        cut at (a template's few: found by searching the text, tokenizing nothing)."""
+        best: tuple[int, bytes] | None = None
+        for special in self._markers:
+            end = len(data)
+            for _ in range(_CANDIDATES):
+                cut = data.rfind(special, start + 1, end)
+                if cut < 0 or (best is not None and cut <= best[0]):
+                    break
+                if self._clean(data, cut, special):
+                    best = (cut, special)
+                    break
+                end = cut
+        return best
 
-        The cut's token index is what is left when the tokens after the cut (the
-        last special and what follows it: a few tokens) are taken off the end; the
-        tail is tokenized for that, and must match, or nothing is kept."""
+    def _learn(self, data: bytes, tokens: list[int], start: int, first_new: int) -> None:
+        """With no known special to cut at, find the prompt's last clean cut among
+        the special tokens it holds, and know that special from now on.
+
+        The cut's token index is what is left when the tokens after it (the last
+        special and what follows: a few tokens) are taken off the end; the tail is
+        tokenized for that, and must match, or nothing is learned."""
         end = len(data)
-        tried = 0
-        for token in reversed(tokens[first_new:]):
-            special = self._texts.get(token)
-            if special is None:
-                continue
+        for tried, token in enumerate(t for t in reversed(tokens[first_new:]) if t in self._texts):
+            special = self._texts[token]
             cut = data.rfind(special, start + 1, end)
             if cut < 0:
                 continue
@@ -126,15 +152,20 @@ class PromptTokens:
                 tail = self._tokenize(data[cut:])
                 count = len(tokens) - len(tail)
                 if count > 0 and tokens[count:] == tail:
+                    self._keep(data[:cut], tokens[:count], special)
                     with self._lock:
-                        self._kept[data[:cut]] = (tuple(tokens[:count]), special)
-                        self._kept.move_to_end(data[:cut])
-                        while len(self._kept) > self._capacity:
-                            self._kept.popitem(last=False)
+                        if special not in self._markers:
+                            self._markers = (*self._markers, special)[-_MARKERS:]
                 return
-            tried += 1
-            if tried >= _CANDIDATES:
+            if tried + 1 >= _CANDIDATES:
                 return
+
+    def _keep(self, prefix: bytes, tokens: list[int], special: bytes) -> None:
+        with self._lock:
+            self._kept[prefix] = (tuple(tokens), special)
+            self._kept.move_to_end(prefix)
+            while len(self._kept) > self._capacity:
+                self._kept.popitem(last=False)
 
     def _clean(self, data: bytes, cut: int, special: bytes) -> bool:
         rivals = self._rivals_of(special)
