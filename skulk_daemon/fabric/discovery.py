@@ -58,7 +58,14 @@ REJECTIONS_MAX: Final = 256
 MAX_DISCOVERED_PEERS: Final = 256
 """Services tracked at once; announcements beyond are ignored (and counted)."""
 MAX_RESOLVING: Final = 16
-"""Announcements resolved at once; a flood waits for nothing, it is ignored (and counted)."""
+"""Announcements resolved at once; the next ones wait their turn."""
+MAX_WAITING: Final = MAX_DISCOVERED_PEERS
+"""Announcements waiting to be resolved, at most; a flood beyond is ignored (and counted).
+
+NOTE: a burst (a LAN's nodes starting together, or an event loop that reads many
+datagrams a wake-up, as uvloop does) announces more services at once than are
+resolved at once; dropping those would lose a real peer for good, as the browser
+reports a service once."""
 # Characters kept from the end of the node id in our instance and host names.
 INSTANCE_SUFFIX_LENGTH: Final = 12
 
@@ -275,6 +282,8 @@ class MdnsDiscovery:
         self._info: AsyncServiceInfo | None = None
         self._announce: asyncio.Task[None] | None = None
         self._resolving: dict[str, asyncio.Task[None]] = {}
+        self._waiting: dict[str, None] = {}
+        """Names announced while ``MAX_RESOLVING`` were resolving, oldest first."""
         self._peers: dict[str, DiscoveredPeer] = {}
         self._rejections: dict[str, str] = {}
         self._impostors: set[str] = set()
@@ -414,6 +423,7 @@ class MdnsDiscovery:
         previous = self._resolving.pop(name, None)
         if previous is not None:
             previous.cancel()  # a newer announcement supersedes it
+        self._waiting.pop(name, None)
         if state_change is ServiceStateChange.Removed:
             # Liveness belongs to the fabric heartbeat; forgetting the service
             # means its return is reported as new.
@@ -426,13 +436,19 @@ class MdnsDiscovery:
                     log.exception("mDNS: the departure handler failed for %s", departed.node_id)
             return
         full = name not in self._peers and len(self._peers) >= MAX_DISCOVERED_PEERS
-        if full or len(self._resolving) >= MAX_RESOLVING:
+        if full or len(self._waiting) >= MAX_WAITING:
             # NOTE: bounded, so that thousands of fake services cost a counter, not
             # thousands of resolutions, sockets and file descriptors.
             self._ignored += 1
             if self._ignored == 1 or self._ignored % 1000 == 0:
                 log.warning("mDNS: %d announcements ignored past the bounds", self._ignored)
             return
+        if len(self._resolving) >= MAX_RESOLVING:
+            self._waiting[name] = None
+            return
+        self._start_resolving(name)
+
+    def _start_resolving(self, name: str) -> None:
         task = asyncio.get_running_loop().create_task(self._resolve(name))
         self._resolving[name] = task
         task.add_done_callback(lambda done: self._forget_task(name, done))
@@ -442,6 +458,12 @@ class MdnsDiscovery:
             del self._resolving[name]
         if not task.cancelled() and task.exception() is not None:
             log.error("mDNS: resolving %s failed", name, exc_info=task.exception())
+        if self._zc is None or self._browser is None:
+            return  # closing: the waiting names go with the browser
+        while self._waiting and len(self._resolving) < MAX_RESOLVING:
+            waiting = next(iter(self._waiting))
+            del self._waiting[waiting]
+            self._start_resolving(waiting)
 
     async def _resolve(self, name: str) -> None:
         assert self._zc is not None
@@ -511,6 +533,7 @@ class MdnsDiscovery:
         # failures were logged when they ended.
         await asyncio.gather(*tasks, return_exceptions=True)
         self._resolving.clear()
+        self._waiting.clear()
         await self._shut_zeroconf()
         self._unavailable_reason = "closed"
 

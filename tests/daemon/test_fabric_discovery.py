@@ -24,6 +24,7 @@ from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 
 from skulk_daemon.fabric.discovery import (
     ADDRESSES_MAX,
+    MAX_RESOLVING,
     NODE_ID_MAX_LENGTH,
     REJECTIONS_MAX,
     SERVICE_TYPE,
@@ -244,6 +245,45 @@ def test_malformed_announcements_are_ignored_and_counted() -> None:
         assert bad_names.isdisjoint(observer.peers)
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_burst_of_more_peers_than_resolve_at_once_is_reported_whole(loop: str) -> None:
+    """Peers announced together, more than ``MAX_RESOLVING``: each waits its turn
+    and every one is reported. uvloop reads many datagrams a wake-up, so the whole
+    burst arrives before any resolution ends (a real peer used to be dropped for
+    good then: the browser reports a service once)."""
+    _require_loopback_mdns()
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    if loop == "uvloop":
+        factory = pytest.importorskip("uvloop").new_event_loop
+    count = 2 * MAX_RESOLVING + 8
+
+    async def scenario() -> None:
+        reports = Reports()
+        observer = _discovery(_node_id(), 41051, reports)
+        tag = uuid.uuid4().hex[:8]
+        ids = [_node_id() for _ in range(count)]
+        infos = [
+            _raw_info(f"burst{i}-{tag}", {"node_id": node_id, "port": str(42000 + i)}, 42000 + i)
+            for i, node_id in enumerate(ids)
+        ]
+        raw = AsyncZeroconf(interfaces=ADDRESS)
+        try:
+            await observer.start()
+            announced = await asyncio.gather(*(raw.async_register_service(i) for i in infos))
+            await asyncio.gather(*announced)
+            await _until(
+                lambda: set(ids) <= {peer.node_id for peer in reports.peers},
+                f"all {count} peers reported (so far {len(reports.peers)})",
+            )
+        finally:
+            await observer.close()
+            await raw.async_close()
+        assert observer.ignored_count == 0
+
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(scenario())
 
 
 # --- degradation -----------------------------------------------------------
