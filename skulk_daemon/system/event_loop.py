@@ -5,8 +5,10 @@ the tasks that shape the token, the socket write); uvloop's loop and transports 
 written in C. Measured (bench/README.md): 0.330 -> 0.274 ms a token one stream at a
 time in one run each on a loaded machine, but no difference with 8 streams at once on
 a quiet one (0.082 vs 0.081 ms). It is opt-in (``SKULK_EVENT_LOOP=uvloop``), not the
-default: what it saves was not measured where the daemon's CPU a token is targeted (8
-streams at once). (Under it the suite once found a burst of mDNS announcements partly
+default: at the demo's pace with 8 streams at once it measured inside asyncio's spread
+(0.098 against 0.114 ms a token), and under it the daemon held 424 MiB for one
+realtime session of 64 MiB of audio (the suite's bound is 5x the audio; asyncio's
+loop stays inside it). (Under it the suite also once found a burst of mDNS announcements partly
 lost: discovery dropped what arrived while 16 resolved, which uvloop, reading many
 datagrams a wake-up, made likely; the burst now waits its turn.)
 """
