@@ -8,9 +8,9 @@ a quiet one (0.082 vs 0.081 ms). It is opt-in (``SKULK_EVENT_LOOP=uvloop``), not
 default: at the demo's pace with 8 streams at once it measured inside asyncio's spread
 (0.098 against 0.114 ms a token), and under it the daemon held 424 MiB for one
 realtime session of 64 MiB of audio (the suite's bound is 5x the audio; asyncio's
-loop stays inside it). (Under it the suite also once found a burst of mDNS announcements partly
-lost: discovery dropped what arrived while 16 resolved, which uvloop, reading many
-datagrams a wake-up, made likely; the burst now waits its turn.)
+loop stays inside it). Under it the suite also once found a burst of mDNS
+announcements partly lost: discovery dropped what arrived while 16 resolved, which
+uvloop, reading many datagrams a wake-up, made likely; the burst now waits its turn.
 """
 
 from __future__ import annotations
