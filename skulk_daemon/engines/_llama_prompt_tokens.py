@@ -31,6 +31,7 @@ tokens, from the last, say where it could have been cut.
 from __future__ import annotations
 
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Final
@@ -80,7 +81,9 @@ class PromptTokens:
             byte: sorted(texts, key=len, reverse=True) for byte, texts in by_byte.items()
         }
         self._rivals: dict[bytes, tuple[Rival, ...] | None] = {}
-        self._kept: OrderedDict[bytes, tuple[tuple[int, ...], bytes]] = OrderedDict()
+        self._kept: OrderedDict[bytes, tuple[array[int], bytes]] = OrderedDict()
+        """Kept prefixes: their tokens (4 bytes each: a 128k-token prompt's are 512 KiB,
+        not the 4.5 MiB of a tuple of ints) and the special text after them."""
         self._markers: tuple[bytes, ...] = ()
         """Special texts prompts were cut at (at most ``_MARKERS``, the latest last)."""
         self._capacity = kept
@@ -100,7 +103,7 @@ class PromptTokens:
         self._keep(data[:cut], head, special)
         return [*head, *self._tokenize(data[cut:])]
 
-    def _reusable(self, data: bytes) -> tuple[int, tuple[int, ...]]:
+    def _reusable(self, data: bytes) -> tuple[int, array[int]]:
         """The longest kept prefix of ``data`` still a clean cut in it, and its tokens."""
         with self._lock:
             found = [
@@ -116,7 +119,7 @@ class PromptTokens:
                         self._kept.move_to_end(prefix)
                     self.reused_tokens += len(tokens)
                 return cut, tokens
-        return 0, ()
+        return 0, array("i")
 
     def _last_cut(self, data: bytes, start: int) -> tuple[int, bytes] | None:
         """The last clean cut after ``start`` at a special text earlier prompts were
@@ -162,7 +165,7 @@ class PromptTokens:
 
     def _keep(self, prefix: bytes, tokens: list[int], special: bytes) -> None:
         with self._lock:
-            self._kept[prefix] = (tuple(tokens), special)
+            self._kept[prefix] = (array("i", tokens), special)
             self._kept.move_to_end(prefix)
             while len(self._kept) > self._capacity:
                 self._kept.popitem(last=False)
