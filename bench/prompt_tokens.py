@@ -30,8 +30,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
-import llama_cpp
-
 if __package__ in (None, ""):  # `python bench/prompt_tokens.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -46,6 +44,7 @@ from bench._common import (
 from bench._isolation import spread, spread_text
 from bench.multi_turn import words
 from skulk_daemon.engines._llama_model import plain_tokens, prompt_tokenizer
+from tests.engines.demo_model import vocabulary
 
 SHAPES: Final = ("gemma", "plain")
 USER_WORDS: Final = 150
@@ -79,6 +78,55 @@ def timed(tokenize: Callable[[bytes], list[int]], data: bytes) -> tuple[list[int
     return tokens, (time.perf_counter() - started) * 1000
 
 
+def measure(vocab: object, shape: str, turns: int, reps: int) -> dict[str, Any]:
+    """One shape's conversations, each turn tokenized both ways; this shape's figures."""
+    reusing = prompt_tokenizer(vocab)
+
+    def plain(data: bytes) -> list[int]:
+        return plain_tokens(vocab, data)
+
+    per_turn: list[dict[str, list[float]]] = [
+        {"plain": [], "reuse": [], "tokens": []} for _ in range(turns)
+    ]
+    for rep in range(reps + 1):  # the first conversation warms both up
+        for turn, prompt in enumerate(conversation(shape, f"{shape}/{rep}", turns)):
+            data = prompt.encode()
+            first, second = (plain, reusing) if (rep + turn) % 2 else (reusing, plain)
+            results = {first: timed(first, data), second: timed(second, data)}
+            whole, whole_ms = results[plain]
+            reused, reused_ms = results[reusing]
+            if reused != whole:
+                raise SystemExit(f"{shape} turn {turn + 1}: the tokens differ from llama.cpp's")
+            if rep:
+                row = per_turn[turn]
+                row["plain"].append(whole_ms)
+                row["reuse"].append(reused_ms)
+                row["tokens"].append(len(whole))
+    print(f"\n{shape}: turn  tokens  llama_tokenize ms  reusing ms")
+    for turn, row in enumerate(per_turn):
+        print(
+            f"  {turn + 1:>4}  {median(row['tokens']):>6.0f}  "
+            f"{median(row['plain']):>17.2f}  {median(row['reuse']):>10.2f}"
+        )
+    last = per_turn[-1]
+    ratio = median(last["reuse"]) / median(last["plain"])
+    print(f"  turn {turns}: llama_tokenize {spread_text(last['plain'])} ms")
+    print(f"  turn {turns}: reusing        {spread_text(last['reuse'])} ms ({ratio:.3f}x)")
+    return {
+        "turns": [
+            {
+                "turn": turn + 1,
+                "tokens": median(row["tokens"]),
+                "plain_ms": round(median(row["plain"]), 3),
+                "reuse_ms": round(median(row["reuse"]), 3),
+            }
+            for turn, row in enumerate(per_turn)
+        ],
+        "last_turn_spread_ms": {"plain": spread(last["plain"]), "reuse": spread(last["reuse"])},
+        "last_turn_ratio": round(ratio, 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_run_options(parser)
@@ -87,67 +135,14 @@ def main() -> None:
     args = parser.parse_args()
 
     load = wait_for_quiet(args.max_load)
-    path = installed_demo_model(args.models_dir, 2048)
-    llama_cpp.llama_backend_init()
-    params = llama_cpp.llama_model_default_params()
-    params.vocab_only = True
-    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
-    if not model:
-        raise SystemExit(f"llama.cpp could not read the vocabulary of {path}")
-    vocab = llama_cpp.llama_model_get_vocab(model)
-
-    def plain(data: bytes) -> list[int]:
-        return plain_tokens(vocab, data)
-
-    started = time.perf_counter()
-    reusing = prompt_tokenizer(vocab)
-    build_ms = (time.perf_counter() - started) * 1000
-    print(f"load {load:.2f}; the reusing tokenizer built in {build_ms:.0f} ms (once a load)")
-
     out: dict[str, Any] = {"benchmark": "prompt_tokens", "machine": machine(), "load_1m": load}
-    out["build_ms"] = round(build_ms, 1)
-    for shape in SHAPES:
-        per_turn: list[dict[str, list[float]]] = [
-            {"plain": [], "reuse": [], "tokens": []} for _ in range(args.turns)
-        ]
-        for rep in range(args.reps + 1):  # the first conversation warms both up
-            for turn, prompt in enumerate(conversation(shape, f"{shape}/{rep}", args.turns)):
-                data = prompt.encode()
-                first, second = (plain, reusing) if (rep + turn) % 2 else (reusing, plain)
-                results = {first: timed(first, data), second: timed(second, data)}
-                whole, whole_ms = results[plain]
-                reused, reused_ms = results[reusing]
-                if reused != whole:
-                    raise SystemExit(f"{shape} turn {turn + 1}: the tokens differ from llama.cpp's")
-                if rep:
-                    row = per_turn[turn]
-                    row["plain"].append(whole_ms)
-                    row["reuse"].append(reused_ms)
-                    row["tokens"].append(len(whole))
-        print(f"\n{shape}: turn  tokens  llama_tokenize ms  reusing ms")
-        for turn, row in enumerate(per_turn):
-            print(
-                f"  {turn + 1:>4}  {median(row['tokens']):>6.0f}  "
-                f"{median(row['plain']):>17.2f}  {median(row['reuse']):>10.2f}"
-            )
-        last = per_turn[-1]
-        ratio = median(last["reuse"]) / median(last["plain"])
-        print(f"  turn {args.turns}: llama_tokenize {spread_text(last['plain'])} ms")
-        print(f"  turn {args.turns}: reusing        {spread_text(last['reuse'])} ms ({ratio:.3f}x)")
-        out[shape] = {
-            "turns": [
-                {
-                    "turn": turn + 1,
-                    "tokens": median(row["tokens"]),
-                    "plain_ms": round(median(row["plain"]), 3),
-                    "reuse_ms": round(median(row["reuse"]), 3),
-                }
-                for turn, row in enumerate(per_turn)
-            ],
-            "last_turn_spread_ms": {"plain": spread(last["plain"]), "reuse": spread(last["reuse"])},
-            "last_turn_ratio": round(ratio, 3),
-        }
-    llama_cpp.llama_model_free(model)
+    with vocabulary(installed_demo_model(args.models_dir, 2048)) as vocab:
+        started = time.perf_counter()
+        prompt_tokenizer(vocab)
+        out["build_ms"] = round((time.perf_counter() - started) * 1000, 1)
+        print(f"load {load:.2f}; the reusing tokenizer built in {out['build_ms']:.0f} ms")
+        for shape in SHAPES:
+            out[shape] = measure(vocab, shape, args.turns, args.reps)
     if args.json:
         print_json(out)
 

