@@ -46,8 +46,11 @@ def test_the_kill_switch_skips_discovery(tmp_path: Path, shared_models_dir: Path
         daemon.kill()
     assert code == 0
     assert "extensions disabled (SKULK_EXTENSIONS_DISABLE=1)" in log
-    assert " loaded" not in log
-    assert "refused" not in log
+    # NOTE: only the loader's own lines: the log is the whole node's, and under a
+    # parallel suite a stray dialer from another test can make the fabric log a
+    # refused handshake on a reused port.
+    extension_lines = [line for line in log.splitlines() if "extension" in line]
+    assert not [line for line in extension_lines if " loaded" in line or "refused" in line]
     # Nothing was imported or constructed, so no hook ever ran.
     assert read_records(records) == []
 
