@@ -19,10 +19,26 @@ SECRET_PLACEHOLDER_KEYS = ("hf_token",)
 
 
 class KvCacheBackend(StrEnum):
+    """The type of a llama.cpp runner's KV cells (``default``: llama.cpp's, F16)."""
+
     DEFAULT = "default"
     F16 = "f16"
     Q8_0 = "q8_0"
     Q4_0 = "q4_0"
+
+    @property
+    def quantized(self) -> bool:
+        """llama.cpp keeps a quantized V cache only with flash attention."""
+        return self in (KvCacheBackend.Q8_0, KvCacheBackend.Q4_0)
+
+
+class FlashAttention(StrEnum):
+    """Whether llama.cpp runners compute attention with flash attention (``auto``:
+    llama.cpp decides, on where the backend supports it)."""
+
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"
 
 
 class LogLevel(StrEnum):
@@ -63,6 +79,15 @@ MAX_LOAD_TIMEOUT_SECONDS = 3600.0
 
 class InferenceConfig(_Section, frozen=True, kw_only=True):
     kv_cache_backend: KvCacheBackend = KvCacheBackend.DEFAULT
+    """The type of llama.cpp runners' KV cells: ``q8_0`` holds a context in about
+    half the memory of ``f16`` (the default), ``q4_0`` in about a quarter, at some
+    cost in accuracy; a quantized cache needs flash attention (not ``off``).
+    ``SKULK_KV_CACHE_BACKEND`` overrides it. Read when a runner starts."""
+    flash_attention: FlashAttention = FlashAttention.AUTO
+    """Flash attention in llama.cpp runners: ``auto`` (llama.cpp decides; on for
+    CPUs), ``on`` or ``off``. On a CPU, off prefills a turn deep in a conversation
+    about a fifth faster and decodes there about a tenth slower (see
+    ``bench/README.md``). Read when a runner starts."""
     max_output_tokens: int | None = None
     default_max_tokens: Annotated[int, msgspec.Meta(ge=1)] = 256
     """The output budget of a generation on a base card that names none (``max_tokens``
@@ -113,6 +138,15 @@ class InferenceConfig(_Section, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         # msgspec reports a ValueError raised here as a validation error of the file.
         parse_keep_alive(self.keep_alive)
+        _check_attention(self.kv_cache_backend, self.flash_attention)
+
+
+def _check_attention(kv_cache: KvCacheBackend, flash_attention: FlashAttention) -> None:
+    if kv_cache.quantized and flash_attention is FlashAttention.OFF:
+        raise ValueError(
+            f"a {kv_cache.value} KV cache needs flash attention: set "
+            "inference.flash_attention to auto or on, or kv_cache_backend to f16"
+        )
 
 
 class StagingConfig(_Section, frozen=True, kw_only=True):
@@ -265,6 +299,28 @@ class ConfigError(ValueError):
     """A configuration document was refused. The message names the offending key."""
 
 
+def kv_cache_in_effect(inference: InferenceConfig, override: str | None) -> KvCacheBackend:
+    """The KV cache type runners get: ``override`` (the environment's, if set) or
+    the file's. Raises :class:`ConfigError` for an override that names no type, or
+    a quantized type with flash attention off (a merged update can combine them)."""
+    raw = (override or "").strip().lower()
+    kv_cache = inference.kv_cache_backend
+    if raw:
+        try:
+            kv_cache = KvCacheBackend(raw)
+        except ValueError:
+            choices = ", ".join(backend.value for backend in KvCacheBackend)
+            raise ConfigError(
+                f"the KV cache override must be one of {choices}, got {raw!r}"
+            ) from None
+    try:
+        _check_attention(kv_cache, inference.flash_attention)
+    except ValueError as exc:
+        where = "the KV cache override" if raw else "'inference'"
+        raise ConfigError(f"invalid value for {where}: {exc}") from None
+    return kv_cache
+
+
 def parse_config(document: object) -> SkulkConfig:
     """Validate an already-parsed YAML/JSON document (``None`` means empty)."""
     if document is None:
@@ -272,9 +328,19 @@ def parse_config(document: object) -> SkulkConfig:
     if not isinstance(document, dict):
         raise ConfigError("the configuration must be a mapping of keys to values")
     try:
-        return msgspec.convert(document, SkulkConfig, strict=True)
+        return msgspec.convert(_yaml_switches(document), SkulkConfig, strict=True)
     except msgspec.ValidationError as exc:
         raise ConfigError(_describe(exc)) from None
+
+
+def _yaml_switches(document: dict[str, Any]) -> dict[str, Any]:
+    """``inference.flash_attention`` written ``on``/``off`` unquoted: YAML reads a
+    bare ``on`` as true, so a boolean there means the switch of that name."""
+    inference = document.get("inference")
+    if isinstance(inference, dict) and isinstance(inference.get("flash_attention"), bool):
+        switch = FlashAttention.ON if inference["flash_attention"] else FlashAttention.OFF
+        return {**document, "inference": {**inference, "flash_attention": switch.value}}
+    return document
 
 
 def _describe(exc: msgspec.ValidationError) -> str:

@@ -18,13 +18,13 @@ import msgspec
 from skulk_core.config import ClusterConfig, LoggingConfig, SkulkConfig
 from skulk_core.effective import EffectiveSetting, SettingValue, Source
 from skulk_daemon.fabric.setup import FABRIC_PORT_ENV, MDNS_ENV, PEERS_ENV
+from skulk_daemon.node.config_store import KV_CACHE_ENV
 from skulk_daemon.system.settings import (
     DEFAULT_OPERATOR_API_PORT,
     Settings,
 )
 
 LOG_LEVEL_ENV = "SKULK_LOG_LEVEL"
-KV_CACHE_ENV = "SKULK_KV_CACHE_BACKEND"
 
 
 class StartFlags(msgspec.Struct, frozen=True, kw_only=True):

@@ -37,7 +37,7 @@ from skulk_daemon.models.embedding_demo import with_embedding_demo
 from skulk_daemon.models.installed import load_installed_models
 from skulk_daemon.models.media_test_cards import with_media_test_cards
 from skulk_daemon.models.speech_demo import with_speech_demos
-from skulk_daemon.node.config_store import ConfigStore, load_config_file
+from skulk_daemon.node.config_store import ConfigStore, kv_cache_for, load_config_file
 from skulk_daemon.node.eventlog import EventLog, EventLogCorrupt
 from skulk_daemon.node.identity import IdentityError, load_identity
 from skulk_daemon.node.keys import derive_curve_keys, derive_rpc_gate_key, load_cluster_key
@@ -147,6 +147,7 @@ def builtin_providers(
 def build_node(settings: Settings) -> Node:
     try:
         config_store = ConfigStore.load(settings.config_path)
+        kv_cache_for(config_store.config)
     except ConfigError as exc:
         raise StartupError(str(exc)) from None
     models_dir = settings.models_dir(config_store.config.model_store.models_dir)

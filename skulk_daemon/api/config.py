@@ -26,7 +26,7 @@ from skulk_daemon.authority.policy import Caller, Requirement
 from skulk_daemon.errors import ApiError
 from skulk_daemon.fabric.cluster import ClusterAgent
 from skulk_daemon.fabric.cluster_settings import propagate
-from skulk_daemon.node.config_store import EffectiveConfig
+from skulk_daemon.node.config_store import EffectiveConfig, kv_cache_for
 from skulk_daemon.node.node import Node
 
 TRUST_CALLERS = frozenset({Caller.LOOPBACK, Caller.OPERATOR})
@@ -144,6 +144,10 @@ class ConfigController(Controller):
                 code="model_trust_immutable",
             )
         merged = merge_update(current, incoming, set(document))
+        try:
+            kv_cache_for(merged)
+        except ConfigError as exc:
+            raise ApiError(422, str(exc), code="invalid_config") from None
         protected = trust_changes(current, merged)
         caller = caller_of(request)
         if protected and caller not in TRUST_CALLERS:

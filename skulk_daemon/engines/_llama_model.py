@@ -10,7 +10,7 @@ import ctypes
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final, cast
 
@@ -88,12 +88,23 @@ def set_llama_logging(*, verbose: bool) -> None:
     llama_cpp.llama_log_set(LLAMA_LOG.callback, ctypes.c_void_p(0))
 
 
+KV_CACHE_TYPES: Final[Mapping[str, int]] = {
+    "f16": llama_cpp.GGML_TYPE_F16,
+    "q8_0": llama_cpp.GGML_TYPE_Q8_0,
+    "q4_0": llama_cpp.GGML_TYPE_Q4_0,
+}
+"""The KV cells' types a runner can be given (``inference.kv_cache_backend``)."""
+_QUANTIZED_KV: Final = frozenset({"q8_0", "q4_0"})
+"""llama.cpp keeps a quantized V cache only with flash attention."""
+
+
 class LlamaCppSettings:
     """How to load the model. Plain values; the runner builds one from ``Load``."""
 
     __slots__ = (
         "context_tokens",
         "flash_attention",
+        "kv_cache",
         "model_path",
         "n_batch",
         "n_threads",
@@ -113,6 +124,7 @@ class LlamaCppSettings:
         n_threads: int | None = None,
         n_batch: int = DEFAULT_N_BATCH,
         flash_attention: bool | None = None,
+        kv_cache: str | None = None,
         offload: RpcOffload | None = None,
         prompt_cache_bytes: int = 0,
         reuse_replies: bool = False,
@@ -120,7 +132,9 @@ class LlamaCppSettings:
     ) -> None:
         """``flash_attention=None`` lets llama.cpp decide (it enables it where
         supported, which on CPU decodes faster; it also rounds differently from
-        llama-cpp-python's ``Llama``, which turns it off by default). ``offload``
+        llama-cpp-python's ``Llama``, which turns it off by default). ``kv_cache``
+        is the KV cells' type, one of :data:`KV_CACHE_TYPES` (``None``: llama.cpp's
+        default, F16); a quantized one needs flash attention. ``offload``
         drives an RPC pool: the model's last layers go to its donors.
         ``prompt_cache_bytes`` bounds the host-RAM prompt cache (0: off).
         ``reuse_replies`` lets a reply's cells be reused (see ``_llama_slots``).
@@ -141,7 +155,14 @@ class LlamaCppSettings:
         if settle_after is not None and settle_after < 0:
             raise ValueError(f"settle_after must not be negative, got {settle_after}")
         self.settle_after = settle_after
+        if kv_cache is not None and kv_cache not in KV_CACHE_TYPES:
+            raise ValueError(
+                f"kv_cache must be one of {', '.join(KV_CACHE_TYPES)}, got {kv_cache!r}"
+            )
+        if kv_cache in _QUANTIZED_KV and flash_attention is False:
+            raise ValueError(f"a {kv_cache} KV cache needs flash attention")
         self.flash_attention = flash_attention
+        self.kv_cache = kv_cache
         self.offload = offload
 
 
@@ -451,6 +472,8 @@ def _context_params(settings: LlamaCppSettings) -> llama_cpp.llama_context_param
     # out, and a trimmed sequence could then not attend to its kept prefix.
     params.swa_full = True
     params.no_perf = True
+    if settings.kv_cache is not None:
+        params.type_k = params.type_v = KV_CACHE_TYPES[settings.kv_cache]
     if settings.flash_attention is not None:
         params.flash_attn_type = (
             llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED

@@ -101,11 +101,13 @@ class LlamaCppEngine:
         )
         self._thread.start()
         log.info(
-            "loaded %s: %d slots x %d tokens, %d threads, %s",
+            "loaded %s: %d slots x %d tokens, %d threads, KV %s, flash attention %s, %s",
             settings.model_path.name,
             settings.slots,
             settings.context_tokens,
             settings.n_threads,
+            settings.kv_cache or "default",
+            {None: "auto", True: "on", False: "off"}[settings.flash_attention],
             "reusing replies"
             if settings.reuse_replies
             else "bit-exact, never settling"

@@ -8,11 +8,27 @@ from pathlib import Path
 import msgspec
 import yaml
 
-from skulk_core.config import ConfigError, KvCacheBackend, SkulkConfig, parse_config, to_document
+from skulk_core.config import (
+    ConfigError,
+    KvCacheBackend,
+    SkulkConfig,
+    kv_cache_in_effect,
+    parse_config,
+    to_document,
+)
 from skulk_core.effective import EffectiveSetting
 from skulk_host.fsutil import atomic_write
 
 _TRUE = {"1", "true", "yes", "on"}
+KV_CACHE_ENV = "SKULK_KV_CACHE_BACKEND"
+
+
+def kv_cache_for(config: SkulkConfig) -> KvCacheBackend:
+    """The KV cache type this node's llama.cpp runners get under ``config``: the
+    ``SKULK_KV_CACHE_BACKEND`` override, else the file's. Raises :class:`ConfigError`
+    for an override that names no type or that needs the flash attention ``config``
+    turns off (checked at start, and by ``PUT /config``)."""
+    return kv_cache_in_effect(config.inference, os.environ.get(KV_CACHE_ENV))
 
 
 class EffectiveConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,11 +83,8 @@ class ConfigStore:
 
     def effective(self, models_dir: Path, data_dir: Path) -> EffectiveConfig:
         env = os.environ
-        kv = env.get("SKULK_KV_CACHE_BACKEND") or self._config.inference.kv_cache_backend.value
-        if kv not in {b.value for b in KvCacheBackend}:
-            kv = self._config.inference.kv_cache_backend.value
         return EffectiveConfig(
-            kv_cache_backend=kv,
+            kv_cache_backend=kv_cache_for(self._config).value,
             has_hf_token=bool(self._config.hf_token or env.get("HF_TOKEN")),
             experimental_mode_enabled=env.get("SKULK_ENABLE_EXPERIMENTAL_MODE", "").lower()
             in _TRUE,

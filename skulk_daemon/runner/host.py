@@ -184,6 +184,8 @@ def _serve(stdin: BinaryIO, outbox: _Outbox) -> int:
             prompt_cache_bytes=first.prompt_cache_bytes,
             reuse_replies=first.reuse_replies,
             settle_after=first.settle_after,
+            kv_cache=first.kv_cache,
+            flash_attention=first.flash_attention,
         )
         engine: Engine = LlamaCppEngine(settings, outbox.send, on_fatal=on_fatal)
     except ValueError as exc:

@@ -117,6 +117,10 @@ class Load(msgspec.Struct, frozen=True, kw_only=True, tag="load"):
     (see ``_llama_slots``); ``False``: the bit-exact mode."""
     settle_after: float | None = None
     """Idle seconds before a slot is settled (see ``llama_cpp``); ``None``: never."""
+    kv_cache: str | None = None
+    """llama.cpp's KV cell type (``"f16"``, ``"q8_0"``, ``"q4_0"``); ``None``: its default."""
+    flash_attention: bool | None = None
+    """Flash attention in llama.cpp; ``None``: llama.cpp decides."""
     engine: RunnerEngine = "llama_cpp"
     """Which engine serves ``"generate"`` mode: llama.cpp (``model_path`` is a GGUF
     file) or MLX (``model_path`` is an MLX model directory)."""

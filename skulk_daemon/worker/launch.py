@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from skulk_core.config import FlashAttention, KvCacheBackend
 from skulk_core.ids import ModelId
 from skulk_core.models.cards import ModelTask, is_directory_card
 from skulk_core.models.context_window import DEFAULT_CONTEXT_TOKENS
@@ -25,6 +26,7 @@ from skulk_core.placement.local_fit import local_shortfall
 from skulk_core.placement.repair import DOWNLOAD_FAILED, MODEL_NOT_INSTALLED, PLACEMENT_REFUSED
 from skulk_core.placement.rpc_pool import RPC_DONOR_LOST
 from skulk_core.state.shards import Instance, LlamaRpcInstance, RpcDonorShardMetadata, ShardMetadata
+from skulk_daemon.node.config_store import kv_cache_for
 from skulk_daemon.node.node import Node
 from skulk_daemon.runner.protocol import Load, RunnerEngine, RunnerMode
 from skulk_daemon.store.cache import mark_used
@@ -160,6 +162,8 @@ class Launcher:
             settle_after=None
             if inference.reuse_replies
             else _seconds_or_off(inference.settle_idle_ms),
+            kv_cache=_kv_cache(kv_cache_for(self._node.config)),
+            flash_attention=_flash_attention(inference.flash_attention),
             engine=engine,
             ring=ring,
         )
@@ -227,3 +231,21 @@ class Launcher:
 
 def _seconds_or_off(milliseconds: int) -> float | None:
     return milliseconds / 1000 if milliseconds > 0 else None
+
+
+def _kv_cache(backend: KvCacheBackend) -> str | None:
+    match backend:
+        case KvCacheBackend.DEFAULT:
+            return None
+        case KvCacheBackend.F16 | KvCacheBackend.Q8_0 | KvCacheBackend.Q4_0:
+            return backend.value
+
+
+def _flash_attention(setting: FlashAttention) -> bool | None:
+    match setting:
+        case FlashAttention.AUTO:
+            return None
+        case FlashAttention.ON:
+            return True
+        case FlashAttention.OFF:
+            return False

@@ -30,6 +30,14 @@ def test_get_config_strips_secrets_and_reports_effective(
     assert body["effective"]["has_hf_token"] is True
     assert body["effective"]["kv_cache_backend"] == "q8_0"
     assert body["effective"]["experimental_mode_enabled"] is False
+    # The override is held to the file's rule: with flash attention off no runner
+    # could start on a q8_0 cache, so the edit is refused and nothing is written.
+    path = app.config_home / "skulk.yaml"
+    before = path.read_text()
+    refused = _put(app, {"inference": {"flash_attention": "off"}})
+    assert refused.status_code == 422
+    assert "q8_0 KV cache needs flash attention" in refused.json()["error"]["message"]
+    assert path.read_text() == before
 
 
 def test_put_config_validates_persists_and_preserves(make_app: AppFactory) -> None:

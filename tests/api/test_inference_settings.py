@@ -24,6 +24,8 @@ pytestmark = pytest.mark.slow
 CONFIG = """\
 inference:
   runner_threads: 1
+  kv_cache_backend: q8_0
+  flash_attention: on
   reuse_replies: false
   settle_idle_ms: 250
 """
@@ -39,7 +41,7 @@ QUESTION = (
 """A question longer than a chunk: a greedy prompt always decodes a chunk or more."""
 
 
-def test_runner_threads_and_the_bit_exact_mode_reach_the_runner(
+def test_runner_threads_kv_cache_flash_attention_and_the_bit_exact_mode_reach_the_runner(
     make_app: AppFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="skulk_daemon.runner.client")
@@ -47,7 +49,9 @@ def test_runner_threads_and_the_bit_exact_mode_reach_the_runner(
     place(app, context=CONTEXT)
     assert any(
         "loaded" in record.getMessage()
-        and "x 1024 tokens, 1 threads, bit-exact, settling after 250 ms idle" in record.getMessage()
+        and "x 1024 tokens, 1 threads, KV q8_0, flash attention on, bit-exact, settling after "
+        "250 ms idle"
+        in record.getMessage()
         for record in caplog.records
     ), [r.getMessage() for r in caplog.records if "loaded" in r.getMessage()]
 

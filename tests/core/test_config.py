@@ -4,10 +4,12 @@ from skulk_core.config import (
     MAX_BROWSER_TIMEOUT_SECONDS,
     BrowserToolsConfig,
     ConfigError,
+    FlashAttention,
     KvCacheBackend,
     LogLevel,
     SearchProviderName,
     SkulkConfig,
+    kv_cache_in_effect,
     merge_update,
     parse_config,
     public_view,
@@ -37,6 +39,34 @@ def test_bad_value_is_refused_naming_the_key() -> None:
     with pytest.raises(ConfigError, match=r"'node.memory_limit_gb'"):
         parse_config({"node": {"memory_limit_gb": 0}})
     assert parse_config({"node": {"memory_limit_gb": 4}}).node.memory_limit_gb == 4
+
+
+def test_flash_attention_takes_a_switch_written_either_way() -> None:
+    def switch(value: object) -> FlashAttention:
+        return parse_config({"inference": {"flash_attention": value}}).inference.flash_attention
+
+    assert SkulkConfig().inference.flash_attention is FlashAttention.AUTO
+    assert switch("off") is FlashAttention.OFF
+    # YAML reads a bare `on`/`off` as a boolean.
+    assert switch(True) is FlashAttention.ON
+    assert switch(False) is FlashAttention.OFF
+    with pytest.raises(ConfigError, match=r"'inference.flash_attention'"):
+        switch("sometimes")
+
+
+def test_a_quantized_kv_cache_with_flash_attention_off_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"'inference'.*q8_0 KV cache needs flash attention"):
+        parse_config({"inference": {"kv_cache_backend": "q8_0", "flash_attention": "off"}})
+    fine = parse_config({"inference": {"kv_cache_backend": "f16", "flash_attention": "off"}})
+    assert kv_cache_in_effect(fine.inference, None) is KvCacheBackend.F16
+    # The environment's override is held to the same rule, and to the known types.
+    with pytest.raises(ConfigError, match=r"override.*q4_0 KV cache needs flash attention"):
+        kv_cache_in_effect(fine.inference, "q4_0")
+    with pytest.raises(ConfigError, match="override must be one of default, f16, q8_0, q4_0"):
+        kv_cache_in_effect(fine.inference, "q5_1")
+    on = parse_config({"inference": {"kv_cache_backend": "q4_0", "flash_attention": "on"}})
+    assert kv_cache_in_effect(on.inference, " Q8_0 ") is KvCacheBackend.Q8_0
+    assert kv_cache_in_effect(on.inference, "") is KvCacheBackend.Q4_0
 
 
 def test_non_mapping_is_refused() -> None:

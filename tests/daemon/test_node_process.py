@@ -105,6 +105,18 @@ def test_unknown_config_key_refuses_to_start(make_daemon: DaemonFactory) -> None
     assert "Traceback" not in err
 
 
+def test_a_kv_cache_override_no_runner_could_use_refuses_to_start(
+    make_daemon: DaemonFactory,
+) -> None:
+    daemon = make_daemon(SKULK_KV_CACHE_BACKEND="q8_0")
+    daemon.config_home.mkdir(parents=True)
+    (daemon.config_home / "skulk.yaml").write_text("inference:\n  flash_attention: off\n")
+    code, err = daemon.run_to_exit()
+    assert code == 1
+    assert "the KV cache override: a q8_0 KV cache needs flash attention" in err
+    assert "Traceback" not in err
+
+
 def test_unusable_data_dir_is_a_clear_error(make_daemon: DaemonFactory) -> None:
     daemon = make_daemon()
     daemon.root.mkdir(parents=True)

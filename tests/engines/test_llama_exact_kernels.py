@@ -75,3 +75,33 @@ def test_a_batch_keeps_its_leading_rows_exact_not_its_last_few(decoder: Decoder)
     # last batch under 64 tokens, rounds differently.
     assert not np.array_equal(decoder.cold([512, 188, 1]), reference)
     assert not np.array_equal(decoder.cold([512, 129, 60]), reference)
+
+
+@pytest.mark.parametrize(
+    ("kv_cache", "flash_attention"), [(None, False), ("q8_0", None)], ids=["fa-off", "kv-q8_0"]
+)
+def test_the_rule_holds_with_flash_attention_off_and_a_quantized_cache(
+    demo_gguf: Path, kv_cache: str | None, flash_attention: bool | None
+) -> None:
+    # The bit-exact mode runs under every inference.kv_cache_backend and
+    # inference.flash_attention; the splits it treats alike must agree under each.
+    # (A quantized cache may also absorb the rounding a one-row batch differs by, so
+    # only the agreement is asserted here.)
+    settings = LlamaCppSettings(
+        demo_gguf,
+        context_tokens=1024,
+        slots=1,
+        n_threads=TEST_THREADS,
+        kv_cache=kv_cache,
+        flash_attention=flash_attention,
+    )
+    model = LlamaModel.open(settings)
+    try:
+        decoder = Decoder(model)
+        reference = decoder.cold([512, 189])
+        for batches in ([100, 400, 201], [436, 265]):
+            assert np.array_equal(decoder.cold(batches), reference), batches
+        assert model.keep_prefix(0, 700)
+        assert np.array_equal(decoder.run([101], start=700), decoder.cold([512, 188, 101]))
+    finally:
+        model.close()
