@@ -17,6 +17,7 @@ from typing import Final, cast
 import llama_cpp
 import numpy as np
 
+from skulk_core.config import KvCacheBackend
 from skulk_daemon.engines._llama_prompt_tokens import PromptTokens
 from skulk_daemon.engines.base import DEFAULT_SLOTS, EngineLoadError
 from skulk_daemon.engines.llama_rpc import OffloadParams, RpcOffload, offload_summary
@@ -94,8 +95,6 @@ KV_CACHE_TYPES: Final[Mapping[str, int]] = {
     "q4_0": llama_cpp.GGML_TYPE_Q4_0,
 }
 """The KV cells' types a runner can be given (``inference.kv_cache_backend``)."""
-_QUANTIZED_KV: Final = frozenset({"q8_0", "q4_0"})
-"""llama.cpp keeps a quantized V cache only with flash attention."""
 
 
 class LlamaCppSettings:
@@ -159,7 +158,7 @@ class LlamaCppSettings:
             raise ValueError(
                 f"kv_cache must be one of {', '.join(KV_CACHE_TYPES)}, got {kv_cache!r}"
             )
-        if kv_cache in _QUANTIZED_KV and flash_attention is False:
+        if kv_cache is not None and KvCacheBackend(kv_cache).quantized and flash_attention is False:
             raise ValueError(f"a {kv_cache} KV cache needs flash attention")
         self.flash_attention = flash_attention
         self.kv_cache = kv_cache
