@@ -13,23 +13,10 @@ from typing import Annotated, Any
 import msgspec
 
 from skulk_core.cluster.telemetry import Participation
+from skulk_core.models.kv_cache import KvCacheBackend
 from skulk_core.placement.keep_alive import DEFAULT_KEEP_ALIVE, parse_keep_alive
 
 SECRET_PLACEHOLDER_KEYS = ("hf_token",)
-
-
-class KvCacheBackend(StrEnum):
-    """The type of a llama.cpp runner's KV cells (``default``: llama.cpp's, F16)."""
-
-    DEFAULT = "default"
-    F16 = "f16"
-    Q8_0 = "q8_0"
-    Q4_0 = "q4_0"
-
-    @property
-    def quantized(self) -> bool:
-        """llama.cpp keeps a quantized V cache only with flash attention."""
-        return self in (KvCacheBackend.Q8_0, KvCacheBackend.Q4_0)
 
 
 class FlashAttention(StrEnum):
@@ -82,7 +69,8 @@ class InferenceConfig(_Section, frozen=True, kw_only=True):
     """The type of llama.cpp runners' KV cells: ``q8_0`` holds a context in about
     half the memory of ``f16`` (the default), ``q4_0`` in about a quarter, at some
     cost in accuracy; a quantized cache needs flash attention (not ``off``).
-    ``SKULK_KV_CACHE_BACKEND`` overrides it. Read when a runner starts."""
+    ``SKULK_KV_CACHE_BACKEND`` overrides it. Read when a runner starts; the node
+    advertises it, and a model it serves is placed with a KV window sized at it."""
     flash_attention: FlashAttention = FlashAttention.AUTO
     """Flash attention in llama.cpp runners: ``auto`` (llama.cpp decides; on for
     CPUs), ``on`` or ``off``. On a CPU, off prefills a turn deep in a conversation

@@ -201,6 +201,7 @@ def telemetry_source(node: Node) -> TelemetrySource:
         memory_limit_bytes=_gib_bytes(config.node.memory_limit_gb),
         api_urls=advertised_api_urls(node.settings.host, node.settings.api_port),
         runner_pids=spawned_runner_pids,
+        kv_cache=lambda: kv_cache_for(node.config),
     )
     source.prompt_prefixes = lambda: node.routed_prompts.published(node.state.instances)
     return source

@@ -15,6 +15,7 @@ from skulk_core.cluster.prefixes import InstancePrefixes
 from skulk_core.extensions.capability_nodes import CapabilityNodeSummary
 from skulk_core.ids import NodeId, NodeInstallId
 from skulk_core.models.cards import Memory
+from skulk_core.models.kv_cache import KvCacheBackend
 
 TELEMETRY_INTERVAL_SECONDS = 1.5
 # A node is "late" when its freshest liveness signal is older than this.
@@ -82,6 +83,9 @@ class NodeResources(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     capability_conflicts: tuple[HealthReason, ...] = ()
     api_urls: tuple[str, ...] = ()
     """Where other nodes may reach this node's HTTP API (diagnostics fan-out)."""
+    kv_cache: KvCacheBackend = KvCacheBackend.DEFAULT
+    """The KV cell type this node's llama.cpp runners use (``inference.kv_cache_backend``
+    in effect): placement sizes the KV window of a model this node serves at it."""
 
 
 class HealthLevel(StrEnum):

@@ -2,7 +2,8 @@
 
 Pure arithmetic over a card's declared geometry, shared by ``GET
 /models/requirements`` and the placement planner. An estimate, not a measured
-load: engines add scratch buffers on top, and quantized KV caches use less.
+load: engines add scratch buffers on top. The KV cache is F16 (llama.cpp's and MLX's
+default) unless a llama.cpp node says otherwise (:mod:`skulk_core.models.kv_cache`).
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ from typing import Final
 import msgspec
 
 from skulk_core.models.cards import ModelCard, ModelTask
+from skulk_core.models.kv_cache import KvCacheBackend, row_bytes
 
-# The KV cache is assumed f16 (llama.cpp's and MLX's default): two bytes per element.
-KV_CACHE_BYTES_PER_ELEMENT: Final = 2
 # Keys and values: two tensors per layer.
 KV_TENSORS_PER_LAYER: Final = 2
 
@@ -34,16 +34,12 @@ class KvGeometry(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def kv_bytes_per_token(
-    geometry: KvGeometry, *, bytes_per_element: int = KV_CACHE_BYTES_PER_ELEMENT
+    geometry: KvGeometry, *, kv_cache: KvCacheBackend = KvCacheBackend.DEFAULT
 ) -> int:
-    """Bytes of KV cache one token of context costs across all layers."""
-    return (
-        KV_TENSORS_PER_LAYER
-        * geometry.n_layers
-        * geometry.kv_heads
-        * geometry.head_dim
-        * bytes_per_element
-    )
+    """Bytes of KV cache one token of context costs across all layers, its cells of
+    type ``kv_cache`` (each layer's keys and values a row of ``kv_heads * head_dim``)."""
+    row = row_bytes(kv_cache, geometry.kv_heads * geometry.head_dim)
+    return KV_TENSORS_PER_LAYER * geometry.n_layers * row
 
 
 def kv_geometry(card: ModelCard) -> KvGeometry | None:

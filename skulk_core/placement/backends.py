@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
+from skulk_core.cluster.telemetry import NodeTelemetry
 from skulk_core.models.cards import ModelCard
+from skulk_core.models.kv_cache import KvCacheBackend
 
 BACKEND_LLAMA_CPP: Final = "llama_cpp"
 BACKEND_MLX: Final = "mlx"
@@ -53,3 +55,12 @@ def is_mlx_card(card: ModelCard) -> bool:
 
 def reserves_context_at_load(backend: str) -> bool:
     return backend in RESERVING_BACKENDS
+
+
+def kv_cache_of(backend: str, serving: NodeTelemetry | None) -> KvCacheBackend:
+    """The KV cell type a placement on ``backend`` is sized at: for llama.cpp, the type
+    of the node that serves it (``serving``'s reading; an RPC pool's driver holds
+    every layer's cells in its context, the donors' included), else F16."""
+    if backend != BACKEND_LLAMA_CPP or serving is None:
+        return KvCacheBackend.DEFAULT
+    return serving.resources.kv_cache

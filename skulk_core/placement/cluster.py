@@ -10,11 +10,16 @@ from skulk_core.cluster.telemetry import NodeTelemetry
 from skulk_core.ids import ModelId, NodeId
 from skulk_core.models.cards import ModelCard
 from skulk_core.models.context_window import judged_window, kv_window
-from skulk_core.placement.backends import card_backends, reserves_context_at_load, usable_backends
+from skulk_core.placement.backends import (
+    card_backends,
+    kv_cache_of,
+    reserves_context_at_load,
+    usable_backends,
+)
 from skulk_core.placement.fit import consumption_bytes
 from skulk_core.placement.rpc_pool import ports_in_use
 from skulk_core.placement.shapes import instance_shares
-from skulk_core.state.shards import Instance, RunnerReady, RunnerRunning
+from skulk_core.state.shards import Instance, RunnerReady, RunnerRunning, serving_node
 from skulk_core.state.state import Connection, State
 
 
@@ -94,14 +99,15 @@ def committed_bytes(
 def _planned_bytes(
     instance: Instance, card: ModelCard, telemetry: Mapping[NodeId, NodeTelemetry]
 ) -> dict[NodeId, int]:
-    shares = instance_shares(card, instance)
+    serving = serving_node(instance)
+    reading = None if serving is None else telemetry.get(serving)
+    kv_cache = kv_cache_of(_backend(card, reading), reading)
+    shares = instance_shares(card, instance, kv_cache)
     if isinstance(shares, str):
         return {}
     planned: dict[NodeId, int] = {}
     for share in shares:
-        reading = telemetry.get(share.node_id)
-        offered = usable_backends(card, reading.resources.backends) if reading else ()
-        backend = (offered or card_backends(card))[0]
+        backend = _backend(card, telemetry.get(share.node_id))
         tokens = instance.context_token_limit
         if tokens is None:
             # An unstamped instance is sized at the window a default launch judges.
@@ -109,3 +115,9 @@ def _planned_bytes(
         window = kv_window(tokens, reserves=reserves_context_at_load(backend))
         planned[share.node_id] = consumption_bytes(share, window)
     return planned
+
+
+def _backend(card: ModelCard, reading: NodeTelemetry | None) -> str:
+    """The engine a node would serve ``card`` with (the card's first, unknown node)."""
+    offered = usable_backends(card, reading.resources.backends) if reading else ()
+    return (offered or card_backends(card))[0]

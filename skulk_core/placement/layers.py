@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from skulk_core.ids import NodeId
 from skulk_core.models.cards import ModelCard
+from skulk_core.models.kv_cache import KvCacheBackend
 from skulk_core.models.memory_estimate import kv_bytes_per_token, kv_geometry
 from skulk_core.placement.fit import Share
 
@@ -41,18 +42,25 @@ def split_layers(n_layers: int, capacities: Sequence[int]) -> list[tuple[int, in
     return ranges
 
 
-def _per_layer_kv(card: ModelCard) -> int | None:
+def _per_layer_kv(card: ModelCard, kv_cache: KvCacheBackend) -> int | None:
     geometry = kv_geometry(card)
     if geometry is None:
         return None
     # Every layer of the geometry holds the same heads, so one layer costs 1/n of the total.
-    return kv_bytes_per_token(geometry) // geometry.n_layers
+    return kv_bytes_per_token(geometry, kv_cache=kv_cache) // geometry.n_layers
 
 
-def layer_share(card: ModelCard, node_id: NodeId, start: int, end: int) -> Share:
-    """The share of a node holding layers ``[start, end)`` of ``card``."""
+def layer_share(
+    card: ModelCard,
+    node_id: NodeId,
+    start: int,
+    end: int,
+    kv_cache: KvCacheBackend = KvCacheBackend.DEFAULT,
+) -> Share:
+    """The share of a node holding layers ``[start, end)`` of ``card``, its KV cells
+    of type ``kv_cache``."""
     layers = end - start
-    per_layer = _per_layer_kv(card)
+    per_layer = _per_layer_kv(card, kv_cache)
     return Share(
         node_id=node_id,
         # Rounded up: a node never plans for fewer bytes than it will load.
@@ -63,9 +71,14 @@ def layer_share(card: ModelCard, node_id: NodeId, start: int, end: int) -> Share
     )
 
 
-def tensor_share(card: ModelCard, node_id: NodeId, world_size: int) -> Share:
+def tensor_share(
+    card: ModelCard,
+    node_id: NodeId,
+    world_size: int,
+    kv_cache: KvCacheBackend = KvCacheBackend.DEFAULT,
+) -> Share:
     """An even 1/``world_size`` of every layer's weights and KV heads."""
-    per_layer = _per_layer_kv(card)
+    per_layer = _per_layer_kv(card, kv_cache)
     return Share(
         node_id=node_id,
         weights_bytes=-(-card.storage_size.in_bytes // world_size),
@@ -78,13 +91,19 @@ def tensor_share(card: ModelCard, node_id: NodeId, world_size: int) -> Share:
 
 
 def pipeline_shares(
-    card: ModelCard, ring: Sequence[NodeId], capacities: Sequence[int]
+    card: ModelCard,
+    ring: Sequence[NodeId],
+    capacities: Sequence[int],
+    kv_cache: KvCacheBackend = KvCacheBackend.DEFAULT,
 ) -> list[Share]:
     ranges = split_layers(card.n_layers, capacities)
     return [
-        layer_share(card, node, start, end) for node, (start, end) in zip(ring, ranges, strict=True)
+        layer_share(card, node, start, end, kv_cache)
+        for node, (start, end) in zip(ring, ranges, strict=True)
     ]
 
 
-def tensor_shares(card: ModelCard, ring: Sequence[NodeId]) -> list[Share]:
-    return [tensor_share(card, node, len(ring)) for node in ring]
+def tensor_shares(
+    card: ModelCard, ring: Sequence[NodeId], kv_cache: KvCacheBackend = KvCacheBackend.DEFAULT
+) -> list[Share]:
+    return [tensor_share(card, node, len(ring), kv_cache) for node in ring]

@@ -17,7 +17,7 @@ from typing import Final, cast
 import llama_cpp
 import numpy as np
 
-from skulk_core.config import KvCacheBackend
+from skulk_core.models.kv_cache import KvCacheBackend
 from skulk_daemon.engines._llama_prompt_tokens import PromptTokens
 from skulk_daemon.engines.base import DEFAULT_SLOTS, EngineLoadError
 from skulk_daemon.engines.llama_rpc import OffloadParams, RpcOffload, offload_summary

@@ -10,13 +10,13 @@ import yaml
 
 from skulk_core.config import (
     ConfigError,
-    KvCacheBackend,
     SkulkConfig,
     kv_cache_in_effect,
     parse_config,
     to_document,
 )
 from skulk_core.effective import EffectiveSetting
+from skulk_core.models.kv_cache import KvCacheBackend
 from skulk_host.fsutil import atomic_write
 
 _TRUE = {"1", "true", "yes", "on"}

@@ -25,6 +25,7 @@ from skulk_core.cluster.telemetry import (
 from skulk_core.extensions.capability_nodes import CapabilityNodeSummary
 from skulk_core.ids import NodeId
 from skulk_core.models.cards import Memory
+from skulk_core.models.kv_cache import KvCacheBackend
 from skulk_daemon.telemetry.hardware import (
     collect_memory,
     collect_system,
@@ -70,6 +71,7 @@ class TelemetrySource:
         memory_limit_bytes: int | None = None,
         api_urls: tuple[str, ...] = (),
         runner_pids: Callable[[], Iterable[int]] = tuple,
+        kv_cache: Callable[[], KvCacheBackend] = lambda: KvCacheBackend.DEFAULT,
     ) -> None:
         self.node_id = node_id
         self.identity = identity
@@ -85,6 +87,8 @@ class TelemetrySource:
         self.api_urls = api_urls
         # Called from the reading's worker thread: must not touch loop-owned state.
         self.runner_pids = runner_pids
+        # Read at each reading: a PUT /config changes what the next placement is sized at.
+        self.kv_cache = kv_cache
         self._accelerator: Accelerator | None = None
         self._accelerator_reasons: tuple[HealthReason, ...] = ()
         self._accelerator_probed_at: float | None = None
@@ -111,6 +115,7 @@ class TelemetrySource:
                 data_transport=self.data_transport,
                 capability_conflicts=(*self._accelerator_reasons, *conflicts),
                 api_urls=self.api_urls,
+                kv_cache=self.kv_cache(),
             ),
             observed_at=self._clock(),
             capabilities=tags,

@@ -17,10 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from skulk_core.config import FlashAttention, KvCacheBackend
+from skulk_core.config import FlashAttention
 from skulk_core.ids import ModelId
 from skulk_core.models.cards import ModelTask, is_directory_card
 from skulk_core.models.context_window import DEFAULT_CONTEXT_TOKENS
+from skulk_core.models.kv_cache import KvCacheBackend
 from skulk_core.placement.backends import BACKEND_LLAMA_CPP, is_mlx_card
 from skulk_core.placement.local_fit import local_shortfall
 from skulk_core.placement.repair import DOWNLOAD_FAILED, MODEL_NOT_INSTALLED, PLACEMENT_REFUSED
@@ -195,6 +196,7 @@ class Launcher:
         reading = self._node.own_telemetry()
         if entry is None or reading is None:
             return None
+        llama = self.runner_engine(model_id) == "llama_cpp"
         return local_shortfall(
             entry.card,
             shard,
@@ -202,6 +204,7 @@ class Launcher:
             context_tokens=context_tokens,
             reading=reading,
             backend=BACKEND_LLAMA_CPP,
+            kv_cache=kv_cache_for(self._node.config) if llama else KvCacheBackend.DEFAULT,
         )
 
     async def _await_donors(self, instance: LlamaRpcInstance, stopping: Callable[[], bool]) -> bool:

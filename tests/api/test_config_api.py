@@ -11,6 +11,7 @@ from skulk_core.config import SkulkConfig
 from skulk_daemon.api.config import editing_for
 from skulk_daemon.authority.policy import Caller
 from tests.api.in_process import AppFactory, AppNode
+from tests.daemon.serving import wait_for
 
 
 def _put(app: AppNode, body: object) -> httpx.Response:
@@ -30,6 +31,10 @@ def test_get_config_strips_secrets_and_reports_effective(
     assert body["effective"]["has_hf_token"] is True
     assert body["effective"]["kv_cache_backend"] == "q8_0"
     assert body["effective"]["experimental_mode_enabled"] is False
+    # The node advertises it, so placement sizes what this node serves at q8_0.
+    node_id = app.get("/node_id").json()
+    wait_for(lambda: node_id in app.get("/state").json()["nodeResources"], "telemetry", 10)
+    assert app.get("/state").json()["nodeResources"][node_id]["kvCache"] == "q8_0"
     # The override is held to the file's rule: with flash attention off no runner
     # could start on a q8_0 cache, so the edit is refused and nothing is written.
     path = app.config_home / "skulk.yaml"

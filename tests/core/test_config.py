@@ -5,7 +5,6 @@ from skulk_core.config import (
     BrowserToolsConfig,
     ConfigError,
     FlashAttention,
-    KvCacheBackend,
     LogLevel,
     SearchProviderName,
     SkulkConfig,
@@ -14,6 +13,7 @@ from skulk_core.config import (
     parse_config,
     public_view,
 )
+from skulk_core.models.kv_cache import KvCacheBackend
 
 
 def test_empty_document_is_the_default_config() -> None:

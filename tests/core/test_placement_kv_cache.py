@@ -1,0 +1,164 @@
+"""Placement sizes a llama.cpp model's KV window at the cell type of the node that
+serves it (``inference.kv_cache_backend``, advertised in telemetry): a quantized
+cache holds a longer context in the same memory. MLX placements, and readings from
+nodes that predate the field, stay at F16."""
+
+from __future__ import annotations
+
+import msgspec
+
+from skulk_core.cluster.telemetry import NodeTelemetry
+from skulk_core.ids import NodeId
+from skulk_core.models.kv_cache import KvCacheBackend
+from skulk_core.models.memory_estimate import KvGeometry, kv_bytes_per_token
+from skulk_core.placement import HEADROOM_BYTES, PlacementRefusal, PlacementRequest, place
+from skulk_core.placement.exact import admit_instance
+from skulk_core.placement.local_fit import local_shortfall
+from skulk_core.state.shards import PipelineShardMetadata, RpcDonorShardMetadata, RunnerIdle
+from skulk_core.state.state import State
+from tests.core.test_placement import (
+    DEMO_BYTES,
+    DEMO_KV_PER_TOKEN,
+    GIB,
+    CountingIds,
+    facts,
+    gguf_card,
+    loaded,
+    mlx_card,
+    placed,
+    refused,
+    telemetry,
+)
+
+DEMO = KvGeometry(n_layers=18, kv_heads=1, head_dim=256)
+# 2 (K and V) x 18 layers x one 256-value row: 8 blocks of 32, 34 bytes each in Q8_0.
+Q8_PER_TOKEN = 2 * 18 * 8 * 34
+
+
+def reading(node: str, ram: int, kv_cache: KvCacheBackend) -> NodeTelemetry:
+    base = telemetry(node, ram)
+    return msgspec.structs.replace(
+        base, resources=msgspec.structs.replace(base.resources, kv_cache=kv_cache)
+    )
+
+
+def test_a_row_costs_what_ggml_stores() -> None:
+    assert kv_bytes_per_token(DEMO) == DEMO_KV_PER_TOKEN
+    assert kv_bytes_per_token(DEMO, kv_cache=KvCacheBackend.F16) == DEMO_KV_PER_TOKEN
+    assert kv_bytes_per_token(DEMO, kv_cache=KvCacheBackend.Q8_0) == Q8_PER_TOKEN
+    assert kv_bytes_per_token(DEMO, kv_cache=KvCacheBackend.Q4_0) == 2 * 18 * 8 * 18
+    # A row that is not whole blocks is padded to them (40 values: two Q8_0 blocks).
+    odd = KvGeometry(n_layers=1, kv_heads=1, head_dim=40)
+    assert kv_bytes_per_token(odd, kv_cache=KvCacheBackend.Q8_0) == 2 * 2 * 34
+
+
+def test_a_node_with_a_quantized_cache_holds_a_context_f16_cannot() -> None:
+    available = loaded(DEMO_BYTES) + HEADROOM_BYTES + DEMO_KV_PER_TOKEN * 10_000
+    request = PlacementRequest(context_tokens=18_000)
+    at_f16 = refused(place(gguf_card(), facts(telemetry("a", available)), request, CountingIds()))
+    assert "holds: 9999 tokens" in at_f16.message
+    quantized = facts(reading("a", available, KvCacheBackend.Q8_0))
+    result = placed(place(gguf_card(), quantized, request, CountingIds()))
+    assert result.instance.context_token_limit == 18_000
+    delta = result.memory_delta_by_node[NodeId("a")]
+    assert delta == loaded(DEMO_BYTES) + Q8_PER_TOKEN * 18_000
+    # The master's re-check of the ordered instance sizes it the same way, and keeps
+    # the window it was promised.
+    admitted = admit_instance(
+        result.instance, gguf_card(), quantized, State(), lower_to_ceiling=False
+    )
+    assert admitted == result.instance
+    assert isinstance(
+        admit_instance(
+            result.instance,
+            gguf_card(),
+            facts(telemetry("a", available)),
+            State(),
+            lower_to_ceiling=False,
+        ),
+        PlacementRefusal,
+    )
+    # The ceiling the placement reports is the longer window its cells allow.
+    assert result.max_context_tokens is not None
+    assert result.max_context_tokens == (DEMO_KV_PER_TOKEN * 10_000 - 1) // Q8_PER_TOKEN
+
+
+def test_mlx_placements_stay_at_f16_whatever_the_node_says() -> None:
+    card = mlx_card()
+    plain = placed(place(card, facts(telemetry("a", 16 * GIB)), PlacementRequest(), CountingIds()))
+    said = facts(reading("a", 16 * GIB, KvCacheBackend.Q4_0))
+    quantized = placed(place(card, said, PlacementRequest(), CountingIds()))
+    assert quantized.memory_delta_by_node == plain.memory_delta_by_node
+    assert quantized.max_context_tokens == plain.max_context_tokens
+
+
+def test_an_rpc_pool_sizes_every_share_at_the_drivers_cells() -> None:
+    """The driver's context holds every layer's cells, the donors' layers included."""
+    readings = [
+        reading("a", 8 * GIB, KvCacheBackend.Q8_0),
+        reading("b", 4 * GIB, KvCacheBackend.DEFAULT),
+    ]
+    request = PlacementRequest(min_nodes=2, context_tokens=4096)
+    result = placed(place(gguf_card(), facts(*readings, connected=True), request, CountingIds()))
+    assignments = result.instance.shard_assignments
+    for node_id, runner in assignments.node_to_runner.items():
+        shard = assignments.runner_to_shard[runner]
+        assert isinstance(shard, PipelineShardMetadata | RpcDonorShardMetadata)
+        layers = shard.end_layer - shard.start_layer
+        weights = loaded(-(-DEMO_BYTES * layers // 18))
+        kv = Q8_PER_TOKEN // 18 * layers * 4096
+        assert result.memory_delta_by_node[node_id] == weights + kv, node_id
+
+
+def test_committed_memory_counts_a_placed_instance_at_its_servers_cells() -> None:
+    first = placed(
+        place(
+            gguf_card(),
+            facts(reading("a", 2 * GIB, KvCacheBackend.Q8_0)),
+            PlacementRequest(context_tokens=8192),
+            CountingIds(),
+        )
+    )
+    instance = first.instance
+    [runner] = instance.shard_assignments.node_to_runner.values()
+    state = State(instances={instance.instance_id: instance}, runners={runner: RunnerIdle()})
+    cluster = facts(reading("a", 2 * GIB, KvCacheBackend.Q8_0), state=state)
+    assert cluster.committed_bytes == {"a": loaded(DEMO_BYTES) + Q8_PER_TOKEN * 8192}
+
+
+def test_a_node_checks_its_own_share_at_the_cells_its_runner_will_use() -> None:
+    card = gguf_card()
+    shard = PipelineShardMetadata(
+        model_id=card.model_id,
+        device_rank=0,
+        world_size=1,
+        start_layer=0,
+        end_layer=card.n_layers,
+        n_layers=card.n_layers,
+    )
+    room = loaded(DEMO_BYTES) + HEADROOM_BYTES + DEMO_KV_PER_TOKEN * 10_000
+    node = telemetry("a", room)
+
+    def shortfall(kv_cache: KvCacheBackend) -> str | None:
+        return local_shortfall(
+            card,
+            shard,
+            node_id=NodeId("a"),
+            context_tokens=18_000,
+            reading=node,
+            backend="llama_cpp",
+            kv_cache=kv_cache,
+        )
+
+    assert shortfall(KvCacheBackend.Q8_0) is None
+    why = shortfall(KvCacheBackend.DEFAULT)
+    assert why is not None and "but node a has" in why
+
+
+def test_a_reading_from_a_node_that_predates_the_field_is_f16() -> None:
+    encoded = msgspec.json.encode(telemetry("a", GIB))
+    document = msgspec.json.decode(encoded)
+    assert document["resources"]["kvCache"] == "default"
+    del document["resources"]["kvCache"]
+    old = msgspec.convert(document, NodeTelemetry)
+    assert old.resources.kv_cache is KvCacheBackend.DEFAULT
