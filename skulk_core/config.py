@@ -126,15 +126,18 @@ class InferenceConfig(_Section, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         # msgspec reports a ValueError raised here as a validation error of the file.
         parse_keep_alive(self.keep_alive)
-        _check_attention(self.kv_cache_backend, self.flash_attention)
-
-
-def _check_attention(kv_cache: KvCacheBackend, flash_attention: FlashAttention) -> None:
-    if kv_cache.quantized and flash_attention is FlashAttention.OFF:
-        raise ValueError(
-            f"a {kv_cache.value} KV cache needs flash attention: set "
-            "inference.flash_attention to auto or on, or kv_cache_backend to f16"
+        _check_attention(
+            self.kv_cache_backend,
+            self.flash_attention,
+            "set inference.flash_attention to auto or on, or kv_cache_backend to f16",
         )
+
+
+def _check_attention(
+    kv_cache: KvCacheBackend, flash_attention: FlashAttention, remedy: str
+) -> None:
+    if kv_cache.quantized and flash_attention is FlashAttention.OFF:
+        raise ValueError(f"a {kv_cache.value} KV cache needs flash attention: {remedy}")
 
 
 class StagingConfig(_Section, frozen=True, kw_only=True):
@@ -287,25 +290,37 @@ class ConfigError(ValueError):
     """A configuration document was refused. The message names the offending key."""
 
 
-def kv_cache_in_effect(inference: InferenceConfig, override: str | None) -> KvCacheBackend:
-    """The KV cache type runners get: ``override`` (the environment's, if set) or
-    the file's. Raises :class:`ConfigError` for an override that names no type, or
-    a quantized type with flash attention off (a merged update can combine them)."""
+def kv_cache_in_effect(
+    inference: InferenceConfig, override: str | None, *, override_name: str
+) -> KvCacheBackend:
+    """The KV cache type runners get: ``override`` (the environment's, if set; named
+    ``override_name`` in messages) or the file's. Raises :class:`ConfigError` for an
+    override that names no type, or a quantized type with flash attention off (a
+    merged update can combine them)."""
     raw = (override or "").strip().lower()
-    kv_cache = inference.kv_cache_backend
-    if raw:
+    if not raw:
         try:
-            kv_cache = KvCacheBackend(raw)
-        except ValueError:
-            choices = ", ".join(backend.value for backend in KvCacheBackend)
-            raise ConfigError(
-                f"the KV cache override must be one of {choices}, got {raw!r}"
-            ) from None
+            _check_attention(
+                inference.kv_cache_backend,
+                inference.flash_attention,
+                "set inference.flash_attention to auto or on, or kv_cache_backend to f16",
+            )
+        except ValueError as exc:
+            raise ConfigError(f"invalid value for 'inference': {exc}") from None
+        return inference.kv_cache_backend
     try:
-        _check_attention(kv_cache, inference.flash_attention)
+        kv_cache = KvCacheBackend(raw)
+    except ValueError:
+        choices = ", ".join(backend.value for backend in KvCacheBackend)
+        raise ConfigError(f"{override_name} must be one of {choices}, got {raw!r}") from None
+    try:
+        _check_attention(
+            kv_cache,
+            inference.flash_attention,
+            f"keep inference.flash_attention auto or on, or unset {override_name}",
+        )
     except ValueError as exc:
-        where = "the KV cache override" if raw else "'inference'"
-        raise ConfigError(f"invalid value for {where}: {exc}") from None
+        raise ConfigError(f"invalid value for {override_name}: {exc}") from None
     return kv_cache
 
 

@@ -28,7 +28,9 @@ def kv_cache_for(config: SkulkConfig) -> KvCacheBackend:
     ``SKULK_KV_CACHE_BACKEND`` override, else the file's. Raises :class:`ConfigError`
     for an override that names no type or that needs the flash attention ``config``
     turns off (checked at start, and by ``PUT /config``)."""
-    return kv_cache_in_effect(config.inference, os.environ.get(KV_CACHE_ENV))
+    return kv_cache_in_effect(
+        config.inference, os.environ.get(KV_CACHE_ENV), override_name=KV_CACHE_ENV
+    )
 
 
 class EffectiveConfig(msgspec.Struct, frozen=True, kw_only=True):

@@ -5,6 +5,7 @@ from skulk_core.config import (
     BrowserToolsConfig,
     ConfigError,
     FlashAttention,
+    InferenceConfig,
     LogLevel,
     SearchProviderName,
     SkulkConfig,
@@ -58,15 +59,19 @@ def test_a_quantized_kv_cache_with_flash_attention_off_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"'inference'.*q8_0 KV cache needs flash attention"):
         parse_config({"inference": {"kv_cache_backend": "q8_0", "flash_attention": "off"}})
     fine = parse_config({"inference": {"kv_cache_backend": "f16", "flash_attention": "off"}})
-    assert kv_cache_in_effect(fine.inference, None) is KvCacheBackend.F16
+
+    def in_effect(inference: InferenceConfig, override: str | None) -> KvCacheBackend:
+        return kv_cache_in_effect(inference, override, override_name="KV_ENV")
+
+    assert in_effect(fine.inference, None) is KvCacheBackend.F16
     # The environment's override is held to the same rule, and to the known types.
-    with pytest.raises(ConfigError, match=r"override.*q4_0 KV cache needs flash attention"):
-        kv_cache_in_effect(fine.inference, "q4_0")
-    with pytest.raises(ConfigError, match="override must be one of default, f16, q8_0, q4_0"):
-        kv_cache_in_effect(fine.inference, "q5_1")
+    with pytest.raises(ConfigError, match=r"for KV_ENV: a q4_0 KV cache .* or unset KV_ENV"):
+        in_effect(fine.inference, "q4_0")
+    with pytest.raises(ConfigError, match="KV_ENV must be one of default, f16, q8_0, q4_0"):
+        in_effect(fine.inference, "q5_1")
     on = parse_config({"inference": {"kv_cache_backend": "q4_0", "flash_attention": "on"}})
-    assert kv_cache_in_effect(on.inference, " Q8_0 ") is KvCacheBackend.Q8_0
-    assert kv_cache_in_effect(on.inference, "") is KvCacheBackend.Q4_0
+    assert in_effect(on.inference, " Q8_0 ") is KvCacheBackend.Q8_0
+    assert in_effect(on.inference, "") is KvCacheBackend.Q4_0
 
 
 def test_non_mapping_is_refused() -> None:

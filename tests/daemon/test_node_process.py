@@ -113,7 +113,7 @@ def test_a_kv_cache_override_no_runner_could_use_refuses_to_start(
     (daemon.config_home / "skulk.yaml").write_text("inference:\n  flash_attention: off\n")
     code, err = daemon.run_to_exit()
     assert code == 1
-    assert "the KV cache override: a q8_0 KV cache needs flash attention" in err
+    assert "SKULK_KV_CACHE_BACKEND: a q8_0 KV cache needs flash attention" in err
     assert "Traceback" not in err
 
 
