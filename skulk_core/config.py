@@ -141,8 +141,13 @@ def _check_attention(
 
 
 class StagingConfig(_Section, frozen=True, kw_only=True):
-    staging_keep_recent_gb: float = 40.0
+    staging_keep_recent_gb: Annotated[float, msgspec.Meta(ge=0)] = 40.0
+    """The grace budget of idle copies staged from the store: when an instance on
+    this node shuts down, and at start, the newest idle copies that fit it are kept
+    and the older ones evicted."""
     cleanup_on_deactivate: bool = True
+    """Off: every staged copy stays while the disk is healthy (staging another still
+    evicts what ``staging_budget_gb`` and the disk reserve require)."""
 
 
 DEFAULT_STORE_PORT = 12415

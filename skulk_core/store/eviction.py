@@ -1,11 +1,15 @@
-"""Which staged copies a node evicts before staging another, decided without I/O.
+"""Which staged copies a node evicts, decided without I/O.
 
 A node keeps copies staged from the store under its models dir. Before a transfer,
 the copies that would push the staged total past ``model_store.staging_budget_gb``
 (and the bytes that would not fit on the models volume with its reserve) are
 evicted least recently used first; a copy a running instance uses, and the incoming
 model itself, are never candidates. When evicting every candidate still would not
-make room, staging is refused with the arithmetic.
+make room, staging is refused with the arithmetic (:func:`plan_staging`).
+
+When an instance shuts down, and once at start, the idle copies are tidied
+(:func:`plan_tidy`): the newest are kept while they fit the grace budget
+(``model_store.staging.staging_keep_recent_gb``), the older ones evicted.
 """
 
 from __future__ import annotations
@@ -90,3 +94,26 @@ def plan_staging(
             "instance or raise the budget and place it again"
         )
     )
+
+
+def plan_tidy(
+    copies: list[StagedCopy],
+    *,
+    keep_bytes: int,
+    now: float,
+    spare_recent_s: float = 0.0,
+) -> tuple[str, ...]:
+    """The idle copies to evict, oldest first: idle copies are kept newest first
+    while together they fit ``keep_bytes``, and every older one goes, unless it was
+    used within ``spare_recent_s`` of ``now``. A copy an instance uses is neither
+    evicted nor counted against the budget."""
+    idle = sorted((c for c in copies if not c.in_use), key=lambda c: (-c.last_used, c.model_id))
+    kept, full = 0, False
+    beyond: list[str] = []
+    for copy in idle:
+        full = full or kept + copy.size_bytes > keep_bytes
+        if not full:
+            kept += copy.size_bytes
+        elif now - copy.last_used >= spare_recent_s:
+            beyond.append(copy.model_id)
+    return tuple(reversed(beyond))

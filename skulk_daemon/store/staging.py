@@ -16,6 +16,12 @@ least recently used first (:mod:`skulk_daemon.store.cache`, planned by
 ``model_store.staging_budget_gb`` and the models volume keeps its reserve; a copy a
 running instance uses is never evicted, and a model that still does not fit is
 refused before any byte moves.
+
+:meth:`Staging.tidy` runs when an instance on this node shuts down, and once at
+start (sparing copies used in the last :data:`START_SPARES_SECONDS`, as a crash may
+have left them mid-use): with ``model_store.staging.cleanup_on_deactivate`` on, the
+idle copies beyond the ``staging_keep_recent_gb`` grace budget, newest kept first,
+are evicted (:func:`skulk_core.store.eviction.plan_tidy`).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from skulk_core.store.eviction import (
     EvictionRefused,
     StagedCopy,
     plan_staging,
+    plan_tidy,
 )
 from skulk_daemon.hub.download import (
     COMPLETED,
@@ -62,6 +69,7 @@ from skulk_daemon.store.cache import (
     evict_copy,
     in_use,
     mark_staged,
+    now,
     staged_copies,
     staged_models,
 )
@@ -76,6 +84,8 @@ CHUNK_BYTES: Final = 4 * 1024 * 1024
 REPORT_EVERY_SECONDS: Final = 0.25
 CONNECT_SECONDS: Final = 5.0
 READ_SECONDS: Final = 60.0
+START_SPARES_SECONDS: Final = 30 * 60.0
+"""At start, a staged copy used this recently is kept even beyond the grace budget."""
 
 
 class StagingFailed(Exception):
@@ -125,6 +135,34 @@ class Staging:
                     await self._fetch(base, card, manifest)
                 return True
             return False
+
+    async def tidy(self, *, spare_recent_s: float = 0.0) -> tuple[ModelId, ...]:
+        """Evict the idle staged copies beyond the grace budget (see the module);
+        the ids evicted. Nothing when ``cleanup_on_deactivate`` is off."""
+        staging_config = self._node.config.model_store.staging
+        if not staging_config.cleanup_on_deactivate:
+            return ()
+        node = self._node
+        async with self._transfers:  # never while a transfer plans its own room
+            # State and the installed models are read here, on the loop; the disk in a thread.
+            models, busy = list(node.installed_models), in_use(node)
+            staged = await asyncio.to_thread(staged_models, node.models_dir, models)
+            copies = await asyncio.to_thread(staged_copies, staged, busy)
+            evict = plan_tidy(
+                copies,
+                keep_bytes=int(staging_config.staging_keep_recent_gb * GIB),
+                now=now(),
+                spare_recent_s=spare_recent_s,
+            )
+            for model in staged:
+                if model.card.model_id in evict:
+                    log.info(
+                        "evicting the idle staged copy of %s (beyond the %.1f GiB kept)",
+                        model.card.model_id,
+                        staging_config.staging_keep_recent_gb,
+                    )
+                    await evict_copy(node, model)
+        return tuple(ModelId(model_id) for model_id in evict)
 
     def _installed(self, model_id: ModelId) -> bool:
         entry = self._node.catalog().get(model_id)

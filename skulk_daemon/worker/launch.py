@@ -58,7 +58,8 @@ class Launcher:
         self._node = node
         self._slots = slots
         self.rpc_gate_key: bytes | None = None
-        self.fetch = ModelFetch(node, Staging(node))
+        self.staging = Staging(node)
+        self.fetch = ModelFetch(node, self.staging)
 
     def model_path(self, model_id: ModelId) -> Path | None:
         entry = self._node.catalog().get(model_id)

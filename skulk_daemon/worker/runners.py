@@ -175,7 +175,7 @@ class RunnerLifecycle:
                 case StopRunner(runner_id=runner_id):
                     self._runners[runner_id].phase = LocalRunnerPhase.STOPPING
                     self.mark(self._runners[runner_id], "stop", "stopping")
-                    self._spawn_task(self._stop(runner_id))
+                    self._spawn_task(self._deactivate(runner_id))
                 case _:
                     assert_never(action)
 
@@ -274,6 +274,15 @@ class RunnerLifecycle:
                 observed_at=datetime.now(UTC),
             )
         )
+
+    async def _deactivate(self, runner_id: RunnerId) -> None:
+        """Its instance left this node: stop the runner, then tidy the staged copies
+        (the model may now be an idle copy beyond the grace budget)."""
+        await self._stop(runner_id)
+        try:
+            await self._launcher.staging.tidy()
+        except OSError as exc:
+            log.warning("tidying the staged copies failed: %s", exc)
 
     async def _stop(self, runner_id: RunnerId) -> None:
         runner = self._runners[runner_id]

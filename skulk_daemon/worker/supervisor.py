@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Protocol
 
@@ -34,12 +35,15 @@ from skulk_daemon.runner.protocol import (
     RunnerSpeechTask,
 )
 from skulk_daemon.runner.routing import ProgressSink
+from skulk_daemon.store.staging import START_SPARES_SECONDS
 from skulk_daemon.worker.flight import FlightRecorder
 from skulk_daemon.worker.generation_feed import GenerationFeed, LocalGeneration, PumpedGeneration
 from skulk_daemon.worker.launch import Launcher
 from skulk_daemon.worker.observers import GenerationWatch, TraceOpener
 from skulk_daemon.worker.runners import ManagedRunner, RunnerLifecycle
 from skulk_daemon.worker.tasks import RunnerTasks, answer_status
+
+log = logging.getLogger(__name__)
 
 __all__ = ["ManagedRunner", "RemoteGenerate", "RunnerUnavailable", "Supervisor"]
 
@@ -124,6 +128,7 @@ class Supervisor:
     async def run(self, stop: asyncio.Event) -> None:
         self._wakeup.set()
         stopping = asyncio.create_task(stop.wait())
+        tidying = asyncio.create_task(self._tidy_at_start(), name="staging-tidy")
         try:
             while not stop.is_set():
                 waking = asyncio.create_task(self._wakeup.wait())
@@ -135,6 +140,16 @@ class Supervisor:
                 self._runners.reconcile()
         finally:
             stopping.cancel()
+            tidying.cancel()
+
+    async def _tidy_at_start(self) -> None:
+        """Once this node's place in State is known (so the instances placed here are
+        too), tidy the staged copies a previous run left."""
+        await self._node.registration.done()
+        try:
+            await self._launcher.staging.tidy(spare_recent_s=START_SPARES_SECONDS)
+        except OSError as exc:
+            log.warning("tidying the staged copies at start failed: %s", exc)
 
     async def shutdown(self) -> None:
         """Stop every runner (daemon shutdown)."""

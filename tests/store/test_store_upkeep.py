@@ -11,9 +11,11 @@ store path, as a restart does.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import shutil
 import socket
 import threading
 import time
@@ -28,12 +30,15 @@ import msgspec
 import pytest
 
 from skulk_core.ids import ModelId
+from skulk_core.models.cards import ModelCard
 from skulk_core.models.catalog import InstalledModel
 from skulk_core.store.eviction import (
+    GIB,
     EvictionPlan,
     EvictionRefused,
     StagedCopy,
     plan_staging,
+    plan_tidy,
 )
 from skulk_core.store.paths import model_id_escapes
 from skulk_daemon.api.authority import route_authority
@@ -43,9 +48,10 @@ from skulk_daemon.models.sidecar import model_dir_name, write_sidecar
 from skulk_daemon.store import cache, host, service, staging
 from skulk_daemon.store.cache import LAST_USE_MARKER, STAGED_MARKER, mark_staged
 from skulk_daemon.store.exports import TARGET_HEADER
-from skulk_daemon.store.staging import Staging, StagingFailed, stage_dir
+from skulk_daemon.store.staging import START_SPARES_SECONDS, Staging, StagingFailed, stage_dir
 from skulk_daemon.store.tombstones import TOMBSTONES_NAME
 from tests.api.in_process import AppNode
+from tests.daemon.serving import place
 from tests.daemon_process import free_port
 from tests.hub.conftest import TINY, TINY_LLM
 from tests.hub.fake_hub import FakeHub
@@ -138,7 +144,18 @@ def fake_copy(
     entry = node.catalog().get(ModelId(TINY))
     assert entry is not None
     card = msgspec.structs.replace(entry.card, model_id=ModelId(model_id))
-    target = node.models_dir / model_dir_name(ModelId(model_id))
+    target = write_copy(node.models_dir, card, size, last_use, staged=staged)
+    node.installed_models.append(
+        InstalledModel(card=card, location=str(target), installed_at=int(last_use))
+    )
+    return target
+
+
+def write_copy(
+    models_dir: Path, card: ModelCard, size: int, last_use: float, *, staged: bool = True
+) -> Path:
+    """``card``'s copy on disk under ``models_dir``, as a node finds it when it starts."""
+    target = models_dir / model_dir_name(card.model_id)
     target.mkdir(parents=True, exist_ok=True)
     data = os.urandom(size)
     (target / GGUF).write_bytes(data)
@@ -147,9 +164,6 @@ def fake_copy(
     if staged:
         mark_staged(target, last_use)
     write_sidecar(target, card, int(last_use))
-    node.installed_models.append(
-        InstalledModel(card=card, location=str(target), installed_at=int(last_use))
-    )
     return target
 
 
@@ -198,6 +212,24 @@ def test_the_eviction_plan_takes_the_least_recently_used_idle_copies() -> None:
         reserve_bytes=2,
     )
     assert disk == EvictionPlan(evict=("b",), freed_bytes=4)
+
+
+def test_the_tidy_keeps_the_newest_idle_copies_within_the_grace_budget() -> None:
+    copies = [
+        copy("new", 2, 50),
+        copy("mid", 2, 40),
+        copy("old", 1, 30),
+        copy("oldest", 1, 10),
+        copy("busy", 9, 1, True),
+    ]
+    # 4 bytes kept, newest first: "old" goes although it alone would still fit.
+    assert plan_tidy(copies, keep_bytes=4, now=100) == ("oldest", "old")
+    assert plan_tidy(copies, keep_bytes=3, now=100) == ("oldest", "old", "mid")
+    # At start, a copy used within the spared time stays even beyond the budget.
+    assert plan_tidy(copies, keep_bytes=4, now=100, spare_recent_s=75) == ("oldest",)
+    assert plan_tidy(copies, keep_bytes=0, now=100) == ("oldest", "old", "mid", "new")
+    # A copy an instance uses is never evicted nor counted.
+    assert plan_tidy(copies, keep_bytes=6, now=100) == ()
 
 
 def test_the_eviction_plan_refuses_what_cannot_fit() -> None:
@@ -436,6 +468,84 @@ def test_staging_is_refused_when_only_busy_copies_could_make_room(
 
     wait(failed, "the refusal in State")
     _drop(app, busy)
+
+
+# -- the grace budget ----------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def staging_config(app: AppNode, **changes: object) -> Iterator[None]:
+    """``model_store.staging`` changed for the block (the node reads it at each tidy)."""
+    store = app.node.config_store
+    before = store.config
+    staging_section = msgspec.structs.replace(before.model_store.staging, **changes)
+    model_store = msgspec.structs.replace(before.model_store, staging=staging_section)
+    store.save(msgspec.structs.replace(before, model_store=model_store))
+    try:
+        yield
+    finally:
+        store.save(before)
+
+
+def test_an_instance_shutting_down_leaves_the_newest_idle_copies_within_the_budget(
+    app: AppNode,
+) -> None:
+    newest = fake_copy(app, "tidy/newest", 2 * MIB, time.time() - 60)
+    older = fake_copy(app, "tidy/older", 2 * MIB, time.time() - 3600)
+    with staging_config(app, staging_keep_recent_gb=3 * MIB / GIB):
+        instance = place(app, context=1024)
+        # Placing changes nothing: only a shutdown (or a start) tidies.
+        assert newest.is_dir() and older.is_dir()
+        deleted = app.http.delete(f"/instance/{instance}")
+        assert deleted.status_code == 200, deleted.text
+        wait(lambda: not older.exists(), "the older idle copy evicted")
+    assert newest.is_dir()
+    assert installed_here(app, "tidy/older") == []
+
+    def reported() -> bool:
+        reports = app.get("/state").json()["downloads"].get(app.node.node_id, [])
+        return any(r["modelId"] == "tidy/older" and r["status"] == "deleted" for r in reports)
+
+    wait(reported, "the evicted copy reported deleted")
+    _drop(app, newest)
+
+
+def test_a_start_spares_recent_copies_and_cleanup_off_keeps_every_copy(app: AppNode) -> None:
+    recent = fake_copy(app, "tidy/recent", MIB, time.time() - 600)
+    stale = fake_copy(app, "tidy/stale", MIB, time.time() - 7200)
+
+    def tidy_at_start() -> Any:
+        return run(app, lambda: Staging(app.node).tidy(spare_recent_s=START_SPARES_SECONDS))
+
+    with staging_config(app, staging_keep_recent_gb=0.0, cleanup_on_deactivate=False):
+        assert tidy_at_start() == ()
+    assert recent.is_dir() and stale.is_dir()
+    with staging_config(app, staging_keep_recent_gb=0.0):
+        assert tidy_at_start() == ("tidy/stale",)
+    assert recent.is_dir() and not stale.exists()
+    _drop(app, recent)
+
+
+def test_a_node_starting_tidies_the_copies_a_previous_run_left(
+    app: AppNode, tmp_path: Path, models_dir: Path
+) -> None:
+    entry = app.node.catalog().get(ModelId(TINY))
+    assert entry is not None
+    left = tmp_path / "models"
+    shutil.copytree(models_dir, left, symlinks=True)
+
+    def copy_of(model_id: str, last_use: float) -> Path:
+        card = msgspec.structs.replace(entry.card, model_id=ModelId(model_id))
+        return write_copy(left, card, MIB, last_use)
+
+    recent, stale = copy_of("left/recent", time.time() - 600), copy_of("left/stale", 1.0)
+    config = "model_store:\n  staging:\n    staging_keep_recent_gb: 0\n"
+    with AppNode(root=tmp_path / "node", models_dir=left, config_yaml=config) as node:
+        wait(lambda: not stale.exists(), "the stale copy tidied at start")
+        # Used in the last half hour: kept even beyond the budget (a crash may have
+        # left it mid-use).
+        assert recent.is_dir()
+        assert not [m for m in node.node.installed_models if m.card.model_id == "left/stale"]
 
 
 def _drop(app: AppNode, *locations: Path) -> None:
