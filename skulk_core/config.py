@@ -76,7 +76,10 @@ class InferenceConfig(_Section, frozen=True, kw_only=True):
     CPUs), ``on`` or ``off``. On a CPU, off prefills a turn deep in a conversation
     about a fifth faster and decodes there about a tenth slower (see
     ``bench/README.md``). Read when a runner starts."""
-    max_output_tokens: int | None = None
+    max_output_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """The output budget of a generation on an instruct card that names none
+    (``max_tokens`` left out); unset: the built-in default. ``SKULK_MAX_OUTPUT_TOKENS``
+    overrides it. Read per request."""
     default_max_tokens: Annotated[int, msgspec.Meta(ge=1)] = 256
     """The output budget of a generation on a base card that names none (``max_tokens``
     left out): a base model continues text until something stops it, so it stops

@@ -40,16 +40,15 @@ MAX_IMAGE_BYTES = 32 * 1024 * 1024
 """Request-scoped encoded image media, summed over the request (the spec's bound)."""
 
 
-def default_max_output_tokens() -> int:
-    """The shared default output budget.
-
-    ``SKULK_MAX_OUTPUT_TOKENS`` (or the legacy ``SKULK_MAX_TOKENS``) overrides it.
-    """
+def default_max_output_tokens(configured: int | None = None) -> int:
+    """The shared default output budget: ``SKULK_MAX_OUTPUT_TOKENS`` (or the legacy
+    ``SKULK_MAX_TOKENS``), else ``configured`` (``inference.max_output_tokens``), else
+    :data:`DEFAULT_MAX_OUTPUT_TOKENS`."""
     for name in ("SKULK_MAX_OUTPUT_TOKENS", "SKULK_MAX_TOKENS"):
         raw = os.environ.get(name)
         if raw and raw.isdigit() and int(raw) > 0:
             return int(raw)
-    return DEFAULT_MAX_OUTPUT_TOKENS
+    return DEFAULT_MAX_OUTPUT_TOKENS if configured is None else configured
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,9 +136,10 @@ def _output_budget(node: Node, task: ChatTask, card: ModelCard) -> int:
     """
     if task.max_tokens is not None:
         return task.max_tokens
+    inference = node.config.inference
     if served_kind(card) == ModelKind.BASE:
-        return node.config.inference.default_max_tokens
-    return default_max_output_tokens()
+        return inference.default_max_tokens
+    return default_max_output_tokens(inference.max_output_tokens)
 
 
 def _replicas(node: Node, model_id: ModelId) -> int:
