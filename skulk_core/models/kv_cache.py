@@ -9,6 +9,11 @@ holds every layer's cells, the donors' included).
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Final
+
+LLAMA_CPP_SEQUENCES: Final = 4
+"""The sequences (slots) a llama.cpp text runner serves at once; its context holds a
+whole window of cells for each (``n_ctx = window x slots``, a non-unified cache)."""
 
 
 class KvCacheBackend(StrEnum):

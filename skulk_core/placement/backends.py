@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
+import msgspec
+
 from skulk_core.cluster.telemetry import NodeTelemetry
-from skulk_core.models.cards import ModelCard
-from skulk_core.models.kv_cache import KvCacheBackend
+from skulk_core.models.cards import ModelCard, ModelTask
+from skulk_core.models.kv_cache import LLAMA_CPP_SEQUENCES, KvCacheBackend
 
 BACKEND_LLAMA_CPP: Final = "llama_cpp"
 BACKEND_MLX: Final = "mlx"
@@ -57,10 +59,26 @@ def reserves_context_at_load(backend: str) -> bool:
     return backend in RESERVING_BACKENDS
 
 
-def kv_cache_of(backend: str, serving: NodeTelemetry | None) -> KvCacheBackend:
-    """The KV cell type a placement on ``backend`` is sized at: for llama.cpp, the type
-    of the node that serves it (``serving``'s reading; an RPC pool's driver holds
-    every layer's cells in its context, the donors' included), else F16."""
-    if backend != BACKEND_LLAMA_CPP or serving is None:
-        return KvCacheBackend.DEFAULT
-    return serving.resources.kv_cache
+class KvReservation(msgspec.Struct, frozen=True, kw_only=True):
+    """How a placement's KV window is reserved on its nodes: the cells' type, and how
+    many sequences get a whole window each."""
+
+    cells: KvCacheBackend = KvCacheBackend.DEFAULT
+    sequences: int = 1
+
+
+F16_ONE: Final = KvReservation()
+"""One window of F16 cells (MLX, which grows its cache per request; a card's estimate)."""
+
+
+def kv_reservation(card: ModelCard, backend: str, serving: NodeTelemetry | None) -> KvReservation:
+    """What a placement of ``card`` on ``backend`` reserves: a llama.cpp text runner a
+    window for each of its :data:`LLAMA_CPP_SEQUENCES`, its cells of the serving node's
+    type (``serving``'s reading; an RPC pool's driver holds every layer's cells in its
+    context, the donors' included); anything else one window of F16."""
+    if backend != BACKEND_LLAMA_CPP:
+        return KvReservation()
+    return KvReservation(
+        cells=KvCacheBackend.DEFAULT if serving is None else serving.resources.kv_cache,
+        sequences=LLAMA_CPP_SEQUENCES if ModelTask.TEXT_GENERATION in card.tasks else 1,
+    )

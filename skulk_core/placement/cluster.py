@@ -12,7 +12,7 @@ from skulk_core.models.cards import ModelCard
 from skulk_core.models.context_window import judged_window, kv_window
 from skulk_core.placement.backends import (
     card_backends,
-    kv_cache_of,
+    kv_reservation,
     reserves_context_at_load,
     usable_backends,
 )
@@ -101,8 +101,7 @@ def _planned_bytes(
 ) -> dict[NodeId, int]:
     serving = serving_node(instance)
     reading = None if serving is None else telemetry.get(serving)
-    kv_cache = kv_cache_of(_backend(card, reading), reading)
-    shares = instance_shares(card, instance, kv_cache)
+    shares = instance_shares(card, instance, kv_reservation(card, _backend(card, reading), reading))
     if isinstance(shares, str):
         return {}
     planned: dict[NodeId, int] = {}

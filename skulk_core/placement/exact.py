@@ -6,8 +6,12 @@ from __future__ import annotations
 import msgspec
 
 from skulk_core.models.cards import ModelCard
-from skulk_core.models.kv_cache import KvCacheBackend
-from skulk_core.placement.backends import common_backend, kv_cache_of, reserves_context_at_load
+from skulk_core.placement.backends import (
+    F16_ONE,
+    common_backend,
+    kv_reservation,
+    reserves_context_at_load,
+)
 from skulk_core.placement.capacity import PoolUnknown
 from skulk_core.placement.cluster import ClusterFacts
 from skulk_core.placement.eligibility import Candidate, screen_node
@@ -98,10 +102,10 @@ def admit_instance(
     backend = common_backend(card, [c.backends for c in ring])
     if backend is None:
         return _refuse(f"the instance's nodes share no engine that serves {card.model_id}")
-    kv_cache = kv_cache_of(backend, facts.telemetry.get(shares[0].node_id))
-    if kv_cache is not KvCacheBackend.DEFAULT:
-        # The serving node's KV cell type sizes every share.
-        shares = instance_shares(card, instance, kv_cache)
+    kv = kv_reservation(card, backend, facts.telemetry.get(shares[0].node_id))
+    if kv != F16_ONE:
+        # What the engine reserves sizes every share.
+        shares = instance_shares(card, instance, kv)
         if isinstance(shares, str):
             return _refuse(shares)
     actual = instance_meta_of(instance)

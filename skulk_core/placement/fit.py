@@ -23,7 +23,8 @@ _GB: Final = 1024**3
 
 
 class Share(msgspec.Struct, frozen=True, kw_only=True):
-    """What one node holds of a model: weight bytes and the KV cost of one token."""
+    """What one node holds of a model: weight bytes and the KV cost of one token of
+    one sequence, reserved for ``kv_sequences`` sequences of a whole window each."""
 
     node_id: NodeId
     weights_bytes: int
@@ -31,6 +32,7 @@ class Share(msgspec.Struct, frozen=True, kw_only=True):
     kv_bytes_per_token: int | None
     start_layer: int
     end_layer: int
+    kv_sequences: int = 1
 
 
 class Site(msgspec.Struct, frozen=True, kw_only=True):
@@ -46,7 +48,10 @@ def loaded_weights_bytes(share: Share) -> int:
 
 
 def kv_bytes(share: Share, tokens: int) -> int:
-    return 0 if share.kv_bytes_per_token is None else share.kv_bytes_per_token * tokens
+    """The KV cells a window of ``tokens`` reserves, for every sequence."""
+    if share.kv_bytes_per_token is None:
+        return 0
+    return share.kv_bytes_per_token * tokens * share.kv_sequences
 
 
 def consumption_bytes(share: Share, tokens: int) -> int:
@@ -64,9 +69,9 @@ def fits(site: Site, tokens: int) -> bool:
 
 def max_tokens(site: Site) -> int | None:
     """The largest KV window that fits beside the share's weights (``None``: unknown KV)."""
-    per_token = site.share.kv_bytes_per_token
-    if per_token is None or per_token <= 0:
+    if site.share.kv_bytes_per_token is None or site.share.kv_bytes_per_token <= 0:
         return None
+    per_token = site.share.kv_bytes_per_token * site.share.kv_sequences
     # Strictly less than available: fixed + per_token * t <= available - 1.
     room = site.pool.available_bytes - loaded_weights_bytes(site.share) - HEADROOM_BYTES - 1
     return max(0, room // per_token)
@@ -85,6 +90,8 @@ def shortfall_message(site: Site, tokens: int) -> str:
         parts += f" + headroom {gb(HEADROOM_BYTES)}; KV cache size unknown"
     else:
         parts += f" + KV {gb(kv_bytes(share, tokens))} for {tokens} tokens"
+        if share.kv_sequences > 1:
+            parts += f" × {share.kv_sequences} sequences"  # noqa: RUF001
         parts += f" + headroom {gb(HEADROOM_BYTES)}"
     have = f"{gb(pool.available_bytes)} of {pool.kind} available"
     if pool.committed_bytes:

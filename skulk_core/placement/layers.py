@@ -9,6 +9,7 @@ from skulk_core.ids import NodeId
 from skulk_core.models.cards import ModelCard
 from skulk_core.models.kv_cache import KvCacheBackend
 from skulk_core.models.memory_estimate import kv_bytes_per_token, kv_geometry
+from skulk_core.placement.backends import F16_ONE, KvReservation
 from skulk_core.placement.fit import Share
 
 
@@ -51,16 +52,12 @@ def _per_layer_kv(card: ModelCard, kv_cache: KvCacheBackend) -> int | None:
 
 
 def layer_share(
-    card: ModelCard,
-    node_id: NodeId,
-    start: int,
-    end: int,
-    kv_cache: KvCacheBackend = KvCacheBackend.DEFAULT,
+    card: ModelCard, node_id: NodeId, start: int, end: int, kv: KvReservation = F16_ONE
 ) -> Share:
-    """The share of a node holding layers ``[start, end)`` of ``card``, its KV cells
-    of type ``kv_cache``."""
+    """The share of a node holding layers ``[start, end)`` of ``card``, its KV
+    reserved as ``kv`` says."""
     layers = end - start
-    per_layer = _per_layer_kv(card, kv_cache)
+    per_layer = _per_layer_kv(card, kv.cells)
     return Share(
         node_id=node_id,
         # Rounded up: a node never plans for fewer bytes than it will load.
@@ -68,17 +65,15 @@ def layer_share(
         kv_bytes_per_token=None if per_layer is None else per_layer * layers,
         start_layer=start,
         end_layer=end,
+        kv_sequences=kv.sequences,
     )
 
 
 def tensor_share(
-    card: ModelCard,
-    node_id: NodeId,
-    world_size: int,
-    kv_cache: KvCacheBackend = KvCacheBackend.DEFAULT,
+    card: ModelCard, node_id: NodeId, world_size: int, kv: KvReservation = F16_ONE
 ) -> Share:
     """An even 1/``world_size`` of every layer's weights and KV heads."""
-    per_layer = _per_layer_kv(card, kv_cache)
+    per_layer = _per_layer_kv(card, kv.cells)
     return Share(
         node_id=node_id,
         weights_bytes=-(-card.storage_size.in_bytes // world_size),
@@ -87,6 +82,7 @@ def tensor_share(
         else -(-per_layer * card.n_layers // world_size),
         start_layer=0,
         end_layer=card.n_layers,
+        kv_sequences=kv.sequences,
     )
 
 
@@ -94,16 +90,16 @@ def pipeline_shares(
     card: ModelCard,
     ring: Sequence[NodeId],
     capacities: Sequence[int],
-    kv_cache: KvCacheBackend = KvCacheBackend.DEFAULT,
+    kv: KvReservation = F16_ONE,
 ) -> list[Share]:
     ranges = split_layers(card.n_layers, capacities)
     return [
-        layer_share(card, node, start, end, kv_cache)
+        layer_share(card, node, start, end, kv)
         for node, (start, end) in zip(ring, ranges, strict=True)
     ]
 
 
 def tensor_shares(
-    card: ModelCard, ring: Sequence[NodeId], kv_cache: KvCacheBackend = KvCacheBackend.DEFAULT
+    card: ModelCard, ring: Sequence[NodeId], kv: KvReservation = F16_ONE
 ) -> list[Share]:
-    return [tensor_share(card, node, len(ring), kv_cache) for node in ring]
+    return [tensor_share(card, node, len(ring), kv) for node in ring]

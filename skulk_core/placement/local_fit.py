@@ -13,8 +13,7 @@ from skulk_core.cluster.telemetry import NodeTelemetry
 from skulk_core.ids import NodeId
 from skulk_core.models.cards import ModelCard
 from skulk_core.models.context_window import kv_window
-from skulk_core.models.kv_cache import KvCacheBackend
-from skulk_core.placement.backends import reserves_context_at_load
+from skulk_core.placement.backends import F16_ONE, KvReservation, reserves_context_at_load
 from skulk_core.placement.capacity import PoolUnknown, memory_pool
 from skulk_core.placement.fit import Site, fits, shortfall_message
 from skulk_core.placement.layers import layer_share, tensor_share
@@ -29,14 +28,14 @@ def local_shortfall(
     context_tokens: int,
     reading: NodeTelemetry,
     backend: str,
-    kv_cache: KvCacheBackend = KvCacheBackend.DEFAULT,
+    kv: KvReservation = F16_ONE,
 ) -> str | None:
     """Why ``shard`` does not fit on this node right now (the arithmetic), or None;
-    its KV cells of type ``kv_cache`` (what this node's runner will use)."""
+    its KV reserved as ``kv`` says (what this node's runner will reserve)."""
     if isinstance(shard, TensorShardMetadata):
-        share = tensor_share(card, node_id, shard.world_size, kv_cache)
+        share = tensor_share(card, node_id, shard.world_size, kv)
     else:
-        share = layer_share(card, node_id, shard.start_layer, shard.end_layer, kv_cache)
+        share = layer_share(card, node_id, shard.start_layer, shard.end_layer, kv)
     pool = memory_pool(reading, backend)
     if isinstance(pool, PoolUnknown):
         return None  # placement already judged it; nothing better to go on here

@@ -23,7 +23,7 @@ from skulk_core.models.context_window import (
 from skulk_core.placement.backends import (
     card_backends,
     common_backend,
-    kv_cache_of,
+    kv_reservation,
     reserves_context_at_load,
 )
 from skulk_core.placement.capacity import PoolUnknown
@@ -172,14 +172,14 @@ def plan_ring(
             return f"node {candidate.label}: {pool.reason}"
         pools.append(pool)
     nodes = [c.node_id for c in ring]
-    kv_cache = kv_cache_of(backend, facts.telemetry.get(nodes[0]))
+    kv = kv_reservation(card, backend, facts.telemetry.get(nodes[0]))
     if sharding == Sharding.PIPELINE:
         # Layers follow the memory each node can give after its headroom.
         shares = pipeline_shares(
-            card, nodes, [max(0, p.available_bytes - HEADROOM_BYTES) for p in pools], kv_cache
+            card, nodes, [max(0, p.available_bytes - HEADROOM_BYTES) for p in pools], kv
         )
     else:
-        shares = tensor_shares(card, nodes, kv_cache)
+        shares = tensor_shares(card, nodes, kv)
     sites = tuple(
         Site(share=share, pool=pool, label=c.label)
         for share, pool, c in zip(shares, pools, ring, strict=True)

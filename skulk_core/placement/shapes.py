@@ -9,8 +9,7 @@ import msgspec
 
 from skulk_core.ids import ModelId, NodeId, RunnerId
 from skulk_core.models.cards import ModelCard
-from skulk_core.models.kv_cache import KvCacheBackend
-from skulk_core.placement.backends import BACKEND_LLAMA_CPP
+from skulk_core.placement.backends import BACKEND_LLAMA_CPP, F16_ONE, KvReservation
 from skulk_core.placement.fit import Share
 from skulk_core.placement.id_factory import IdFactory
 from skulk_core.placement.layers import layer_share, tensor_share
@@ -169,10 +168,10 @@ def sharding_of(instance: Instance) -> Sharding | None:
 
 
 def instance_shares(
-    card: ModelCard, instance: Instance, kv_cache: KvCacheBackend = KvCacheBackend.DEFAULT
+    card: ModelCard, instance: Instance, kv: KvReservation = F16_ONE
 ) -> list[Share] | str:
-    """The instance's shares in device-rank order, their KV cells of type
-    ``kv_cache``, or why its shards do not add up."""
+    """The instance's shares in device-rank order, their KV reserved as ``kv`` says,
+    or why its shards do not add up."""
     assignments = instance.shard_assignments
     runners = list(assignments.node_to_runner.values())
     if not runners:
@@ -204,7 +203,7 @@ def instance_shares(
     if sharding == Sharding.TENSOR:
         if any((s.start_layer, s.end_layer) != (0, card.n_layers) for s in shards):
             return f"every Tensor shard holds layers [0, {card.n_layers})"
-        return [tensor_share(card, node, world, kv_cache) for node in nodes]
+        return [tensor_share(card, node, world, kv) for node in nodes]
     expected_start = 0
     for shard in shards:
         if shard.start_layer != expected_start or shard.end_layer <= shard.start_layer:
@@ -213,7 +212,7 @@ def instance_shares(
     if expected_start != card.n_layers:
         return f"Pipeline shards must cover layers [0, {card.n_layers}) in order, without gaps"
     return [
-        layer_share(card, node, shard.start_layer, shard.end_layer, kv_cache)
+        layer_share(card, node, shard.start_layer, shard.end_layer, kv)
         for shard, node in zip(shards, nodes, strict=True)
     ]
 

@@ -19,8 +19,9 @@ import msgspec
 
 from skulk_core.chat.generation import EngineChunk, GenerationRequest
 from skulk_core.ids import TaskId
+from skulk_core.models.kv_cache import LLAMA_CPP_SEQUENCES
 
-DEFAULT_SLOTS: Final = 4
+DEFAULT_SLOTS: Final = LLAMA_CPP_SEQUENCES
 """Sequences an engine serves at once unless told otherwise."""
 
 ChunkSink = Callable[[EngineChunk], None]

@@ -22,7 +22,7 @@ from skulk_core.ids import ModelId
 from skulk_core.models.cards import ModelTask, is_directory_card
 from skulk_core.models.context_window import DEFAULT_CONTEXT_TOKENS
 from skulk_core.models.kv_cache import KvCacheBackend
-from skulk_core.placement.backends import BACKEND_LLAMA_CPP, is_mlx_card
+from skulk_core.placement.backends import BACKEND_LLAMA_CPP, F16_ONE, KvReservation, is_mlx_card
 from skulk_core.placement.local_fit import local_shortfall
 from skulk_core.placement.repair import DOWNLOAD_FAILED, MODEL_NOT_INSTALLED, PLACEMENT_REFUSED
 from skulk_core.placement.rpc_pool import RPC_DONOR_LOST
@@ -197,7 +197,14 @@ class Launcher:
         reading = self._node.own_telemetry()
         if entry is None or reading is None:
             return None
-        llama = self.runner_engine(model_id) == "llama_cpp"
+        kv = F16_ONE
+        if self.runner_engine(model_id) == "llama_cpp":
+            # What this node's runner will reserve: its own cell type, a window a slot.
+            cells = kv_cache_for(self._node.config)
+            kv = KvReservation(
+                cells=cells,
+                sequences=self._slots if self.runner_mode(model_id) == "generate" else 1,
+            )
         return local_shortfall(
             entry.card,
             shard,
@@ -205,7 +212,7 @@ class Launcher:
             context_tokens=context_tokens,
             reading=reading,
             backend=BACKEND_LLAMA_CPP,
-            kv_cache=kv_cache_for(self._node.config) if llama else KvCacheBackend.DEFAULT,
+            kv=kv,
         )
 
     async def _await_donors(self, instance: LlamaRpcInstance, stopping: Callable[[], bool]) -> bool:

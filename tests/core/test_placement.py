@@ -56,6 +56,9 @@ MIB = 1024**2
 DEMO_BYTES = 253_113_024
 # 2 (K and V) x 18 layers x 1 KV head x 256 head dim x 2 bytes (f16).
 DEMO_KV_PER_TOKEN = 2 * 18 * 1 * 256 * 2
+# A llama.cpp text runner serves 4 slots, each a whole window of cells: what one token
+# of a placement's window reserves.
+DEMO_KV_PER_WINDOW_TOKEN = DEMO_KV_PER_TOKEN * 4
 
 
 class CountingIds:
@@ -201,7 +204,9 @@ def test_the_demo_model_fits_one_node_as_a_single_ring_shard() -> None:
     assert result.default_context_tokens == 8192
     assert result.reserves_context_at_load is True
     assert result.kv_bytes_per_token == DEMO_KV_PER_TOKEN == 18432
-    assert result.memory_delta_by_node == {"a": loaded(DEMO_BYTES) + DEMO_KV_PER_TOKEN * 8192}
+    assert result.memory_delta_by_node == {
+        "a": loaded(DEMO_BYTES) + DEMO_KV_PER_WINDOW_TOKEN * 8192
+    }
 
 
 def test_a_node_too_small_is_refused_with_the_arithmetic() -> None:
@@ -210,16 +215,16 @@ def test_a_node_too_small_is_refused_with_the_arithmetic() -> None:
     )
     assert result.code == NO_VALID_PLACEMENT
     assert result.message == (
-        "cannot place local/gemma-3-270m-q4_k_m: needs 0.90 GB (weights 0.24 GB × 1.10 "  # noqa: RUF001
-        "+ KV 0.14 GB for 8192 tokens + headroom 0.50 GB) but node a (host-a) has 0.20 GB "
-        "of RAM available"
+        "cannot place local/gemma-3-270m-q4_k_m: needs 1.32 GB (weights 0.24 GB × 1.10 "  # noqa: RUF001
+        "+ KV 0.56 GB for 8192 tokens × 4 sequences + headroom 0.50 GB) but node a (host-a) "  # noqa: RUF001
+        "has 0.20 GB of RAM available"
     )
 
 
 def test_memory_exactly_equal_to_the_need_is_refused_one_byte_more_fits() -> None:
     card = gguf_card()
     # The smallest window worth placing is 256 tokens.
-    need = loaded(DEMO_BYTES) + DEMO_KV_PER_TOKEN * 256 + HEADROOM_BYTES
+    need = loaded(DEMO_BYTES) + DEMO_KV_PER_WINDOW_TOKEN * 256 + HEADROOM_BYTES
     refused(place(card, facts(telemetry("a", need)), PlacementRequest(), CountingIds()))
     result = placed(place(card, facts(telemetry("a", need + 1)), PlacementRequest(), CountingIds()))
     assert result.max_context_tokens == 256
@@ -248,7 +253,7 @@ def test_the_context_limit_comes_from_the_kv_geometry() -> None:
 
 
 def test_a_squeezed_node_gets_a_smaller_default_window() -> None:
-    need_at_default = loaded(DEMO_BYTES) + DEMO_KV_PER_TOKEN * 8192 + HEADROOM_BYTES
+    need_at_default = loaded(DEMO_BYTES) + DEMO_KV_PER_WINDOW_TOKEN * 8192 + HEADROOM_BYTES
     result = placed(
         place(
             gguf_card(), facts(telemetry("a", need_at_default)), PlacementRequest(), CountingIds()
@@ -275,7 +280,9 @@ def test_context_tokens_is_honoured_exactly() -> None:
         )
     )
     assert result.instance.context_token_limit == 1024
-    assert result.memory_delta_by_node == {"a": loaded(DEMO_BYTES) + DEMO_KV_PER_TOKEN * 1024}
+    assert result.memory_delta_by_node == {
+        "a": loaded(DEMO_BYTES) + DEMO_KV_PER_WINDOW_TOKEN * 1024
+    }
 
 
 def test_context_tokens_above_the_card_limit_names_the_maximum() -> None:
@@ -293,7 +300,7 @@ def test_context_tokens_above_the_card_limit_names_the_maximum() -> None:
 
 
 def test_context_tokens_above_what_memory_holds_names_that_maximum() -> None:
-    available = loaded(DEMO_BYTES) + HEADROOM_BYTES + DEMO_KV_PER_TOKEN * 10000
+    available = loaded(DEMO_BYTES) + HEADROOM_BYTES + DEMO_KV_PER_WINDOW_TOKEN * 10000
     result = refused(
         place(
             gguf_card(),
@@ -426,14 +433,14 @@ def _committed_state(runner_status: object) -> State:
 
 
 def test_instances_still_loading_commit_their_memory() -> None:
-    reading = telemetry("a", 1200 * MIB)
+    reading = telemetry("a", 2000 * MIB)
     free = facts(reading)
     committed = facts(reading, state=_committed_state(RunnerIdle()))
-    assert committed.committed_bytes == {"a": loaded(DEMO_BYTES) + DEMO_KV_PER_TOKEN * 8192}
+    assert committed.committed_bytes == {"a": loaded(DEMO_BYTES) + DEMO_KV_PER_WINDOW_TOKEN * 8192}
     first = placed(place(gguf_card(), free, PlacementRequest(), CountingIds()))
     second = place(gguf_card(), committed, PlacementRequest(), CountingIds())
     # Two quick placements cannot both count the same free bytes.
-    available = 1200 * MIB - committed.committed_bytes[NodeId("a")]
+    available = 2000 * MIB - committed.committed_bytes[NodeId("a")]
     assert isinstance(second, Placement)
     assert second.max_context_tokens is not None and first.max_context_tokens is not None
     assert second.max_context_tokens < first.max_context_tokens
@@ -465,7 +472,7 @@ def test_a_ready_runner_commits_what_it_has_not_touched_yet() -> None:
     """On a CPU node that reports its runners' resident memory, a ready runner's plan
     counts less what it holds: llama.cpp's KV cache is taken as contexts grow, so a
     second placement must not count those bytes as free."""
-    plan = loaded(DEMO_BYTES) + DEMO_KV_PER_TOKEN * 8192
+    plan = loaded(DEMO_BYTES) + DEMO_KV_PER_WINDOW_TOKEN * 8192
     base = telemetry("a", 2 * GIB)
     for resident in (0, 100 * MIB, plan + GIB):
         memory = msgspec.structs.replace(base.memory, runners_rss=Memory(in_bytes=resident))
@@ -556,7 +563,7 @@ def test_previews_of_the_demo_model_on_one_node() -> None:
     # The embedded instance carries the largest window; a launch commits the default.
     assert valid.instance is not None and valid.instance.context_token_limit == 32768
     assert valid.max_context_tokens == 32768 and valid.default_context_tokens == 8192
-    assert valid.memory_delta_by_node == {"a": loaded(DEMO_BYTES) + DEMO_KV_PER_TOKEN * 8192}
+    assert valid.memory_delta_by_node == {"a": loaded(DEMO_BYTES) + DEMO_KV_PER_WINDOW_TOKEN * 8192}
     [tensor] = [p for p in previews if p.sharding == Sharding.TENSOR]
     assert tensor.instance is None and tensor.card_digest is None
     assert tensor.error_code == NO_VALID_PLACEMENT
@@ -684,7 +691,7 @@ def test_the_master_refuses_a_window_that_no_longer_fits_rather_than_shrinking_i
     """Two API nodes both planned the full window against the same free bytes; the
     master orders the first, and the second is refused, never admitted at a smaller
     window than its caller was promised."""
-    reading = telemetry("a", 1200 * MIB)
+    reading = telemetry("a", 2000 * MIB)
     request = PlacementRequest(context_tokens=8192)
     ids = CountingIds()
     first = placed(place(gguf_card(), facts(reading), request, ids))

@@ -1,7 +1,8 @@
-"""Placement sizes a llama.cpp model's KV window at the cell type of the node that
-serves it (``inference.kv_cache_backend``, advertised in telemetry): a quantized
-cache holds a longer context in the same memory. MLX placements, and readings from
-nodes that predate the field, stay at F16."""
+"""Placement sizes a llama.cpp model's KV window as its runner reserves it: a whole
+window for each of the runner's slots, in the cell type of the node that serves it
+(``inference.kv_cache_backend``, advertised in telemetry), so a quantized cache holds
+a longer context in the same memory. MLX placements, and readings from nodes that
+predate the field, stay at one window of F16."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import msgspec
 
 from skulk_core.cluster.telemetry import NodeTelemetry
 from skulk_core.ids import NodeId
+from skulk_core.models.cards import ModelTask
 from skulk_core.models.kv_cache import KvCacheBackend
 from skulk_core.models.memory_estimate import KvGeometry, kv_bytes_per_token
 from skulk_core.placement import HEADROOM_BYTES, PlacementRefusal, PlacementRequest, place
+from skulk_core.placement.backends import F16_ONE, KvReservation, kv_reservation
 from skulk_core.placement.exact import admit_instance
 from skulk_core.placement.local_fit import local_shortfall
 from skulk_core.state.shards import PipelineShardMetadata, RpcDonorShardMetadata, RunnerIdle
@@ -19,6 +22,7 @@ from skulk_core.state.state import State
 from tests.core.test_placement import (
     DEMO_BYTES,
     DEMO_KV_PER_TOKEN,
+    DEMO_KV_PER_WINDOW_TOKEN,
     GIB,
     CountingIds,
     facts,
@@ -33,6 +37,7 @@ from tests.core.test_placement import (
 DEMO = KvGeometry(n_layers=18, kv_heads=1, head_dim=256)
 # 2 (K and V) x 18 layers x one 256-value row: 8 blocks of 32, 34 bytes each in Q8_0.
 Q8_PER_TOKEN = 2 * 18 * 8 * 34
+SLOTS = 4
 
 
 def reading(node: str, ram: int, kv_cache: KvCacheBackend) -> NodeTelemetry:
@@ -53,7 +58,7 @@ def test_a_row_costs_what_ggml_stores() -> None:
 
 
 def test_a_node_with_a_quantized_cache_holds_a_context_f16_cannot() -> None:
-    available = loaded(DEMO_BYTES) + HEADROOM_BYTES + DEMO_KV_PER_TOKEN * 10_000
+    available = loaded(DEMO_BYTES) + HEADROOM_BYTES + DEMO_KV_PER_WINDOW_TOKEN * 10_000
     request = PlacementRequest(context_tokens=18_000)
     at_f16 = refused(place(gguf_card(), facts(telemetry("a", available)), request, CountingIds()))
     assert "holds: 9999 tokens" in at_f16.message
@@ -61,7 +66,7 @@ def test_a_node_with_a_quantized_cache_holds_a_context_f16_cannot() -> None:
     result = placed(place(gguf_card(), quantized, request, CountingIds()))
     assert result.instance.context_token_limit == 18_000
     delta = result.memory_delta_by_node[NodeId("a")]
-    assert delta == loaded(DEMO_BYTES) + Q8_PER_TOKEN * 18_000
+    assert delta == loaded(DEMO_BYTES) + Q8_PER_TOKEN * SLOTS * 18_000
     # The master's re-check of the ordered instance sizes it the same way, and keeps
     # the window it was promised.
     admitted = admit_instance(
@@ -80,7 +85,9 @@ def test_a_node_with_a_quantized_cache_holds_a_context_f16_cannot() -> None:
     )
     # The ceiling the placement reports is the longer window its cells allow.
     assert result.max_context_tokens is not None
-    assert result.max_context_tokens == (DEMO_KV_PER_TOKEN * 10_000 - 1) // Q8_PER_TOKEN
+    assert result.max_context_tokens == (DEMO_KV_PER_WINDOW_TOKEN * 10_000 - 1) // (
+        Q8_PER_TOKEN * SLOTS
+    )
 
 
 def test_mlx_placements_stay_at_f16_whatever_the_node_says() -> None:
@@ -106,7 +113,7 @@ def test_an_rpc_pool_sizes_every_share_at_the_drivers_cells() -> None:
         assert isinstance(shard, PipelineShardMetadata | RpcDonorShardMetadata)
         layers = shard.end_layer - shard.start_layer
         weights = loaded(-(-DEMO_BYTES * layers // 18))
-        kv = Q8_PER_TOKEN // 18 * layers * 4096
+        kv = Q8_PER_TOKEN // 18 * layers * 4096 * SLOTS
         assert result.memory_delta_by_node[node_id] == weights + kv, node_id
 
 
@@ -123,7 +130,7 @@ def test_committed_memory_counts_a_placed_instance_at_its_servers_cells() -> Non
     [runner] = instance.shard_assignments.node_to_runner.values()
     state = State(instances={instance.instance_id: instance}, runners={runner: RunnerIdle()})
     cluster = facts(reading("a", 2 * GIB, KvCacheBackend.Q8_0), state=state)
-    assert cluster.committed_bytes == {"a": loaded(DEMO_BYTES) + Q8_PER_TOKEN * 8192}
+    assert cluster.committed_bytes == {"a": loaded(DEMO_BYTES) + Q8_PER_TOKEN * SLOTS * 8192}
 
 
 def test_a_node_checks_its_own_share_at_the_cells_its_runner_will_use() -> None:
@@ -136,10 +143,10 @@ def test_a_node_checks_its_own_share_at_the_cells_its_runner_will_use() -> None:
         end_layer=card.n_layers,
         n_layers=card.n_layers,
     )
-    room = loaded(DEMO_BYTES) + HEADROOM_BYTES + DEMO_KV_PER_TOKEN * 10_000
+    room = loaded(DEMO_BYTES) + HEADROOM_BYTES + DEMO_KV_PER_WINDOW_TOKEN * 10_000
     node = telemetry("a", room)
 
-    def shortfall(kv_cache: KvCacheBackend) -> str | None:
+    def shortfall(kv_cache: KvCacheBackend, sequences: int = SLOTS) -> str | None:
         return local_shortfall(
             card,
             shard,
@@ -147,12 +154,26 @@ def test_a_node_checks_its_own_share_at_the_cells_its_runner_will_use() -> None:
             context_tokens=18_000,
             reading=node,
             backend="llama_cpp",
-            kv_cache=kv_cache,
+            kv=KvReservation(cells=kv_cache, sequences=sequences),
         )
 
     assert shortfall(KvCacheBackend.Q8_0) is None
     why = shortfall(KvCacheBackend.DEFAULT)
-    assert why is not None and "but node a has" in why
+    assert why is not None and "for 18000 tokens × 4 sequences" in why  # noqa: RUF001
+    # A runner of one sequence (an embedding runner) reserves one window.
+    assert shortfall(KvCacheBackend.DEFAULT, sequences=1) is None
+
+
+def test_what_each_engine_reserves() -> None:
+    card = gguf_card()
+    q8 = reading("a", GIB, KvCacheBackend.Q8_0)
+    assert kv_reservation(card, "llama_cpp", q8) == KvReservation(
+        cells=KvCacheBackend.Q8_0, sequences=SLOTS
+    )
+    assert kv_reservation(card, "llama_cpp", None) == KvReservation(sequences=SLOTS)
+    embedder = msgspec.structs.replace(card, tasks=(ModelTask.TEXT_EMBEDDING,))
+    assert kv_reservation(embedder, "llama_cpp", q8) == KvReservation(cells=KvCacheBackend.Q8_0)
+    assert kv_reservation(mlx_card(), "mlx", q8) == F16_ONE
 
 
 def test_a_reading_from_a_node_that_predates_the_field_is_f16() -> None:
