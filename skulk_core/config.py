@@ -68,7 +68,9 @@ class InferenceConfig(_Section, frozen=True, kw_only=True):
     kv_cache_backend: KvCacheBackend = KvCacheBackend.DEFAULT
     """The type of llama.cpp runners' KV cells: ``q8_0`` holds a context in about
     half the memory of ``f16`` (the default), ``q4_0`` in about a quarter, at some
-    cost in accuracy; a quantized cache needs flash attention (not ``off``).
+    cost in accuracy and, on a CPU, in prefill speed deep in a conversation (about a
+    third slower for ``q8_0``, three fifths for ``q4_0``; see ``bench/README.md``); a
+    quantized cache needs flash attention (not ``off``).
     ``SKULK_KV_CACHE_BACKEND`` overrides it. Read when a runner starts; the node
     advertises it, and a model it serves is placed with a KV window sized at it."""
     flash_attention: FlashAttention = FlashAttention.AUTO
