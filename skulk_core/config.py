@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import msgspec
 
 from skulk_core.cluster.telemetry import Participation
-from skulk_core.models.kv_cache import KvCacheBackend
+from skulk_core.models.kv_cache import LLAMA_CPP_SEQUENCES, KvCacheBackend
 from skulk_core.placement.keep_alive import DEFAULT_KEEP_ALIVE, parse_keep_alive
 
 SECRET_PLACEHOLDER_KEYS = ("hf_token",)
@@ -64,6 +64,10 @@ DEFAULT_LOAD_TIMEOUT_SECONDS = 300.0
 MAX_LOAD_TIMEOUT_SECONDS = 3600.0
 
 
+MAX_PARALLEL_REQUESTS = 64
+"""The most slots a runner may be given (each is a sequence of one llama.cpp context)."""
+
+
 class InferenceConfig(_Section, frozen=True, kw_only=True):
     kv_cache_backend: KvCacheBackend = KvCacheBackend.DEFAULT
     """The type of llama.cpp runners' KV cells: ``q8_0`` holds a context in about
@@ -91,6 +95,13 @@ class InferenceConfig(_Section, frozen=True, kw_only=True):
     """Host RAM each text runner may use to keep prompt prefixes its slots gave up
     (restored on a later match instead of prefilled again); 0 turns it off. Read
     when a runner starts."""
+    parallel_requests: Annotated[int, msgspec.Meta(ge=1, le=MAX_PARALLEL_REQUESTS)] = (
+        LLAMA_CPP_SEQUENCES
+    )
+    """How many requests one llama.cpp runner decodes at once (its slots; llama-server's
+    ``--parallel``, Ollama's ``OLLAMA_NUM_PARALLEL``). Each slot holds a whole context
+    window of KV cells, so placement sizes a window for each: fewer slots, a longer
+    window in the same memory. The node advertises it. Read when a runner starts."""
     runner_threads: Annotated[int, msgspec.Meta(ge=1)] | None = None
     """CPU threads each model runner computes with (llama.cpp's ``-t``); unset, all
     of this machine's cores. Lower it to leave cores to other work on the host.

@@ -202,6 +202,7 @@ def telemetry_source(node: Node) -> TelemetrySource:
         api_urls=advertised_api_urls(node.settings.host, node.settings.api_port),
         runner_pids=spawned_runner_pids,
         kv_cache=lambda: kv_cache_for(node.config),
+        llama_cpp_slots=lambda: node.config.inference.parallel_requests,
     )
     source.prompt_prefixes = lambda: node.routed_prompts.published(node.state.instances)
     return source

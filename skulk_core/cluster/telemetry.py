@@ -15,7 +15,7 @@ from skulk_core.cluster.prefixes import InstancePrefixes
 from skulk_core.extensions.capability_nodes import CapabilityNodeSummary
 from skulk_core.ids import NodeId, NodeInstallId
 from skulk_core.models.cards import Memory
-from skulk_core.models.kv_cache import KvCacheBackend
+from skulk_core.models.kv_cache import LLAMA_CPP_SEQUENCES, KvCacheBackend
 
 TELEMETRY_INTERVAL_SECONDS = 1.5
 # A node is "late" when its freshest liveness signal is older than this.
@@ -86,6 +86,9 @@ class NodeResources(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     kv_cache: KvCacheBackend = KvCacheBackend.DEFAULT
     """The KV cell type this node's llama.cpp runners use (``inference.kv_cache_backend``
     in effect): placement sizes the KV window of a model this node serves at it."""
+    llama_cpp_slots: int = LLAMA_CPP_SEQUENCES
+    """The slots of this node's llama.cpp text runners (``inference.parallel_requests``),
+    each a whole window of KV cells: placement reserves a window for each."""
 
 
 class HealthLevel(StrEnum):

@@ -73,12 +73,14 @@ F16_ONE: Final = KvReservation()
 
 def kv_reservation(card: ModelCard, backend: str, serving: NodeTelemetry | None) -> KvReservation:
     """What a placement of ``card`` on ``backend`` reserves: a llama.cpp text runner a
-    window for each of its :data:`LLAMA_CPP_SEQUENCES`, its cells of the serving node's
-    type (``serving``'s reading; an RPC pool's driver holds every layer's cells in its
-    context, the donors' included); anything else one window of F16."""
+    window for each of its slots, its cells of the type the serving node advertises
+    (``serving``'s reading, :data:`LLAMA_CPP_SEQUENCES` slots of F16 when unknown; an
+    RPC pool's driver holds every layer's cells in its context, the donors' included);
+    an embedding runner one window; anything else one window of F16."""
     if backend != BACKEND_LLAMA_CPP:
         return KvReservation()
-    return KvReservation(
-        cells=KvCacheBackend.DEFAULT if serving is None else serving.resources.kv_cache,
-        sequences=LLAMA_CPP_SEQUENCES if ModelTask.TEXT_GENERATION in card.tasks else 1,
-    )
+    cells = KvCacheBackend.DEFAULT if serving is None else serving.resources.kv_cache
+    if ModelTask.TEXT_GENERATION not in card.tasks:
+        return KvReservation(cells=cells)
+    slots = LLAMA_CPP_SEQUENCES if serving is None else serving.resources.llama_cpp_slots
+    return KvReservation(cells=cells, sequences=max(1, slots))

@@ -25,7 +25,7 @@ from skulk_core.cluster.telemetry import (
 from skulk_core.extensions.capability_nodes import CapabilityNodeSummary
 from skulk_core.ids import NodeId
 from skulk_core.models.cards import Memory
-from skulk_core.models.kv_cache import KvCacheBackend
+from skulk_core.models.kv_cache import LLAMA_CPP_SEQUENCES, KvCacheBackend
 from skulk_daemon.telemetry.hardware import (
     collect_memory,
     collect_system,
@@ -72,6 +72,7 @@ class TelemetrySource:
         api_urls: tuple[str, ...] = (),
         runner_pids: Callable[[], Iterable[int]] = tuple,
         kv_cache: Callable[[], KvCacheBackend] = lambda: KvCacheBackend.DEFAULT,
+        llama_cpp_slots: Callable[[], int] = lambda: LLAMA_CPP_SEQUENCES,
     ) -> None:
         self.node_id = node_id
         self.identity = identity
@@ -89,6 +90,7 @@ class TelemetrySource:
         self.runner_pids = runner_pids
         # Read at each reading: a PUT /config changes what the next placement is sized at.
         self.kv_cache = kv_cache
+        self.llama_cpp_slots = llama_cpp_slots
         self._accelerator: Accelerator | None = None
         self._accelerator_reasons: tuple[HealthReason, ...] = ()
         self._accelerator_probed_at: float | None = None
@@ -116,6 +118,7 @@ class TelemetrySource:
                 capability_conflicts=(*self._accelerator_reasons, *conflicts),
                 api_urls=self.api_urls,
                 kv_cache=self.kv_cache(),
+                llama_cpp_slots=self.llama_cpp_slots(),
             ),
             observed_at=self._clock(),
             capabilities=tags,

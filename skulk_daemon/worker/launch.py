@@ -54,9 +54,8 @@ class LaunchRefused(Exception):
 
 
 class Launcher:
-    def __init__(self, node: Node, slots: int) -> None:
+    def __init__(self, node: Node) -> None:
         self._node = node
-        self._slots = slots
         self.rpc_gate_key: bytes | None = None
         self.staging = Staging(node)
         self.fetch = ModelFetch(node, self.staging)
@@ -153,7 +152,7 @@ class Launcher:
         return Load(
             model_path=str(path),
             context_tokens=context_tokens,
-            slots=self._slots,
+            slots=self._node.config.inference.parallel_requests,
             n_threads=inference.runner_threads,
             mode=self.runner_mode(model_id),
             pool=pool,
@@ -203,7 +202,9 @@ class Launcher:
             cells = kv_cache_for(self._node.config)
             kv = KvReservation(
                 cells=cells,
-                sequences=self._slots if self.runner_mode(model_id) == "generate" else 1,
+                sequences=self._node.config.inference.parallel_requests
+                if self.runner_mode(model_id) == "generate"
+                else 1,
             )
         return local_shortfall(
             entry.card,

@@ -23,7 +23,6 @@ from skulk_core.ids import CommandId, InstanceId, ModelId, NodeId, RunnerId, Tas
 from skulk_core.models.cards import ModelTask
 from skulk_core.state.shards import serving_node
 from skulk_core.state.state import TaskStatus
-from skulk_daemon.engines.base import DEFAULT_SLOTS
 from skulk_daemon.hub.download import Downloads
 from skulk_daemon.node.node import Node
 from skulk_daemon.runner.client import Answer, PartSink, PreviewSink
@@ -70,12 +69,12 @@ class RunnerUnavailable(Exception):
 
 
 class Supervisor:
-    def __init__(self, node: Node, *, slots: int = DEFAULT_SLOTS) -> None:
+    def __init__(self, node: Node) -> None:
         self._node = node
         self._wakeup = asyncio.Event()
         self._remote: RemoteGenerate | None = None
         self._remote_tasks: dict[TaskId, Callable[[], None]] = {}
-        self._launcher = Launcher(node, slots)
+        self._launcher = Launcher(node)
         self.flight = FlightRecorder()
         self._runners = RunnerLifecycle(node, self._launcher, self.flight)
         self._tasks = RunnerTasks(node, self._runners)

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.slow
 CONFIG = """\
 inference:
   runner_threads: 1
+  parallel_requests: 2
   kv_cache_backend: q8_0
   flash_attention: on
   reuse_replies: false
@@ -41,7 +42,7 @@ QUESTION = (
 """A question longer than a chunk: a greedy prompt always decodes a chunk or more."""
 
 
-def test_runner_threads_kv_cache_flash_attention_and_the_bit_exact_mode_reach_the_runner(
+def test_the_runners_inference_settings_and_the_bit_exact_mode_reach_it(
     make_app: AppFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="skulk_daemon.runner.client")
@@ -49,8 +50,8 @@ def test_runner_threads_kv_cache_flash_attention_and_the_bit_exact_mode_reach_th
     place(app, context=CONTEXT)
     assert any(
         "loaded" in record.getMessage()
-        and "x 1024 tokens, 1 threads, KV q8_0, flash attention on, bit-exact, settling after "
-        "250 ms idle"
+        and "2 slots x 1024 tokens, 1 threads, KV q8_0, flash attention on, bit-exact, "
+        "settling after 250 ms idle"
         in record.getMessage()
         for record in caplog.records
     ), [r.getMessage() for r in caplog.records if "loaded" in r.getMessage()]

@@ -27,6 +27,7 @@ def test_node_answers_id_identity_state_models_and_docs(bare_app: AppNode) -> No
     assert state["nodeHealth"][node_id]["level"] in {"ok", "warn", "error"}
     assert "llama_cpp" in state["nodeResources"][node_id]["backends"]
     assert state["nodeResources"][node_id]["kvCache"] == "default"
+    assert state["nodeResources"][node_id]["llamaCppSlots"] == 4
     assert state["lastEventAppliedIdx"] >= 0
     assert node_id in state["lastSeen"]
 

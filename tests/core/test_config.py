@@ -32,6 +32,9 @@ def test_unknown_key_is_refused_naming_the_key() -> None:
 def test_bad_value_is_refused_naming_the_key() -> None:
     with pytest.raises(ConfigError, match=r"'inference.kv_cache_backend'"):
         parse_config({"inference": {"kv_cache_backend": "q3_lol"}})
+    for slots in (0, 65):
+        with pytest.raises(ConfigError, match=r"'inference.parallel_requests'"):
+            parse_config({"inference": {"parallel_requests": slots}})
     with pytest.raises(ConfigError, match=r"'inference.max_output_tokens'"):
         parse_config({"inference": {"max_output_tokens": 0}})
     with pytest.raises(ConfigError, match=r"'model_store.staging.staging_keep_recent_gb'"):

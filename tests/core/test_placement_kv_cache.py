@@ -40,11 +40,10 @@ Q8_PER_TOKEN = 2 * 18 * 8 * 34
 SLOTS = 4
 
 
-def reading(node: str, ram: int, kv_cache: KvCacheBackend) -> NodeTelemetry:
+def reading(node: str, ram: int, kv_cache: KvCacheBackend, slots: int = SLOTS) -> NodeTelemetry:
     base = telemetry(node, ram)
-    return msgspec.structs.replace(
-        base, resources=msgspec.structs.replace(base.resources, kv_cache=kv_cache)
-    )
+    resources = msgspec.structs.replace(base.resources, kv_cache=kv_cache, llama_cpp_slots=slots)
+    return msgspec.structs.replace(base, resources=resources)
 
 
 def test_a_row_costs_what_ggml_stores() -> None:
@@ -88,6 +87,24 @@ def test_a_node_with_a_quantized_cache_holds_a_context_f16_cannot() -> None:
     assert result.max_context_tokens == (DEMO_KV_PER_WINDOW_TOKEN * 10_000 - 1) // (
         Q8_PER_TOKEN * SLOTS
     )
+
+
+def test_a_node_with_fewer_slots_offers_a_longer_window() -> None:
+    available = loaded(DEMO_BYTES) + HEADROOM_BYTES + DEMO_KV_PER_WINDOW_TOKEN * 10_000
+    four = placed(
+        place(gguf_card(), facts(telemetry("a", available)), PlacementRequest(), CountingIds())
+    )
+    one = placed(
+        place(
+            gguf_card(),
+            facts(reading("a", available, KvCacheBackend.DEFAULT, slots=1)),
+            PlacementRequest(context_tokens=32_768),
+            CountingIds(),
+        )
+    )
+    assert four.max_context_tokens == 9999
+    assert one.max_context_tokens == 32_768  # the card's own limit; 39,999 would fit
+    assert one.memory_delta_by_node[NodeId("a")] == loaded(DEMO_BYTES) + DEMO_KV_PER_TOKEN * 32_768
 
 
 def test_mlx_placements_stay_at_f16_whatever_the_node_says() -> None:
@@ -171,15 +188,19 @@ def test_what_each_engine_reserves() -> None:
         cells=KvCacheBackend.Q8_0, sequences=SLOTS
     )
     assert kv_reservation(card, "llama_cpp", None) == KvReservation(sequences=SLOTS)
+    two = reading("a", GIB, KvCacheBackend.DEFAULT, slots=2)
+    assert kv_reservation(card, "llama_cpp", two) == KvReservation(sequences=2)
     embedder = msgspec.structs.replace(card, tasks=(ModelTask.TEXT_EMBEDDING,))
     assert kv_reservation(embedder, "llama_cpp", q8) == KvReservation(cells=KvCacheBackend.Q8_0)
     assert kv_reservation(mlx_card(), "mlx", q8) == F16_ONE
 
 
-def test_a_reading_from_a_node_that_predates_the_field_is_f16() -> None:
+def test_a_reading_from_a_node_that_predates_the_fields_is_four_slots_of_f16() -> None:
     encoded = msgspec.json.encode(telemetry("a", GIB))
     document = msgspec.json.decode(encoded)
     assert document["resources"]["kvCache"] == "default"
-    del document["resources"]["kvCache"]
+    assert document["resources"]["llamaCppSlots"] == SLOTS
+    del document["resources"]["kvCache"], document["resources"]["llamaCppSlots"]
     old = msgspec.convert(document, NodeTelemetry)
     assert old.resources.kv_cache is KvCacheBackend.DEFAULT
+    assert old.resources.llama_cpp_slots == SLOTS
