@@ -101,9 +101,9 @@ class LlamaCppEngine:
         )
         self._thread.start()
         log.info(
-            "loaded %s: %d slots x %d tokens, %d threads, KV %s, flash attention %s, %s",
+            "loaded %s: %s x %d tokens, %d threads, KV %s, flash attention %s, %s",
             settings.model_path.name,
-            settings.slots,
+            "1 slot" if settings.slots == 1 else f"{settings.slots} slots",
             settings.context_tokens,
             settings.n_threads,
             settings.kv_cache or "default",
