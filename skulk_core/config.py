@@ -315,19 +315,11 @@ def kv_cache_in_effect(
     inference: InferenceConfig, override: str | None, *, override_name: str
 ) -> KvCacheBackend:
     """The KV cache type runners get: ``override`` (the environment's, if set; named
-    ``override_name`` in messages) or the file's. Raises :class:`ConfigError` for an
-    override that names no type, or a quantized type with flash attention off (a
-    merged update can combine them)."""
+    ``override_name`` in messages) or the file's, which parsing has already held to
+    the flash-attention rule. Raises :class:`ConfigError` for an override that names
+    no type, or a quantized one under the file's ``flash_attention: off``."""
     raw = (override or "").strip().lower()
     if not raw:
-        try:
-            _check_attention(
-                inference.kv_cache_backend,
-                inference.flash_attention,
-                "set inference.flash_attention to auto or on, or kv_cache_backend to f16",
-            )
-        except ValueError as exc:
-            raise ConfigError(f"invalid value for 'inference': {exc}") from None
         return inference.kv_cache_backend
     try:
         kv_cache = KvCacheBackend(raw)
@@ -357,7 +349,7 @@ def parse_config(document: object) -> SkulkConfig:
         raise ConfigError(_describe(exc)) from None
 
 
-def _yaml_switches(document: dict[str, Any]) -> dict[str, Any]:
+def _yaml_switches(document: dict[str, object]) -> dict[str, object]:
     """``inference.flash_attention`` written ``on``/``off`` unquoted: YAML reads a
     bare ``on`` as true, so a boolean there means the switch of that name."""
     inference = document.get("inference")

@@ -72,15 +72,29 @@ F16_ONE: Final = KvReservation()
 
 
 def kv_reservation(card: ModelCard, backend: str, serving: NodeTelemetry | None) -> KvReservation:
-    """What a placement of ``card`` on ``backend`` reserves: a llama.cpp text runner a
-    window for each of its slots, its cells of the type the serving node advertises
-    (``serving``'s reading, :data:`LLAMA_CPP_SEQUENCES` slots of F16 when unknown; an
-    RPC pool's driver holds every layer's cells in its context, the donors' included);
-    an embedding runner one window; anything else one window of F16."""
+    """What a placement of ``card`` on ``backend`` reserves on the node that serves it,
+    by that node's reading (:data:`LLAMA_CPP_SEQUENCES` slots of F16 when unknown; an
+    RPC pool's driver holds every layer's cells in its context, the donors' included)."""
+    if serving is None:
+        return runner_reservation(card, backend)
+    resources = serving.resources
+    return runner_reservation(
+        card, backend, cells=resources.kv_cache, slots=resources.llama_cpp_slots
+    )
+
+
+def runner_reservation(
+    card: ModelCard,
+    backend: str,
+    *,
+    cells: KvCacheBackend = KvCacheBackend.DEFAULT,
+    slots: int = LLAMA_CPP_SEQUENCES,
+) -> KvReservation:
+    """What a runner of ``card`` on ``backend`` reserves: a llama.cpp text runner a
+    window for each of its ``slots``, its cells of type ``cells``; a llama.cpp
+    embedding runner one window; anything else one window of F16."""
     if backend != BACKEND_LLAMA_CPP:
         return KvReservation()
-    cells = KvCacheBackend.DEFAULT if serving is None else serving.resources.kv_cache
     if ModelTask.TEXT_GENERATION not in card.tasks:
         return KvReservation(cells=cells)
-    slots = LLAMA_CPP_SEQUENCES if serving is None else serving.resources.llama_cpp_slots
     return KvReservation(cells=cells, sequences=max(1, slots))

@@ -7,7 +7,6 @@ import msgspec
 
 from skulk_core.models.cards import ModelCard
 from skulk_core.placement.backends import (
-    F16_ONE,
     common_backend,
     kv_reservation,
     reserves_context_at_load,
@@ -102,12 +101,12 @@ def admit_instance(
     backend = common_backend(card, [c.backends for c in ring])
     if backend is None:
         return _refuse(f"the instance's nodes share no engine that serves {card.model_id}")
-    kv = kv_reservation(card, backend, facts.telemetry.get(shares[0].node_id))
-    if kv != F16_ONE:
-        # What the engine reserves sizes every share.
-        shares = instance_shares(card, instance, kv)
-        if isinstance(shares, str):
-            return _refuse(shares)
+    # The shares above gave the nodes; what the engine reserves sizes each.
+    shares = instance_shares(
+        card, instance, kv_reservation(card, backend, facts.telemetry.get(shares[0].node_id))
+    )
+    if isinstance(shares, str):
+        return _refuse(shares)
     actual = instance_meta_of(instance)
     expected = minted_meta(backend, actual, len(ring), sharding_of(instance) or Sharding.PIPELINE)
     if isinstance(expected, Unsupported):

@@ -22,7 +22,12 @@ from skulk_core.ids import ModelId
 from skulk_core.models.cards import ModelTask, is_directory_card
 from skulk_core.models.context_window import DEFAULT_CONTEXT_TOKENS
 from skulk_core.models.kv_cache import KvCacheBackend
-from skulk_core.placement.backends import BACKEND_LLAMA_CPP, F16_ONE, KvReservation, is_mlx_card
+from skulk_core.placement.backends import (
+    BACKEND_LLAMA_CPP,
+    BACKEND_MLX,
+    is_mlx_card,
+    runner_reservation,
+)
 from skulk_core.placement.local_fit import local_shortfall
 from skulk_core.placement.repair import DOWNLOAD_FAILED, MODEL_NOT_INSTALLED, PLACEMENT_REFUSED
 from skulk_core.placement.rpc_pool import RPC_DONOR_LOST
@@ -140,7 +145,9 @@ class Launcher:
         if used is not None and used.location is not None:
             await asyncio.to_thread(mark_used, Path(used.location), time.time())
         context_tokens = instance.context_token_limit or DEFAULT_CONTEXT_TOKENS
-        shortfall = self._shortfall(model_id, shard, context_tokens)
+        inference = self._node.config.inference
+        cells = kv_cache_for(self._node.config)
+        shortfall = self._shortfall(model_id, shard, context_tokens, cells)
         if shortfall is not None:
             raise LaunchRefused(f"{PLACEMENT_REFUSED}:{node_id}", f"refused its share: {shortfall}")
         pool = None
@@ -148,11 +155,10 @@ class Launcher:
             if not await self._await_donors(instance, stopping):
                 return None
             pool = driver_pool(instance, key)
-        inference = self._node.config.inference
         return Load(
             model_path=str(path),
             context_tokens=context_tokens,
-            slots=self._node.config.inference.parallel_requests,
+            slots=inference.parallel_requests,
             n_threads=inference.runner_threads,
             mode=self.runner_mode(model_id),
             pool=pool,
@@ -163,7 +169,7 @@ class Launcher:
             settle_after=None
             if inference.reuse_replies
             else _seconds_or_off(inference.settle_idle_ms),
-            kv_cache=_kv_cache(kv_cache_for(self._node.config)),
+            kv_cache=_kv_cache(cells),
             flash_attention=_flash_attention(inference.flash_attention),
             engine=engine,
             ring=ring,
@@ -189,23 +195,19 @@ class Launcher:
             raise LaunchRefused(f"{DOWNLOAD_FAILED}:{node_id}", message) from None
 
     def _shortfall(
-        self, model_id: ModelId, shard: ShardMetadata, context_tokens: int
+        self, model_id: ModelId, shard: ShardMetadata, context_tokens: int, cells: KvCacheBackend
     ) -> str | None:
-        """Why this node can no longer hold ``shard`` (its live memory), or None."""
+        """Why this node can no longer hold ``shard`` (its live memory, its runner's KV
+        cells of type ``cells``), or None."""
         entry = self._node.catalog().get(model_id)
         reading = self._node.own_telemetry()
         if entry is None or reading is None:
             return None
-        kv = F16_ONE
-        if self.runner_engine(model_id) == "llama_cpp":
-            # What this node's runner will reserve: its own cell type, a window a slot.
-            cells = kv_cache_for(self._node.config)
-            kv = KvReservation(
-                cells=cells,
-                sequences=self._node.config.inference.parallel_requests
-                if self.runner_mode(model_id) == "generate"
-                else 1,
-            )
+        # What this node's runner will reserve: its own cell type and slots.
+        engine = BACKEND_LLAMA_CPP if self.runner_engine(model_id) == "llama_cpp" else BACKEND_MLX
+        kv = runner_reservation(
+            entry.card, engine, cells=cells, slots=self._node.config.inference.parallel_requests
+        )
         return local_shortfall(
             entry.card,
             shard,

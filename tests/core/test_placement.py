@@ -91,6 +91,18 @@ def gguf_card(**changes: object) -> ModelCard:
     return msgspec.structs.replace(card, **changes)
 
 
+def whole_shard(card: ModelCard) -> PipelineShardMetadata:
+    """The one shard of ``card`` placed whole on one node."""
+    return PipelineShardMetadata(
+        model_id=card.model_id,
+        device_rank=0,
+        world_size=1,
+        start_layer=0,
+        end_layer=card.n_layers,
+        n_layers=card.n_layers,
+    )
+
+
 def mlx_card(**changes: object) -> ModelCard:
     card = ModelCard(
         model_id=ModelId("mlx-community/Test-8B-4bit"),

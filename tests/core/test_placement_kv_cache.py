@@ -32,6 +32,7 @@ from tests.core.test_placement import (
     placed,
     refused,
     telemetry,
+    whole_shard,
 )
 
 DEMO = KvGeometry(n_layers=18, kv_heads=1, head_dim=256)
@@ -152,14 +153,7 @@ def test_committed_memory_counts_a_placed_instance_at_its_servers_cells() -> Non
 
 def test_a_node_checks_its_own_share_at_the_cells_its_runner_will_use() -> None:
     card = gguf_card()
-    shard = PipelineShardMetadata(
-        model_id=card.model_id,
-        device_rank=0,
-        world_size=1,
-        start_layer=0,
-        end_layer=card.n_layers,
-        n_layers=card.n_layers,
-    )
+    shard = whole_shard(card)
     room = loaded(DEMO_BYTES) + HEADROOM_BYTES + DEMO_KV_PER_WINDOW_TOKEN * 10_000
     node = telemetry("a", room)
 

@@ -49,7 +49,14 @@ from skulk_core.state.shards import (
     Sharding,
 )
 from skulk_core.state.state import Connection, InstanceFailure, PlacementIntent, State, Topology
-from tests.core.test_placement import GIB, CountingIds, facts, gguf_card, telemetry
+from tests.core.test_placement import (
+    GIB,
+    CountingIds,
+    facts,
+    gguf_card,
+    telemetry,
+    whole_shard,
+)
 
 A, B, C = NodeId("a"), NodeId("b"), NodeId("c")
 
@@ -336,14 +343,7 @@ def test_repairs_stop_after_the_budget_and_for_failures_placement_cannot_avoid()
 
 def test_a_node_refuses_a_share_that_no_longer_fits_with_the_arithmetic() -> None:
     card = gguf_card()
-    shard = PipelineShardMetadata(
-        model_id=card.model_id,
-        device_rank=0,
-        world_size=1,
-        start_layer=0,
-        end_layer=card.n_layers,
-        n_layers=card.n_layers,
-    )
+    shard = whole_shard(card)
     roomy = telemetry("a", 64 * GIB)
     tight = telemetry("a", card.storage_size.in_bytes)
     kwargs = {"node_id": A, "context_tokens": 4096, "backend": "llama_cpp"}

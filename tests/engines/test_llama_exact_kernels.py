@@ -13,8 +13,8 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from skulk_daemon.engines._llama_model import LlamaCppSettings, LlamaModel
-from tests.engines.demo_model import TEST_THREADS
+from skulk_daemon.engines._llama_model import LlamaModel
+from tests.engines.demo_model import one_slot
 
 pytestmark = pytest.mark.slow
 
@@ -51,13 +51,8 @@ class Decoder:
 
 @pytest.fixture(scope="module")
 def decoder(demo_gguf: Path) -> Iterator[Decoder]:
-    model = LlamaModel.open(
-        LlamaCppSettings(demo_gguf, context_tokens=1024, slots=1, n_threads=TEST_THREADS)
-    )
-    try:
+    with one_slot(demo_gguf, 1024) as model:
         yield Decoder(model)
-    finally:
-        model.close()
 
 
 def test_splits_the_rule_treats_alike_give_identical_logits(decoder: Decoder) -> None:
@@ -87,21 +82,10 @@ def test_the_rule_holds_with_flash_attention_off_and_a_quantized_cache(
     # inference.flash_attention; the splits it treats alike must agree under each.
     # (A quantized cache may also absorb the rounding a one-row batch differs by, so
     # only the agreement is asserted here.)
-    settings = LlamaCppSettings(
-        demo_gguf,
-        context_tokens=1024,
-        slots=1,
-        n_threads=TEST_THREADS,
-        kv_cache=kv_cache,
-        flash_attention=flash_attention,
-    )
-    model = LlamaModel.open(settings)
-    try:
+    with one_slot(demo_gguf, 1024, kv_cache=kv_cache, flash_attention=flash_attention) as model:
         decoder = Decoder(model)
         reference = decoder.cold([512, 189])
         for batches in ([100, 400, 201], [436, 265]):
             assert np.array_equal(decoder.cold(batches), reference), batches
         assert model.keep_prefix(0, 700)
         assert np.array_equal(decoder.run([101], start=700), decoder.cold([512, 188, 101]))
-    finally:
-        model.close()

@@ -9,8 +9,8 @@ from pathlib import Path
 import llama_cpp
 import pytest
 
-from skulk_daemon.engines._llama_model import LlamaCppSettings, LlamaModel
-from tests.engines.demo_model import TEST_THREADS
+from skulk_daemon.engines._llama_model import LlamaCppSettings
+from tests.engines.demo_model import one_slot
 
 PROMPT = " ".join(f"Entry {i}: the keeper saw {i % 7} ships." for i in range(40))
 
@@ -19,16 +19,7 @@ def _state_bytes(
     path: Path, *, kv_cache: str | None = None, flash_attention: bool | None = None
 ) -> int:
     """The saved state of one sequence after a cold decode of :data:`PROMPT`."""
-    settings = LlamaCppSettings(
-        path,
-        context_tokens=512,
-        slots=1,
-        n_threads=TEST_THREADS,
-        kv_cache=kv_cache,
-        flash_attention=flash_attention,
-    )
-    model = LlamaModel.open(settings)
-    try:
+    with one_slot(path, 512, kv_cache=kv_cache, flash_attention=flash_attention) as model:
         tokens = model.tokenize(PROMPT)
         token, pos, n_seq_id, seq_id, logits = model.batch_arrays()
         for i, t in enumerate(tokens):
@@ -37,8 +28,6 @@ def _state_bytes(
         assert model.decode(len(tokens)) == 0
         size: int = llama_cpp.llama_state_seq_get_size(model.ctx, 0)
         return size
-    finally:
-        model.close()
 
 
 def test_a_quantized_kv_cache_holds_a_conversation_in_less_memory(demo_gguf: Path) -> None:
