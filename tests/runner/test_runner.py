@@ -218,14 +218,22 @@ def test_a_reader_that_falls_too_far_behind_is_cut_off(demo_gguf: Path) -> None:
             load(demo_gguf, slots=2), lambda _phase: None, queue_chunks=4
         )
         try:
-            slow = runner.generate(request("slow", COUNTING, 20))
-            async with contextlib.aclosing(slow):
-                assert isinstance(await anext(slow), TokenChunk)
+            slow = await runner.open_generation(request("slow", COUNTING, 20))
+            try:
+                # NOTE: read a take at a time, not through generate(): a take hands
+                # over every chunk queued at that moment (under load the first may
+                # hold two), and only what stays queued counts against the bound.
+                first = await slow.take()
+                assert first and all(isinstance(c, TokenChunk) for c in first)
                 # A steady reader on a longer generation: when it is done, the
                 # slow one (batched with it) has certainly produced all 20 tokens.
                 fast = await drain(runner, request("fast", COUNTING, 40))
                 assert isinstance(fast[-1], FinishChunk)
-                rest = [chunk async for chunk in slow]
+                rest: list[EngineChunk] = []
+                while not slow.finished:
+                    rest += await slow.take() or ()
+            finally:
+                slow.close()
             assert [type(c) for c in rest] == [TokenChunk] * 4 + [ErrorChunk]
             end = rest[-1]
             assert isinstance(end, ErrorChunk)
